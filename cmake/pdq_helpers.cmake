@@ -1,0 +1,17 @@
+# pdq_test(NAME foo_test SRCS a.cc b.cc DEPS pdq::engine [LABELS gpu])
+# adds a GoogleTest executable and registers its tests with ctest.
+include(GoogleTest)
+function(pdq_test)
+  cmake_parse_arguments(T "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${T_NAME} ${T_SRCS})
+  target_link_libraries(${T_NAME} PRIVATE ${T_DEPS} GTest::gtest GTest::gtest_main)
+  set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set(labels cpu)
+  if(T_LABELS)
+    set(labels ${T_LABELS})
+  endif()
+  gtest_discover_tests(${T_NAME}
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    PROPERTIES LABELS "${labels}"
+    DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,306 @@
+// AVX2 + FMA + F16C kernels. Compiled with -mavx2 -mfma -mf16c and only
+// reached through the dispatch table when the CPU has all three; nothing in
+// this file may be called from a header-inline path.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels/cpu/isa.h"
+
+namespace pdq::cpu {
+namespace {
+
+inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256 LoadF16x8(const fp16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// exp(x) to about 2 ulp for x in [-87, 88]; smaller x flush to 0.
+inline __m256 Exp(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.3f), hi = _mm256_set1_ps(88.3f);
+  const __m256 underflow = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 result = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  return _mm256_andnot_ps(underflow, result);
+}
+
+// ---- GEMM ------------------------------------------------------------------
+
+// Rows [0, MR) of x against one fp16 panel, converting weights in registers.
+// For the few-row (decode) case, where each weight is used MR times.
+template <int MR>
+inline void PanelDirect(const float* x, int64_t ldx, const fp16_t* panel, int64_t k, float* y,
+                        int64_t ldy, int cols) {
+  __m256 acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+  int64_t kk = 0;
+  if constexpr (MR == 1) {
+    // Four independent accumulator pairs hide the FMA latency.
+    __m256 a1[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 a2[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    __m256 a3[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (; kk + 4 <= k; kk += 4) {
+      const fp16_t* w = panel + kk * kPanelRows;
+      const __m256 x0 = _mm256_broadcast_ss(x + kk), x1 = _mm256_broadcast_ss(x + kk + 1);
+      const __m256 x2 = _mm256_broadcast_ss(x + kk + 2), x3 = _mm256_broadcast_ss(x + kk + 3);
+      acc[0][0] = _mm256_fmadd_ps(x0, LoadF16x8(w), acc[0][0]);
+      acc[0][1] = _mm256_fmadd_ps(x0, LoadF16x8(w + 8), acc[0][1]);
+      a1[0] = _mm256_fmadd_ps(x1, LoadF16x8(w + 16), a1[0]);
+      a1[1] = _mm256_fmadd_ps(x1, LoadF16x8(w + 24), a1[1]);
+      a2[0] = _mm256_fmadd_ps(x2, LoadF16x8(w + 32), a2[0]);
+      a2[1] = _mm256_fmadd_ps(x2, LoadF16x8(w + 40), a2[1]);
+      a3[0] = _mm256_fmadd_ps(x3, LoadF16x8(w + 48), a3[0]);
+      a3[1] = _mm256_fmadd_ps(x3, LoadF16x8(w + 56), a3[1]);
+    }
+    for (int h = 0; h < 2; ++h) {
+      acc[0][h] = _mm256_add_ps(_mm256_add_ps(acc[0][h], a1[h]), _mm256_add_ps(a2[h], a3[h]));
+    }
+  }
+  for (; kk < k; ++kk) {
+    const fp16_t* w = panel + kk * kPanelRows;
+    const __m256 b0 = LoadF16x8(w), b1 = LoadF16x8(w + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r * ldx + kk);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    if (cols == kPanelRows) {
+      _mm256_storeu_ps(y + r * ldy, acc[r][0]);
+      _mm256_storeu_ps(y + r * ldy + 8, acc[r][1]);
+    } else {
+      alignas(32) float tmp[16];
+      _mm256_store_ps(tmp, acc[r][0]);
+      _mm256_store_ps(tmp + 8, acc[r][1]);
+      for (int j = 0; j < cols; ++j) y[r * ldy + j] = tmp[j];
+    }
+  }
+}
+
+// The 6x16 register tile over an fp32 k-block of one panel (b: kc x 16).
+template <int MR>
+inline void Tile(const float* x, int64_t ldx, const float* b, int64_t kc, float* c, bool load_c) {
+  __m256 acc[MR][2];
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    if (load_c) {
+      acc[r][0] = _mm256_load_ps(c + r * 16);
+      acc[r][1] = _mm256_load_ps(c + r * 16 + 8);
+    } else {
+      acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    }
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const __m256 b0 = _mm256_load_ps(b + kk * 16), b1 = _mm256_load_ps(b + kk * 16 + 8);
+#pragma GCC unroll 6
+    for (int r = 0; r < MR; ++r) {
+      const __m256 a = _mm256_broadcast_ss(x + r * ldx + kk);
+      acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+      acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+    }
+  }
+#pragma GCC unroll 6
+  for (int r = 0; r < MR; ++r) {
+    _mm256_store_ps(c + r * 16, acc[r][0]);
+    _mm256_store_ps(c + r * 16 + 8, acc[r][1]);
+  }
+}
+
+constexpr int64_t kKc = 256;  // k-block: a 16 KiB fp32 panel slice stays in L1
+constexpr int kMr = 6;
+constexpr int64_t kMc = 96;   // rows per accumulator block (6 KiB of c)
+
+void TileAny(int mr, const float* x, int64_t ldx, const float* b, int64_t kc, float* c,
+             bool load_c) {
+  switch (mr) {
+    case 6: Tile<6>(x, ldx, b, kc, c, load_c); break;
+    case 5: Tile<5>(x, ldx, b, kc, c, load_c); break;
+    case 4: Tile<4>(x, ldx, b, kc, c, load_c); break;
+    case 3: Tile<3>(x, ldx, b, kc, c, load_c); break;
+    case 2: Tile<2>(x, ldx, b, kc, c, load_c); break;
+    default: Tile<1>(x, ldx, b, kc, c, load_c); break;
+  }
+}
+
+void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const float* x,
+                       int64_t m, int64_t ldx, float* y, int64_t ldy) {
+  if (m <= 4) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const fp16_t* panel = w.data + p * w.k * kPanelRows;
+      const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+      float* yp = y + p * kPanelRows;
+      switch (m) {
+        case 1: PanelDirect<1>(x, ldx, panel, w.k, yp, ldy, cols); break;
+        case 2: PanelDirect<2>(x, ldx, panel, w.k, yp, ldy, cols); break;
+        case 3: PanelDirect<3>(x, ldx, panel, w.k, yp, ldy, cols); break;
+        default: PanelDirect<4>(x, ldx, panel, w.k, yp, ldy, cols); break;
+      }
+    }
+    return;
+  }
+  // Larger m: convert each panel k-block to fp32 once, reuse it for every row.
+  alignas(64) float b[kKc * kPanelRows];
+  alignas(64) float c[kMc * kPanelRows];
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const fp16_t* panel = w.data + p * w.k * kPanelRows;
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    for (int64_t m0 = 0; m0 < m; m0 += kMc) {
+      const int64_t mc = std::min(kMc, m - m0);
+      for (int64_t k0 = 0; k0 < w.k; k0 += kKc) {
+        const int64_t kc = std::min(kKc, w.k - k0);
+        for (int64_t i = 0; i < kc * kPanelRows; i += 8) {
+          _mm256_store_ps(b + i, LoadF16x8(panel + k0 * kPanelRows + i));
+        }
+        for (int64_t r = 0; r < mc; r += kMr) {
+          const int mr = (int)std::min<int64_t>(kMr, mc - r);
+          TileAny(mr, x + (m0 + r) * ldx + k0, ldx, b, kc, c + r * kPanelRows, k0 != 0);
+        }
+      }
+      for (int64_t r = 0; r < mc; ++r) {
+        float* dst = y + (m0 + r) * ldy + p * kPanelRows;
+        for (int j = 0; j < cols; ++j) dst[j] = c[r * kPanelRows + j];
+      }
+    }
+  }
+}
+
+// ---- Elementwise ------------------------------------------------------------
+
+void RmsNormRowAvx2(const float* x, const float* weight, int64_t d, float eps, float* out) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= d; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  float ss = HorizontalSum(acc);
+  for (; i < d; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(ss / (float)d + eps);
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (i = 0; i + 8 <= d; i += 8) {
+    _mm256_storeu_ps(out + i,
+                     _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
+                                   _mm256_loadu_ps(weight + i)));
+  }
+  for (; i < d; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void SiluMulRowAvx2(const float* gate, const float* up, int64_t f, float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= f; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < f; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void ToF16Avx2(const float* src, int64_t n, fp16_t* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  if (i < n) {
+    alignas(32) float tmp[8] = {};
+    alignas(16) fp16_t out[8];
+    for (int64_t j = i; j < n; ++j) tmp[j - i] = src[j];
+    _mm_store_si128(reinterpret_cast<__m128i*>(out),
+                    _mm256_cvtps_ph(_mm256_load_ps(tmp), _MM_FROUND_TO_NEAREST_INT));
+    for (int64_t j = i; j < n; ++j) dst[j] = out[j - i];
+  }
+}
+
+// ---- Attention ----------------------------------------------------------------
+
+// head_dim must be a multiple of 8 here; other sizes use the reference.
+void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
+                const float* q, float scale, float* out, float* scores) {
+  const int d = layer.head_dim;
+  if (d % 8 != 0 || d > 256) {
+    kScalarKernels.attend(layer, block_table, n_pos, kv_head, q, scale, out, scores);
+    return;
+  }
+  const int dv = d / 8;
+  __m256 qv[32];
+  for (int i = 0; i < dv; ++i) qv[i] = _mm256_mul_ps(_mm256_loadu_ps(q + 8 * i), _mm256_set1_ps(scale));
+  const int64_t head_stride = (int64_t)layer.block_tokens * d;
+  const int64_t block_stride = head_stride * layer.kv_heads;
+  float max_score = -INFINITY;
+  for (int64_t j0 = 0; j0 < n_pos; j0 += layer.block_tokens) {
+    const fp16_t* kb = layer.k + block_table[j0 / layer.block_tokens] * block_stride +
+                       kv_head * head_stride;
+    const int64_t nj = std::min<int64_t>(layer.block_tokens, n_pos - j0);
+    for (int64_t j = 0; j < nj; ++j) {
+      const fp16_t* k = kb + j * d;
+      __m256 a0 = _mm256_mul_ps(qv[0], LoadF16x8(k));
+      __m256 a1 = _mm256_setzero_ps();
+      for (int i = 1; i + 1 < dv; i += 2) {
+        a1 = _mm256_fmadd_ps(qv[i], LoadF16x8(k + 8 * i), a1);
+        a0 = _mm256_fmadd_ps(qv[i + 1], LoadF16x8(k + 8 * i + 8), a0);
+      }
+      if (dv % 2 == 0) a1 = _mm256_fmadd_ps(qv[dv - 1], LoadF16x8(k + 8 * (dv - 1)), a1);
+      const float s = HorizontalSum(_mm256_add_ps(a0, a1));
+      scores[j0 + j] = s;
+      max_score = std::max(max_score, s);
+    }
+  }
+  const __m256 vmax = _mm256_set1_ps(max_score);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n_pos; j += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax));
+    _mm256_storeu_ps(scores + j, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = HorizontalSum(vsum);
+  for (; j < n_pos; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  __m256 acc[32];
+  for (int i = 0; i < dv; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t j0 = 0; j0 < n_pos; j0 += layer.block_tokens) {
+    const fp16_t* vb = layer.v + block_table[j0 / layer.block_tokens] * block_stride +
+                       kv_head * head_stride;
+    const int64_t nj = std::min<int64_t>(layer.block_tokens, n_pos - j0);
+    for (int64_t jj = 0; jj < nj; ++jj) {
+      const __m256 p = _mm256_broadcast_ss(scores + j0 + jj);
+      const fp16_t* v = vb + jj * d;
+      for (int i = 0; i < dv; ++i) acc[i] = _mm256_fmadd_ps(p, LoadF16x8(v + 8 * i), acc[i]);
+    }
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / sum);
+  for (int i = 0; i < dv; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
+}
+
+}  // namespace
+
+const KernelTable kAvx2Kernels = {
+    "avx2", GemmF16PanelsAvx2, RmsNormRowAvx2, SiluMulRowAvx2, AttendAvx2, ToF16Avx2,
+};
+
+}  // namespace pdq::cpu

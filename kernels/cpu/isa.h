@@ -1,0 +1,33 @@
+// Per-ISA single-threaded kernel bodies behind kernels.h. kernels.cc splits
+// work across threads and picks the table for the running CPU; the scalar
+// table is the reference every other one is tested against.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/kernels.h"
+
+namespace pdq::cpu {
+
+struct KernelTable {
+  const char* name;
+  // Output panels [p_begin, p_end) of y = x W^T for all m rows.
+  void (*gemm_f16_panels)(const PackedF16& w, int64_t p_begin, int64_t p_end, const float* x,
+                          int64_t m, int64_t ldx, float* y, int64_t ldy);
+  void (*rms_norm_row)(const float* x, const float* weight, int64_t d, float eps, float* out);
+  void (*silu_mul_row)(const float* gate, const float* up, int64_t f, float* out);
+  // One query head against positions [0, n_pos) of kv head `kv_head`.
+  // scratch holds n_pos floats.
+  void (*attend)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                 int kv_head, const float* q, float scale, float* out, float* scratch);
+  // Converts n floats to fp16 (round to nearest even).
+  void (*to_f16)(const float* src, int64_t n, fp16_t* dst);
+};
+
+extern const KernelTable kScalarKernels;
+extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA+F16C
+
+// The table for this CPU (see GetCpuFeatures and PDQ_ISA).
+const KernelTable& ActiveKernels();
+
+}  // namespace pdq::cpu

@@ -1,0 +1,140 @@
+// Public kernel entry points: split work across the context's threads and
+// call the per-ISA bodies chosen once at start-up.
+#include <cmath>
+
+#include "common/check.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/kernels.h"
+
+namespace pdq {
+namespace cpu {
+
+const KernelTable& ActiveKernels() {
+  static const KernelTable* table =
+      KernelIsaName() == "avx2" ? &kAvx2Kernels : &kScalarKernels;
+  return *table;
+}
+
+}  // namespace cpu
+
+namespace {
+void ForRows(const CpuContext& ctx, int64_t m, const std::function<void(int64_t, int64_t)>& fn) {
+  if (ctx.pool == nullptr || m < 2) {
+    fn(0, m);
+    return;
+  }
+  ctx.pool->ParallelFor(m, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
+}
+}  // namespace
+
+void PackF16Rows(const float* src, int64_t row0, int64_t rows, int64_t k, fp16_t* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = row0 + r;
+    fp16_t* panel = dst + n / kPanelRows * k * kPanelRows;
+    const int64_t j = n % kPanelRows;
+    for (int64_t kk = 0; kk < k; ++kk) panel[kk * kPanelRows + j] = Fp32ToFp16(src[r * k + kk]);
+  }
+}
+
+void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t m, int64_t ldx,
+             float* y, int64_t ldy) {
+  const auto& kt = cpu::ActiveKernels();
+  const int64_t panels = (w.n + kPanelRows - 1) / kPanelRows;
+  if (ctx.pool == nullptr) {
+    kt.gemm_f16_panels(w, 0, panels, x, m, ldx, y, ldy);
+    return;
+  }
+  ctx.pool->ParallelFor(panels, 1, [&](int64_t b, int64_t e, int) {
+    kt.gemm_f16_panels(w, b, e, x, m, ldx, y, ldy);
+  });
+}
+
+void RmsNorm(const CpuContext& ctx, const float* x, const float* weight, int64_t m, int64_t d,
+             float eps, float* out) {
+  const auto& kt = cpu::ActiveKernels();
+  ForRows(ctx, m, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) kt.rms_norm_row(x + i * d, weight, d, eps, out + i * d);
+  });
+}
+
+void SiluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, float* out) {
+  const auto& kt = cpu::ActiveKernels();
+  ForRows(ctx, m, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      kt.silu_mul_row(gate_up + i * 2 * f, gate_up + i * 2 * f + f, f, out + i * f);
+    }
+  });
+}
+
+void Rope(const CpuContext& ctx, float* x, int64_t m, int64_t stride, int heads, int head_dim,
+          const int32_t* positions, const float* inv_freq, RopeStyle style) {
+  const int half = head_dim / 2;
+  ForRows(ctx, m, [&](int64_t b, int64_t e) {
+    float cs[512], sn[512];
+    PDQ_CHECK(half <= 512);
+    for (int64_t i = b; i < e; ++i) {
+      for (int t = 0; t < half; ++t) {
+        const double angle = (double)positions[i] * (double)inv_freq[t];
+        cs[t] = (float)std::cos(angle);
+        sn[t] = (float)std::sin(angle);
+      }
+      for (int h = 0; h < heads; ++h) {
+        float* v = x + i * stride + (int64_t)h * head_dim;
+        for (int t = 0; t < half; ++t) {
+          // Interleaved rotates (2t, 2t+1); half-split rotates (t, t+half).
+          const int a = style == RopeStyle::kInterleaved ? 2 * t : t;
+          const int c = style == RopeStyle::kInterleaved ? 2 * t + 1 : t + half;
+          const float x0 = v[a], x1 = v[c];
+          v[a] = x0 * cs[t] - x1 * sn[t];
+          v[c] = x0 * sn[t] + x1 * cs[t];
+        }
+      }
+    }
+  });
+}
+
+void KvWrite(const KvLayerView& layer, const int32_t* block_table, const int32_t* positions,
+             int64_t m, const float* k, int64_t k_stride, const float* v, int64_t v_stride) {
+  const auto& kt = cpu::ActiveKernels();
+  const int64_t d = layer.head_dim;
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t block = block_table[positions[i] / layer.block_tokens];
+    const int64_t slot = positions[i] % layer.block_tokens;
+    for (int h = 0; h < layer.kv_heads; ++h) {
+      const int64_t off = ((block * layer.kv_heads + h) * layer.block_tokens + slot) * d;
+      kt.to_f16(k + i * k_stride + h * d, d, layer.k + off);
+      kt.to_f16(v + i * v_stride + h * d, d, layer.v + off);
+    }
+  }
+}
+
+int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions) {
+  return (int64_t)ctx.num_threads() * (max_positions + 16);
+}
+
+void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* block_table,
+               int64_t first_pos, int64_t m, const float* q, int64_t q_stride, int heads,
+               float scale, float* out, int64_t out_stride, float* scratch) {
+  const auto& kt = cpu::ActiveKernels();
+  const int group = heads / layer.kv_heads;
+  const int64_t per_thread = first_pos + m + 16;
+  // Causal rows grow in cost, so threads take rows round-robin, not in ranges.
+  auto body = [&](int t, int threads) {
+    float* scores = scratch + t * per_thread;
+    for (int64_t item = t; item < m * heads; item += threads) {
+      const int64_t i = item / heads;
+      const int h = (int)(item % heads);
+      kt.attend(layer, block_table, first_pos + i + 1, h / group,
+                q + i * q_stride + (int64_t)h * layer.head_dim, scale,
+                out + i * out_stride + (int64_t)h * layer.head_dim, scores);
+    }
+  };
+  if (ctx.pool == nullptr || m * heads < 2) {
+    body(0, 1);
+  } else {
+    ctx.pool->Run([&](int t) { body(t, ctx.pool->size()); });
+  }
+}
+
+}  // namespace pdq

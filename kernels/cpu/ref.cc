@@ -1,0 +1,79 @@
+// Scalar reference kernels: plain loops, fp32 accumulation, the ground truth
+// for the vectorized paths.
+#include <cmath>
+
+#include "kernels/cpu/isa.h"
+
+namespace pdq::cpu {
+namespace {
+
+void GemmF16PanelsRef(const PackedF16& w, int64_t p_begin, int64_t p_end, const float* x,
+                      int64_t m, int64_t ldx, float* y, int64_t ldy) {
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const fp16_t* panel = w.data + p * w.k * kPanelRows;
+    const int64_t rows = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < rows; ++j) {
+        float acc = 0.0f;
+        for (int64_t kk = 0; kk < w.k; ++kk) {
+          acc += x[i * ldx + kk] * Fp16ToFp32(panel[kk * kPanelRows + j]);
+        }
+        y[i * ldy + p * kPanelRows + j] = acc;
+      }
+    }
+  }
+}
+
+void RmsNormRowRef(const float* x, const float* weight, int64_t d, float eps, float* out) {
+  float ss = 0.0f;
+  for (int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(ss / (float)d + eps);
+  for (int64_t i = 0; i < d; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void SiluMulRowRef(const float* gate, const float* up, int64_t f, float* out) {
+  for (int64_t i = 0; i < f; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+const fp16_t* KvRow(const fp16_t* base, const KvLayerView& layer, const int32_t* block_table,
+                    int64_t pos, int kv_head) {
+  const int64_t block = block_table[pos / layer.block_tokens];
+  const int64_t slot = pos % layer.block_tokens;
+  return base + ((block * layer.kv_heads + kv_head) * layer.block_tokens + slot) * layer.head_dim;
+}
+
+void AttendRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
+               const float* q, float scale, float* out, float* scores) {
+  const int d = layer.head_dim;
+  float max_score = -INFINITY;
+  for (int64_t j = 0; j < n_pos; ++j) {
+    const fp16_t* k = KvRow(layer.k, layer, block_table, j, kv_head);
+    float s = 0.0f;
+    for (int i = 0; i < d; ++i) s += q[i] * Fp16ToFp32(k[i]);
+    scores[j] = s * scale;
+    max_score = std::max(max_score, scores[j]);
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < n_pos; ++j) {
+    scores[j] = std::exp(scores[j] - max_score);
+    sum += scores[j];
+  }
+  for (int i = 0; i < d; ++i) out[i] = 0.0f;
+  for (int64_t j = 0; j < n_pos; ++j) {
+    const fp16_t* v = KvRow(layer.v, layer, block_table, j, kv_head);
+    const float p = scores[j] / sum;
+    for (int i = 0; i < d; ++i) out[i] += p * Fp16ToFp32(v[i]);
+  }
+}
+
+void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
+}
+
+}  // namespace
+
+const KernelTable kScalarKernels = {
+    "scalar", GemmF16PanelsRef, RmsNormRowRef, SiluMulRowRef, AttendRef, ToF16Ref,
+};
+
+}  // namespace pdq::cpu

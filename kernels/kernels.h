@@ -1,0 +1,80 @@
+// pdq's CPU compute kernels. Each takes the device context first, never
+// allocates, and dispatches at run time to the fastest ISA the CPU has
+// (AVX2+FMA+F16C, else the scalar reference in kernels/cpu/ref.h).
+#pragma once
+
+#include <cstdint>
+
+#include "common/half.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace pdq {
+
+// The CPU device: the threads every kernel call runs on. Non-owning view.
+struct CpuContext {
+  ThreadPool* pool = nullptr;
+  int num_threads() const { return pool ? pool->size() : 1; }
+};
+
+// ---- FP16 weights in 16-row panels -------------------------------------
+// A weight matrix W[n][k] (y = x W^T) is stored in panels of 16 rows, each
+// panel k-major: data[(p * k + kk) * 16 + j] = W[16 p + j][kk]. Rows past n
+// are zero. Both the decode GEMV and the prefill GEMM stream it in order.
+constexpr int kPanelRows = 16;
+struct PackedF16 {
+  const fp16_t* data = nullptr;
+  int64_t n = 0;  // output features
+  int64_t k = 0;  // input features
+};
+inline int64_t PackedF16Elements(int64_t n, int64_t k) {
+  return (n + kPanelRows - 1) / kPanelRows * kPanelRows * k;
+}
+// Packs rows [row0, row0 + rows) of a row-major fp32 matrix (row length k)
+// into `dst` (PackedF16Elements(n, k) elements, zero-filled by the caller for
+// padding rows).
+void PackF16Rows(const float* src, int64_t row0, int64_t rows, int64_t k, fp16_t* dst);
+
+// y[m][n] = sum_k x[m][k] * W[n][k]. x rows are ldx floats apart, y rows ldy.
+void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t m,
+             int64_t ldx, float* y, int64_t ldy);
+
+// ---- Elementwise and normalization -------------------------------------
+// out[i] = x[i] / rms(x[i]) * weight, for m rows of length d.
+void RmsNorm(const CpuContext& ctx, const float* x, const float* weight, int64_t m, int64_t d,
+             float eps, float* out);
+
+// gate_up rows hold [gate (f) | up (f)]; out[i][j] = silu(gate) * up.
+void SiluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, float* out);
+
+// Rotary position embedding, in place, on `heads` heads of head_dim per row.
+// Rows are `stride` floats apart. inv_freq has head_dim/2 entries.
+enum class RopeStyle { kInterleaved, kHalfSplit };  // ggml's NORM and NEOX
+void Rope(const CpuContext& ctx, float* x, int64_t m, int64_t stride, int heads, int head_dim,
+          const int32_t* positions, const float* inv_freq, RopeStyle style);
+
+// ---- Paged attention -----------------------------------------------------
+// One layer's KV storage: blocks of block_tokens tokens, each holding
+// [kv_heads][block_tokens][head_dim] fp16 for K and the same for V.
+struct KvLayerView {
+  fp16_t* k = nullptr;
+  fp16_t* v = nullptr;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int block_tokens = 16;
+};
+
+// Writes k/v rows (row i at position positions[i]) into the blocks of
+// block_table. k rows are k_stride floats apart, v rows v_stride.
+void KvWrite(const KvLayerView& layer, const int32_t* block_table, const int32_t* positions,
+             int64_t m, const float* k, int64_t k_stride, const float* v, int64_t v_stride);
+
+// Causal attention for m new query rows of one sequence at positions
+// first_pos .. first_pos + m - 1, whose K/V are already in the cache.
+// q rows are q_stride floats apart ([heads][head_dim]); out rows out_stride.
+// scratch: AttentionScratchFloats(ctx, first_pos + m) floats.
+int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions);
+void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* block_table,
+               int64_t first_pos, int64_t m, const float* q, int64_t q_stride, int heads,
+               float scale, float* out, int64_t out_stride, float* scratch);
+
+}  // namespace pdq

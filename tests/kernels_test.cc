@@ -1,0 +1,273 @@
+// Every fast kernel path against the scalar reference on fresh random inputs,
+// odd sizes included, plus the thread pool and the public entry points.
+#include <atomic>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/kernels.h"
+
+namespace pdq {
+namespace {
+
+using cpu::KernelTable;
+
+std::vector<float> Random(int64_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<const KernelTable*> FastTables() {
+  std::vector<const KernelTable*> tables;
+  if (GetCpuFeatures().avx2) tables.push_back(&cpu::kAvx2Kernels);
+  return tables;
+}
+
+struct PackedMatrix {
+  std::vector<fp16_t> data;
+  PackedF16 view;
+};
+
+PackedMatrix Pack(const std::vector<float>& w, int64_t n, int64_t k) {
+  PackedMatrix p;
+  p.data.assign(PackedF16Elements(n, k), 0);
+  PackF16Rows(w.data(), 0, n, k, p.data.data());
+  p.view = {p.data.data(), n, k};
+  return p;
+}
+
+TEST(ThreadPoolTest, RunsEveryIndexOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(3);
+  for (int round = 0; round < 200; ++round) {
+    pool.Run([&](int t) { hits[t].fetch_add(1); });
+  }
+  for (auto& h : hits) EXPECT_EQ(h.load(), 200);
+}
+
+TEST(ThreadPoolTest, ParallelForCoversRangeExactlyOnceWithAlignment) {
+  ThreadPool pool(2);
+  for (int64_t n : {1, 5, 16, 17, 1000}) {
+    std::vector<int> seen(n, 0);
+    pool.ParallelFor(n, 4, [&](int64_t b, int64_t e, int) {
+      EXPECT_EQ(b % 4, 0);
+      for (int64_t i = b; i < e; ++i) ++seen[i];
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[i], 1) << "n=" << n << " i=" << i;
+  }
+}
+
+TEST(KernelsTest, PackF16RowsRoundTripsThroughReference) {
+  std::mt19937 rng(1);
+  const int64_t n = 19, k = 7;
+  auto w = Random(n * k, rng);
+  auto packed = Pack(w, n, k);
+  std::vector<float> x(k, 0.0f), y(n);
+  for (int64_t kk = 0; kk < k; ++kk) {
+    std::fill(x.begin(), x.end(), 0.0f);
+    x[kk] = 1.0f;
+    cpu::kScalarKernels.gemm_f16_panels(packed.view, 0, 2, x.data(), 1, k, y.data(), n);
+    for (int64_t j = 0; j < n; ++j) EXPECT_EQ(y[j], Fp16ToFp32(Fp32ToFp16(w[j * k + kk])));
+  }
+}
+
+TEST(KernelsTest, GemmF16MatchesReference) {
+  std::mt19937 rng(2);
+  for (const KernelTable* kt : FastTables()) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 97, 200}) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 8}, {35, 77}, {64, 576}, {48, 600}}) {
+        auto w = Random(n * k, rng);
+        auto x = Random(m * k, rng);
+        auto packed = Pack(w, n, k);
+        const int64_t panels = (n + 15) / 16;
+        std::vector<float> want(m * n), got(m * n, -1.0f);
+        cpu::kScalarKernels.gemm_f16_panels(packed.view, 0, panels, x.data(), m, k, want.data(), n);
+        kt->gemm_f16_panels(packed.view, 0, panels, x.data(), m, k, got.data(), n);
+        for (int64_t i = 0; i < m * n; ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-4f * std::sqrt((float)k) * (1 + std::abs(want[i])))
+              << kt->name << " m=" << m << " n=" << n << " k=" << k << " i=" << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, GemmF16ThreadedEqualsSingleThreaded) {
+  std::mt19937 rng(3);
+  const int64_t m = 9, n = 200, k = 64;
+  auto w = Random(n * k, rng), x = Random(m * k, rng);
+  auto packed = Pack(w, n, k);
+  std::vector<float> a(m * n), b(m * n);
+  ThreadPool pool(2);
+  GemmF16(CpuContext{}, packed.view, x.data(), m, k, a.data(), n);
+  GemmF16(CpuContext{&pool}, packed.view, x.data(), m, k, b.data(), n);
+  EXPECT_EQ(a, b);
+}
+
+TEST(KernelsTest, RmsNormAndSiluMatchReference) {
+  std::mt19937 rng(4);
+  for (const KernelTable* kt : FastTables()) {
+    for (int64_t d : {1, 7, 8, 576, 1001}) {
+      auto x = Random(d, rng, 3.0f), w = Random(d, rng), up = Random(d, rng);
+      std::vector<float> want(d), got(d);
+      cpu::kScalarKernels.rms_norm_row(x.data(), w.data(), d, 1e-5f, want.data());
+      kt->rms_norm_row(x.data(), w.data(), d, 1e-5f, got.data());
+      for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::abs(want[i])));
+      x[0] = -100.0f;  // saturating tail of the exponential
+      cpu::kScalarKernels.silu_mul_row(x.data(), up.data(), d, want.data());
+      kt->silu_mul_row(x.data(), up.data(), d, got.data());
+      for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::abs(want[i])));
+    }
+  }
+}
+
+TEST(KernelsTest, ToF16MatchesScalarRoundingExactly) {
+  std::mt19937 rng(5);
+  for (const KernelTable* kt : FastTables()) {
+    auto x = Random(1003, rng, 100.0f);
+    x[0] = 70000.0f;  // overflow to inf
+    x[1] = 1e-7f;     // subnormal half
+    x[2] = -0.0f;
+    std::vector<fp16_t> want(x.size()), got(x.size());
+    cpu::kScalarKernels.to_f16(x.data(), x.size(), want.data());
+    kt->to_f16(x.data(), x.size(), got.data());
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(KernelsTest, HalfConversionRoundTripsEveryHalf) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = Fp16ToFp32((fp16_t)h);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(Fp32ToFp16(f), h) << std::hex << h;
+  }
+  EXPECT_EQ(Fp16ToFp32(0x3c00), 1.0f);
+  EXPECT_EQ(Fp16ToFp32(0xc000), -2.0f);
+  EXPECT_EQ(Fp16ToFp32(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(Fp32ToFp16(65519.0f), 0x7bff);
+  EXPECT_EQ(Fp32ToFp16(65520.0f), 0x7c00);
+}
+
+// A paged layer with a scrambled block table, so logical order != storage.
+struct PagedLayer {
+  std::vector<fp16_t> k, v;
+  std::vector<int32_t> table;
+  KvLayerView view;
+};
+
+PagedLayer MakeLayer(int kv_heads, int head_dim, int64_t positions, std::mt19937& rng) {
+  PagedLayer l;
+  const int bt = 16;
+  const int64_t blocks = (positions + bt - 1) / bt + 3;
+  l.k.assign(blocks * kv_heads * bt * head_dim, 0);
+  l.v.assign(l.k.size(), 0);
+  l.view = {l.k.data(), l.v.data(), kv_heads, head_dim, bt};
+  for (int64_t b = 0; b < blocks - 3; ++b) l.table.push_back((int32_t)((b * 7 + 2) % blocks));
+  auto k = Random(positions * kv_heads * head_dim, rng);
+  auto v = Random(positions * kv_heads * head_dim, rng);
+  std::vector<int32_t> pos(positions);
+  for (int64_t i = 0; i < positions; ++i) pos[i] = (int32_t)i;
+  KvWrite(l.view, l.table.data(), pos.data(), positions, k.data(), kv_heads * head_dim, v.data(),
+          kv_heads * head_dim);
+  return l;
+}
+
+TEST(KernelsTest, AttendMatchesReference) {
+  std::mt19937 rng(6);
+  for (const KernelTable* kt : FastTables()) {
+    for (int head_dim : {8, 24, 64, 128}) {
+      for (int64_t n_pos : {1, 15, 16, 17, 100}) {
+        auto layer = MakeLayer(2, head_dim, n_pos, rng);
+        auto q = Random(head_dim, rng);
+        std::vector<float> want(head_dim), got(head_dim), scratch(n_pos);
+        const float scale = 1.0f / std::sqrt((float)head_dim);
+        cpu::kScalarKernels.attend(layer.view, layer.table.data(), n_pos, 1, q.data(), scale,
+                                   want.data(), scratch.data());
+        kt->attend(layer.view, layer.table.data(), n_pos, 1, q.data(), scale, got.data(),
+                   scratch.data());
+        for (int i = 0; i < head_dim; ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-4f) << kt->name << " d=" << head_dim << " n=" << n_pos;
+        }
+      }
+    }
+  }
+}
+
+// The full public Attention (GQA, causal, threaded) against a dense
+// recomputation written independently of the paged layout.
+TEST(KernelsTest, CausalGqaAttentionMatchesDenseComputation) {
+  std::mt19937 rng(7);
+  const int heads = 6, kv_heads = 2, d = 16;
+  const int64_t first = 5, m = 20, total = first + m;
+  PagedLayer l;
+  const int64_t blocks = 4;
+  l.k.assign(blocks * kv_heads * 16 * d, 0);
+  l.v.assign(l.k.size(), 0);
+  l.view = {l.k.data(), l.v.data(), kv_heads, d, 16};
+  l.table = {3, 0};
+  auto k = Random(total * kv_heads * d, rng), v = Random(total * kv_heads * d, rng);
+  std::vector<int32_t> pos(total);
+  for (int64_t i = 0; i < total; ++i) pos[i] = (int32_t)i;
+  KvWrite(l.view, l.table.data(), pos.data(), total, k.data(), kv_heads * d, v.data(), kv_heads * d);
+  auto q = Random(m * heads * d, rng);
+  ThreadPool pool(2);
+  CpuContext ctx{&pool};
+  std::vector<float> out(m * heads * d), scratch(AttentionScratchFloats(ctx, total));
+  Attention(ctx, l.view, l.table.data(), first, m, q.data(), heads * d, heads, 0.25f, out.data(),
+            heads * d, scratch.data());
+  for (int64_t i = 0; i < m; ++i) {
+    for (int h = 0; h < heads; ++h) {
+      const int g = h / (heads / kv_heads);
+      std::vector<double> s(first + i + 1);
+      double mx = -1e30, sum = 0;
+      for (int64_t j = 0; j <= first + i; ++j) {
+        double dot = 0;
+        for (int e = 0; e < d; ++e) {
+          dot += q[(i * heads + h) * d + e] *
+                 Fp16ToFp32(Fp32ToFp16(k[(j * kv_heads + g) * d + e]));
+        }
+        s[j] = dot * 0.25;
+        mx = std::max(mx, s[j]);
+      }
+      for (double& x : s) sum += (x = std::exp(x - mx));
+      for (int e = 0; e < d; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j <= first + i; ++j) {
+          o += s[j] / sum * Fp16ToFp32(Fp32ToFp16(v[(j * kv_heads + g) * d + e]));
+        }
+        ASSERT_NEAR(out[(i * heads + h) * d + e], o, 1e-4) << "i=" << i << " h=" << h;
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, RopeStylesRotateTheDocumentedPairs) {
+  const int d = 4;
+  std::vector<float> inv_freq = {1.0f, 0.5f};
+  std::vector<int32_t> pos = {3};
+  std::vector<float> a = {1, 2, 3, 4}, b = a;
+  Rope(CpuContext{}, a.data(), 1, d, 1, d, pos.data(), inv_freq.data(), RopeStyle::kInterleaved);
+  Rope(CpuContext{}, b.data(), 1, d, 1, d, pos.data(), inv_freq.data(), RopeStyle::kHalfSplit);
+  const float c0 = std::cos(3.0f), s0 = std::sin(3.0f), c1 = std::cos(1.5f), s1 = std::sin(1.5f);
+  EXPECT_NEAR(a[0], 1 * c0 - 2 * s0, 1e-6);
+  EXPECT_NEAR(a[1], 1 * s0 + 2 * c0, 1e-6);
+  EXPECT_NEAR(a[2], 3 * c1 - 4 * s1, 1e-6);
+  EXPECT_NEAR(a[3], 3 * s1 + 4 * c1, 1e-6);
+  EXPECT_NEAR(b[0], 1 * c0 - 3 * s0, 1e-6);
+  EXPECT_NEAR(b[2], 1 * s0 + 3 * c0, 1e-6);
+  EXPECT_NEAR(b[1], 2 * c1 - 4 * s1, 1e-6);
+  EXPECT_NEAR(b[3], 2 * s1 + 4 * c1, 1e-6);
+}
+
+TEST(KernelsTest, DispatchPicksAFastPathWhereAvailable) {
+  if (!GetCpuFeatures().avx2) GTEST_SKIP() << "CPU has no AVX2; scalar path in use";
+  EXPECT_STREQ(cpu::ActiveKernels().name, std::getenv("PDQ_ISA") ? cpu::ActiveKernels().name : "avx2");
+}
+
+}  // namespace
+}  // namespace pdq
