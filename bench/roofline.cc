@@ -1,0 +1,114 @@
+// Roofline probes. The AVX2 loops carry target attributes and run only after
+// the CPU check; the scalar fallbacks keep the tool working anywhere.
+#include "bench/roofline.h"
+
+#include <immintrin.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+
+namespace pdq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+__attribute__((target("avx2"))) float SumAvx2(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  alignas(32) float t[8];
+  _mm256_store_ps(t, s);
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+float SumScalar(const float* p, int64_t n) {
+  float a[8] = {};
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  }
+  return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+constexpr int kChains = 12;
+
+// Returns FLOPs done: iters * chains * 8 lanes * 2.
+__attribute__((target("avx2,fma"))) double FmaLoopAvx2(int64_t iters, float* sink) {
+  __m256 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm256_set1_ps(1.0f + i * 1e-3f);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm256_add_ps(s, acc[i]);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, s);
+  *sink += t[0];
+  return (double)iters * kChains * 8 * 2;
+}
+
+double FmaLoopScalar(int64_t iters, float* sink) {
+  float acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = 1.0f + i * 1e-3f;
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int i = 0; i < kChains; ++i) acc[i] = acc[i] * 0.999999f + 1e-7f;
+  }
+  for (int i = 0; i < kChains; ++i) *sink += acc[i];
+  return (double)iters * kChains * 2;
+}
+
+}  // namespace
+
+double MeasureReadBandwidthGBps(ThreadPool& pool, int64_t buffer_bytes) {
+  const int64_t n = buffer_bytes / 4 / 64 * 64;
+  float* buf = static_cast<float*>(std::aligned_alloc(64, n * 4));
+  if (buf == nullptr) return 0.0;
+  // First touch from the pool, so pages are spread like the kernels' reads.
+  pool.ParallelFor(n, 64, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) buf[i] = 1.0f;
+  });
+  const bool avx2 = GetCpuFeatures().avx2;
+  std::vector<float> sinks(pool.size());
+  double best = 0.0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = Clock::now();
+    pool.ParallelFor(n, 64, [&](int64_t b, int64_t e, int t) {
+      sinks[t] += avx2 ? SumAvx2(buf + b, e - b) : SumScalar(buf + b, e - b);
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, (double)n * 4 / s / 1e9);
+  }
+  std::free(buf);
+  return best;
+}
+
+double MeasureFmaPeakGflops(ThreadPool& pool) {
+  const bool avx2 = GetCpuFeatures().avx2;
+  const int64_t iters = avx2 ? 20'000'000 : 2'000'000;
+  std::vector<float> sinks(pool.size());
+  std::vector<double> flops(pool.size());
+  double best = 0.0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = Clock::now();
+    pool.Run([&](int t) {
+      flops[t] = avx2 ? FmaLoopAvx2(iters, &sinks[t]) : FmaLoopScalar(iters, &sinks[t]);
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    double total = 0.0;
+    for (double f : flops) total += f;
+    best = std::max(best, total / s / 1e9);
+  }
+  return best;
+}
+
+}  // namespace pdq

@@ -1,0 +1,17 @@
+// Machine rooflines measured in the same run as the figures they scale:
+// sustained read bandwidth and register-only fp32 FMA throughput.
+#pragma once
+
+#include "kernels/kernels.h"
+
+namespace pdq {
+
+// GB/s reading a buffer much larger than the last-level cache with every
+// thread of the pool (best of several passes).
+double MeasureReadBandwidthGBps(ThreadPool& pool, int64_t buffer_bytes = 512ll << 20);
+
+// GFLOP/s of independent fp32 FMA chains in registers on every thread, using
+// the widest vector ISA the kernels dispatch to.
+double MeasureFmaPeakGflops(ThreadPool& pool);
+
+}  // namespace pdq

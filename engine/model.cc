@@ -1,0 +1,478 @@
+// Model loading (GGUF or synthetic) into FP16 panel-packed weights, and the
+// batched forward pass: every sequence's new tokens go through the matmuls
+// together; attention runs per sequence over its paged KV blocks.
+#include "engine/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/check.h"
+#include "engine/gguf.h"
+#include "engine/gguf_dequant.h"
+#include "engine/synthetic.h"
+
+namespace pdq {
+
+int64_t ModelConfig::matmul_params() const {
+  const int64_t per_layer = (int64_t)d_model * (q_dim() + 2 * kv_dim()) +
+                            (int64_t)q_dim() * d_model + 3 * (int64_t)d_model * ffn_dim;
+  return per_layer * num_layers + (int64_t)d_model * vocab_size;
+}
+
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+
+// FP16 weights in 16-row panels (see kernels.h), optional fp32 bias.
+class Fp16Linear final : public LinearWeights {
+ public:
+  Fp16Linear(int64_t out, int64_t in)
+      : out_(out), in_(in), packed_(PackedF16Elements(out, in), 0) {}
+
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  int64_t weight_bytes() const override { return out_ * in_ * (int64_t)sizeof(fp16_t); }
+
+  void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
+               int64_t ldy) const override {
+    GemmF16(ctx, PackedF16{packed_.data(), out_, in_}, x, m, ldx, y, ldy);
+    if (!bias_.empty()) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < out_; ++j) y[i * ldy + j] += bias_[j];
+      }
+    }
+  }
+
+  // Packs `rows` fp32 rows as output features [row0, row0 + rows).
+  void SetRows(int64_t row0, int64_t rows, const float* src) {
+    PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
+    PackF16Rows(src, row0, rows, in_, packed_.data());
+  }
+  void SetBias(int64_t row0, const std::vector<float>& b) {
+    if (bias_.empty()) bias_.assign(out_, 0.0f);
+    PDQ_CHECK(row0 + (int64_t)b.size() <= out_);
+    std::copy(b.begin(), b.end(), bias_.begin() + row0);
+  }
+
+ private:
+  int64_t out_, in_;
+  std::vector<fp16_t> packed_;
+  std::vector<float> bias_;
+};
+
+// Reads a GGUF tensor as fp32 rows, checking its shape [in, out].
+absl::StatusOr<std::vector<float>> ReadTensor(const GgufFile& file, const std::string& name,
+                                              std::vector<int64_t> want_dims) {
+  const GgufTensor* t = file.FindTensor(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
+  if (t->dims != want_dims) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' has shape [", absl::StrJoin(t->dims, ", "), "], expected [",
+        absl::StrJoin(want_dims, ", "), "]"));
+  }
+  std::vector<float> out(t->num_elements());
+  PDQ_ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlRowBytes(t->type, t->row_length()));
+  for (int64_t r = 0; r < t->num_rows(); ++r) {
+    PDQ_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + r * row_bytes,
+                                      out.data() + r * t->row_length(), t->row_length()));
+  }
+  return out;
+}
+
+absl::StatusOr<int64_t> RequireInt(const GgufFile& f, const std::string& key, int64_t lo,
+                                   int64_t hi) {
+  PDQ_ASSIGN_OR_RETURN(int64_t v, f.GetInt(key));
+  if (v < lo || v > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", key, "' = ", v, " is outside [", lo, ", ", hi, "]"));
+  }
+  return v;
+}
+
+absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
+  ModelConfig c;
+  PDQ_ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
+  if (c.arch != "llama" && c.arch != "qwen2") {
+    return absl::UnimplementedError(absl::StrCat(
+        "architecture '", c.arch, "' is not supported (pdq runs llama and qwen2)"));
+  }
+  c.name = f.GetString("general.name").value_or(c.arch);
+  const std::string a = c.arch + ".";
+  PDQ_ASSIGN_OR_RETURN(c.num_layers, RequireInt(f, a + "block_count", 1, 1024));
+  PDQ_ASSIGN_OR_RETURN(c.d_model, RequireInt(f, a + "embedding_length", 1, 1 << 16));
+  PDQ_ASSIGN_OR_RETURN(c.ffn_dim, RequireInt(f, a + "feed_forward_length", 1, 1 << 18));
+  PDQ_ASSIGN_OR_RETURN(c.num_heads, RequireInt(f, a + "attention.head_count", 1, 1024));
+  c.num_kv_heads = c.num_heads;
+  if (f.Has(a + "attention.head_count_kv")) {
+    PDQ_ASSIGN_OR_RETURN(c.num_kv_heads,
+                         RequireInt(f, a + "attention.head_count_kv", 1, c.num_heads));
+  }
+  if (c.num_heads % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError("head_count is not a multiple of head_count_kv");
+  }
+  c.head_dim = c.d_model / c.num_heads;
+  if (f.Has(a + "attention.key_length")) {
+    PDQ_ASSIGN_OR_RETURN(c.head_dim, RequireInt(f, a + "attention.key_length", 2, 1024));
+  }
+  if (c.head_dim % 2 != 0) return absl::InvalidArgumentError("head dimension must be even");
+  if (f.Has(a + "rope.dimension_count")) {
+    PDQ_ASSIGN_OR_RETURN(int64_t rot, f.GetInt(a + "rope.dimension_count"));
+    if (rot != c.head_dim) {
+      return absl::UnimplementedError(absl::StrCat(
+          "partial rotary embedding (", rot, " of ", c.head_dim, " dims) is not supported"));
+    }
+  }
+  c.max_context = 4096;
+  if (f.Has(a + "context_length")) {
+    PDQ_ASSIGN_OR_RETURN(c.max_context, RequireInt(f, a + "context_length", 1, 1 << 24));
+  }
+  c.rope_base = (float)f.GetFloat(a + "rope.freq_base").value_or(10000.0);
+  c.norm_eps = (float)f.GetFloat(a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+  const std::string scaling = f.GetString(a + "rope.scaling.type").value_or("none");
+  if (scaling == "linear") {
+    c.rope_linear_scale = (float)f.GetFloat(a + "rope.scaling.factor").value_or(1.0);
+    if (!(c.rope_linear_scale > 0)) return absl::InvalidArgumentError("bad rope.scaling.factor");
+  } else if (scaling != "none") {
+    return absl::UnimplementedError(absl::StrCat("rope scaling '", scaling, "' is not supported"));
+  }
+  c.rope_style = c.arch == "qwen2" ? RopeStyle::kHalfSplit : RopeStyle::kInterleaved;
+  c.qkv_bias = c.arch == "qwen2";
+  c.tied_output = f.FindTensor("output.weight") == nullptr;
+  return c;
+}
+
+}  // namespace
+
+// Builds a Model from a GGUF file or a synthetic spec.
+class ModelLoader {
+ public:
+  static absl::StatusOr<std::unique_ptr<Model>> FromGguf(const std::string& path,
+                                                         const LoadOptions& options);
+  static absl::StatusOr<std::unique_ptr<Model>> FromSynthetic(const std::string& name,
+                                                              const LoadOptions& options);
+
+ private:
+  static std::unique_ptr<Model> NewModel(const LoadOptions& options);
+  static void Finish(Model& m);
+  static void AllocateLayers(Model& m);
+  static Fp16Linear* Linear(const std::unique_ptr<LinearWeights>& l) {
+    return static_cast<Fp16Linear*>(l.get());
+  }
+};
+
+Model::Model() = default;
+
+struct Model::Workspace {
+  std::vector<float> x, h, qkv, attn, gate_up, act, tmp, rows, scratch;
+  std::vector<int32_t> positions;
+};
+
+Model::~Model() = default;
+
+std::unique_ptr<Model> ModelLoader::NewModel(const LoadOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  m->precision_ = options.precision;
+  m->pool_ = std::make_unique<ThreadPool>(options.threads);
+  m->ctx_ = CpuContext{m->pool_.get()};
+  m->ws_ = std::make_unique<Model::Workspace>();
+  return m;
+}
+
+void ModelLoader::AllocateLayers(Model& m) {
+  const ModelConfig& c = m.config_;
+  m.layers_.resize(c.num_layers);
+  for (Model::Layer& l : m.layers_) {
+    l.qkv = std::make_unique<Fp16Linear>(c.q_dim() + 2 * c.kv_dim(), c.d_model);
+    l.out = std::make_unique<Fp16Linear>(c.d_model, c.q_dim());
+    l.gate_up = std::make_unique<Fp16Linear>(2 * c.ffn_dim, c.d_model);
+    l.down = std::make_unique<Fp16Linear>(c.d_model, c.ffn_dim);
+  }
+  m.output_ = std::make_unique<Fp16Linear>(c.vocab_size, c.d_model);
+  m.embedding_.assign((size_t)c.vocab_size * c.d_model, 0);
+}
+
+void ModelLoader::Finish(Model& m) {
+  const ModelConfig& c = m.config_;
+  m.inv_freq_.resize(c.head_dim / 2);
+  for (int i = 0; i < c.head_dim / 2; ++i) {
+    m.inv_freq_[i] = (float)(std::pow((double)c.rope_base, -2.0 * i / c.head_dim) /
+                             c.rope_linear_scale);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& path,
+                                                             const LoadOptions& options) {
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
+  std::unique_ptr<Model> m = NewModel(options);
+  PDQ_ASSIGN_OR_RETURN(m->config_, ConfigFromGguf(*file));
+  PDQ_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*file));
+  ModelConfig& c = m->config_;
+  c.vocab_size = m->tokenizer_->vocab_size();
+  AllocateLayers(*m);
+  const int64_t d = c.d_model;
+
+  auto embd = ReadTensor(*file, "token_embd.weight", {d, c.vocab_size});
+  if (!embd.ok()) return embd.status();
+  for (size_t i = 0; i < embd->size(); ++i) m->embedding_[i] = Fp32ToFp16((*embd)[i]);
+  if (c.tied_output) {
+    Linear(m->output_)->SetRows(0, c.vocab_size, embd->data());
+  } else {
+    PDQ_ASSIGN_OR_RETURN(auto out, ReadTensor(*file, "output.weight", {d, c.vocab_size}));
+    Linear(m->output_)->SetRows(0, c.vocab_size, out.data());
+  }
+  embd->clear();
+  PDQ_ASSIGN_OR_RETURN(m->output_norm_, ReadTensor(*file, "output_norm.weight", {d}));
+
+  if (const GgufTensor* rf = file->FindTensor("rope_freqs.weight"); rf != nullptr) {
+    return absl::UnimplementedError("per-dimension rope frequency factors are not supported yet");
+  }
+
+  // Layers dequantize in parallel; each thread owns whole layers.
+  std::vector<absl::Status> status(c.num_layers);
+  m->pool_->ParallelFor(c.num_layers, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      status[i] = [&]() -> absl::Status {
+        Model::Layer& l = m->layers_[i];
+        const std::string p = absl::StrCat("blk.", i, ".");
+        PDQ_ASSIGN_OR_RETURN(l.attn_norm, ReadTensor(*file, p + "attn_norm.weight", {d}));
+        PDQ_ASSIGN_OR_RETURN(l.ffn_norm, ReadTensor(*file, p + "ffn_norm.weight", {d}));
+        struct Part {
+          const char* name;
+          LinearWeights* dst;
+          int64_t row0, rows, in;
+        };
+        const Part parts[] = {
+            {"attn_q", l.qkv.get(), 0, c.q_dim(), d},
+            {"attn_k", l.qkv.get(), c.q_dim(), c.kv_dim(), d},
+            {"attn_v", l.qkv.get(), c.q_dim() + c.kv_dim(), c.kv_dim(), d},
+            {"attn_output", l.out.get(), 0, d, c.q_dim()},
+            {"ffn_gate", l.gate_up.get(), 0, c.ffn_dim, d},
+            {"ffn_up", l.gate_up.get(), c.ffn_dim, c.ffn_dim, d},
+            {"ffn_down", l.down.get(), 0, d, c.ffn_dim},
+        };
+        for (const Part& part : parts) {
+          PDQ_ASSIGN_OR_RETURN(auto w, ReadTensor(*file, p + part.name + ".weight",
+                                                  {part.in, part.rows}));
+          static_cast<Fp16Linear*>(part.dst)->SetRows(part.row0, part.rows, w.data());
+          if (c.qkv_bias && part.dst == l.qkv.get()) {
+            PDQ_ASSIGN_OR_RETURN(auto b, ReadTensor(*file, p + part.name + ".bias", {part.rows}));
+            static_cast<Fp16Linear*>(part.dst)->SetBias(part.row0, b);
+          }
+        }
+        return absl::OkStatus();
+      }();
+    }
+  });
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("'", path, "': ", s.message()));
+  }
+  Finish(*m);
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::string& name,
+                                                                  const LoadOptions& options) {
+  PDQ_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(name));
+  std::unique_ptr<Model> m = NewModel(options);
+  m->config_ = config;
+  PDQ_ASSIGN_OR_RETURN(m->tokenizer_, SyntheticTokenizer(config.vocab_size));
+  AllocateLayers(*m);
+  const ModelConfig& c = m->config_;
+  const int64_t d = c.d_model;
+  {
+    std::vector<float> embd = SyntheticTensor("token_embd", (int64_t)c.vocab_size * d, 1.0f);
+    for (size_t i = 0; i < embd.size(); ++i) m->embedding_[i] = Fp32ToFp16(embd[i]);
+    Linear(m->output_)->SetRows(0, c.vocab_size, embd.data());
+  }
+  m->output_norm_.assign(d, 1.0f);
+  m->pool_->ParallelFor(c.num_layers, 1, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      Model::Layer& l = m->layers_[i];
+      l.attn_norm.assign(d, 1.0f);
+      l.ffn_norm.assign(d, 1.0f);
+      int part = 0;
+      for (LinearWeights* w : {l.qkv.get(), l.out.get(), l.gate_up.get(), l.down.get()}) {
+        const auto values = SyntheticTensor(absl::StrCat("blk.", i, ".", part++),
+                                            w->out_features() * w->in_features(),
+                                            1.0f / std::sqrt((float)w->in_features()));
+        static_cast<Fp16Linear*>(w)->SetRows(0, w->out_features(), values.data());
+      }
+      if (c.qkv_bias) {
+        static_cast<Fp16Linear*>(l.qkv.get())
+            ->SetBias(0, SyntheticTensor(absl::StrCat("blk.", i, ".bias"),
+                                         l.qkv->out_features(), 0.1f));
+      }
+    }
+  });
+  Finish(*m);
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
+                                                   const LoadOptions& options) {
+  if (options.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  if (absl::StartsWith(spec, "synthetic:")) {
+    return ModelLoader::FromSynthetic(spec.substr(10), options);
+  }
+  return ModelLoader::FromGguf(spec, options);
+}
+
+int64_t Model::weight_bytes_per_token() const {
+  int64_t bytes = output_->weight_bytes();
+  for (const Layer& l : layers_) {
+    bytes += l.qkv->weight_bytes() + l.out->weight_bytes() + l.gate_up->weight_bytes() +
+             l.down->weight_bytes();
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> Model::NewKvCache(int64_t tokens) const {
+  if (tokens <= 0) return absl::InvalidArgumentError("KV cache must hold at least one token");
+  KvCacheConfig kc;
+  kc.num_layers = config_.num_layers;
+  kc.kv_heads = config_.num_kv_heads;
+  kc.head_dim = config_.head_dim;
+  kc.num_blocks = (tokens + kc.block_tokens - 1) / kc.block_tokens;
+  return KvCache::Create(kc);
+}
+
+absl::Status Model::Forward(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits) {
+  const ModelConfig& c = config_;
+  if (batch.empty()) return absl::InvalidArgumentError("empty batch");
+  if (kv.config().num_layers != c.num_layers || kv.config().kv_heads != c.num_kv_heads ||
+      kv.config().head_dim != c.head_dim) {
+    return absl::InvalidArgumentError("KV cache shape does not match the model");
+  }
+  // Validate everything before touching the cache.
+  int64_t total = 0, logit_rows = 0, blocks_needed = 0, max_pos = 0;
+  for (size_t e = 0; e < batch.size(); ++e) {
+    const BatchEntry& b = batch[e];
+    if (!kv.HasSequence(b.seq)) return absl::NotFoundError(absl::StrCat("no sequence ", b.seq));
+    for (size_t f = 0; f < e; ++f) {
+      if (batch[f].seq == b.seq) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", b.seq, " appears twice"));
+      }
+    }
+    if (b.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", b.seq, " has no new tokens"));
+    }
+    if (b.num_logits < 0 || b.num_logits > (int64_t)b.tokens.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("num_logits ", b.num_logits,
+                                                     " outside [0, ", b.tokens.size(), "]"));
+    }
+    for (int32_t t : b.tokens) {
+      if (t < 0 || t >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", t, " outside vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    const int64_t len = kv.Length(b.seq) + (int64_t)b.tokens.size();
+    if (len > c.max_context) {
+      return absl::OutOfRangeError(absl::StrCat("sequence of ", len,
+                                                " tokens exceeds the model's context of ",
+                                                c.max_context));
+    }
+    blocks_needed += std::max<int64_t>(
+        0, (len + kv.config().block_tokens - 1) / kv.config().block_tokens -
+               (int64_t)kv.BlockTable(b.seq).size());
+    max_pos = std::max(max_pos, len);
+    total += (int64_t)b.tokens.size();
+    logit_rows += b.num_logits;
+  }
+  if (blocks_needed > kv.num_free_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache full: batch needs ", blocks_needed, " more blocks, ", kv.num_free_blocks(),
+        " free"));
+  }
+  for (const BatchEntry& b : batch) {
+    PDQ_RETURN_IF_ERROR(kv.Reserve(b.seq, kv.Length(b.seq) + (int64_t)b.tokens.size()));
+  }
+
+  const int64_t d = c.d_model, qkvd = c.q_dim() + 2 * c.kv_dim(), f = c.ffn_dim;
+  Workspace& w = *ws_;
+  auto fit = [](std::vector<float>& v, int64_t n) {
+    if ((int64_t)v.size() < n) v.resize(n);
+  };
+  fit(w.x, total * d);
+  fit(w.h, total * d);
+  fit(w.tmp, total * d);
+  fit(w.qkv, total * qkvd);
+  fit(w.attn, total * c.q_dim());
+  fit(w.gate_up, total * 2 * f);
+  fit(w.act, total * f);
+  fit(w.rows, logit_rows * d);
+  fit(w.scratch, AttentionScratchFloats(ctx_, max_pos));
+  w.positions.resize(total);
+
+  // Embedding and positions.
+  std::vector<int64_t> offset(batch.size());
+  int64_t row = 0;
+  for (size_t e = 0; e < batch.size(); ++e) {
+    offset[e] = row;
+    const int64_t start = kv.Length(batch[e].seq);
+    for (size_t i = 0; i < batch[e].tokens.size(); ++i, ++row) {
+      const fp16_t* src = embedding_.data() + (int64_t)batch[e].tokens[i] * d;
+      for (int64_t j = 0; j < d; ++j) w.x[row * d + j] = Fp16ToFp32(src[j]);
+      w.positions[row] = (int32_t)(start + (int64_t)i);
+    }
+  }
+
+  const float scale = 1.0f / std::sqrt((float)c.head_dim);
+  for (int li = 0; li < c.num_layers; ++li) {
+    const Layer& L = layers_[li];
+    const KvLayerView kvl = kv.Layer(li);
+    RmsNorm(ctx_, w.x.data(), L.attn_norm.data(), total, d, c.norm_eps, w.h.data());
+    L.qkv->Forward(ctx_, w.h.data(), total, d, w.qkv.data(), qkvd);
+    Rope(ctx_, w.qkv.data(), total, qkvd, c.num_heads, c.head_dim, w.positions.data(),
+         inv_freq_.data(), c.rope_style);
+    Rope(ctx_, w.qkv.data() + c.q_dim(), total, qkvd, c.num_kv_heads, c.head_dim,
+         w.positions.data(), inv_freq_.data(), c.rope_style);
+    for (size_t e = 0; e < batch.size(); ++e) {
+      const int64_t n = (int64_t)batch[e].tokens.size();
+      const float* qkv = w.qkv.data() + offset[e] * qkvd;
+      const int32_t* table = kv.BlockTable(batch[e].seq).data();
+      KvWrite(kvl, table, w.positions.data() + offset[e], n, qkv + c.q_dim(), qkvd,
+              qkv + c.q_dim() + c.kv_dim(), qkvd);
+      Attention(ctx_, kvl, table, kv.Length(batch[e].seq), n, qkv, qkvd, c.num_heads, scale,
+                w.attn.data() + offset[e] * c.q_dim(), c.q_dim(), w.scratch.data());
+    }
+    L.out->Forward(ctx_, w.attn.data(), total, c.q_dim(), w.tmp.data(), d);
+    for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
+    RmsNorm(ctx_, w.x.data(), L.ffn_norm.data(), total, d, c.norm_eps, w.h.data());
+    L.gate_up->Forward(ctx_, w.h.data(), total, d, w.gate_up.data(), 2 * f);
+    SiluMul(ctx_, w.gate_up.data(), total, f, w.act.data());
+    L.down->Forward(ctx_, w.act.data(), total, f, w.tmp.data(), d);
+    for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
+  }
+
+  // Final norm and output projection for the rows that need logits only.
+  logits->vocab_size = c.vocab_size;
+  logits->first_row.assign(batch.size(), 0);
+  logits->num_rows.assign(batch.size(), 0);
+  int64_t out_row = 0;
+  for (size_t e = 0; e < batch.size(); ++e) {
+    const int64_t n = (int64_t)batch[e].tokens.size();
+    const int64_t first = n - batch[e].num_logits;
+    logits->first_row[e] = out_row;
+    logits->num_rows[e] = n - first;
+    RmsNorm(ctx_, w.x.data() + (offset[e] + first) * d, output_norm_.data(), n - first, d,
+            c.norm_eps, w.rows.data() + out_row * d);
+    out_row += n - first;
+  }
+  logits->data.resize(logit_rows * c.vocab_size);
+  if (logit_rows > 0) output_->Forward(ctx_, w.rows.data(), logit_rows, d, logits->data.data(), c.vocab_size);
+
+  for (const BatchEntry& b : batch) kv.SetLength(b.seq, kv.Length(b.seq) + (int64_t)b.tokens.size());
+  return absl::OkStatus();
+}
+
+}  // namespace pdq

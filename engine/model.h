@@ -1,0 +1,139 @@
+// A loaded Llama-family model (llama, qwen2): configuration, one weight set
+// at one precision, its tokenizer, and the batched forward pass over a paged
+// KV cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kv_cache.h"
+#include "engine/tokenizer.h"
+#include "kernels/kernels.h"
+
+namespace pdq {
+
+struct ModelConfig {
+  std::string arch;  // "llama" or "qwen2"
+  std::string name;
+  int num_layers = 0;
+  int d_model = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int ffn_dim = 0;
+  int vocab_size = 0;
+  int max_context = 0;
+  float rope_base = 10000.0f;
+  float rope_linear_scale = 1.0f;  // positions are divided by this
+  RopeStyle rope_style = RopeStyle::kInterleaved;
+  float norm_eps = 1e-5f;
+  bool tied_output = false;
+  bool qkv_bias = false;
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  // Weight parameters touched per token by the matmuls (embedding excluded,
+  // output projection included): the FLOP count per token is twice this.
+  int64_t matmul_params() const;
+};
+
+// Weight precision is a property of a loaded weight set, chosen per process.
+// FP16 is the reference; W8A8 and W4A16 come with the quantization work.
+enum class Precision { kFp16 };
+const char* PrecisionName(Precision p);
+
+// A linear layer y = x W^T (+ b) whose storage format is the backend's own.
+class LinearWeights {
+ public:
+  virtual ~LinearWeights() = default;
+  virtual int64_t in_features() const = 0;
+  virtual int64_t out_features() const = 0;
+  // Bytes of weight data streamed by one Forward call.
+  virtual int64_t weight_bytes() const = 0;
+  // x: m rows, ldx apart; y: m rows, ldy apart. Safe for concurrent use.
+  virtual void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
+                       int64_t ldy) const = 0;
+};
+
+// One forward-pass request: append `tokens` to sequence `seq` of the cache.
+struct BatchEntry {
+  SeqId seq = 0;
+  std::span<const int32_t> tokens;
+  // Logits for the last num_logits new tokens (1: next-token prediction;
+  // tokens.size(): every position, for scoring).
+  int64_t num_logits = 1;
+};
+
+// Logits of a Forward call: rows in batch order, vocab_size floats each.
+struct Logits {
+  std::vector<float> data;
+  std::vector<int64_t> first_row;  // per batch entry
+  std::vector<int64_t> num_rows;   // per batch entry
+  int vocab_size = 0;
+  const float* Row(size_t entry, int64_t i) const {
+    return data.data() + (first_row[entry] + i) * vocab_size;
+  }
+};
+
+struct LoadOptions {
+  Precision precision = Precision::kFp16;
+  int threads = 0;  // 0: every core
+  bool verbose = false;  // progress on stderr
+};
+
+class Model {
+ public:
+  // `spec` is a GGUF path, or "synthetic:NAME" for deterministic random
+  // weights of a named shape (see SyntheticModelNames()).
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& spec,
+                                                     const LoadOptions& options);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  Precision precision() const { return precision_; }
+  const CpuContext& context() const { return ctx_; }
+  int num_threads() const { return pool_->size(); }
+  // Bytes of weights read to produce one token (all matmuls incl. output).
+  int64_t weight_bytes_per_token() const;
+
+  // A KV cache shaped for this model holding `tokens` tokens in all.
+  absl::StatusOr<std::unique_ptr<KvCache>> NewKvCache(int64_t tokens) const;
+
+  // Runs all entries as one batch. Validates everything first (token ids,
+  // context length, KV capacity); on error the cache is unchanged.
+  absl::Status Forward(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits);
+
+ private:
+  friend class ModelLoader;
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm;
+    std::unique_ptr<LinearWeights> qkv, out, gate_up, down;
+  };
+  struct Workspace;
+
+  Model();
+
+  ModelConfig config_;
+  Precision precision_ = Precision::kFp16;
+  std::unique_ptr<ThreadPool> pool_;
+  CpuContext ctx_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<fp16_t> embedding_;  // [vocab][d_model], row-major
+  std::vector<float> output_norm_;
+  std::unique_ptr<LinearWeights> output_;
+  std::vector<Layer> layers_;
+  std::vector<float> inv_freq_;
+  std::unique_ptr<Workspace> ws_;
+};
+
+// Names accepted after "synthetic:".
+std::vector<std::string> SyntheticModelNames();
+
+}  // namespace pdq

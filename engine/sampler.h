@@ -1,0 +1,39 @@
+// Token sampling: greedy, temperature, top-k and top-p (nucleus), seeded.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pdq {
+
+struct SamplingParams {
+  float temperature = 0.0f;  // 0: greedy (argmax)
+  int top_k = 0;             // 0: no limit
+  float top_p = 1.0f;        // 1: no limit
+  uint64_t seed = 0;
+};
+
+// InvalidArgument naming the first out-of-range parameter.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+class Sampler {
+ public:
+  // params must have passed ValidateSamplingParams.
+  explicit Sampler(const SamplingParams& params);
+  // Picks a token from `vocab` logits. Deterministic for a given seed and
+  // sequence of calls.
+  int32_t Sample(const float* logits, int vocab);
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+// Index of the largest logit (the lowest index on ties).
+int32_t Argmax(const float* logits, int vocab);
+
+}  // namespace pdq

@@ -1,0 +1,21 @@
+// Deterministic random models of named shapes ("synthetic:NAME"), for tests
+// and for benchmarking shapes larger than the shipped model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+
+namespace pdq {
+
+absl::StatusOr<ModelConfig> SyntheticConfig(const std::string& name);
+// A byte-level tokenizer (256 byte tokens, ChatML specials, padding tokens).
+absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size);
+// n values uniform in [-scale, scale], a pure function of (name, n, scale).
+std::vector<float> SyntheticTensor(const std::string& name, int64_t n, float scale);
+
+}  // namespace pdq

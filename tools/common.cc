@@ -1,0 +1,74 @@
+// Shared plumbing of the pdq subcommands: model flags, loading, errors.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_features.h"
+#include "tools/commands.h"
+
+namespace pdq {
+
+std::string DefaultModelPath() {
+  const char* env = std::getenv("PDQ_MODEL");
+  return env ? env : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+void ModelFlags::Register(FlagParser& flags) {
+  model = DefaultModelPath();
+  flags.String("model", &model,
+               "GGUF model file, or synthetic:NAME (tiny, smollm2-135m, smollm2-360m, llama-1b)");
+  flags.String("precision", &precision, "weight precision: fp16");
+  flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
+}
+
+absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(bool quiet) const {
+  if (precision != "fp16") {
+    return absl::UnimplementedError(absl::StrCat(
+        "--precision ", precision, " is not available yet; this build runs fp16"));
+  }
+  if (model.rfind("synthetic:", 0) != 0 && !std::filesystem::exists(model)) {
+    return absl::NotFoundError(absl::StrCat(
+        "model file '", model, "' not found",
+        model == DefaultModelPath() ? " (run `make model` to fetch the default model)" : ""));
+  }
+  LoadOptions options;
+  options.threads = (int)threads;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto loaded = Model::Load(model, options);
+  if (!loaded.ok()) return loaded.status();
+  if (!quiet) {
+    const ModelConfig& c = (*loaded)->config();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr,
+                 "pdq: loaded %s (%s, %d layers, d=%d, vocab %d) as %s in %.2f s; "
+                 "%d threads, %s kernels\n",
+                 c.name.c_str(), c.arch.c_str(), c.num_layers, c.d_model, c.vocab_size,
+                 PrecisionName((*loaded)->precision()), s, (*loaded)->num_threads(),
+                 KernelIsaName().c_str());
+  }
+  return loaded;
+}
+
+int Fail(const std::string& command, const absl::Status& status) {
+  std::fprintf(stderr, "pdq %s: error: %s\n", command.c_str(),
+               std::string(status.message()).c_str());
+  return 1;
+}
+
+int ParseOrExit(FlagParser& flags, int argc, char** argv) {
+  absl::Status s = flags.Parse(argc, argv, 2);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "pdq %s: error: %s\n", argv[1], std::string(s.message()).c_str());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace pdq

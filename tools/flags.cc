@@ -1,0 +1,138 @@
+// Flag parsing with errors a user can act on.
+#include "tools/flags.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace pdq {
+
+void FlagParser::String(const std::string& name, std::string* out, const std::string& help) {
+  flags_.push_back({name, Kind::kString, out, 0, 0, help, *out});
+}
+void FlagParser::Int(const std::string& name, int64_t* out, int64_t min, int64_t max,
+                     const std::string& help) {
+  flags_.push_back({name, Kind::kInt, out, (double)min, (double)max, help, absl::StrCat(*out)});
+}
+void FlagParser::Float(const std::string& name, double* out, double min, double max,
+                       const std::string& help) {
+  flags_.push_back({name, Kind::kFloat, out, min, max, help, absl::StrCat(*out)});
+}
+void FlagParser::Bool(const std::string& name, bool* out, const std::string& help) {
+  flags_.push_back({name, Kind::kBool, out, 0, 0, help, *out ? "true" : "false"});
+}
+
+bool FlagParser::Given(const std::string& name) const {
+  for (const Flag& f : flags_) {
+    if (f.name == name) return f.given;
+  }
+  return false;
+}
+
+absl::Status FlagParser::Set(Flag& flag, const std::string& value) {
+  flag.given = true;
+  switch (flag.kind) {
+    case Kind::kString:
+      *static_cast<std::string*>(flag.target) = value;
+      return absl::OkStatus();
+    case Kind::kBool:
+      if (value == "true" || value == "1") {
+        *static_cast<bool*>(flag.target) = true;
+      } else if (value == "false" || value == "0") {
+        *static_cast<bool*>(flag.target) = false;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag.name, " takes true or false, got '", value, "'"));
+      }
+      return absl::OkStatus();
+    case Kind::kInt: {
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno == ERANGE) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag.name, " takes an integer, got '", value, "'"));
+      }
+      if ((double)v < flag.min || (double)v > flag.max) {
+        return absl::InvalidArgumentError(absl::StrCat("--", flag.name, " must be in [",
+                                                       (int64_t)flag.min, ", ",
+                                                       (int64_t)flag.max, "], got ", v));
+      }
+      *static_cast<int64_t*>(flag.target) = v;
+      return absl::OkStatus();
+    }
+    case Kind::kFloat: {
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !(v == v)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag.name, " takes a number, got '", value, "'"));
+      }
+      if (v < flag.min || v > flag.max) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", flag.name, " must be in [", flag.min, ", ", flag.max, "], got ", v));
+      }
+      *static_cast<double*>(flag.target) = v;
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FlagParser::Parse(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unexpected argument '", arg, "' (see pdq ", command_, " --help)"));
+    }
+    std::string name = arg.substr(2), value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    Flag* flag = nullptr;
+    for (Flag& f : flags_) {
+      if (f.name == name) flag = &f;
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, " (see pdq ", command_, " --help)"));
+    }
+    if (!has_value) {
+      if (flag->kind == Kind::kBool) {
+        value = "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+      }
+    }
+    if (absl::Status s = Set(*flag, value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string FlagParser::Help() const {
+  std::string out = absl::StrCat("usage: pdq ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
+  for (const Flag& f : flags_) {
+    std::string left = absl::StrCat("  --", f.name, f.kind == Kind::kBool ? "" : " VALUE");
+    absl::StrAppendFormat(&out, "%-26s %s", left, f.help);
+    if (!f.default_text.empty() && f.kind != Kind::kBool) {
+      absl::StrAppend(&out, " (default: ", f.default_text, ")");
+    }
+    out += "\n";
+  }
+  absl::StrAppend(&out, "  --help                     show this help\n");
+  return out;
+}
+
+}  // namespace pdq

@@ -1,0 +1,50 @@
+// A small command-line flag parser for the pdq subcommands: --name value or
+// --name=value, typed targets with range checks, and generated --help text.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pdq {
+
+class FlagParser {
+ public:
+  FlagParser(std::string command, std::string summary)
+      : command_(std::move(command)), summary_(std::move(summary)) {}
+
+  void String(const std::string& name, std::string* out, const std::string& help);
+  void Int(const std::string& name, int64_t* out, int64_t min, int64_t max,
+           const std::string& help);
+  void Float(const std::string& name, double* out, double min, double max,
+             const std::string& help);
+  void Bool(const std::string& name, bool* out, const std::string& help);
+
+  // Parses argv[first..argc). InvalidArgument names the offending flag.
+  absl::Status Parse(int argc, char** argv, int first);
+  bool help_requested() const { return help_; }
+  // True when the flag was given on the command line.
+  bool Given(const std::string& name) const;
+  std::string Help() const;
+
+ private:
+  enum class Kind { kString, kInt, kFloat, kBool };
+  struct Flag {
+    std::string name;
+    Kind kind;
+    void* target;
+    double min, max;
+    std::string help;
+    std::string default_text;
+    bool given = false;
+  };
+  absl::Status Set(Flag& flag, const std::string& value);
+
+  std::string command_, summary_;
+  std::vector<Flag> flags_;
+  bool help_ = false;
+};
+
+}  // namespace pdq

@@ -1,0 +1,34 @@
+// `pdq`: the command line for running, scoring and benchmarking models.
+#include <cstdio>
+#include <cstring>
+
+#include "tools/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: pdq <command> [flags]\n"
+    "\n"
+    "commands:\n"
+    "  generate      generate text from a prompt\n"
+    "  perplexity    perplexity of a text file (llama-perplexity's method)\n"
+    "  bench-engine  prefill and decode tokens/s against the machine's rooflines\n"
+    "\n"
+    "Run `pdq <command> --help` for its flags. The default model is\n"
+    "models/SmolLM2-135M-Instruct.Q4_1.gguf (override with --model or PDQ_MODEL).\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0 ||
+      std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  if (command == "generate") return pdq::GenerateCommand(argc, argv);
+  if (command == "perplexity") return pdq::PerplexityCommand(argc, argv);
+  if (command == "bench-engine") return pdq::BenchEngineCommand(argc, argv);
+  std::fprintf(stderr, "pdq: unknown command '%s'\n\n%s", command.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,70 @@
+// `pdq perplexity`: llama-perplexity's windowed method over a text file.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "eval/perplexity.h"
+#include "nlohmann/json.hpp"
+#include "tools/commands.h"
+
+namespace pdq {
+
+int PerplexityCommand(int argc, char** argv) {
+  FlagParser flags("perplexity",
+                   "Perplexity of a text file by llama.cpp's method: windows of --ctx tokens,\n"
+                   "the second half of each scored.");
+  ModelFlags mf;
+  mf.Register(flags);
+  std::string text_path;
+  int64_t ctx = 512, chunks = 0;
+  bool json = false;
+  flags.String("text", &text_path, "UTF-8 text file to score (required)");
+  flags.Int("ctx", &ctx, 4, 1 << 20, "window length in tokens");
+  flags.Int("chunks", &chunks, 0, INT64_MAX, "score at most this many windows; 0: all");
+  flags.Bool("json", &json, "print one JSON object");
+  if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (text_path.empty()) return Fail("perplexity", absl::InvalidArgumentError("--text is required"));
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) {
+    return Fail("perplexity",
+                absl::NotFoundError(absl::StrCat("cannot read text file '", text_path, "'")));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+
+  auto model = mf.Load(/*quiet=*/false);
+  if (!model.ok()) return Fail("perplexity", model.status());
+  PerplexityOptions options;
+  options.ctx = (int)ctx;
+  options.max_chunks = chunks;
+  const auto start = std::chrono::steady_clock::now();
+  options.progress = [&](int64_t done, int64_t total, double ppl) {
+    if (done % 10 != 0 && done != total && done != 1) return;
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "pdq: chunk %lld/%lld  ppl %.4f  %.1f s elapsed, ~%.0f s left\n",
+                 (long long)done, (long long)total, ppl, s, s / done * (total - done));
+  };
+  auto result = ComputePerplexity(**model, buffer.str(), options);
+  if (!result.ok()) return Fail("perplexity", result.status());
+  if (json) {
+    nlohmann::json j;
+    j["ppl"] = result->ppl;
+    j["nll_mean"] = result->nll_mean;
+    j["tokens_scored"] = result->tokens_scored;
+    j["chunks"] = result->chunks;
+    j["seconds"] = result->seconds;
+    j["ctx"] = ctx;
+    j["precision"] = mf.precision;
+    std::puts(j.dump().c_str());
+  } else {
+    std::printf("perplexity %.4f (mean NLL %.5f) over %lld tokens in %lld chunks of %lld; %.1f s\n",
+                result->ppl, result->nll_mean, (long long)result->tokens_scored,
+                (long long)result->chunks, (long long)ctx, result->seconds);
+  }
+  return 0;
+}
+
+}  // namespace pdq
