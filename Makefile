@@ -1,0 +1,57 @@
+# pdq: `make demo` and `make test` are the two entry points (see README.md).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+WIKITEXT ?= ../shared/data/wikitext-2-raw/wiki.test.raw
+PDQ := $(BUILD)/bin/pdq
+FUZZ_SECONDS ?= 60
+
+.PHONY: all deps configure build model test test-cpu demo bench fuzz clean
+
+all: build
+
+deps:
+	@scripts/install_deps.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+configure: $(BUILD)/build.ninja
+
+build: deps configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+model:
+	@scripts/fetch_model.sh models || echo "make: continuing without the model"
+
+# Every test; GPU tests (label gpu) skip with a message where no GPU exists.
+test: build model
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1500
+
+test-cpu: build model
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE gpu
+
+demo: build model
+	@echo "== pdq generate (chat, greedy) =="
+	$(PDQ) generate --chat --max-tokens 96 \
+	  --prompt "Explain in two sentences why the sky is blue."
+	@echo
+	@echo "== pdq bench-engine (pp512, tg128) =="
+	$(PDQ) bench-engine --repetitions 1
+	@if [ -f "$(WIKITEXT)" ]; then \
+	  echo; echo "== pdq perplexity (WikiText-2 test, first 8 windows of 512) =="; \
+	  $(PDQ) perplexity --text "$(WIKITEXT)" --ctx 512 --chunks 8; \
+	else echo "(WikiText-2 not found at $(WIKITEXT); perplexity skipped)"; fi
+
+bench: build model
+	$(PDQ) bench-engine --json
+
+fuzz:
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
+	  -DPDQ_FUZZ=ON -DPDQ_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build-fuzz --target gguf_fuzzer -j $(JOBS)
+	mkdir -p build-fuzz/corpus
+	build-fuzz/bin/gguf_fuzzer -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus
+
+clean:
+	rm -rf $(BUILD) build-fuzz

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pdq builds against, only those missing.
+# Idempotent: a machine that has everything runs no apt command at all.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build pkg-config make
+  libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libpcre2-dev nlohmann-json3-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libucx-dev
+  python3
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "deps: installing ${missing[*]}"
+sudo_cmd=()
+if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "deps: done"

@@ -1,0 +1,149 @@
+// The pdq command line as a user meets it: help, JSON output, and clear
+// errors with non-zero exits for bad input.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs pdq with `args` (and optional environment assignments first).
+Result RunPdq(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + " " + std::string(PDQ_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The last line that parses as a JSON object.
+nlohmann::json LastJson(const std::string& out) {
+  size_t end = out.size();
+  while (end > 0) {
+    size_t start = out.rfind('\n', end - 1);
+    start = start == std::string::npos ? 0 : start + 1;
+    std::string line = out.substr(start, end - start);
+    if (!line.empty() && line[0] == '{') return nlohmann::json::parse(line);
+    if (start == 0) break;
+    end = start - 1;
+  }
+  return nullptr;
+}
+
+TEST(CliTest, EveryCommandHasHelp) {
+  for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help"}) {
+    Result r = RunPdq(cmd);
+    EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
+  }
+  EXPECT_NE(RunPdq("generate --help").out.find("--max-tokens"), std::string::npos);
+}
+
+TEST(CliTest, UnknownCommandsAndFlagsFail) {
+  Result r = RunPdq("frobnicate");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("unknown command"), std::string::npos);
+  r = RunPdq("generate --prompt hi --bogus 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("unknown flag --bogus"), std::string::npos) << r.out;
+  r = RunPdq("generate --prompt hi --max-tokens lots");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("takes an integer"), std::string::npos) << r.out;
+  r = RunPdq("generate --prompt hi --top-p 3");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("--top-p must be in"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, GenerateJsonHasTheDocumentedFields) {
+  Result r = RunPdq("generate --model synthetic:tiny --prompt 'hello there' --max-tokens 5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = LastJson(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  for (const char* key : {"tokens", "text", "prompt_tokens", "ttft_ms", "tpot_ms"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_EQ(j["prompt_tokens"], 11);  // byte-level synthetic tokenizer
+  EXPECT_LE(j["tokens"].size(), 5u);
+}
+
+TEST(CliTest, GreedyGenerationIsTheSameOnEveryKernelPath) {
+  const std::string args = "generate --model synthetic:tiny --prompt 'abc' --max-tokens 12 --json";
+  Result fast = RunPdq(args), scalar = RunPdq(args, "PDQ_ISA=scalar");
+  ASSERT_EQ(fast.exit_code, 0) << fast.out;
+  ASSERT_EQ(scalar.exit_code, 0) << scalar.out;
+  EXPECT_NE(scalar.out.find("scalar kernels"), std::string::npos) << scalar.out;
+  EXPECT_EQ(LastJson(fast.out)["tokens"], LastJson(scalar.out)["tokens"]);
+}
+
+TEST(CliTest, BadInputGivesClearErrors) {
+  Result r = RunPdq("generate --model /nonexistent/m.gguf --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/m.gguf"), std::string::npos) << r.out;
+
+  r = RunPdq("generate --model synthetic:tiny --prompt ''");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--prompt is empty"), std::string::npos) << r.out;
+
+  r = RunPdq("generate --model synthetic:tiny --prompt " + std::string(600, 'x'));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("context"), std::string::npos) << r.out;
+
+  const std::string junk = ::testing::TempDir() + "/junk.gguf";
+  std::ofstream(junk) << "GGUF but not really";
+  r = RunPdq("generate --model " + junk + " --prompt hi");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("error"), std::string::npos) << r.out;
+
+  r = RunPdq("perplexity --model synthetic:tiny --text /nonexistent.txt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent.txt"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, PerplexityJsonOnAShortText) {
+  const std::string path = ::testing::TempDir() + "/text.txt";
+  {
+    std::ofstream f(path);
+    for (int i = 0; i < 40; ++i) f << "The quick brown fox jumps over the lazy dog. ";
+  }
+  Result r = RunPdq("perplexity --model synthetic:tiny --text " + path + " --ctx 64 --chunks 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = LastJson(r.out);
+  EXPECT_EQ(j["chunks"], 3);
+  EXPECT_EQ(j["tokens_scored"], 3 * 31);
+  EXPECT_GT(j["ppl"].get<double>(), 1.0);
+  EXPECT_NEAR(std::log(j["ppl"].get<double>()), j["nll_mean"].get<double>(), 1e-9);
+
+  r = RunPdq("perplexity --model synthetic:tiny --text " + path + " --ctx 4096");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--ctx"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, BenchEngineJsonHasRooflineFractions) {
+  Result r = RunPdq("bench-engine --model synthetic:tiny --prompt-tokens 32 --gen-tokens 8 "
+                 "--repetitions 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = LastJson(r.out);
+  for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "read_bandwidth_gbps",
+                          "fma_peak_gflops", "prefill_roofline_fraction",
+                          "decode_roofline_fraction"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    EXPECT_GT(j[key].get<double>(), 0.0) << key;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,260 @@
+// The forward pass: batching, chunking and incremental decode agree with one
+// another; errors leave the cache untouched; generation is deterministic;
+// and the real SmolLM2 answers sensibly.
+#include "engine/model.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/generate.h"
+#include "eval/perplexity.h"
+#include "gtest/gtest.h"
+#include "tests/test_paths.h"
+
+namespace pdq {
+namespace {
+
+std::unique_ptr<Model> LoadOrDie(const std::string& spec, int threads = 2) {
+  LoadOptions o;
+  o.threads = threads;
+  auto m = Model::Load(spec, o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+std::vector<int32_t> Tokens(int n, int vocab, int salt) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = (i * 37 + salt * 11 + 5) % vocab;
+  return t;
+}
+
+void ExpectRowsNear(const float* a, const float* b, int n, float tol, const std::string& what) {
+  float worst = 0;
+  for (int i = 0; i < n; ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  EXPECT_LT(worst, tol) << what;
+}
+
+class SyntheticModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SyntheticModelTest, BatchedSequencesMatchSeparateRuns) {
+  auto model = LoadOrDie(GetParam());
+  ASSERT_NE(model, nullptr);
+  const int vocab = model->config().vocab_size;
+  auto a = Tokens(23, vocab, 1), b = Tokens(9, vocab, 2);
+  auto kv = model->NewKvCache(256);
+  ASSERT_TRUE(kv.ok());
+  const SeqId sa = (*kv)->AddSequence(), sb = (*kv)->AddSequence();
+  BatchEntry batch[] = {{sa, a, 1}, {sb, b, 1}};
+  Logits together;
+  ASSERT_TRUE(model->Forward(**kv, batch, &together).ok());
+
+  for (int e = 0; e < 2; ++e) {
+    auto kv2 = model->NewKvCache(256);
+    const SeqId s = (*kv2)->AddSequence();
+    BatchEntry one{s, e == 0 ? std::span<const int32_t>(a) : std::span<const int32_t>(b), 1};
+    Logits alone;
+    ASSERT_TRUE(model->Forward(**kv2, {&one, 1}, &alone).ok());
+    ExpectRowsNear(together.Row(e, 0), alone.Row(0, 0), vocab, 1e-3f, "entry " + std::to_string(e));
+  }
+}
+
+TEST_P(SyntheticModelTest, ChunkedPrefillAndDecodeMatchOneShotLogits) {
+  auto model = LoadOrDie(GetParam());
+  ASSERT_NE(model, nullptr);
+  const int vocab = model->config().vocab_size;
+  auto tokens = Tokens(40, vocab, 3);
+  auto kv = model->NewKvCache(128);
+  ASSERT_TRUE(kv.ok());
+  const SeqId whole = (*kv)->AddSequence();
+  BatchEntry all{whole, tokens, (int64_t)tokens.size()};
+  Logits ref;
+  ASSERT_TRUE(model->Forward(**kv, {&all, 1}, &ref).ok());
+  EXPECT_EQ((*kv)->Length(whole), 40);
+
+  // A 17-token chunk, then a 13-token chunk, then 10 single-token steps.
+  const SeqId inc = (*kv)->AddSequence();
+  int64_t pos = 0;
+  for (int64_t n : {17, 13, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+    BatchEntry step{inc, std::span<const int32_t>(tokens).subspan(pos, n), n};
+    Logits got;
+    ASSERT_TRUE(model->Forward(**kv, {&step, 1}, &got).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ExpectRowsNear(got.Row(0, i), ref.Row(0, pos + i), vocab, 1e-3f,
+                     "position " + std::to_string(pos + i));
+    }
+    pos += n;
+  }
+  EXPECT_EQ((*kv)->Length(inc), 40);
+}
+
+TEST_P(SyntheticModelTest, ThreadCountDoesNotChangeLogits) {
+  auto one = LoadOrDie(GetParam(), 1), two = LoadOrDie(GetParam(), 2);
+  ASSERT_NE(one, nullptr);
+  ASSERT_NE(two, nullptr);
+  auto tokens = Tokens(30, one->config().vocab_size, 4);
+  Logits a, b;
+  for (auto [m, out] : {std::pair{one.get(), &a}, std::pair{two.get(), &b}}) {
+    auto kv = m->NewKvCache(64);
+    BatchEntry e{(*kv)->AddSequence(), tokens, 1};
+    ASSERT_TRUE(m->Forward(**kv, {&e, 1}, out).ok());
+  }
+  EXPECT_EQ(a.data, b.data);
+}
+
+TEST_P(SyntheticModelTest, BadRequestsFailAndLeaveTheCacheUnchanged) {
+  auto model = LoadOrDie(GetParam());
+  ASSERT_NE(model, nullptr);
+  const ModelConfig& c = model->config();
+  auto kv = model->NewKvCache(64);  // 4 blocks
+  ASSERT_TRUE(kv.ok());
+  const SeqId s = (*kv)->AddSequence();
+  std::vector<int32_t> ok_tokens = Tokens(5, c.vocab_size, 5);
+  BatchEntry first{s, ok_tokens, 1};
+  Logits logits;
+  ASSERT_TRUE(model->Forward(**kv, {&first, 1}, &logits).ok());
+  const int64_t free_before = (*kv)->num_free_blocks();
+
+  std::vector<int32_t> bad = {1, c.vocab_size};
+  BatchEntry bad_entry{s, bad, 1};
+  auto st = model->Forward(**kv, {&bad_entry, 1}, &logits);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("outside vocabulary"), std::string::npos) << st;
+
+  std::vector<int32_t> negative = {-1};
+  BatchEntry neg_entry{s, negative, 1};
+  EXPECT_EQ(model->Forward(**kv, {&neg_entry, 1}, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  std::vector<int32_t> empty;
+  BatchEntry empty_entry{s, empty, 0};
+  EXPECT_EQ(model->Forward(**kv, {&empty_entry, 1}, &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  std::vector<int32_t> too_many = Tokens(100, c.vocab_size, 6);  // needs 7 blocks, 3 free
+  BatchEntry big{s, too_many, 1};
+  EXPECT_EQ(model->Forward(**kv, {&big, 1}, &logits).code(),
+            absl::StatusCode::kResourceExhausted);
+
+  std::vector<int32_t> past_context = Tokens(c.max_context, c.vocab_size, 7);
+  BatchEntry past{s, past_context, 1};
+  EXPECT_EQ(model->Forward(**kv, {&past, 1}, &logits).code(), absl::StatusCode::kOutOfRange);
+
+  BatchEntry twice[] = {{s, ok_tokens, 1}, {s, ok_tokens, 1}};
+  EXPECT_EQ(model->Forward(**kv, twice, &logits).code(), absl::StatusCode::kInvalidArgument);
+
+  EXPECT_EQ((*kv)->Length(s), 5);
+  EXPECT_EQ((*kv)->num_free_blocks(), free_before);
+}
+
+TEST_P(SyntheticModelTest, GreedyGenerationIsDeterministic) {
+  auto model = LoadOrDie(GetParam());
+  ASSERT_NE(model, nullptr);
+  GenerateOptions o;
+  o.max_tokens = 24;
+  o.ignore_eos = true;
+  auto prompt = Tokens(11, model->config().vocab_size, 8);
+  auto a = Generate(*model, prompt, o), b = Generate(*model, prompt, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_EQ(a->tokens.size(), 24u);
+  EXPECT_EQ(a->stop_reason, "max_tokens");
+  EXPECT_GT(a->ttft_ms, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticModelTest,
+                         ::testing::Values("synthetic:tiny", "synthetic:tiny-qwen2"),
+                         [](const auto& info) {
+                           return info.param == "synthetic:tiny" ? std::string("Llama")
+                                                                 : std::string("Qwen2");
+                         });
+
+TEST(ModelTest, GenerateRejectsBadInput) {
+  auto model = LoadOrDie("synthetic:tiny");
+  ASSERT_NE(model, nullptr);
+  GenerateOptions o;
+  EXPECT_EQ(Generate(*model, {}, o).status().code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> long_prompt(model->config().max_context, 3);
+  EXPECT_EQ(Generate(*model, long_prompt, o).status().code(), absl::StatusCode::kOutOfRange);
+  o.sampling.top_p = 2.0f;
+  EXPECT_EQ(Generate(*model, {1, 2}, o).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelTest, UnknownSyntheticShapeAndMissingFileAreClearErrors) {
+  auto unknown = Model::Load("synthetic:nope", {});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("tiny"), std::string::npos) << unknown.status();
+  auto missing = Model::Load("/nonexistent.gguf", {});
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ModelTest, NonModelGgufIsRejected) {
+  const std::string path = ::testing::TempDir() + "/not_a_model.gguf";
+  std::ofstream(path) << "this is not a gguf file at all";
+  auto m = Model::Load(path, {});
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("magic"), std::string::npos) << m.status();
+}
+
+// ---- The real model -------------------------------------------------------
+
+class SmolLm2Test : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(testing::ModelPath())) return;
+    model_ = LoadOrDie(testing::ModelPath()).release();
+  }
+  static void TearDownTestSuite() { delete model_; }
+  void SetUp() override {
+    if (model_ == nullptr) {
+      GTEST_SKIP() << "model not found at " << testing::ModelPath() << " (run make model)";
+    }
+  }
+  static Model* model_;
+};
+Model* SmolLm2Test::model_ = nullptr;
+
+TEST_F(SmolLm2Test, ConfigComesFromMetadata) {
+  const ModelConfig& c = model_->config();
+  EXPECT_EQ(c.num_layers, 30);
+  EXPECT_EQ(c.d_model, 576);
+  EXPECT_EQ(c.num_heads, 9);
+  EXPECT_EQ(c.num_kv_heads, 3);
+  EXPECT_EQ(c.ffn_dim, 1536);
+  EXPECT_EQ(c.vocab_size, 49152);
+  EXPECT_FLOAT_EQ(c.rope_base, 100000.0f);
+  EXPECT_TRUE(c.tied_output);
+}
+
+TEST_F(SmolLm2Test, AnswersACapitalQuestion) {
+  const Tokenizer& tok = model_->tokenizer();
+  auto text = tok.ApplyChatTemplate({{"user", "What is the capital of France?"}}, true);
+  ASSERT_TRUE(text.ok());
+  GenerateOptions o;
+  o.max_tokens = 24;
+  auto r = Generate(*model_, tok.Encode(*text, tok.add_bos(), true), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->text.find("Paris"), std::string::npos) << r->text;
+  EXPECT_EQ(r->stop_reason, "eos");
+}
+
+TEST_F(SmolLm2Test, PerplexityOnWikiTextIsInTheExpectedRange) {
+  std::ifstream in(testing::WikiTextPath(), std::ios::binary);
+  if (!in) GTEST_SKIP() << "WikiText-2 not found at " << testing::WikiTextPath();
+  std::stringstream text;
+  text << in.rdbuf();
+  PerplexityOptions o;
+  o.ctx = 512;
+  o.max_chunks = 2;
+  auto r = ComputePerplexity(*model_, text.str(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens_scored, 2 * 255);
+  // A 135M model on WikiText-2: tens, not single digits or hundreds.
+  EXPECT_GT(r->ppl, 8.0);
+  EXPECT_LT(r->ppl, 60.0);
+}
+
+}  // namespace
+}  // namespace pdq
