@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "engine/gguf.h"
 #include "engine/gguf_dequant.h"
+#include "engine/linear.h"
 #include "engine/synthetic.h"
 
 namespace pdq {
@@ -26,48 +27,19 @@ int64_t ModelConfig::matmul_params() const {
 const char* PrecisionName(Precision p) {
   switch (p) {
     case Precision::kFp16: return "fp16";
+    case Precision::kW4A16: return "w4a16";
   }
   return "?";
 }
 
+absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
+  if (name == "fp16") return Precision::kFp16;
+  if (name == "w4a16") return Precision::kW4A16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown precision '", name, "' (expected fp16 or w4a16)"));
+}
+
 namespace {
-
-// FP16 weights in 16-row panels (see kernels.h), optional fp32 bias.
-class Fp16Linear final : public LinearWeights {
- public:
-  Fp16Linear(int64_t out, int64_t in)
-      : out_(out), in_(in), packed_(PackedF16Elements(out, in), 0) {}
-
-  int64_t in_features() const override { return in_; }
-  int64_t out_features() const override { return out_; }
-  int64_t weight_bytes() const override { return out_ * in_ * (int64_t)sizeof(fp16_t); }
-
-  void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
-               int64_t ldy) const override {
-    GemmF16(ctx, PackedF16{packed_.data(), out_, in_}, x, m, ldx, y, ldy);
-    if (!bias_.empty()) {
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < out_; ++j) y[i * ldy + j] += bias_[j];
-      }
-    }
-  }
-
-  // Packs `rows` fp32 rows as output features [row0, row0 + rows).
-  void SetRows(int64_t row0, int64_t rows, const float* src) {
-    PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
-    PackF16Rows(src, row0, rows, in_, packed_.data());
-  }
-  void SetBias(int64_t row0, const std::vector<float>& b) {
-    if (bias_.empty()) bias_.assign(out_, 0.0f);
-    PDQ_CHECK(row0 + (int64_t)b.size() <= out_);
-    std::copy(b.begin(), b.end(), bias_.begin() + row0);
-  }
-
- private:
-  int64_t out_, in_;
-  std::vector<fp16_t> packed_;
-  std::vector<float> bias_;
-};
 
 // Reads a GGUF tensor as fp32 rows, checking its shape [in, out].
 absl::StatusOr<std::vector<float>> ReadTensor(const GgufFile& file, const std::string& name,
@@ -163,9 +135,9 @@ class ModelLoader {
  private:
   static std::unique_ptr<Model> NewModel(const LoadOptions& options);
   static void Finish(Model& m);
-  static void AllocateLayers(Model& m);
-  static Fp16Linear* Linear(const std::unique_ptr<LinearWeights>& l) {
-    return static_cast<Fp16Linear*>(l.get());
+  static absl::Status AllocateLayers(Model& m, const LoadOptions& options);
+  static WritableLinear* Linear(const std::unique_ptr<LinearWeights>& l) {
+    return static_cast<WritableLinear*>(l.get());
   }
 };
 
@@ -187,17 +159,25 @@ std::unique_ptr<Model> ModelLoader::NewModel(const LoadOptions& options) {
   return m;
 }
 
-void ModelLoader::AllocateLayers(Model& m) {
+absl::Status ModelLoader::AllocateLayers(Model& m, const LoadOptions& options) {
+  if (options.w4_group != 32 && options.w4_group != 64 && options.w4_group != 128) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("W4A16 group size must be 32, 64 or 128, got ", options.w4_group));
+  }
   const ModelConfig& c = m.config_;
+  LinearOptions lo{options.precision, options.w4_group, options.w4_symmetric};
   m.layers_.resize(c.num_layers);
   for (Model::Layer& l : m.layers_) {
-    l.qkv = std::make_unique<Fp16Linear>(c.q_dim() + 2 * c.kv_dim(), c.d_model);
-    l.out = std::make_unique<Fp16Linear>(c.d_model, c.q_dim());
-    l.gate_up = std::make_unique<Fp16Linear>(2 * c.ffn_dim, c.d_model);
-    l.down = std::make_unique<Fp16Linear>(c.d_model, c.ffn_dim);
+    l.qkv = MakeLinear(lo, c.q_dim() + 2 * c.kv_dim(), c.d_model);
+    l.out = MakeLinear(lo, c.d_model, c.q_dim());
+    l.gate_up = MakeLinear(lo, 2 * c.ffn_dim, c.d_model);
+    l.down = MakeLinear(lo, c.d_model, c.ffn_dim);
   }
-  m.output_ = std::make_unique<Fp16Linear>(c.vocab_size, c.d_model);
+  LinearOptions out_options = lo;
+  if (!options.quantize_output) out_options.precision = Precision::kFp16;
+  m.output_ = MakeLinear(out_options, c.vocab_size, c.d_model);
   m.embedding_.assign((size_t)c.vocab_size * c.d_model, 0);
+  return absl::OkStatus();
 }
 
 void ModelLoader::Finish(Model& m) {
@@ -217,7 +197,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
   PDQ_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*file));
   ModelConfig& c = m->config_;
   c.vocab_size = m->tokenizer_->vocab_size();
-  AllocateLayers(*m);
+  PDQ_RETURN_IF_ERROR(AllocateLayers(*m, options));
   const int64_t d = c.d_model;
 
   auto embd = ReadTensor(*file, "token_embd.weight", {d, c.vocab_size});
@@ -262,10 +242,10 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
         for (const Part& part : parts) {
           PDQ_ASSIGN_OR_RETURN(auto w, ReadTensor(*file, p + part.name + ".weight",
                                                   {part.in, part.rows}));
-          static_cast<Fp16Linear*>(part.dst)->SetRows(part.row0, part.rows, w.data());
+          static_cast<WritableLinear*>(part.dst)->SetRows(part.row0, part.rows, w.data());
           if (c.qkv_bias && part.dst == l.qkv.get()) {
             PDQ_ASSIGN_OR_RETURN(auto b, ReadTensor(*file, p + part.name + ".bias", {part.rows}));
-            static_cast<Fp16Linear*>(part.dst)->SetBias(part.row0, b);
+            static_cast<WritableLinear*>(part.dst)->SetBias(part.row0, b);
           }
         }
         return absl::OkStatus();
@@ -285,7 +265,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
   std::unique_ptr<Model> m = NewModel(options);
   m->config_ = config;
   PDQ_ASSIGN_OR_RETURN(m->tokenizer_, SyntheticTokenizer(config.vocab_size));
-  AllocateLayers(*m);
+  PDQ_RETURN_IF_ERROR(AllocateLayers(*m, options));
   const ModelConfig& c = m->config_;
   const int64_t d = c.d_model;
   {
@@ -304,10 +284,10 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
         const auto values = SyntheticTensor(absl::StrCat("blk.", i, ".", part++),
                                             w->out_features() * w->in_features(),
                                             1.0f / std::sqrt((float)w->in_features()));
-        static_cast<Fp16Linear*>(w)->SetRows(0, w->out_features(), values.data());
+        static_cast<WritableLinear*>(w)->SetRows(0, w->out_features(), values.data());
       }
       if (c.qkv_bias) {
-        static_cast<Fp16Linear*>(l.qkv.get())
+        static_cast<WritableLinear*>(l.qkv.get())
             ->SetBias(0, SyntheticTensor(absl::StrCat("blk.", i, ".bias"),
                                          l.qkv->out_features(), 0.1f));
       }

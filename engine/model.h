@@ -42,9 +42,12 @@ struct ModelConfig {
 };
 
 // Weight precision is a property of a loaded weight set, chosen per process.
-// FP16 is the reference; W8A8 and W4A16 come with the quantization work.
-enum class Precision { kFp16 };
+// FP16 is the reference; W4A16 (4-bit groups, float activations) is for
+// bandwidth-bound decode.
+enum class Precision { kFp16, kW4A16 };
 const char* PrecisionName(Precision p);
+// Parses "fp16" / "w4a16"; InvalidArgument names the accepted values.
+absl::StatusOr<Precision> ParsePrecision(const std::string& name);
 
 // A linear layer y = x W^T (+ b) whose storage format is the backend's own.
 class LinearWeights {
@@ -81,6 +84,9 @@ struct Logits {
 
 struct LoadOptions {
   Precision precision = Precision::kFp16;
+  int w4_group = 128;          // 32, 64 or 128 inputs per scale
+  bool w4_symmetric = false;   // asymmetric (scale and min) by default
+  bool quantize_output = true;  // also quantize the output projection
   int threads = 0;  // 0: every core
   bool verbose = false;  // progress on stderr
 };

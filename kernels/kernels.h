@@ -38,6 +38,38 @@ void PackF16Rows(const float* src, int64_t row0, int64_t rows, int64_t k, fp16_t
 void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t m,
              int64_t ldx, float* y, int64_t ldy);
 
+// ---- W4A16: 4-bit weights, 16/32-bit activations ---------------------------
+// Weights are quantized in groups of `group` consecutive inputs (the last
+// group of a row may be shorter): w = scale * q + min, q in [0, 15], with fp16
+// scale and min per (row, group). Storage follows the same 16-row panels as
+// PackedF16, k-major in pairs of inputs, so one 16-byte load yields two
+// inputs of 16 rows: for panel p and input pair t, byte j (row 16p + j) holds
+// q[row][2t] in its low nibble and q[row][2t + 1] in its high nibble.
+// scale/min: [panel][group][16].
+struct PackedW4 {
+  const uint8_t* q = nullptr;
+  const fp16_t* scale = nullptr;
+  const fp16_t* min = nullptr;
+  int64_t n = 0;
+  int64_t k = 0;  // even
+  int group = 128;
+};
+inline int64_t PackedW4Groups(int64_t k, int group) { return (k + group - 1) / group; }
+inline int64_t PackedW4QBytes(int64_t n, int64_t k) {
+  return (n + kPanelRows - 1) / kPanelRows * kPanelRows * (k / 2);
+}
+inline int64_t PackedW4ScaleElements(int64_t n, int64_t k, int group) {
+  return (n + kPanelRows - 1) / kPanelRows * kPanelRows * PackedW4Groups(k, group);
+}
+// Round-to-nearest quantization of rows [row0, row0 + rows) of a row-major
+// fp32 matrix into the packed arrays. Asymmetric uses each group's [min, max];
+// symmetric centres q on 8 (min = -8 * scale).
+void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int group,
+                    bool symmetric, uint8_t* q, fp16_t* scale, fp16_t* min);
+// y[m][n] = sum_k x[m][k] * W[n][k], W dequantized on the fly.
+void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
+               float* y, int64_t ldy);
+
 // ---- Elementwise and normalization -------------------------------------
 // out[i] = x[i] / rms(x[i]) * weight, for m rows of length d.
 void RmsNorm(const CpuContext& ctx, const float* x, const float* weight, int64_t m, int64_t d,

@@ -271,3 +271,81 @@ TEST(KernelsTest, DispatchPicksAFastPathWhereAvailable) {
 
 }  // namespace
 }  // namespace pdq
+
+namespace pdq {
+namespace {
+
+struct PackedW4Matrix {
+  std::vector<uint8_t> q;
+  std::vector<fp16_t> scale, min;
+  PackedW4 view;
+};
+
+PackedW4Matrix PackW4(const std::vector<float>& w, int64_t n, int64_t k, int group, bool sym) {
+  PackedW4Matrix p;
+  p.q.assign(PackedW4QBytes(n, k), 0);
+  p.scale.assign(PackedW4ScaleElements(n, k, group), 0);
+  p.min.assign(p.scale.size(), 0);
+  QuantizeW4Rows(w.data(), 0, n, k, group, sym, p.q.data(), p.scale.data(), p.min.data());
+  p.view = {p.q.data(), p.scale.data(), p.min.data(), n, k, group};
+  return p;
+}
+
+// Asymmetric groups err by at most half a step; symmetric ones (8 steps one
+// side of zero, 7 the other) by at most one.
+TEST(W4Test, QuantizationErrorIsBoundedByTheStep) {
+  std::mt19937 rng(11);
+  for (bool sym : {false, true}) {
+    const int64_t n = 21, k = 96;
+    const int group = 32;
+    auto w = Random(n * k, rng);
+    auto p = PackW4(w, n, k, group, sym);
+    // Read back each weight through the reference GEMM with one-hot inputs.
+    std::vector<float> x(k), y(n);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      std::fill(x.begin(), x.end(), 0.0f);
+      x[kk] = 1.0f;
+      cpu::kScalarKernels.gemm_w4_panels(p.view, 0, 2, x.data(), 1, k, y.data(), n);
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t g = (j / 16 * PackedW4Groups(k, group) + kk / group) * 16 + j % 16;
+        const float step = std::abs(Fp16ToFp32(p.view.scale[g]));
+        ASSERT_LE(std::abs(y[j] - w[j * k + kk]), (sym ? 1.0f : 0.5f) * step * 1.01f + 1e-6f)
+            << "sym=" << sym << " row " << j << " k " << kk;
+      }
+    }
+  }
+}
+
+TEST(W4Test, ConstantGroupsAreExact) {
+  const int64_t n = 16, k = 64;
+  std::vector<float> w(n * k, 0.25f);
+  auto p = PackW4(w, n, k, 32, false);
+  std::vector<float> x(k, 1.0f), y(n);
+  cpu::kScalarKernels.gemm_w4_panels(p.view, 0, 1, x.data(), 1, k, y.data(), n);
+  for (float v : y) EXPECT_FLOAT_EQ(v, 16.0f);
+}
+
+TEST(W4Test, GemmMatchesReference) {
+  std::mt19937 rng(12);
+  for (const KernelTable* kt : FastTables()) {
+    for (int group : {32, 64, 128}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 9, 33, 100}) {
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {48, 200}}) {
+          auto w = Random(n * k, rng), x = Random(m * k, rng);
+          auto p = PackW4(w, n, k, group, m % 2 == 0);
+          const int64_t panels = (n + 15) / 16;
+          std::vector<float> want(m * n), got(m * n, -1.0f);
+          cpu::kScalarKernels.gemm_w4_panels(p.view, 0, panels, x.data(), m, k, want.data(), n);
+          kt->gemm_w4_panels(p.view, 0, panels, x.data(), m, k, got.data(), n);
+          for (int64_t i = 0; i < m * n; ++i) {
+            ASSERT_NEAR(got[i], want[i], 2e-4f * std::sqrt((float)k) * (1 + std::abs(want[i])))
+                << kt->name << " group=" << group << " m=" << m << " n=" << n << " k=" << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pdq

@@ -16,9 +16,15 @@
 namespace pdq {
 namespace {
 
-std::unique_ptr<Model> LoadOrDie(const std::string& spec, int threads = 2) {
+// `spec` may end in "@w4a16" (group 32) to load that precision.
+std::unique_ptr<Model> LoadOrDie(std::string spec, int threads = 2) {
   LoadOptions o;
   o.threads = threads;
+  if (size_t at = spec.find('@'); at != std::string::npos) {
+    o.precision = *ParsePrecision(spec.substr(at + 1));
+    o.w4_group = 32;
+    spec = spec.substr(0, at);
+  }
   auto m = Model::Load(spec, o);
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? std::move(*m) : nullptr;
@@ -165,10 +171,14 @@ TEST_P(SyntheticModelTest, GreedyGenerationIsDeterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticModelTest,
-                         ::testing::Values("synthetic:tiny", "synthetic:tiny-qwen2"),
+                         ::testing::Values("synthetic:tiny", "synthetic:tiny-qwen2",
+                                           "synthetic:tiny@w4a16"),
                          [](const auto& info) {
-                           return info.param == "synthetic:tiny" ? std::string("Llama")
-                                                                 : std::string("Qwen2");
+                           std::string name = info.param.substr(10);
+                           for (char& ch : name) {
+                             if (!isalnum((unsigned char)ch)) ch = '_';
+                           }
+                           return name;
                          });
 
 TEST(ModelTest, GenerateRejectsBadInput) {
@@ -254,6 +264,28 @@ TEST_F(SmolLm2Test, PerplexityOnWikiTextIsInTheExpectedRange) {
   // A 135M model on WikiText-2: tens, not single digits or hundreds.
   EXPECT_GT(r->ppl, 8.0);
   EXPECT_LT(r->ppl, 60.0);
+}
+
+// The shipped weights are Q4_1 in groups of 32 along the input, so W4A16
+// with groups of 32 re-finds nearly the same grid: perplexity barely moves
+// (only the Q8_0 output projection loses precision).
+TEST_F(SmolLm2Test, W4A16Group32TracksTheFp16Reference) {
+  std::ifstream in(testing::WikiTextPath(), std::ios::binary);
+  if (!in) GTEST_SKIP() << "WikiText-2 not found at " << testing::WikiTextPath();
+  std::stringstream text;
+  text << in.rdbuf();
+  LoadOptions o;
+  o.precision = Precision::kW4A16;
+  o.w4_group = 32;
+  auto w4 = Model::Load(testing::ModelPath(), o);
+  ASSERT_TRUE(w4.ok()) << w4.status();
+  EXPECT_LT((*w4)->weight_bytes_per_token(), model_->weight_bytes_per_token() / 3);
+  PerplexityOptions po;
+  po.max_chunks = 1;
+  auto ref = ComputePerplexity(*model_, text.str(), po);
+  auto got = ComputePerplexity(**w4, text.str(), po);
+  ASSERT_TRUE(ref.ok() && got.ok());
+  EXPECT_NEAR(got->ppl / ref->ppl, 1.0, 0.02) << "fp16 " << ref->ppl << " w4a16 " << got->ppl;
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ struct ModelFlags {
   std::string model;
   std::string precision = "fp16";
   int64_t threads = 0;
+  int64_t group_size = 128;
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.
   absl::StatusOr<std::unique_ptr<Model>> Load(bool quiet) const;

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tools/commands.h"
 
@@ -19,15 +20,13 @@ void ModelFlags::Register(FlagParser& flags) {
   model = DefaultModelPath();
   flags.String("model", &model,
                "GGUF model file, or synthetic:NAME (tiny, smollm2-135m, smollm2-360m, llama-1b)");
-  flags.String("precision", &precision, "weight precision: fp16");
+  flags.String("precision", &precision, "weight precision: fp16 or w4a16 (quantized at load)");
+  flags.Int("group-size", &group_size, 32, 128, "W4A16 inputs per scale: 32, 64 or 128");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
 }
 
 absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(bool quiet) const {
-  if (precision != "fp16") {
-    return absl::UnimplementedError(absl::StrCat(
-        "--precision ", precision, " is not available yet; this build runs fp16"));
-  }
+  PDQ_ASSIGN_OR_RETURN(const Precision p, ParsePrecision(precision));
   if (model.rfind("synthetic:", 0) != 0 && !std::filesystem::exists(model)) {
     return absl::NotFoundError(absl::StrCat(
         "model file '", model, "' not found",
@@ -35,6 +34,8 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(bool quiet) const {
   }
   LoadOptions options;
   options.threads = (int)threads;
+  options.precision = p;
+  options.w4_group = (int)group_size;
   const auto t0 = std::chrono::steady_clock::now();
   auto loaded = Model::Load(model, options);
   if (!loaded.ok()) return loaded.status();

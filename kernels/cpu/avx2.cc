@@ -185,6 +185,138 @@ void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const
   }
 }
 
+// ---- W4A16 ------------------------------------------------------------------
+
+// Nibbles become fp16 1024 + q by OR-ing in the exponent byte 0x64, so one
+// vcvtph2ps turns 8 of them into floats; the 1024 * sum(x) offset is removed
+// once per group (bias = min - 1024 * scale).
+struct W4Pair {
+  __m256 a0, a1;  // input 2t:     rows 0-7, rows 8-15
+  __m256 b0, b1;  // input 2t + 1: rows 0-7, rows 8-15
+};
+
+inline W4Pair LoadW4Pair(const uint8_t* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i mask = _mm_set1_epi8(0x0f), magic = _mm_set1_epi8(0x64);
+  const __m128i lo = _mm_and_si128(v, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+  return {_mm256_cvtph_ps(_mm_unpacklo_epi8(lo, magic)),
+          _mm256_cvtph_ps(_mm_unpackhi_epi8(lo, magic)),
+          _mm256_cvtph_ps(_mm_unpacklo_epi8(hi, magic)),
+          _mm256_cvtph_ps(_mm_unpackhi_epi8(hi, magic))};
+}
+
+inline float SumRange(const float* x, int64_t n) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+  float s = HorizontalSum(acc);
+  for (; i < n; ++i) s += x[i];
+  return s;
+}
+
+template <int MR>
+void W4PanelDirect(const PackedW4& w, int64_t p, const float* x, int64_t ldx, float* y,
+                   int64_t ldy, int cols) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  const __m256 k1024 = _mm256_set1_ps(1024.0f);
+  __m256 out[MR][2];
+  for (int r = 0; r < MR; ++r) out[r][0] = out[r][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t k0 = g * w.group, k1 = std::min<int64_t>(w.k, k0 + w.group);
+    __m256 acc[MR][2], acc_odd[MR][2];
+    for (int r = 0; r < MR; ++r) {
+      acc[r][0] = acc[r][1] = acc_odd[r][0] = acc_odd[r][1] = _mm256_setzero_ps();
+    }
+    for (int64_t t = k0 / 2; t < k1 / 2; ++t) {
+      const W4Pair wp = LoadW4Pair(q + t * kPanelRows);
+#pragma GCC unroll 4
+      for (int r = 0; r < MR; ++r) {
+        const __m256 xa = _mm256_broadcast_ss(x + r * ldx + 2 * t);
+        const __m256 xb = _mm256_broadcast_ss(x + r * ldx + 2 * t + 1);
+        acc[r][0] = _mm256_fmadd_ps(xa, wp.a0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(xa, wp.a1, acc[r][1]);
+        acc_odd[r][0] = _mm256_fmadd_ps(xb, wp.b0, acc_odd[r][0]);
+        acc_odd[r][1] = _mm256_fmadd_ps(xb, wp.b1, acc_odd[r][1]);
+      }
+    }
+    const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
+    const __m256 b0 = _mm256_fnmadd_ps(k1024, s0, LoadF16x8(mp + g * kPanelRows));
+    const __m256 b1 = _mm256_fnmadd_ps(k1024, s1, LoadF16x8(mp + g * kPanelRows + 8));
+    for (int r = 0; r < MR; ++r) {
+      const __m256 xsum = _mm256_set1_ps(SumRange(x + r * ldx + k0, k1 - k0));
+      out[r][0] = _mm256_fmadd_ps(s0, _mm256_add_ps(acc[r][0], acc_odd[r][0]),
+                                  _mm256_fmadd_ps(b0, xsum, out[r][0]));
+      out[r][1] = _mm256_fmadd_ps(s1, _mm256_add_ps(acc[r][1], acc_odd[r][1]),
+                                  _mm256_fmadd_ps(b1, xsum, out[r][1]));
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, out[r][0]);
+    _mm256_store_ps(tmp + 8, out[r][1]);
+    for (int j = 0; j < cols; ++j) y[r * ldy + j] = tmp[j];
+  }
+}
+
+void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
+                      int64_t m, int64_t ldx, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  if (m <= 4) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+      float* yp = y + p * kPanelRows;
+      for (int64_t r = 0; r < m; r += 2) {
+        if (m - r >= 2) {
+          W4PanelDirect<2>(w, p, x + r * ldx, ldx, yp + r * ldy, ldy, cols);
+        } else {
+          W4PanelDirect<1>(w, p, x + r * ldx, ldx, yp + r * ldy, ldy, cols);
+        }
+      }
+    }
+    return;
+  }
+  // Larger m: dequantize each panel k-block to fp32 once and reuse it.
+  alignas(64) float b[kKc * kPanelRows];
+  alignas(64) float c[kMc * kPanelRows];
+  const __m256 k1024 = _mm256_set1_ps(1024.0f);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+    const fp16_t* sp = w.scale + p * groups * kPanelRows;
+    const fp16_t* mp = w.min + p * groups * kPanelRows;
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    for (int64_t m0 = 0; m0 < m; m0 += kMc) {
+      const int64_t mc = std::min(kMc, m - m0);
+      for (int64_t k0 = 0; k0 < w.k; k0 += kKc) {
+        const int64_t kc = std::min(kKc, w.k - k0);
+        for (int64_t t = k0 / 2; t < (k0 + kc) / 2; ++t) {
+          const int64_t g = 2 * t / w.group;
+          const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
+          const __m256 b0 = _mm256_fnmadd_ps(k1024, s0, LoadF16x8(mp + g * kPanelRows));
+          const __m256 b1 = _mm256_fnmadd_ps(k1024, s1, LoadF16x8(mp + g * kPanelRows + 8));
+          const W4Pair wp = LoadW4Pair(q + t * kPanelRows);
+          float* dst = b + (2 * t - k0) * kPanelRows;
+          _mm256_store_ps(dst, _mm256_fmadd_ps(s0, wp.a0, b0));
+          _mm256_store_ps(dst + 8, _mm256_fmadd_ps(s1, wp.a1, b1));
+          _mm256_store_ps(dst + 16, _mm256_fmadd_ps(s0, wp.b0, b0));
+          _mm256_store_ps(dst + 24, _mm256_fmadd_ps(s1, wp.b1, b1));
+        }
+        for (int64_t r = 0; r < mc; r += kMr) {
+          const int mr = (int)std::min<int64_t>(kMr, mc - r);
+          TileAny(mr, x + (m0 + r) * ldx + k0, ldx, b, kc, c + r * kPanelRows, k0 != 0);
+        }
+      }
+      for (int64_t r = 0; r < mc; ++r) {
+        float* dst = y + (m0 + r) * ldy + p * kPanelRows;
+        for (int j = 0; j < cols; ++j) dst[j] = c[r * kPanelRows + j];
+      }
+    }
+  }
+}
+
 // ---- Elementwise ------------------------------------------------------------
 
 void RmsNormRowAvx2(const float* x, const float* weight, int64_t d, float eps, float* out) {
@@ -300,7 +432,7 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
 }  // namespace
 
 const KernelTable kAvx2Kernels = {
-    "avx2", GemmF16PanelsAvx2, RmsNormRowAvx2, SiluMulRowAvx2, AttendAvx2, ToF16Avx2,
+    "avx2", GemmF16PanelsAvx2, GemmW4PanelsAvx2, RmsNormRowAvx2, SiluMulRowAvx2, AttendAvx2, ToF16Avx2,
 };
 
 }  // namespace pdq::cpu

@@ -14,6 +14,8 @@ struct KernelTable {
   // Output panels [p_begin, p_end) of y = x W^T for all m rows.
   void (*gemm_f16_panels)(const PackedF16& w, int64_t p_begin, int64_t p_end, const float* x,
                           int64_t m, int64_t ldx, float* y, int64_t ldy);
+  void (*gemm_w4_panels)(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
+                         int64_t m, int64_t ldx, float* y, int64_t ldy);
   void (*rms_norm_row)(const float* x, const float* weight, int64_t d, float eps, float* out);
   void (*silu_mul_row)(const float* gate, const float* up, int64_t f, float* out);
   // One query head against positions [0, n_pos) of kv head `kv_head`.

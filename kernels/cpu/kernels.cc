@@ -50,6 +50,19 @@ void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t 
   });
 }
 
+void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
+               float* y, int64_t ldy) {
+  const auto& kt = cpu::ActiveKernels();
+  const int64_t panels = (w.n + kPanelRows - 1) / kPanelRows;
+  if (ctx.pool == nullptr) {
+    kt.gemm_w4_panels(w, 0, panels, x, m, ldx, y, ldy);
+    return;
+  }
+  ctx.pool->ParallelFor(panels, 1, [&](int64_t b, int64_t e, int) {
+    kt.gemm_w4_panels(w, b, e, x, m, ldx, y, ldy);
+  });
+}
+
 void RmsNorm(const CpuContext& ctx, const float* x, const float* weight, int64_t m, int64_t d,
              float eps, float* out) {
   const auto& kt = cpu::ActiveKernels();

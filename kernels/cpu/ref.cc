@@ -24,6 +24,27 @@ void GemmF16PanelsRef(const PackedF16& w, int64_t p_begin, int64_t p_end, const 
   }
 }
 
+void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
+                     int64_t m, int64_t ldx, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+    const int64_t rows = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    for (int64_t j = 0; j < rows; ++j) {
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t kk = 0; kk < w.k; ++kk) {
+          const int64_t g = (p * groups + kk / w.group) * kPanelRows + j;
+          const uint8_t byte = q[(kk / 2) * kPanelRows + j];
+          const int v = kk % 2 == 0 ? byte & 0xf : byte >> 4;
+          acc += x[i * ldx + kk] * (Fp16ToFp32(w.scale[g]) * (float)v + Fp16ToFp32(w.min[g]));
+        }
+        y[i * ldy + p * kPanelRows + j] = acc;
+      }
+    }
+  }
+}
+
 void RmsNormRowRef(const float* x, const float* weight, int64_t d, float eps, float* out) {
   float ss = 0.0f;
   for (int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
@@ -73,7 +94,7 @@ void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
 }  // namespace
 
 const KernelTable kScalarKernels = {
-    "scalar", GemmF16PanelsRef, RmsNormRowRef, SiluMulRowRef, AttendRef, ToF16Ref,
+    "scalar", GemmF16PanelsRef, GemmW4PanelsRef, RmsNormRowRef, SiluMulRowRef, AttendRef, ToF16Ref,
 };
 
 }  // namespace pdq::cpu

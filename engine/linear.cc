@@ -1,0 +1,102 @@
+// FP16 and W4A16 linear layers over the kernels' packed formats.
+#include "engine/linear.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace pdq {
+
+void WritableLinear::SetBias(int64_t row0, const std::vector<float>& b) {
+  if (bias_.empty()) bias_.assign(out_features(), 0.0f);
+  PDQ_CHECK(row0 + (int64_t)b.size() <= out_features());
+  std::copy(b.begin(), b.end(), bias_.begin() + row0);
+}
+
+void WritableLinear::AddBias(float* y, int64_t m, int64_t ldy) const {
+  if (bias_.empty()) return;
+  for (int64_t i = 0; i < m; ++i) {
+    for (size_t j = 0; j < bias_.size(); ++j) y[i * ldy + j] += bias_[j];
+  }
+}
+
+namespace {
+
+std::vector<float> RoundedToFp16(const float* src, int64_t n) {
+  std::vector<float> out(n);
+  for (int64_t i = 0; i < n; ++i) out[i] = Fp16ToFp32(Fp32ToFp16(src[i]));
+  return out;
+}
+
+class Fp16Linear final : public WritableLinear {
+ public:
+  Fp16Linear(int64_t out, int64_t in) : out_(out), in_(in), packed_(PackedF16Elements(out, in)) {}
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  int64_t weight_bytes() const override { return out_ * in_ * (int64_t)sizeof(fp16_t); }
+  void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
+               int64_t ldy) const override {
+    GemmF16(ctx, PackedF16{packed_.data(), out_, in_}, x, m, ldx, y, ldy);
+    AddBias(y, m, ldy);
+  }
+  void SetRows(int64_t row0, int64_t rows, const float* src) override {
+    PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
+    PackF16Rows(src, row0, rows, in_, packed_.data());
+  }
+
+ private:
+  int64_t out_, in_;
+  std::vector<fp16_t> packed_;
+};
+
+class W4A16Linear final : public WritableLinear {
+ public:
+  W4A16Linear(int64_t out, int64_t in, int group, bool symmetric)
+      : out_(out), in_(in), group_(group), symmetric_(symmetric),
+        q_(PackedW4QBytes(out, in)),
+        scale_(PackedW4ScaleElements(out, in, group)),
+        min_(scale_.size()) {
+    PDQ_CHECK(in % 2 == 0);
+  }
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  int64_t weight_bytes() const override {
+    return out_ * in_ / 2 + out_ * PackedW4Groups(in_, group_) * 2 * (int64_t)sizeof(fp16_t);
+  }
+  void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
+               int64_t ldy) const override {
+    GemmW4A16(ctx, PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_}, x, m,
+              ldx, y, ldy);
+    AddBias(y, m, ldy);
+  }
+  void SetRows(int64_t row0, int64_t rows, const float* src) override {
+    PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
+    const std::vector<float> ref = RoundedToFp16(src, rows * in_);
+    QuantizeW4Rows(ref.data(), row0, rows, in_, group_, symmetric_, q_.data(), scale_.data(),
+                   min_.data());
+  }
+
+ private:
+  int64_t out_, in_;
+  int group_;
+  bool symmetric_;
+  std::vector<uint8_t> q_;
+  std::vector<fp16_t> scale_, min_;
+};
+
+}  // namespace
+
+std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t out, int64_t in) {
+  switch (options.precision) {
+    case Precision::kW4A16:
+      if (in % 2 == 0) {
+        return std::make_unique<W4A16Linear>(out, in, options.w4_group, options.w4_symmetric);
+      }
+      break;  // odd widths cannot pair nibbles; keep them FP16
+    case Precision::kFp16:
+      break;
+  }
+  return std::make_unique<Fp16Linear>(out, in);
+}
+
+}  // namespace pdq

@@ -1,0 +1,35 @@
+// Weight-set backends behind LinearWeights: one class per storage format.
+// The loader fills them row range by row range from fp32 values that are
+// first rounded to FP16, so every precision quantizes the same FP16 reference.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/model.h"
+
+namespace pdq {
+
+class WritableLinear : public LinearWeights {
+ public:
+  // Stores output features [row0, row0 + rows) from row-major fp32 `src`
+  // (rows x in_features). Safe to call concurrently for disjoint panels of 16
+  // rows.
+  virtual void SetRows(int64_t row0, int64_t rows, const float* src) = 0;
+  // Adds a bias to output features [row0, row0 + b.size()).
+  void SetBias(int64_t row0, const std::vector<float>& b);
+
+ protected:
+  void AddBias(float* y, int64_t m, int64_t ldy) const;
+  std::vector<float> bias_;
+};
+
+struct LinearOptions {
+  Precision precision = Precision::kFp16;
+  int w4_group = 128;
+  bool w4_symmetric = false;
+};
+
+std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t out, int64_t in);
+
+}  // namespace pdq
