@@ -269,7 +269,9 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
   const ModelConfig& c = m->config_;
   const int64_t d = c.d_model;
   {
-    std::vector<float> embd = SyntheticTensor("token_embd", (int64_t)c.vocab_size * d, 1.0f);
+    // Small enough that logits have a realistic spread (not one-hot), so KL
+    // and top-1 comparisons between precisions mean something.
+    std::vector<float> embd = SyntheticTensor("token_embd", (int64_t)c.vocab_size * d, 0.25f);
     for (size_t i = 0; i < embd.size(); ++i) m->embedding_[i] = Fp32ToFp16(embd[i]);
     Linear(m->output_)->SetRows(0, c.vocab_size, embd.data());
   }

@@ -1,17 +1,54 @@
-// Windowed perplexity over one model; each window is its own KV sequence.
+// Windowed perplexity, optionally disaggregated (prefill and decode by two
+// weight sets over one KV cache) and compared with a reference model.
 #include "eval/perplexity.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "engine/sampler.h"
 
 namespace pdq {
+namespace {
+
+// log-softmax of one row, in double for the sums.
+void LogSoftmax(const float* logits, int vocab, std::vector<float>* out) {
+  out->resize(vocab);
+  const float max_logit = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int i = 0; i < vocab; ++i) sum += std::exp((double)logits[i] - max_logit);
+  const double log_z = std::log(sum) + max_logit;
+  for (int i = 0; i < vocab; ++i) (*out)[i] = (float)((double)logits[i] - log_z);
+}
+
+// KL(p || q) from log-probabilities.
+double KlDivergence(const std::vector<float>& log_p, const std::vector<float>& log_q) {
+  double kl = 0.0;
+  for (size_t i = 0; i < log_p.size(); ++i) {
+    const double p = std::exp((double)log_p[i]);
+    if (p > 0.0) kl += p * ((double)log_p[i] - (double)log_q[i]);
+  }
+  return std::max(0.0, kl);
+}
+
+absl::Status CheckCompatible(const Model& a, const Model& b, const char* role) {
+  const ModelConfig &x = a.config(), &y = b.config();
+  if (x.vocab_size != y.vocab_size || x.num_layers != y.num_layers ||
+      x.num_kv_heads != y.num_kv_heads || x.head_dim != y.head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", role, " model (", y.name, ") does not match the main model (",
+                     x.name, ") in vocabulary or KV shape"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 double TokenNll(const float* logits, int vocab, int32_t target) {
-  float max_logit = logits[0];
-  for (int i = 1; i < vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  const float max_logit = *std::max_element(logits, logits + vocab);
   double sum = 0.0;
   for (int i = 0; i < vocab; ++i) sum += std::exp((double)logits[i] - max_logit);
   return std::log(sum) + max_logit - logits[target];
@@ -25,6 +62,11 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::stri
                                                    "], got ", options.ctx));
   }
   if (options.max_chunks < 0) return absl::InvalidArgumentError("--chunks must be >= 0");
+  if (options.parallel_windows < 1) {
+    return absl::InvalidArgumentError("parallel windows must be >= 1");
+  }
+  if (options.decode_model) PDQ_RETURN_IF_ERROR(CheckCompatible(model, *options.decode_model, "decode"));
+  if (options.kl_reference) PDQ_RETURN_IF_ERROR(CheckCompatible(model, *options.kl_reference, "reference"));
   const auto start = std::chrono::steady_clock::now();
   const Tokenizer& tok = model.tokenizer();
   const std::vector<int32_t> tokens = tok.Encode(text, tok.add_bos(), /*parse_special=*/false);
@@ -36,32 +78,91 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::stri
   }
   int64_t chunks = (int64_t)tokens.size() / ctx;
   if (options.max_chunks > 0) chunks = std::min(chunks, options.max_chunks);
-  const int64_t first = ctx / 2;
+  const int64_t first = ctx / 2, scored = ctx - 1 - first;
+  const int vocab = c.vocab_size;
+  const int64_t group = options.decode_model ? options.parallel_windows : 1;
 
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(ctx));
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(ctx * group));
+  std::unique_ptr<KvCache> ref_kv;
+  if (options.kl_reference) {
+    PDQ_ASSIGN_OR_RETURN(ref_kv, options.kl_reference->NewKvCache(ctx));
+  }
   PerplexityResult result;
-  double nll_sum = 0.0;
-  Logits logits;
-  std::vector<int32_t> window(ctx);
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    std::copy(tokens.begin() + chunk * ctx, tokens.begin() + (chunk + 1) * ctx, window.begin());
-    if (tok.add_bos() && tok.bos_id() >= 0) window[0] = tok.bos_id();
-    const SeqId seq = kv->AddSequence();
-    // Logits for positions first .. ctx-1; position j predicts token j + 1.
-    BatchEntry entry{seq, window, ctx - first};
-    PDQ_RETURN_IF_ERROR(model.Forward(*kv, {&entry, 1}, &logits));
-    kv->RemoveSequence(seq);
-    for (int64_t j = first; j < ctx - 1; ++j) {
-      nll_sum += TokenNll(logits.Row(0, j - first), c.vocab_size, window[j + 1]);
-      ++result.tokens_scored;
+  result.has_kl = options.kl_reference != nullptr;
+  double nll_sum = 0.0, kl_sum = 0.0;
+  int64_t agree = 0;
+  std::vector<double> kls;
+  Logits logits, ref_logits;
+  std::vector<float> log_p, log_q;
+
+  for (int64_t g0 = 0; g0 < chunks; g0 += group) {
+    const int64_t n_windows = std::min(group, chunks - g0);
+    std::vector<std::vector<int32_t>> windows(n_windows);
+    std::vector<SeqId> seqs(n_windows);
+    for (int64_t w = 0; w < n_windows; ++w) {
+      windows[w].assign(tokens.begin() + (g0 + w) * ctx, tokens.begin() + (g0 + w + 1) * ctx);
+      if (tok.add_bos() && tok.bos_id() >= 0) windows[w][0] = tok.bos_id();
+      seqs[w] = kv->AddSequence();
     }
-    result.chunks = chunk + 1;
-    if (options.progress) {
-      options.progress(chunk + 1, chunks, std::exp(nll_sum / (double)result.tokens_scored));
+    // logit rows for positions first .. ctx-2 of every window: [window][pos][vocab].
+    std::vector<float> rows((size_t)n_windows * scored * vocab);
+    if (options.decode_model == nullptr) {
+      BatchEntry entry{seqs[0], windows[0], ctx - first};
+      PDQ_RETURN_IF_ERROR(model.Forward(*kv, {&entry, 1}, &logits));
+      std::copy(logits.data.begin(), logits.data.begin() + scored * vocab, rows.begin());
+    } else {
+      for (int64_t w = 0; w < n_windows; ++w) {
+        BatchEntry entry{seqs[w], std::span<const int32_t>(windows[w]).first(first), 0};
+        PDQ_RETURN_IF_ERROR(model.Forward(*kv, {&entry, 1}, &logits));
+      }
+      std::vector<BatchEntry> step(n_windows);
+      for (int64_t j = first; j < ctx - 1; ++j) {
+        for (int64_t w = 0; w < n_windows; ++w) {
+          step[w] = BatchEntry{seqs[w], std::span<const int32_t>(windows[w]).subspan(j, 1), 1};
+        }
+        PDQ_RETURN_IF_ERROR(options.decode_model->Forward(*kv, step, &logits));
+        for (int64_t w = 0; w < n_windows; ++w) {
+          std::copy(logits.Row(w, 0), logits.Row(w, 0) + vocab,
+                    rows.begin() + ((w * scored) + (j - first)) * vocab);
+        }
+      }
+    }
+    for (int64_t w = 0; w < n_windows; ++w) {
+      kv->RemoveSequence(seqs[w]);
+      if (options.kl_reference) {
+        const SeqId rs = ref_kv->AddSequence();
+        BatchEntry entry{rs, windows[w], ctx - first};
+        PDQ_RETURN_IF_ERROR(options.kl_reference->Forward(*ref_kv, {&entry, 1}, &ref_logits));
+        ref_kv->RemoveSequence(rs);
+      }
+      for (int64_t j = first; j < ctx - 1; ++j) {
+        const float* row = rows.data() + ((w * scored) + (j - first)) * vocab;
+        nll_sum += TokenNll(row, vocab, windows[w][j + 1]);
+        ++result.tokens_scored;
+        if (options.kl_reference) {
+          const float* ref = ref_logits.Row(0, j - first);
+          LogSoftmax(ref, vocab, &log_p);
+          LogSoftmax(row, vocab, &log_q);
+          const double kl = KlDivergence(log_p, log_q);
+          kl_sum += kl;
+          kls.push_back(kl);
+          agree += Argmax(ref, vocab) == Argmax(row, vocab);
+        }
+      }
+      result.chunks = g0 + w + 1;
+      if (options.progress) {
+        options.progress(result.chunks, chunks, std::exp(nll_sum / (double)result.tokens_scored));
+      }
     }
   }
   result.nll_mean = nll_sum / (double)result.tokens_scored;
   result.ppl = std::exp(result.nll_mean);
+  if (result.has_kl) {
+    result.kl_mean = kl_sum / (double)kls.size();
+    std::sort(kls.begin(), kls.end());
+    result.kl_p99 = kls[std::min(kls.size() - 1, (size_t)std::ceil(0.99 * (double)kls.size()) - 1)];
+    result.top1_agreement = (double)agree / (double)kls.size();
+  }
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

@@ -2,6 +2,12 @@
 // with published ones: tokenize the whole text, cut non-overlapping windows
 // of ctx tokens (the first replaced by BOS when the tokenizer adds one), and
 // score only the second half of each window.
+//
+// Disaggregated mode (a decode model is given) does what a prefill/decode
+// split deployment does: each window's first half is prefilled by the main
+// model, and the second half is fed token by token to the decode model,
+// which reads the KV cache the main model wrote. With a KL reference the
+// same positions are also compared with the reference model's distributions.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +21,10 @@ namespace pdq {
 
 struct PerplexityOptions {
   int ctx = 512;
-  int64_t max_chunks = 0;  // 0: every full window in the text
+  int64_t max_chunks = 0;         // 0: every full window in the text
+  Model* decode_model = nullptr;  // disaggregated mode when set
+  Model* kl_reference = nullptr;  // also KL divergence and top-1 agreement
+  int parallel_windows = 8;       // windows decoded as one batch (disaggregated mode)
   // Called after each chunk with (chunks done, chunks total, running ppl).
   std::function<void(int64_t, int64_t, double)> progress;
 };
@@ -26,10 +35,14 @@ struct PerplexityResult {
   int64_t tokens_scored = 0;
   int64_t chunks = 0;
   double seconds = 0;
+  bool has_kl = false;
+  double kl_mean = 0;  // mean KL(reference || model) in nats
+  double kl_p99 = 0;   // 99th percentile of the per-token KL
+  double top1_agreement = 0;  // fraction of positions with the same argmax
 };
 
-// InvalidArgument when ctx is out of range or the text is shorter than two
-// windows.
+// InvalidArgument when ctx is out of range, the text is shorter than two
+// windows, or the models do not share a tokenizer and shape.
 absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::string& text,
                                                    const PerplexityOptions& options);
 

@@ -181,6 +181,62 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticModelTest,
                            return name;
                          });
 
+std::string RepeatedText(int copies) {
+  std::string text;
+  for (int i = 0; i < copies; ++i) text += "Pack my box with five dozen liquor jugs. ";
+  return text;
+}
+
+TEST(PerplexityTest, DisaggregatedWithOneModelMatchesWholeWindows) {
+  auto model = LoadOrDie("synthetic:tiny");
+  ASSERT_NE(model, nullptr);
+  PerplexityOptions o;
+  o.ctx = 64;
+  o.max_chunks = 5;
+  auto whole = ComputePerplexity(*model, RepeatedText(20), o);
+  o.decode_model = model.get();
+  o.parallel_windows = 3;  // 5 windows: a batch of 3, then of 2
+  o.kl_reference = model.get();
+  auto split = ComputePerplexity(*model, RepeatedText(20), o);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  ASSERT_TRUE(split.ok()) << split.status();
+  EXPECT_EQ(whole->tokens_scored, 5 * 31);
+  EXPECT_EQ(split->tokens_scored, whole->tokens_scored);
+  EXPECT_NEAR(split->nll_mean, whole->nll_mean, 1e-4);
+  EXPECT_LT(split->kl_mean, 1e-6);
+  EXPECT_DOUBLE_EQ(split->top1_agreement, 1.0);
+}
+
+TEST(PerplexityTest, QuantizedDecodeShowsDivergenceFromTheReference) {
+  auto fp16 = LoadOrDie("synthetic:tiny"), w4 = LoadOrDie("synthetic:tiny@w4a16");
+  ASSERT_NE(fp16, nullptr);
+  ASSERT_NE(w4, nullptr);
+  PerplexityOptions o;
+  o.ctx = 64;
+  o.max_chunks = 2;
+  o.decode_model = w4.get();
+  o.kl_reference = fp16.get();
+  auto r = ComputePerplexity(*fp16, RepeatedText(10), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->has_kl);
+  EXPECT_GT(r->kl_mean, 1e-6);
+  EXPECT_GE(r->kl_p99, r->kl_mean);
+  EXPECT_GT(r->top1_agreement, 0.0);
+  EXPECT_LE(r->top1_agreement, 1.0);
+}
+
+TEST(PerplexityTest, RejectsMismatchedModels) {
+  auto tiny = LoadOrDie("synthetic:tiny");
+  auto other = LoadOrDie("synthetic:smollm2-135m", 2);
+  ASSERT_NE(tiny, nullptr);
+  ASSERT_NE(other, nullptr);
+  PerplexityOptions o;
+  o.ctx = 64;
+  o.decode_model = other.get();
+  auto r = ComputePerplexity(*tiny, RepeatedText(10), o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ModelTest, GenerateRejectsBadInput) {
   auto model = LoadOrDie("synthetic:tiny");
   ASSERT_NE(model, nullptr);

@@ -22,7 +22,9 @@ struct ModelFlags {
   int64_t group_size = 128;
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.
-  absl::StatusOr<std::unique_ptr<Model>> Load(bool quiet) const;
+  // `precision_override`, when not empty, replaces --precision.
+  absl::StatusOr<std::unique_ptr<Model>> Load(bool quiet,
+                                              const std::string& precision_override = "") const;
 };
 
 std::string DefaultModelPath();

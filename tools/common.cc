@@ -25,8 +25,11 @@ void ModelFlags::Register(FlagParser& flags) {
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
 }
 
-absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(bool quiet) const {
-  PDQ_ASSIGN_OR_RETURN(const Precision p, ParsePrecision(precision));
+absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
+    bool quiet, const std::string& precision_override) const {
+  PDQ_ASSIGN_OR_RETURN(const Precision p, ParsePrecision(precision_override.empty()
+                                                             ? precision
+                                                             : precision_override));
   if (model.rfind("synthetic:", 0) != 0 && !std::filesystem::exists(model)) {
     return absl::NotFoundError(absl::StrCat(
         "model file '", model, "' not found",

@@ -23,8 +23,19 @@ int PerplexityCommand(int argc, char** argv) {
   flags.String("text", &text_path, "UTF-8 text file to score (required)");
   flags.Int("ctx", &ctx, 4, 1 << 20, "window length in tokens");
   flags.Int("chunks", &chunks, 0, INT64_MAX, "score at most this many windows; 0: all");
+  std::string prefill_precision, decode_precision, kl_reference;
+  flags.String("prefill-precision", &prefill_precision,
+               "disaggregated: prefill each window's first half at this precision");
+  flags.String("decode-precision", &decode_precision,
+               "disaggregated: score the second half token by token at this precision, "
+               "reading the prefill's KV cache");
+  flags.String("kl-reference", &kl_reference,
+               "also report KL divergence and top-1 agreement against this precision");
   flags.Bool("json", &json, "print one JSON object");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  const bool disaggregated = !prefill_precision.empty() || !decode_precision.empty();
+  if (prefill_precision.empty()) prefill_precision = mf.precision;
+  if (decode_precision.empty()) decode_precision = mf.precision;
   if (text_path.empty()) return Fail("perplexity", absl::InvalidArgumentError("--text is required"));
   std::ifstream in(text_path, std::ios::binary);
   if (!in) {
@@ -34,9 +45,25 @@ int PerplexityCommand(int argc, char** argv) {
   std::stringstream buffer;
   buffer << in.rdbuf();
 
-  auto model = mf.Load(/*quiet=*/false);
+  auto model = mf.Load(/*quiet=*/false, prefill_precision);
   if (!model.ok()) return Fail("perplexity", model.status());
   PerplexityOptions options;
+  std::unique_ptr<Model> decode_model, reference;
+  if (disaggregated) {
+    options.decode_model = model->get();
+    if (decode_precision != prefill_precision) {
+      auto loaded = mf.Load(false, decode_precision);
+      if (!loaded.ok()) return Fail("perplexity", loaded.status());
+      decode_model = std::move(*loaded);
+      options.decode_model = decode_model.get();
+    }
+  }
+  if (!kl_reference.empty()) {
+    auto loaded = mf.Load(false, kl_reference);
+    if (!loaded.ok()) return Fail("perplexity", loaded.status());
+    reference = std::move(*loaded);
+    options.kl_reference = reference.get();
+  }
   options.ctx = (int)ctx;
   options.max_chunks = chunks;
   const auto start = std::chrono::steady_clock::now();
@@ -57,12 +84,25 @@ int PerplexityCommand(int argc, char** argv) {
     j["chunks"] = result->chunks;
     j["seconds"] = result->seconds;
     j["ctx"] = ctx;
-    j["precision"] = mf.precision;
+    j["prefill_precision"] = prefill_precision;
+    j["decode_precision"] = decode_precision;
+    j["disaggregated"] = disaggregated;
+    if (result->has_kl) {
+      j["kl_reference"] = kl_reference;
+      j["kl_mean"] = result->kl_mean;
+      j["kl_p99"] = result->kl_p99;
+      j["top1_agreement"] = result->top1_agreement;
+    }
     std::puts(j.dump().c_str());
   } else {
     std::printf("perplexity %.4f (mean NLL %.5f) over %lld tokens in %lld chunks of %lld; %.1f s\n",
                 result->ppl, result->nll_mean, (long long)result->tokens_scored,
                 (long long)result->chunks, (long long)ctx, result->seconds);
+    if (result->has_kl) {
+      std::printf("vs %s: KL mean %.5f, KL p99 %.5f, top-1 agreement %.2f%%\n",
+                  kl_reference.c_str(), result->kl_mean, result->kl_p99,
+                  100 * result->top1_agreement);
+    }
   }
   return 0;
 }
