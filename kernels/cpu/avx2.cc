@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/isa.h"
 
@@ -98,15 +99,17 @@ inline void PanelDirect(const float* x, int64_t ldx, const fp16_t* panel, int64_
   }
 }
 
-// The 6x16 register tile over an fp32 k-block of one panel (b: kc x 16).
+// The 6x16 register tile over an fp32 k-block of one panel (b: kc x 16);
+// c rows are ldc floats apart.
 template <int MR>
-inline void Tile(const float* x, int64_t ldx, const float* b, int64_t kc, float* c, bool load_c) {
+inline void Tile(const float* x, int64_t ldx, const float* b, int64_t kc, float* c, int64_t ldc,
+                 bool load_c) {
   __m256 acc[MR][2];
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
     if (load_c) {
-      acc[r][0] = _mm256_load_ps(c + r * 16);
-      acc[r][1] = _mm256_load_ps(c + r * 16 + 8);
+      acc[r][0] = _mm256_loadu_ps(c + r * ldc);
+      acc[r][1] = _mm256_loadu_ps(c + r * ldc + 8);
     } else {
       acc[r][0] = acc[r][1] = _mm256_setzero_ps();
     }
@@ -122,8 +125,8 @@ inline void Tile(const float* x, int64_t ldx, const float* b, int64_t kc, float*
   }
 #pragma GCC unroll 6
   for (int r = 0; r < MR; ++r) {
-    _mm256_store_ps(c + r * 16, acc[r][0]);
-    _mm256_store_ps(c + r * 16 + 8, acc[r][1]);
+    _mm256_storeu_ps(c + r * ldc, acc[r][0]);
+    _mm256_storeu_ps(c + r * ldc + 8, acc[r][1]);
   }
 }
 
@@ -132,14 +135,46 @@ constexpr int kMr = 6;
 constexpr int64_t kMc = 96;   // rows per accumulator block (6 KiB of c)
 
 void TileAny(int mr, const float* x, int64_t ldx, const float* b, int64_t kc, float* c,
-             bool load_c) {
+             int64_t ldc, bool load_c) {
   switch (mr) {
-    case 6: Tile<6>(x, ldx, b, kc, c, load_c); break;
-    case 5: Tile<5>(x, ldx, b, kc, c, load_c); break;
-    case 4: Tile<4>(x, ldx, b, kc, c, load_c); break;
-    case 3: Tile<3>(x, ldx, b, kc, c, load_c); break;
-    case 2: Tile<2>(x, ldx, b, kc, c, load_c); break;
-    default: Tile<1>(x, ldx, b, kc, c, load_c); break;
+    case 6: Tile<6>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 5: Tile<5>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 4: Tile<4>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 3: Tile<3>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 2: Tile<2>(x, ldx, b, kc, c, ldc, load_c); break;
+    default: Tile<1>(x, ldx, b, kc, c, ldc, load_c); break;
+  }
+}
+
+// Blocked GEMM for many rows over panels [p_begin, p_end): a block of rows
+// of x small enough to stay in L2 meets every panel in turn; each panel's
+// fp32 k-slice, made by fill(p, k0, kc, b), sits in L1 while the 6x16 tiles
+// accumulate into a small local C block.
+template <typename FillB>
+void BlockedGemm(int64_t n, int64_t k, int64_t p_begin, int64_t p_end, const float* x,
+                 int64_t m, int64_t ldx, float* y, int64_t ldy, const FillB& fill) {
+  alignas(64) float b[kKc * kPanelRows];
+  alignas(64) float c[kMc * kPanelRows];
+  // Rows per block: about 256 KiB of x, a multiple of the tile height.
+  const int64_t rows_in_l2 = std::max<int64_t>(kMr, (256 << 10) / (4 * k) / kMr * kMr);
+  const int64_t block = std::min(kMc, rows_in_l2);
+  for (int64_t m0 = 0; m0 < m; m0 += block) {
+    const int64_t mc = std::min(block, m - m0);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+        const int64_t kc = std::min(kKc, k - k0);
+        fill(p, k0, kc, b);
+        for (int64_t r = 0; r < mc; r += kMr) {
+          const int mr = (int)std::min<int64_t>(kMr, mc - r);
+          TileAny(mr, x + (m0 + r) * ldx + k0, ldx, b, kc, c + r * kPanelRows, kPanelRows,
+                  k0 != 0);
+        }
+      }
+      const int cols = (int)std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+      for (int64_t r = 0; r < mc; ++r) {
+        std::memcpy(y + (m0 + r) * ldy + p * kPanelRows, c + r * kPanelRows, cols * sizeof(float));
+      }
+    }
   }
 }
 
@@ -159,30 +194,14 @@ void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const
     }
     return;
   }
-  // Larger m: convert each panel k-block to fp32 once, reuse it for every row.
-  alignas(64) float b[kKc * kPanelRows];
-  alignas(64) float c[kMc * kPanelRows];
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    const fp16_t* panel = w.data + p * w.k * kPanelRows;
-    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    for (int64_t m0 = 0; m0 < m; m0 += kMc) {
-      const int64_t mc = std::min(kMc, m - m0);
-      for (int64_t k0 = 0; k0 < w.k; k0 += kKc) {
-        const int64_t kc = std::min(kKc, w.k - k0);
-        for (int64_t i = 0; i < kc * kPanelRows; i += 8) {
-          _mm256_store_ps(b + i, LoadF16x8(panel + k0 * kPanelRows + i));
-        }
-        for (int64_t r = 0; r < mc; r += kMr) {
-          const int mr = (int)std::min<int64_t>(kMr, mc - r);
-          TileAny(mr, x + (m0 + r) * ldx + k0, ldx, b, kc, c + r * kPanelRows, k0 != 0);
-        }
-      }
-      for (int64_t r = 0; r < mc; ++r) {
-        float* dst = y + (m0 + r) * ldy + p * kPanelRows;
-        for (int j = 0; j < cols; ++j) dst[j] = c[r * kPanelRows + j];
-      }
-    }
-  }
+  // Larger m: convert each panel k-slice to fp32 once per row block.
+  BlockedGemm(w.n, w.k, p_begin, p_end, x, m, ldx, y, ldy,
+              [&](int64_t p, int64_t k0, int64_t kc, float* b) {
+                const fp16_t* src = w.data + (p * w.k + k0) * kPanelRows;
+                for (int64_t i = 0; i < kc * kPanelRows; i += 8) {
+                  _mm256_store_ps(b + i, LoadF16x8(src + i));
+                }
+              });
 }
 
 // ---- W4A16 ------------------------------------------------------------------
@@ -279,42 +298,30 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const f
     }
     return;
   }
-  // Larger m: dequantize each panel k-block to fp32 once and reuse it.
-  alignas(64) float b[kKc * kPanelRows];
-  alignas(64) float c[kMc * kPanelRows];
+  // Larger m: dequantize each panel k-slice to fp32 once per row block.
   const __m256 k1024 = _mm256_set1_ps(1024.0f);
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
-    const fp16_t* sp = w.scale + p * groups * kPanelRows;
-    const fp16_t* mp = w.min + p * groups * kPanelRows;
-    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    for (int64_t m0 = 0; m0 < m; m0 += kMc) {
-      const int64_t mc = std::min(kMc, m - m0);
-      for (int64_t k0 = 0; k0 < w.k; k0 += kKc) {
-        const int64_t kc = std::min(kKc, w.k - k0);
-        for (int64_t t = k0 / 2; t < (k0 + kc) / 2; ++t) {
-          const int64_t g = 2 * t / w.group;
-          const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
-          const __m256 b0 = _mm256_fnmadd_ps(k1024, s0, LoadF16x8(mp + g * kPanelRows));
-          const __m256 b1 = _mm256_fnmadd_ps(k1024, s1, LoadF16x8(mp + g * kPanelRows + 8));
-          const W4Pair wp = LoadW4Pair(q + t * kPanelRows);
-          float* dst = b + (2 * t - k0) * kPanelRows;
-          _mm256_store_ps(dst, _mm256_fmadd_ps(s0, wp.a0, b0));
-          _mm256_store_ps(dst + 8, _mm256_fmadd_ps(s1, wp.a1, b1));
-          _mm256_store_ps(dst + 16, _mm256_fmadd_ps(s0, wp.b0, b0));
-          _mm256_store_ps(dst + 24, _mm256_fmadd_ps(s1, wp.b1, b1));
-        }
-        for (int64_t r = 0; r < mc; r += kMr) {
-          const int mr = (int)std::min<int64_t>(kMr, mc - r);
-          TileAny(mr, x + (m0 + r) * ldx + k0, ldx, b, kc, c + r * kPanelRows, k0 != 0);
-        }
-      }
-      for (int64_t r = 0; r < mc; ++r) {
-        float* dst = y + (m0 + r) * ldy + p * kPanelRows;
-        for (int j = 0; j < cols; ++j) dst[j] = c[r * kPanelRows + j];
-      }
-    }
-  }
+  BlockedGemm(w.n, w.k, p_begin, p_end, x, m, ldx, y, ldy,
+              [&](int64_t p, int64_t k0, int64_t kc, float* b) {
+                const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+                const fp16_t* sp = w.scale + p * groups * kPanelRows;
+                const fp16_t* mp = w.min + p * groups * kPanelRows;
+                // Groups (32, 64 or 128 inputs) never straddle a 256-input slice.
+                for (int64_t g0 = k0; g0 < k0 + kc; g0 += w.group) {
+                  const int64_t g = g0 / w.group, g1 = std::min<int64_t>(k0 + kc, g0 + w.group);
+                  const __m256 s0 = LoadF16x8(sp + g * kPanelRows);
+                  const __m256 s1 = LoadF16x8(sp + g * kPanelRows + 8);
+                  const __m256 b0 = _mm256_fnmadd_ps(k1024, s0, LoadF16x8(mp + g * kPanelRows));
+                  const __m256 b1 = _mm256_fnmadd_ps(k1024, s1, LoadF16x8(mp + g * kPanelRows + 8));
+                  for (int64_t t = g0 / 2; t < g1 / 2; ++t) {
+                    const W4Pair wp = LoadW4Pair(q + t * kPanelRows);
+                    float* dst = b + (2 * t - k0) * kPanelRows;
+                    _mm256_store_ps(dst, _mm256_fmadd_ps(s0, wp.a0, b0));
+                    _mm256_store_ps(dst + 8, _mm256_fmadd_ps(s1, wp.a1, b1));
+                    _mm256_store_ps(dst + 16, _mm256_fmadd_ps(s0, wp.b0, b0));
+                    _mm256_store_ps(dst + 24, _mm256_fmadd_ps(s1, wp.b1, b1));
+                  }
+                }
+              });
 }
 
 // ---- Elementwise ------------------------------------------------------------
