@@ -392,7 +392,7 @@ absl::Status Model::Forward(KvCache& kv, std::span<const BatchEntry> batch, Logi
   fit(w.gate_up, total * 2 * f);
   fit(w.act, total * f);
   fit(w.rows, logit_rows * d);
-  fit(w.scratch, AttentionScratchFloats(ctx_, max_pos));
+  fit(w.scratch, AttentionScratchFloats(ctx_, max_pos, c.num_heads, c.head_dim));
   w.positions.resize(total);
 
   // Embedding and positions.

@@ -103,8 +103,9 @@ void KvWrite(const KvLayerView& layer, const int32_t* block_table, const int32_t
 // Causal attention for m new query rows of one sequence at positions
 // first_pos .. first_pos + m - 1, whose K/V are already in the cache.
 // q rows are q_stride floats apart ([heads][head_dim]); out rows out_stride.
-// scratch: AttentionScratchFloats(ctx, first_pos + m) floats.
-int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions);
+// scratch: AttentionScratchFloats(ctx, first_pos + m, heads, head_dim) floats.
+int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions, int heads,
+                               int head_dim);
 void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* block_table,
                int64_t first_pos, int64_t m, const float* q, int64_t q_stride, int heads,
                float scale, float* out, int64_t out_stride, float* scratch);

@@ -181,17 +181,21 @@ TEST(KernelsTest, AttendMatchesReference) {
   std::mt19937 rng(6);
   for (const KernelTable* kt : FastTables()) {
     for (int head_dim : {8, 24, 64, 128}) {
-      for (int64_t n_pos : {1, 15, 16, 17, 100}) {
-        auto layer = MakeLayer(2, head_dim, n_pos, rng);
-        auto q = Random(head_dim, rng);
-        std::vector<float> want(head_dim), got(head_dim), scratch(n_pos);
-        const float scale = 1.0f / std::sqrt((float)head_dim);
-        cpu::kScalarKernels.attend(layer.view, layer.table.data(), n_pos, 1, q.data(), scale,
-                                   want.data(), scratch.data());
-        kt->attend(layer.view, layer.table.data(), n_pos, 1, q.data(), scale, got.data(),
-                   scratch.data());
-        for (int i = 0; i < head_dim; ++i) {
-          ASSERT_NEAR(got[i], want[i], 1e-4f) << kt->name << " d=" << head_dim << " n=" << n_pos;
+      for (int group : {1, 3}) {
+        for (int64_t n_pos : {1, 7, 15, 16, 17, 100}) {
+          auto layer = MakeLayer(2, head_dim, n_pos, rng);
+          auto q = Random(group * head_dim, rng);
+          std::vector<float> want(group * head_dim), got(group * head_dim);
+          std::vector<float> scratch(cpu::AttendScratch(n_pos, group, head_dim));
+          const float scale = 1.0f / std::sqrt((float)head_dim);
+          cpu::kScalarKernels.attend(layer.view, layer.table.data(), n_pos, 1, group, q.data(),
+                                     scale, want.data(), scratch.data());
+          kt->attend(layer.view, layer.table.data(), n_pos, 1, group, q.data(), scale,
+                     got.data(), scratch.data());
+          for (int i = 0; i < group * head_dim; ++i) {
+            ASSERT_NEAR(got[i], want[i], 1e-4f)
+                << kt->name << " d=" << head_dim << " group=" << group << " n=" << n_pos;
+          }
         }
       }
     }
@@ -217,7 +221,7 @@ TEST(KernelsTest, CausalGqaAttentionMatchesDenseComputation) {
   auto q = Random(m * heads * d, rng);
   ThreadPool pool(2);
   CpuContext ctx{&pool};
-  std::vector<float> out(m * heads * d), scratch(AttentionScratchFloats(ctx, total));
+  std::vector<float> out(m * heads * d), scratch(AttentionScratchFloats(ctx, total, heads, d));
   Attention(ctx, l.view, l.table.data(), first, m, q.data(), heads * d, heads, 0.25f, out.data(),
             heads * d, scratch.data());
   for (int64_t i = 0; i < m; ++i) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/isa.h"
 
@@ -375,65 +376,119 @@ void ToF16Avx2(const float* src, int64_t n, fp16_t* dst) {
 
 // ---- Attention ----------------------------------------------------------------
 
-// head_dim must be a multiple of 8 here; other sizes use the reference.
+// Sums each of 8 vectors: lane t of the result is the sum of v[t].
+inline __m256 Reduce8(const __m256 v[8]) {
+  const __m256 a = _mm256_hadd_ps(v[0], v[1]), b = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 c = _mm256_hadd_ps(v[4], v[5]), d = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+  // ab = [s0 s1 s2 s3 | s0' s1' s2' s3'] (halves of each sum), same for cd.
+  const __m256 lo = _mm256_permute2f128_ps(ab, cd, 0x20), hi = _mm256_permute2f128_ps(ab, cd, 0x31);
+  return _mm256_add_ps(lo, hi);
+}
+
+// The heads of one GQA group share every K and V row, so each block of 16
+// keys is converted to fp32 once and reused by all of them; scores for 8 keys
+// are reduced together instead of one horizontal sum per key.
+// head_dim must be a multiple of 8 (up to 256); other sizes use the reference.
 void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
-                const float* q, float scale, float* out, float* scores) {
+                int group, const float* q, float scale, float* out, float* scratch) {
   const int d = layer.head_dim;
-  if (d % 8 != 0 || d > 256) {
-    kScalarKernels.attend(layer, block_table, n_pos, kv_head, q, scale, out, scores);
+  if (d % 8 != 0 || d > 256 || layer.block_tokens != 16) {
+    kScalarKernels.attend(layer, block_table, n_pos, kv_head, group, q, scale, out, scratch);
     return;
   }
   const int dv = d / 8;
-  __m256 qv[32];
-  for (int i = 0; i < dv; ++i) qv[i] = _mm256_mul_ps(_mm256_loadu_ps(q + 8 * i), _mm256_set1_ps(scale));
+  const int64_t stride = n_pos + 16;
+  float* scores = scratch;                    // [group][stride]
+  // 16 x d fp32 rows (K, then V), 32-byte aligned for the vector stores.
+  float* rows = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(scratch + group * stride) + 31) & ~uintptr_t{31});
   const int64_t head_stride = (int64_t)layer.block_tokens * d;
   const int64_t block_stride = head_stride * layer.kv_heads;
-  float max_score = -INFINITY;
-  for (int64_t j0 = 0; j0 < n_pos; j0 += layer.block_tokens) {
-    const fp16_t* kb = layer.k + block_table[j0 / layer.block_tokens] * block_stride +
-                       kv_head * head_stride;
-    const int64_t nj = std::min<int64_t>(layer.block_tokens, n_pos - j0);
-    for (int64_t j = 0; j < nj; ++j) {
-      const fp16_t* k = kb + j * d;
-      __m256 a0 = _mm256_mul_ps(qv[0], LoadF16x8(k));
-      __m256 a1 = _mm256_setzero_ps();
-      for (int i = 1; i + 1 < dv; i += 2) {
-        a1 = _mm256_fmadd_ps(qv[i], LoadF16x8(k + 8 * i), a1);
-        a0 = _mm256_fmadd_ps(qv[i + 1], LoadF16x8(k + 8 * i + 8), a0);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  auto convert_block = [&](const fp16_t* base, int64_t j0, int64_t nj) {
+    const fp16_t* src = base + block_table[j0 / 16] * block_stride + kv_head * head_stride;
+    for (int64_t i = 0; i < nj * d; i += 8) _mm256_store_ps(rows + i, LoadF16x8(src + i));
+  };
+
+  std::vector<float> max_score(group, -INFINITY);
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    convert_block(layer.k, j0, nj);
+    for (int h = 0; h < group; ++h) {
+      const float* qh = q + h * d;
+      float* sh = scores + h * stride + j0;
+      int64_t j = 0;
+      for (; j + 8 <= nj; j += 8) {
+        __m256 acc[8];
+        for (int t = 0; t < 8; ++t) acc[t] = _mm256_setzero_ps();
+        for (int v = 0; v < dv; ++v) {
+          const __m256 qv = _mm256_loadu_ps(qh + 8 * v);
+#pragma GCC unroll 8
+          for (int t = 0; t < 8; ++t) {
+            acc[t] = _mm256_fmadd_ps(qv, _mm256_load_ps(rows + (j + t) * d + 8 * v), acc[t]);
+          }
+        }
+        _mm256_storeu_ps(sh + j, _mm256_mul_ps(Reduce8(acc), vscale));
       }
-      if (dv % 2 == 0) a1 = _mm256_fmadd_ps(qv[dv - 1], LoadF16x8(k + 8 * (dv - 1)), a1);
-      const float s = HorizontalSum(_mm256_add_ps(a0, a1));
-      scores[j0 + j] = s;
-      max_score = std::max(max_score, s);
+      for (; j < nj; ++j) {
+        __m256 acc = _mm256_setzero_ps();
+        for (int v = 0; v < dv; ++v) {
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * v), _mm256_load_ps(rows + j * d + 8 * v), acc);
+        }
+        sh[j] = HorizontalSum(acc) * scale;
+      }
+      for (j = 0; j < nj; ++j) max_score[h] = std::max(max_score[h], sh[j]);
     }
   }
-  const __m256 vmax = _mm256_set1_ps(max_score);
-  __m256 vsum = _mm256_setzero_ps();
-  int64_t j = 0;
-  for (; j + 8 <= n_pos; j += 8) {
-    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmax));
-    _mm256_storeu_ps(scores + j, e);
-    vsum = _mm256_add_ps(vsum, e);
+
+  std::vector<float> inv_sum(group);
+  for (int h = 0; h < group; ++h) {
+    float* sh = scores + h * stride;
+    const __m256 vmax = _mm256_set1_ps(max_score[h]);
+    __m256 vsum = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n_pos; j += 8) {
+      const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(sh + j), vmax));
+      _mm256_storeu_ps(sh + j, e);
+      vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = HorizontalSum(vsum);
+    for (; j < n_pos; ++j) {
+      sh[j] = std::exp(sh[j] - max_score[h]);
+      sum += sh[j];
+    }
+    inv_sum[h] = 1.0f / sum;
+    for (int i = 0; i < d; ++i) out[h * d + i] = 0.0f;
   }
-  float sum = HorizontalSum(vsum);
-  for (; j < n_pos; ++j) {
-    scores[j] = std::exp(scores[j] - max_score);
-    sum += scores[j];
-  }
-  __m256 acc[32];
-  for (int i = 0; i < dv; ++i) acc[i] = _mm256_setzero_ps();
-  for (int64_t j0 = 0; j0 < n_pos; j0 += layer.block_tokens) {
-    const fp16_t* vb = layer.v + block_table[j0 / layer.block_tokens] * block_stride +
-                       kv_head * head_stride;
-    const int64_t nj = std::min<int64_t>(layer.block_tokens, n_pos - j0);
-    for (int64_t jj = 0; jj < nj; ++jj) {
-      const __m256 p = _mm256_broadcast_ss(scores + j0 + jj);
-      const fp16_t* v = vb + jj * d;
-      for (int i = 0; i < dv; ++i) acc[i] = _mm256_fmadd_ps(p, LoadF16x8(v + 8 * i), acc[i]);
+
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    convert_block(layer.v, j0, nj);
+    for (int h = 0; h < group; ++h) {
+      const float* ph = scores + h * stride + j0;
+      float* oh = out + h * d;
+      // Up to 8 output vectors live in registers at a time.
+      for (int v0 = 0; v0 < dv; v0 += 8) {
+        const int nv = std::min(8, dv - v0);
+        __m256 acc[8];
+        for (int v = 0; v < nv; ++v) acc[v] = _mm256_loadu_ps(oh + 8 * (v0 + v));
+        for (int64_t j = 0; j < nj; ++j) {
+          const __m256 p = _mm256_broadcast_ss(ph + j);
+          for (int v = 0; v < nv; ++v) {
+            acc[v] = _mm256_fmadd_ps(p, _mm256_load_ps(rows + j * d + 8 * (v0 + v)), acc[v]);
+          }
+        }
+        for (int v = 0; v < nv; ++v) _mm256_storeu_ps(oh + 8 * (v0 + v), acc[v]);
+      }
     }
   }
-  const __m256 inv = _mm256_set1_ps(1.0f / sum);
-  for (int i = 0; i < dv; ++i) _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], inv));
+  for (int h = 0; h < group; ++h) {
+    const __m256 inv = _mm256_set1_ps(inv_sum[h]);
+    for (int v = 0; v < dv; ++v) {
+      _mm256_storeu_ps(out + h * d + 8 * v, _mm256_mul_ps(_mm256_loadu_ps(out + h * d + 8 * v), inv));
+    }
+  }
 }
 
 }  // namespace

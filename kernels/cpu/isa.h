@@ -18,13 +18,18 @@ struct KernelTable {
                          int64_t m, int64_t ldx, float* y, int64_t ldy);
   void (*rms_norm_row)(const float* x, const float* weight, int64_t d, float eps, float* out);
   void (*silu_mul_row)(const float* gate, const float* up, int64_t f, float* out);
-  // One query head against positions [0, n_pos) of kv head `kv_head`.
-  // scratch holds n_pos floats.
+  // The `group` query heads that share kv head `kv_head` (contiguous in q and
+  // out) against positions [0, n_pos). scratch: AttendScratch(...) floats.
   void (*attend)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                 int kv_head, const float* q, float scale, float* out, float* scratch);
+                 int kv_head, int group, const float* q, float scale, float* out,
+                 float* scratch);
   // Converts n floats to fp16 (round to nearest even).
   void (*to_f16)(const float* src, int64_t n, fp16_t* dst);
 };
+
+inline int64_t AttendScratch(int64_t n_pos, int group, int head_dim) {
+  return group * (n_pos + 16) + 2 * 16 * (int64_t)head_dim + 8;  // + 8: alignment slack
+}
 
 extern const KernelTable kScalarKernels;
 extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA+F16C

@@ -122,8 +122,9 @@ void KvWrite(const KvLayerView& layer, const int32_t* block_table, const int32_t
   }
 }
 
-int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions) {
-  return (int64_t)ctx.num_threads() * (max_positions + 16);
+int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions, int heads,
+                               int head_dim) {
+  return (int64_t)ctx.num_threads() * cpu::AttendScratch(max_positions, heads, head_dim);
 }
 
 void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* block_table,
@@ -131,19 +132,20 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* b
                float scale, float* out, int64_t out_stride, float* scratch) {
   const auto& kt = cpu::ActiveKernels();
   const int group = heads / layer.kv_heads;
-  const int64_t per_thread = first_pos + m + 16;
+  const int64_t per_thread = cpu::AttendScratch(first_pos + m, group, layer.head_dim);
+  const int64_t items = m * layer.kv_heads;
   // Causal rows grow in cost, so threads take rows round-robin, not in ranges.
   auto body = [&](int t, int threads) {
-    float* scores = scratch + t * per_thread;
-    for (int64_t item = t; item < m * heads; item += threads) {
-      const int64_t i = item / heads;
-      const int h = (int)(item % heads);
-      kt.attend(layer, block_table, first_pos + i + 1, h / group,
-                q + i * q_stride + (int64_t)h * layer.head_dim, scale,
-                out + i * out_stride + (int64_t)h * layer.head_dim, scores);
+    float* scratch_t = scratch + t * per_thread;
+    for (int64_t item = t; item < items; item += threads) {
+      const int64_t i = item / layer.kv_heads;
+      const int g = (int)(item % layer.kv_heads);
+      const int64_t head_off = (int64_t)g * group * layer.head_dim;
+      kt.attend(layer, block_table, first_pos + i + 1, g, group, q + i * q_stride + head_off,
+                scale, out + i * out_stride + head_off, scratch_t);
     }
   };
-  if (ctx.pool == nullptr || m * heads < 2) {
+  if (ctx.pool == nullptr || items < 2) {
     body(0, 1);
   } else {
     ctx.pool->Run([&](int t) { body(t, ctx.pool->size()); });

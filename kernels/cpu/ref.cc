@@ -63,8 +63,8 @@ const fp16_t* KvRow(const fp16_t* base, const KvLayerView& layer, const int32_t*
   return base + ((block * layer.kv_heads + kv_head) * layer.block_tokens + slot) * layer.head_dim;
 }
 
-void AttendRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
-               const float* q, float scale, float* out, float* scores) {
+void AttendOneRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                  int kv_head, const float* q, float scale, float* out, float* scores) {
   const int d = layer.head_dim;
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n_pos; ++j) {
@@ -84,6 +84,14 @@ void AttendRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_p
     const fp16_t* v = KvRow(layer.v, layer, block_table, j, kv_head);
     const float p = scores[j] / sum;
     for (int i = 0; i < d; ++i) out[i] += p * Fp16ToFp32(v[i]);
+  }
+}
+
+void AttendRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
+               int group, const float* q, float scale, float* out, float* scratch) {
+  for (int i = 0; i < group; ++i) {
+    AttendOneRef(layer, block_table, n_pos, kv_head, q + i * layer.head_dim, scale,
+                 out + i * layer.head_dim, scratch);
   }
 }
 
