@@ -135,7 +135,7 @@ TEST(CliTest, PerplexityJsonOnAShortText) {
 
 TEST(CliTest, BenchEngineJsonHasRooflineFractions) {
   Result r = RunPdq("bench-engine --model synthetic:tiny --prompt-tokens 32 --gen-tokens 8 "
-                 "--repetitions 1 --json");
+                    "--repetitions 1 --batch 3 --json");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   nlohmann::json j = LastJson(r.out);
   for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "read_bandwidth_gbps",
@@ -144,6 +144,7 @@ TEST(CliTest, BenchEngineJsonHasRooflineFractions) {
     ASSERT_TRUE(j.contains(key)) << key;
     EXPECT_GT(j[key].get<double>(), 0.0) << key;
   }
+  EXPECT_EQ(j["batch"], 3);
 }
 
 }  // namespace
