@@ -323,9 +323,9 @@ TEST_F(SmolLm2Test, PerplexityOnWikiTextIsInTheExpectedRange) {
 }
 
 // The shipped weights are Q4_1 in groups of 32 along the input, so W4A16
-// with groups of 32 re-finds nearly the same grid: perplexity barely moves
-// (only the Q8_0 output projection loses precision).
-TEST_F(SmolLm2Test, W4A16Group32TracksTheFp16Reference) {
+// with groups of 32 re-finds the same grid: with the (Q8_0) output
+// projection kept in FP16, perplexity does not move.
+TEST_F(SmolLm2Test, W4A16Group32ReproducesTheQ4_1Grid) {
   std::ifstream in(testing::WikiTextPath(), std::ios::binary);
   if (!in) GTEST_SKIP() << "WikiText-2 not found at " << testing::WikiTextPath();
   std::stringstream text;
@@ -333,15 +333,16 @@ TEST_F(SmolLm2Test, W4A16Group32TracksTheFp16Reference) {
   LoadOptions o;
   o.precision = Precision::kW4A16;
   o.w4_group = 32;
+  o.quantize_output = false;
   auto w4 = Model::Load(testing::ModelPath(), o);
   ASSERT_TRUE(w4.ok()) << w4.status();
-  EXPECT_LT((*w4)->weight_bytes_per_token(), model_->weight_bytes_per_token() / 3);
+  EXPECT_LT((*w4)->weight_bytes_per_token(), model_->weight_bytes_per_token() / 2);
   PerplexityOptions po;
   po.max_chunks = 1;
   auto ref = ComputePerplexity(*model_, text.str(), po);
   auto got = ComputePerplexity(**w4, text.str(), po);
   ASSERT_TRUE(ref.ok() && got.ok());
-  EXPECT_NEAR(got->ppl / ref->ppl, 1.0, 0.02) << "fp16 " << ref->ppl << " w4a16 " << got->ppl;
+  EXPECT_NEAR(got->ppl / ref->ppl, 1.0, 0.002) << "fp16 " << ref->ppl << " w4a16 " << got->ppl;
 }
 
 }  // namespace

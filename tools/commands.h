@@ -20,6 +20,7 @@ struct ModelFlags {
   std::string precision = "fp16";
   int64_t threads = 0;
   int64_t group_size = 128;
+  bool fp16_output = false;
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.
   // `precision_override`, when not empty, replaces --precision.

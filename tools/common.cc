@@ -22,6 +22,8 @@ void ModelFlags::Register(FlagParser& flags) {
                "GGUF model file, or synthetic:NAME (tiny, smollm2-135m, smollm2-360m, llama-1b)");
   flags.String("precision", &precision, "weight precision: fp16 or w4a16 (quantized at load)");
   flags.Int("group-size", &group_size, 32, 128, "W4A16 inputs per scale: 32, 64 or 128");
+  flags.Bool("fp16-output", &fp16_output,
+             "keep the output projection in FP16 when quantizing the other layers");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
 }
 
@@ -39,6 +41,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
   options.threads = (int)threads;
   options.precision = p;
   options.w4_group = (int)group_size;
+  options.quantize_output = !fp16_output;
   const auto t0 = std::chrono::steady_clock::now();
   auto loaded = Model::Load(model, options);
   if (!loaded.ok()) return loaded.status();
