@@ -36,9 +36,13 @@ struct ModelConfig {
 
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
-  // Weight parameters touched per token by the matmuls (embedding excluded,
-  // output projection included): the FLOP count per token is twice this.
-  int64_t matmul_params() const;
+  // Weight parameters of the transformer layers' matmuls, and of the output
+  // projection: a token costs 2 FLOPs per parameter it passes through.
+  int64_t layer_matmul_params() const;
+  int64_t output_params() const { return (int64_t)d_model * vocab_size; }
+  // FLOPs of one forward pass over `tokens` new tokens after `past` cached
+  // ones, with logits for `logit_rows` of them: matmuls plus attention.
+  double ForwardFlops(int64_t past, int64_t tokens, int64_t logit_rows) const;
 };
 
 // Weight precision is a property of a loaded weight set, chosen per process.

@@ -237,6 +237,23 @@ TEST(PerplexityTest, RejectsMismatchedModels) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ModelTest, ForwardFlopsCountMatmulsAttentionAndLogitRows) {
+  ModelConfig c;
+  c.num_layers = 2;
+  c.d_model = 8;
+  c.num_heads = 2;
+  c.num_kv_heads = 1;
+  c.head_dim = 4;
+  c.ffn_dim = 16;
+  c.vocab_size = 10;
+  // Per layer: qkv 8x16, out 8x8, gate/up/down 3 x 8x16.
+  EXPECT_EQ(c.layer_matmul_params(), 2 * (8 * 16 + 8 * 8 + 3 * 8 * 16));
+  const double one = c.ForwardFlops(0, 1, 1);
+  EXPECT_DOUBLE_EQ(one, 2.0 * c.layer_matmul_params() + 2.0 * 80 + 4.0 * 1 * 8 * 2);
+  // Three tokens after five cached ones attend to 6 + 7 + 8 keys.
+  EXPECT_DOUBLE_EQ(c.ForwardFlops(5, 3, 0), 6.0 * c.layer_matmul_params() + 4.0 * 21 * 8 * 2);
+}
+
 TEST(ModelTest, GenerateRejectsBadInput) {
   auto model = LoadOrDie("synthetic:tiny");
   ASSERT_NE(model, nullptr);

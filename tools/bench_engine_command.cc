@@ -134,7 +134,9 @@ int BenchEngineCommand(int argc, char** argv) {
   const double peak = MeasureFmaPeakGflops(pool);
 
   const Stats pps = Summarize(pp), tgs = Summarize(tg);
-  const double flops_per_token = 2.0 * (double)c.matmul_params();
+  // The FLOPs the prefill really does: every layer for every prompt token,
+  // attention over the causal triangle, and logits for the last token only.
+  const double flops_per_token = c.ForwardFlops(0, prompt_tokens, 1) / (double)prompt_tokens;
   const double bytes_per_token = (double)model.weight_bytes_per_token();
   const double prefill_fraction = pps.mean * flops_per_token / (peak * 1e9);
   // Each decode step streams the weights once for the whole batch.
