@@ -37,30 +37,27 @@ void PackF16Rows(const float* src, int64_t row0, int64_t rows, int64_t k, fp16_t
   }
 }
 
+// Splits the output panels of an n-row weight matrix across the threads.
+static void ForPanels(const CpuContext& ctx, int64_t n,
+               const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
+  if (ctx.pool == nullptr) {
+    fn(0, panels);
+    return;
+  }
+  ctx.pool->ParallelFor(panels, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
+}
+
 void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t m, int64_t ldx,
              float* y, int64_t ldy) {
   const auto& kt = cpu::ActiveKernels();
-  const int64_t panels = (w.n + kPanelRows - 1) / kPanelRows;
-  if (ctx.pool == nullptr) {
-    kt.gemm_f16_panels(w, 0, panels, x, m, ldx, y, ldy);
-    return;
-  }
-  ctx.pool->ParallelFor(panels, 1, [&](int64_t b, int64_t e, int) {
-    kt.gemm_f16_panels(w, b, e, x, m, ldx, y, ldy);
-  });
+  ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_f16_panels(w, b, e, x, m, ldx, y, ldy); });
 }
 
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
                float* y, int64_t ldy) {
   const auto& kt = cpu::ActiveKernels();
-  const int64_t panels = (w.n + kPanelRows - 1) / kPanelRows;
-  if (ctx.pool == nullptr) {
-    kt.gemm_w4_panels(w, 0, panels, x, m, ldx, y, ldy);
-    return;
-  }
-  ctx.pool->ParallelFor(panels, 1, [&](int64_t b, int64_t e, int) {
-    kt.gemm_w4_panels(w, b, e, x, m, ldx, y, ldy);
-  });
+  ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_w4_panels(w, b, e, x, m, ldx, y, ldy); });
 }
 
 void RmsNorm(const CpuContext& ctx, const float* x, const float* weight, int64_t m, int64_t d,
