@@ -77,6 +77,34 @@ BENCHMARK(BM_GemmW4A16)
     ->Args({512, 3072, 576, 128})
     ->UseRealTime();
 
+void BM_GemmW8A8(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  std::vector<float> w(n * k);
+  std::mt19937 rng(1);
+  for (auto& v : w) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<int8_t> q(PackedI8Bytes(n, k));
+  std::vector<float> scale(n);
+  QuantizeI8Rows(w.data(), 0, n, k, q.data(), scale.data());
+  std::vector<float> x(m * k, 0.5f), y(m * n);
+  std::vector<uint8_t> scratch(GemmW8A8ScratchBytes(m, k));
+  const PackedI8 pw{q.data(), scale.data(), n, k};
+  CpuContext ctx{&Pool()};
+  for (auto _ : state) {
+    GemmW8A8(ctx, pw, x.data(), m, k, y.data(), n, scratch.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GOPs"] = benchmark::Counter((double)2 * m * n * k,
+                                              benchmark::Counter::kIsIterationInvariantRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+BENCHMARK(BM_GemmW8A8)
+    ->Args({1, 3072, 576})
+    ->Args({32, 3072, 576})
+    ->Args({512, 3072, 576})
+    ->Args({512, 576, 1536})
+    ->UseRealTime();
+
 }  // namespace
 }  // namespace pdq
 

@@ -1,4 +1,4 @@
-// FP16 and W4A16 linear layers over the kernels' packed formats.
+// FP16, W4A16 and W8A8 linear layers over the kernels' packed formats.
 #include "engine/linear.h"
 
 #include <algorithm>
@@ -84,6 +84,34 @@ class W4A16Linear final : public WritableLinear {
   std::vector<fp16_t> scale_, min_;
 };
 
+class W8A8Linear final : public WritableLinear {
+ public:
+  W8A8Linear(int64_t out, int64_t in) : out_(out), in_(in), q_(PackedI8Bytes(out, in)), scale_(out) {}
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  int64_t weight_bytes() const override { return out_ * in_ + out_ * (int64_t)sizeof(float); }
+  void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
+               int64_t ldy) const override {
+    // Per calling thread, grown once: the kernels themselves never allocate.
+    thread_local std::vector<uint8_t> scratch;
+    const size_t need = GemmW8A8ScratchBytes(m, in_);
+    if (scratch.size() < need) scratch.resize(need);
+    GemmW8A8(ctx, PackedI8{q_.data(), scale_.data(), out_, in_}, x, m, ldx, y, ldy,
+             scratch.data());
+    AddBias(y, m, ldy);
+  }
+  void SetRows(int64_t row0, int64_t rows, const float* src) override {
+    PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
+    const std::vector<float> ref = RoundedToFp16(src, rows * in_);
+    QuantizeI8Rows(ref.data(), row0, rows, in_, q_.data(), scale_.data());
+  }
+
+ private:
+  int64_t out_, in_;
+  std::vector<int8_t> q_;
+  std::vector<float> scale_;
+};
+
 }  // namespace
 
 std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t out, int64_t in) {
@@ -93,6 +121,8 @@ std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t
         return std::make_unique<W4A16Linear>(out, in, options.w4_group, options.w4_symmetric);
       }
       break;  // odd widths cannot pair nibbles; keep them FP16
+    case Precision::kW8A8:
+      return std::make_unique<W8A8Linear>(out, in);
     case Precision::kFp16:
       break;
   }

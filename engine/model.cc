@@ -35,6 +35,7 @@ double ModelConfig::ForwardFlops(int64_t past, int64_t tokens, int64_t logit_row
 const char* PrecisionName(Precision p) {
   switch (p) {
     case Precision::kFp16: return "fp16";
+    case Precision::kW8A8: return "w8a8";
     case Precision::kW4A16: return "w4a16";
   }
   return "?";
@@ -42,9 +43,10 @@ const char* PrecisionName(Precision p) {
 
 absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp16") return Precision::kFp16;
+  if (name == "w8a8") return Precision::kW8A8;
   if (name == "w4a16") return Precision::kW4A16;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown precision '", name, "' (expected fp16 or w4a16)"));
+      absl::StrCat("unknown precision '", name, "' (expected fp16, w8a8 or w4a16)"));
 }
 
 namespace {

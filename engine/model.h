@@ -46,11 +46,12 @@ struct ModelConfig {
 };
 
 // Weight precision is a property of a loaded weight set, chosen per process.
-// FP16 is the reference; W4A16 (4-bit groups, float activations) is for
-// bandwidth-bound decode.
-enum class Precision { kFp16, kW4A16 };
+// FP16 is the reference; W8A8 (int8 weights and per-token int8 activations,
+// integer dot products) is for compute-bound prefill; W4A16 (4-bit groups,
+// float activations) is for bandwidth-bound decode.
+enum class Precision { kFp16, kW8A8, kW4A16 };
 const char* PrecisionName(Precision p);
-// Parses "fp16" / "w4a16"; InvalidArgument names the accepted values.
+// Parses "fp16" / "w8a8" / "w4a16"; InvalidArgument names the accepted values.
 absl::StatusOr<Precision> ParsePrecision(const std::string& name);
 
 // A linear layer y = x W^T (+ b) whose storage format is the backend's own.

@@ -70,6 +70,34 @@ void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
                float* y, int64_t ldy);
 
+// ---- W8A8: int8 weights per output channel, int8 activations per token ----
+// Weights are symmetric int8 (w = scale[row] * q, q in [-127, 127]) in 16-row
+// panels, k-major in quads: for panel p and input quad t, bytes
+// [(p * k4 + t) * 64 + 4 j + i] hold q[16 p + j][4 t + i], with k4 = k / 4
+// rounded up and the padding zero. Activations are quantized per row at run
+// time (symmetric, absmax / 127) and the dot products run in int32.
+struct PackedI8 {
+  const int8_t* q = nullptr;
+  const float* scale = nullptr;  // per output row (n entries)
+  int64_t n = 0;
+  int64_t k = 0;
+};
+inline int64_t PackedI8K4(int64_t k) { return (k + 3) / 4; }
+inline int64_t PackedI8Bytes(int64_t n, int64_t k) {
+  return (n + kPanelRows - 1) / kPanelRows * kPanelRows * PackedI8K4(k) * 4;
+}
+// Quantizes rows [row0, row0 + rows) of a row-major fp32 matrix.
+void QuantizeI8Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int8_t* q,
+                    float* scale);
+// Scratch for GemmW8A8: m rows of quantized activations and their scales.
+inline int64_t GemmW8A8ScratchBytes(int64_t m, int64_t k) {
+  return m * (PackedI8K4(k) * 4 + (int64_t)sizeof(float)) + 64;
+}
+// y = x W^T: quantizes x per row into `scratch`, then integer dot products
+// with fused dequantization of the int32 results.
+void GemmW8A8(const CpuContext& ctx, const PackedI8& w, const float* x, int64_t m, int64_t ldx,
+              float* y, int64_t ldy, void* scratch);
+
 // ---- Elementwise and normalization -------------------------------------
 // out[i] = x[i] / rms(x[i]) * weight, for m rows of length d.
 void RmsNorm(const CpuContext& ctx, const float* x, const float* weight, int64_t m, int64_t d,

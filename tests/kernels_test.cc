@@ -353,3 +353,86 @@ TEST(W4Test, GemmMatchesReference) {
 
 }  // namespace
 }  // namespace pdq
+
+namespace pdq {
+namespace {
+
+struct PackedI8Matrix {
+  std::vector<int8_t> q;
+  std::vector<float> scale;
+  PackedI8 view;
+};
+
+PackedI8Matrix PackI8(const std::vector<float>& w, int64_t n, int64_t k) {
+  PackedI8Matrix p;
+  p.q.assign(PackedI8Bytes(n, k), 0);
+  p.scale.assign(n, 0.0f);
+  QuantizeI8Rows(w.data(), 0, n, k, p.q.data(), p.scale.data());
+  p.view = {p.q.data(), p.scale.data(), n, k};
+  return p;
+}
+
+TEST(W8A8Test, ActivationQuantizationMatchesReferenceExactly) {
+  std::mt19937 rng(21);
+  for (const KernelTable* kt : FastTables()) {
+    for (int64_t k : {1, 5, 8, 33, 576}) {
+      auto x = Random(k, rng, 3.0f);
+      std::vector<int8_t> want(PackedI8K4(k) * 4, 99), got(want.size(), 99);
+      const float sw = cpu::kScalarKernels.quantize_row_i8(x.data(), k, want.data());
+      const float sg = kt->quantize_row_i8(x.data(), k, got.data());
+      EXPECT_EQ(sw, sg);
+      EXPECT_EQ(want, got) << "k=" << k;
+    }
+  }
+}
+
+TEST(W8A8Test, GemmMatchesReference) {
+  std::mt19937 rng(22);
+  for (const KernelTable* kt : FastTables()) {
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 64}) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 4}, {35, 577}, {48, 1536}}) {
+        auto w = Random(n * k, rng), x = Random(m * k, rng);
+        auto p = PackI8(w, n, k);
+        const int64_t row = PackedI8K4(k) * 4;
+        std::vector<int8_t> xq(m * row);
+        std::vector<float> xs(m);
+        for (int64_t i = 0; i < m; ++i) {
+          xs[i] = cpu::kScalarKernels.quantize_row_i8(x.data() + i * k, k, xq.data() + i * row);
+        }
+        const int64_t panels = (n + 15) / 16;
+        std::vector<float> want(m * n), got(m * n, -1.0f);
+        cpu::kScalarKernels.gemm_i8_panels(p.view, 0, panels, xq.data(), xs.data(), m, want.data(), n);
+        kt->gemm_i8_panels(p.view, 0, panels, xq.data(), xs.data(), m, got.data(), n);
+        for (int64_t i = 0; i < m * n; ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-5f * (1 + std::abs(want[i])))
+              << kt->name << " m=" << m << " n=" << n << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
+// Int8 weights and activations stay within a few percent of the float result.
+TEST(W8A8Test, PublicGemmTracksFloatResult) {
+  std::mt19937 rng(23);
+  const int64_t m = 9, n = 40, k = 300;
+  auto w = Random(n * k, rng), x = Random(m * k, rng);
+  auto p = PackI8(w, n, k);
+  ThreadPool pool(2);
+  std::vector<float> y(m * n);
+  std::vector<uint8_t> scratch(GemmW8A8ScratchBytes(m, k));
+  GemmW8A8(CpuContext{&pool}, p.view, x.data(), m, k, y.data(), n, scratch.data());
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0;
+      for (int64_t kk = 0; kk < k; ++kk) exact += (double)x[i * k + kk] * w[j * k + kk];
+      err += (y[i * n + j] - exact) * (y[i * n + j] - exact);
+      norm += exact * exact;
+    }
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.03);
+}
+
+}  // namespace
+}  // namespace pdq

@@ -20,7 +20,7 @@ void ModelFlags::Register(FlagParser& flags) {
   model = DefaultModelPath();
   flags.String("model", &model,
                "GGUF model file, or synthetic:NAME (tiny, smollm2-135m, smollm2-360m, llama-1b)");
-  flags.String("precision", &precision, "weight precision: fp16 or w4a16 (quantized at load)");
+  flags.String("precision", &precision, "weight precision: fp16, w8a8 or w4a16 (quantized at load)");
   flags.Int("group-size", &group_size, 32, 128, "W4A16 inputs per scale: 32, 64 or 128");
   flags.Bool("fp16-output", &fp16_output,
              "keep the output projection in FP16 when quantizing the other layers");

@@ -325,6 +325,101 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const f
               });
 }
 
+// ---- W8A8 ---------------------------------------------------------------------
+
+// Without VNNI, u8 x s8 products come from vpmaddubsw: |a| is the unsigned
+// side and the weights take a's sign (vpsignb), so pair sums stay below
+// 2 * 127 * 127 and never saturate; vpmaddwd then widens to int32.
+template <int MR>
+inline void I8Tile(const int8_t* panel, int64_t k4, const int8_t* xq, int64_t row_bytes,
+                   const float* xs, const float* ws, float* y, int64_t ldy, int cols) {
+  __m256i acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t t = 0; t < k4; ++t) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64 + 32));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, xq + r * row_bytes + 4 * t, 4);
+      const __m256i a = _mm256_set1_epi32(quad);
+      const __m256i abs_a = _mm256_abs_epi8(a);
+      const __m256i p0 = _mm256_maddubs_epi16(abs_a, _mm256_sign_epi8(w0, a));
+      const __m256i p1 = _mm256_maddubs_epi16(abs_a, _mm256_sign_epi8(w1, a));
+      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(p0, ones));
+      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(p1, ones));
+    }
+  }
+  const __m256 s0 = _mm256_loadu_ps(ws), s1 = _mm256_loadu_ps(ws + 8);
+  for (int r = 0; r < MR; ++r) {
+    const __m256 xsr = _mm256_set1_ps(xs[r]);
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), _mm256_mul_ps(s0, xsr)));
+    _mm256_store_ps(tmp + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), _mm256_mul_ps(s1, xsr)));
+    for (int j = 0; j < cols; ++j) y[r * ldy + j] = tmp[j];
+  }
+}
+
+void GemmI8PanelsAvx2(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                      const float* xs, int64_t m, float* y, int64_t ldy) {
+  const int64_t k4 = PackedI8K4(w.k), row_bytes = k4 * 4;
+  // Rows in blocks that stay in L2 while every panel passes by.
+  const int64_t block = std::max<int64_t>(4, (128 << 10) / row_bytes / 4 * 4);
+  for (int64_t m0 = 0; m0 < m; m0 += block) {
+    const int64_t mc = std::min(block, m - m0);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int8_t* panel = w.q + p * k4 * 4 * kPanelRows;
+      const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+      // Padding rows past n have zero weights; their scale slots may not exist.
+      alignas(32) float ws[16] = {};
+      for (int j = 0; j < cols; ++j) ws[j] = w.scale[p * kPanelRows + j];
+      for (int64_t r = m0; r < m0 + mc;) {
+        const int64_t left = m0 + mc - r;
+        const int8_t* a = xq + r * row_bytes;
+        float* yr = y + r * ldy + p * kPanelRows;
+        if (left >= 4) {
+          I8Tile<4>(panel, k4, a, row_bytes, xs + r, ws, yr, ldy, cols);
+          r += 4;
+        } else if (left >= 2) {
+          I8Tile<2>(panel, k4, a, row_bytes, xs + r, ws, yr, ldy, cols);
+          r += 2;
+        } else {
+          I8Tile<1>(panel, k4, a, row_bytes, xs + r, ws, yr, ldy, cols);
+          r += 1;
+        }
+      }
+    }
+  }
+}
+
+float QuantizeRowI8Avx2(const float* x, int64_t k, int8_t* q) {
+  const __m256 sign_mask = _mm256_set1_ps(-0.0f);
+  __m256 vmax = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign_mask, _mm256_loadu_ps(x + i)));
+  alignas(32) float t[8];
+  _mm256_store_ps(t, vmax);
+  float absmax = 0.0f;
+  for (float v : t) absmax = std::max(absmax, v);
+  for (; i < k; ++i) absmax = std::max(absmax, std::abs(x[i]));
+  const float s = absmax / 127.0f;
+  const float inv = s != 0.0f ? 127.0f / absmax : 0.0f;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  i = 0;
+  for (; i + 8 <= k; i += 8) {
+    // Round to nearest even, as the reference's nearbyint does; |v| <= 127.
+    const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+    const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    const __m128i b8 = _mm_packs_epi16(w16, w16);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), b8);
+  }
+  for (; i < PackedI8K4(k) * 4; ++i) {
+    q[i] = i < k ? (int8_t)std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f) : 0;
+  }
+  return s;
+}
+
 // ---- Elementwise ------------------------------------------------------------
 
 void RmsNormRowAvx2(const float* x, const float* weight, int64_t d, float eps, float* out) {
@@ -494,7 +589,7 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
 }  // namespace
 
 const KernelTable kAvx2Kernels = {
-    "avx2", GemmF16PanelsAvx2, GemmW4PanelsAvx2, RmsNormRowAvx2, SiluMulRowAvx2, AttendAvx2, ToF16Avx2,
+    "avx2", GemmF16PanelsAvx2, GemmW4PanelsAvx2, GemmI8PanelsAvx2, QuantizeRowI8Avx2, RmsNormRowAvx2, SiluMulRowAvx2, AttendAvx2, ToF16Avx2,
 };
 
 }  // namespace pdq::cpu

@@ -16,6 +16,12 @@ struct KernelTable {
                           int64_t m, int64_t ldx, float* y, int64_t ldy);
   void (*gemm_w4_panels)(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
                          int64_t m, int64_t ldx, float* y, int64_t ldy);
+  // Integer GEMM on panels [p_begin, p_end); xq holds m rows of k4 * 4
+  // int8 activations, xs their scales.
+  void (*gemm_i8_panels)(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                         const float* xs, int64_t m, float* y, int64_t ldy);
+  // Quantizes one activation row: returns its scale, writes k4 * 4 bytes.
+  float (*quantize_row_i8)(const float* x, int64_t k, int8_t* q);
   void (*rms_norm_row)(const float* x, const float* weight, int64_t d, float eps, float* out);
   void (*silu_mul_row)(const float* gate, const float* up, int64_t f, float* out);
   // The `group` query heads that share kv head `kv_head` (contiguous in q and

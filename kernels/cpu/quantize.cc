@@ -47,4 +47,23 @@ void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int
   }
 }
 
+void QuantizeI8Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int8_t* q,
+                    float* scale) {
+  const int64_t k4 = PackedI8K4(k);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = row0 + r, p = n / kPanelRows, j = n % kPanelRows;
+    const float* w = src + r * k;
+    float absmax = 0.0f;
+    for (int64_t i = 0; i < k; ++i) absmax = std::max(absmax, std::abs(w[i]));
+    const float s = absmax / 127.0f;
+    scale[n] = s;
+    const float inv = s != 0.0f ? 1.0f / s : 0.0f;
+    int8_t* panel = q + p * k4 * 4 * kPanelRows;
+    for (int64_t i = 0; i < k4 * 4; ++i) {
+      const float v = i < k ? std::nearbyint(w[i] * inv) : 0.0f;
+      panel[(i / 4) * 4 * kPanelRows + 4 * j + i % 4] = (int8_t)std::clamp(v, -127.0f, 127.0f);
+    }
+  }
+}
+
 }  // namespace pdq

@@ -45,6 +45,37 @@ void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const fl
   }
 }
 
+void GemmI8PanelsRef(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                     const float* xs, int64_t m, float* y, int64_t ldy) {
+  const int64_t k4 = PackedI8K4(w.k);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int8_t* panel = w.q + p * k4 * 4 * kPanelRows;
+    const int64_t rows = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    for (int64_t i = 0; i < m; ++i) {
+      const int8_t* a = xq + i * k4 * 4;
+      for (int64_t j = 0; j < rows; ++j) {
+        int32_t acc = 0;
+        for (int64_t kk = 0; kk < k4 * 4; ++kk) {
+          acc += (int32_t)a[kk] * (int32_t)panel[(kk / 4) * 4 * kPanelRows + 4 * j + kk % 4];
+        }
+        y[i * ldy + p * kPanelRows + j] = (float)acc * xs[i] * w.scale[p * kPanelRows + j];
+      }
+    }
+  }
+}
+
+float QuantizeRowI8Ref(const float* x, int64_t k, int8_t* q) {
+  float absmax = 0.0f;
+  for (int64_t i = 0; i < k; ++i) absmax = std::max(absmax, std::abs(x[i]));
+  const float s = absmax / 127.0f;
+  const float inv = s != 0.0f ? 127.0f / absmax : 0.0f;
+  const int64_t k4 = PackedI8K4(k);
+  for (int64_t i = 0; i < k4 * 4; ++i) {
+    q[i] = i < k ? (int8_t)std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f) : 0;
+  }
+  return s;
+}
+
 void RmsNormRowRef(const float* x, const float* weight, int64_t d, float eps, float* out) {
   float ss = 0.0f;
   for (int64_t i = 0; i < d; ++i) ss += x[i] * x[i];
@@ -102,7 +133,7 @@ void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
 }  // namespace
 
 const KernelTable kScalarKernels = {
-    "scalar", GemmF16PanelsRef, GemmW4PanelsRef, RmsNormRowRef, SiluMulRowRef, AttendRef, ToF16Ref,
+    "scalar", GemmF16PanelsRef, GemmW4PanelsRef, GemmI8PanelsRef, QuantizeRowI8Ref, RmsNormRowRef, SiluMulRowRef, AttendRef, ToF16Ref,
 };
 
 }  // namespace pdq::cpu
