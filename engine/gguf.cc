@@ -110,8 +110,14 @@ absl::Status ReadValue(Reader& r, uint32_t type, GgufValue* out) {
   if (array->elem_type == kArray) {
     return absl::InvalidArgumentError("GGUF nested arrays are not supported");
   }
-  // Every element takes at least one byte, which bounds the allocation.
-  if (count > r.remaining()) {
+  if (array->elem_type > kF64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GGUF array element type ", array->elem_type, " is unknown"));
+  }
+  // Each element needs at least its encoded size (8 for a string's length),
+  // which bounds the allocation by the bytes left in the file.
+  static constexpr uint64_t kMinBytes[] = {1, 1, 2, 2, 4, 4, 4, 1, 8, 0, 8, 8, 8};
+  if (count > r.remaining() / kMinBytes[array->elem_type]) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GGUF array at offset ", r.pos(), " claims ", count, " elements but only ",
         r.remaining(), " bytes remain (truncated or corrupt file)"));
@@ -198,7 +204,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
     const int err = errno;
     std::string msg = absl::StrCat("cannot open model file '", path, "': ", std::strerror(err));
     if (err == ENOENT) return absl::NotFoundError(msg);
-    return absl::PermissionDeniedError(msg);
+    if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
+    return absl::InvalidArgumentError(msg);
   }
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -257,8 +264,9 @@ absl::Status GgufFile::Parse() {
   uint64_t tensor_count = 0, kv_count = 0;
   PDQ_RETURN_IF_ERROR(r.Read(&tensor_count, "tensor count"));
   PDQ_RETURN_IF_ERROR(r.Read(&kv_count, "metadata count"));
-  // Each entry needs well over 8 bytes; larger counts cannot fit in the file.
-  if (kv_count > r.remaining() / 8 || tensor_count > r.remaining() / 8) {
+  // A metadata entry takes at least 13 bytes and a tensor entry 32; larger
+  // counts cannot fit in the file, which bounds the allocations below.
+  if (kv_count > r.remaining() / 13 || tensor_count > r.remaining() / 32) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GGUF header claims ", kv_count, " metadata entries and ", tensor_count,
         " tensors, more than a ", size_, "-byte file can hold"));

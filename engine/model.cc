@@ -3,6 +3,8 @@
 // together; attention runs per sequence over its paged KV blocks.
 #include "engine/model.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -80,6 +82,56 @@ absl::StatusOr<int64_t> RequireInt(const GgufFile& f, const std::string& key, in
   return v;
 }
 
+// A float key that may be absent (then `fallback`) but not of the wrong type.
+absl::StatusOr<double> OptionalFloat(const GgufFile& f, const std::string& key, double fallback) {
+  if (!f.Has(key)) return fallback;
+  return f.GetFloat(key);
+}
+
+// Checks that every tensor the model needs is present with the right shape,
+// before any weight memory is allocated.
+absl::Status CheckTensors(const GgufFile& f, const ModelConfig& c) {
+  const int64_t d = c.d_model;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> want = {
+      {"token_embd.weight", {d, c.vocab_size}}, {"output_norm.weight", {d}}};
+  if (!c.tied_output) want.push_back({"output.weight", {d, c.vocab_size}});
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = absl::StrCat("blk.", i, ".");
+    want.push_back({p + "attn_norm.weight", {d}});
+    want.push_back({p + "ffn_norm.weight", {d}});
+    want.push_back({p + "attn_q.weight", {d, c.q_dim()}});
+    want.push_back({p + "attn_k.weight", {d, c.kv_dim()}});
+    want.push_back({p + "attn_v.weight", {d, c.kv_dim()}});
+    want.push_back({p + "attn_output.weight", {c.q_dim(), d}});
+    want.push_back({p + "ffn_gate.weight", {d, c.ffn_dim}});
+    want.push_back({p + "ffn_up.weight", {d, c.ffn_dim}});
+    want.push_back({p + "ffn_down.weight", {c.ffn_dim, d}});
+    if (c.qkv_bias) {
+      want.push_back({p + "attn_q.bias", {c.q_dim()}});
+      want.push_back({p + "attn_k.bias", {c.kv_dim()}});
+      want.push_back({p + "attn_v.bias", {c.kv_dim()}});
+    }
+  }
+  for (const auto& [name, dims] : want) {
+    const GgufTensor* t = f.FindTensor(name);
+    if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
+    if (t->dims != dims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' has shape [", absl::StrJoin(t->dims, ", "), "], expected [",
+          absl::StrJoin(dims, ", "), "]"));
+    }
+  }
+  // FP16 weights (the largest format loaded) plus the embedding copy must fit.
+  const double bytes = 2.0 * ((double)c.layer_matmul_params() + 2.0 * (double)c.output_params());
+  const double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+  if (ram > 0 && bytes > ram) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the model needs about ", (int64_t)(bytes / (1 << 30)), " GiB of weights; this machine has ",
+        (int64_t)(ram / (1 << 30)), " GiB"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   ModelConfig c;
   PDQ_ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
@@ -105,7 +157,10 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   if (f.Has(a + "attention.key_length")) {
     PDQ_ASSIGN_OR_RETURN(c.head_dim, RequireInt(f, a + "attention.key_length", 2, 1024));
   }
-  if (c.head_dim % 2 != 0) return absl::InvalidArgumentError("head dimension must be even");
+  if (c.head_dim < 2 || c.head_dim > 1024 || c.head_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("head dimension ", c.head_dim, " must be even and in [2, 1024]"));
+  }
   if (f.Has(a + "rope.dimension_count")) {
     PDQ_ASSIGN_OR_RETURN(int64_t rot, f.GetInt(a + "rope.dimension_count"));
     if (rot != c.head_dim) {
@@ -117,8 +172,17 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   if (f.Has(a + "context_length")) {
     PDQ_ASSIGN_OR_RETURN(c.max_context, RequireInt(f, a + "context_length", 1, 1 << 24));
   }
-  c.rope_base = (float)f.GetFloat(a + "rope.freq_base").value_or(10000.0);
-  c.norm_eps = (float)f.GetFloat(a + "attention.layer_norm_rms_epsilon").value_or(1e-5);
+  PDQ_ASSIGN_OR_RETURN(const double base, OptionalFloat(f, a + "rope.freq_base", 10000.0));
+  PDQ_ASSIGN_OR_RETURN(const double eps,
+                       OptionalFloat(f, a + "attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(base > 1.0) || !std::isfinite(base)) {
+    return absl::InvalidArgumentError(absl::StrCat("rope.freq_base ", base, " must be > 1"));
+  }
+  if (!(eps >= 0.0) || !(eps < 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat("RMSNorm epsilon ", eps, " is out of range"));
+  }
+  c.rope_base = (float)base;
+  c.norm_eps = (float)eps;
   const std::string scaling = f.GetString(a + "rope.scaling.type").value_or("none");
   if (scaling == "linear") {
     c.rope_linear_scale = (float)f.GetFloat(a + "rope.scaling.factor").value_or(1.0);
@@ -207,6 +271,9 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
   PDQ_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*file));
   ModelConfig& c = m->config_;
   c.vocab_size = m->tokenizer_->vocab_size();
+  if (absl::Status s = CheckTensors(*file, c); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("'", path, "': ", s.message()));
+  }
   PDQ_RETURN_IF_ERROR(AllocateLayers(*m, options));
   const int64_t d = c.d_model;
 

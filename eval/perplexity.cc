@@ -82,7 +82,9 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::stri
   const int vocab = c.vocab_size;
   const int64_t group = options.decode_model ? options.parallel_windows : 1;
 
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(ctx * group));
+  // Blocks are per sequence, so each window takes ctx rounded up to a block.
+  const int64_t window_tokens = (ctx + 15) / 16 * 16;
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(window_tokens * group));
   std::unique_ptr<KvCache> ref_kv;
   if (options.kl_reference) {
     PDQ_ASSIGN_OR_RETURN(ref_kv, options.kl_reference->NewKvCache(ctx));

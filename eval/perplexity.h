@@ -42,7 +42,7 @@ struct PerplexityResult {
 };
 
 // InvalidArgument when ctx is out of range, the text is shorter than two
-// windows, or the models do not share a tokenizer and shape.
+// windows, or the models differ in vocabulary size or KV shape.
 absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::string& text,
                                                    const PerplexityOptions& options);
 

@@ -39,8 +39,8 @@ void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t 
              int64_t ldx, float* y, int64_t ldy);
 
 // ---- W4A16: 4-bit weights, 16/32-bit activations ---------------------------
-// Weights are quantized in groups of `group` consecutive inputs (the last
-// group of a row may be shorter): w = scale * q + min, q in [0, 15], with fp16
+// Weights are quantized in groups of `group` consecutive inputs (32, 64 or
+// 128: a divisor of 256; the last group of a row may be shorter): w = scale * q + min, q in [0, 15], with fp16
 // scale and min per (row, group). Storage follows the same 16-row panels as
 // PackedF16, k-major in pairs of inputs, so one 16-byte load yields two
 // inputs of 16 rows: for panel p and input pair t, byte j (row 16p + j) holds

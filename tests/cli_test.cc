@@ -109,6 +109,10 @@ TEST(CliTest, BadInputGivesClearErrors) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("error"), std::string::npos) << r.out;
 
+  r = RunPdq("generate --model synthetic:tiny --prompt hi --precision int3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("unknown precision 'int3'"), std::string::npos) << r.out;
+
   r = RunPdq("perplexity --model synthetic:tiny --text /nonexistent.txt");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("/nonexistent.txt"), std::string::npos) << r.out;

@@ -16,7 +16,7 @@
 namespace pdq {
 namespace {
 
-// `spec` may end in "@w4a16" (group 32) to load that precision.
+// `spec` may end in "@w4a16" (group 32) or "@w8a8" to load that precision.
 std::unique_ptr<Model> LoadOrDie(std::string spec, int threads = 2) {
   LoadOptions o;
   o.threads = threads;
@@ -172,7 +172,7 @@ TEST_P(SyntheticModelTest, GreedyGenerationIsDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticModelTest,
                          ::testing::Values("synthetic:tiny", "synthetic:tiny-qwen2",
-                                           "synthetic:tiny@w4a16"),
+                                           "synthetic:tiny@w4a16", "synthetic:tiny@w8a8"),
                          [](const auto& info) {
                            std::string name = info.param.substr(10);
                            for (char& ch : name) {
@@ -205,6 +205,20 @@ TEST(PerplexityTest, DisaggregatedWithOneModelMatchesWholeWindows) {
   EXPECT_NEAR(split->nll_mean, whole->nll_mean, 1e-4);
   EXPECT_LT(split->kl_mean, 1e-6);
   EXPECT_DOUBLE_EQ(split->top1_agreement, 1.0);
+}
+
+// Windows that are not a whole number of KV blocks still all fit.
+TEST(PerplexityTest, DisaggregatedWindowsOfAnyLength) {
+  auto model = LoadOrDie("synthetic:tiny");
+  ASSERT_NE(model, nullptr);
+  PerplexityOptions o;
+  o.ctx = 50;
+  o.max_chunks = 6;
+  o.decode_model = model.get();
+  o.parallel_windows = 6;
+  auto r = ComputePerplexity(*model, RepeatedText(20), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tokens_scored, 6 * 24);
 }
 
 TEST(PerplexityTest, QuantizedDecodeShowsDivergenceFromTheReference) {

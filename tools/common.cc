@@ -32,7 +32,8 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
   PDQ_ASSIGN_OR_RETURN(const Precision p, ParsePrecision(precision_override.empty()
                                                              ? precision
                                                              : precision_override));
-  if (model.rfind("synthetic:", 0) != 0 && !std::filesystem::exists(model)) {
+  std::error_code ec;
+  if (model.rfind("synthetic:", 0) != 0 && !std::filesystem::exists(model, ec) && !ec) {
     return absl::NotFoundError(absl::StrCat(
         "model file '", model, "' not found",
         model == DefaultModelPath() ? " (run `make model` to fetch the default model)" : ""));

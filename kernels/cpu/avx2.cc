@@ -488,7 +488,8 @@ inline __m256 Reduce8(const __m256 v[8]) {
 void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
                 int group, const float* q, float scale, float* out, float* scratch) {
   const int d = layer.head_dim;
-  if (d % 8 != 0 || d > 256 || layer.block_tokens != 16) {
+  constexpr int kMaxGroup = 64;
+  if (d % 8 != 0 || d > 256 || layer.block_tokens != 16 || group > kMaxGroup) {
     kScalarKernels.attend(layer, block_table, n_pos, kv_head, group, q, scale, out, scratch);
     return;
   }
@@ -506,7 +507,8 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
     for (int64_t i = 0; i < nj * d; i += 8) _mm256_store_ps(rows + i, LoadF16x8(src + i));
   };
 
-  std::vector<float> max_score(group, -INFINITY);
+  float max_score[kMaxGroup];
+  std::fill(max_score, max_score + group, -INFINITY);
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     convert_block(layer.k, j0, nj);
@@ -537,7 +539,7 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
     }
   }
 
-  std::vector<float> inv_sum(group);
+  float inv_sum[kMaxGroup];
   for (int h = 0; h < group; ++h) {
     float* sh = scores + h * stride;
     const __m256 vmax = _mm256_set1_ps(max_score[h]);

@@ -50,18 +50,22 @@ static void ForPanels(const CpuContext& ctx, int64_t n,
 
 void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t m, int64_t ldx,
              float* y, int64_t ldy) {
+  if (m <= 0) return;
   const auto& kt = cpu::ActiveKernels();
   ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_f16_panels(w, b, e, x, m, ldx, y, ldy); });
 }
 
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
                float* y, int64_t ldy) {
+  if (m <= 0) return;
+  PDQ_CHECK(w.group > 0 && 256 % w.group == 0 && w.k % 2 == 0);
   const auto& kt = cpu::ActiveKernels();
   ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_w4_panels(w, b, e, x, m, ldx, y, ldy); });
 }
 
 void GemmW8A8(const CpuContext& ctx, const PackedI8& w, const float* x, int64_t m, int64_t ldx,
               float* y, int64_t ldy, void* scratch) {
+  if (m <= 0) return;
   const auto& kt = cpu::ActiveKernels();
   const int64_t row_bytes = PackedI8K4(w.k) * 4;
   // Scales first (4-byte aligned), then the int8 rows.

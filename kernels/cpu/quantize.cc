@@ -9,7 +9,7 @@ namespace pdq {
 
 void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int group,
                     bool symmetric, uint8_t* q, fp16_t* scale, fp16_t* min) {
-  PDQ_CHECK(k % 2 == 0 && group > 0 && group % 2 == 0);
+  PDQ_CHECK(k % 2 == 0 && group > 0 && 256 % group == 0);
   const int64_t groups = PackedW4Groups(k, group);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = row0 + r, p = n / kPanelRows, j = n % kPanelRows;

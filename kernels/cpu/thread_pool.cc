@@ -3,6 +3,7 @@
 #include "kernels/cpu/thread_pool.h"
 
 #include <immintrin.h>
+#include <sched.h>
 
 #include "common/check.h"
 
@@ -11,9 +12,17 @@ namespace {
 constexpr int kSpinIterations = 1 << 15;
 }
 
+namespace {
+// Cores this process may run on (affinity mask), not all the machine's.
+int UsableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return (int)std::max(1u, std::thread::hardware_concurrency());
+}
+}  // namespace
+
 ThreadPool::ThreadPool(int num_threads)
-    : num_threads_(num_threads > 0 ? num_threads
-                                   : (int)std::max(1u, std::thread::hardware_concurrency())) {
+    : num_threads_(num_threads > 0 ? num_threads : UsableCores()) {
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
