@@ -46,7 +46,8 @@ nlohmann::json LastJson(const std::string& out) {
 }
 
 TEST(CliTest, EveryCommandHasHelp) {
-  for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help"}) {
+  for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help",
+                          "drift --help"}) {
     Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
@@ -135,6 +136,23 @@ TEST(CliTest, PerplexityJsonOnAShortText) {
   r = RunPdq("perplexity --model synthetic:tiny --text " + path + " --ctx 4096");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("--ctx"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, DriftJsonReportsEveryPosition) {
+  const std::string path = ::testing::TempDir() + "/prompts.txt";
+  std::ofstream(path) << "first prompt\n\nsecond prompt\n";
+  Result r = RunPdq("drift --model synthetic:tiny --prompts " + path + " --max-tokens 12 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = LastJson(r.out);
+  EXPECT_EQ(j["prompts"], 2);
+  EXPECT_EQ(j["kl_by_position"].size(), 12u);
+  EXPECT_EQ(j["first_divergence"].size(), 2u);
+  EXPECT_EQ(j["prefill_precision"], "w8a8");
+  EXPECT_EQ(j["decode_precision"], "w4a16");
+
+  r = RunPdq("drift --model synthetic:tiny --prompts /nonexistent/prompts.txt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/prompts.txt"), std::string::npos) << r.out;
 }
 
 TEST(CliTest, BenchEngineJsonHasRooflineFractions) {

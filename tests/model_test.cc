@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/generate.h"
+#include "eval/drift.h"
 #include "eval/perplexity.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
@@ -266,6 +267,40 @@ TEST(ModelTest, ForwardFlopsCountMatmulsAttentionAndLogitRows) {
   EXPECT_DOUBLE_EQ(one, 2.0 * c.layer_matmul_params() + 2.0 * 80 + 4.0 * 1 * 8 * 2);
   // Three tokens after five cached ones attend to 6 + 7 + 8 keys.
   EXPECT_DOUBLE_EQ(c.ForwardFlops(5, 3, 0), 6.0 * c.layer_matmul_params() + 4.0 * 21 * 8 * 2);
+}
+
+TEST(DriftTest, AModelDoesNotDriftFromItself) {
+  auto model = LoadOrDie("synthetic:tiny");
+  ASSERT_NE(model, nullptr);
+  std::vector<std::vector<int32_t>> prompts = {Tokens(5, 384, 1), Tokens(9, 384, 2)};
+  DriftOptions o;
+  o.max_tokens = 20;
+  auto r = MeasureDrift(*model, *model, *model, prompts, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->kl_mean.size(), 20u);
+  EXPECT_LT(r->kl_overall, 1e-9);
+  EXPECT_DOUBLE_EQ(r->agreement_overall, 1.0);
+  EXPECT_EQ(r->first_divergence, (std::vector<int64_t>{-1, -1}));
+}
+
+TEST(DriftTest, QuantizedPairDriftsAndBadInputIsRejected) {
+  auto fp16 = LoadOrDie("synthetic:tiny"), w8 = LoadOrDie("synthetic:tiny@w8a8"),
+       w4 = LoadOrDie("synthetic:tiny@w4a16");
+  ASSERT_TRUE(fp16 && w8 && w4);
+  std::vector<std::vector<int32_t>> prompts = {Tokens(7, 384, 3)};
+  DriftOptions o;
+  o.max_tokens = 16;
+  auto r = MeasureDrift(*fp16, *w8, *w4, prompts, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->kl_overall, 0.0);
+  EXPECT_EQ(r->agreement.size(), 16u);
+  for (double a : r->agreement) EXPECT_TRUE(a == 0.0 || a == 1.0);
+
+  EXPECT_EQ(MeasureDrift(*fp16, *w8, *w4, {{}}, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  o.max_tokens = 600;  // tiny's context is 512
+  EXPECT_EQ(MeasureDrift(*fp16, *w8, *w4, prompts, o).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST(ModelTest, GenerateRejectsBadInput) {

@@ -13,6 +13,7 @@ namespace pdq {
 int GenerateCommand(int argc, char** argv);
 int PerplexityCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
+int DriftCommand(int argc, char** argv);
 
 // Flags every model-running command shares.
 struct ModelFlags {

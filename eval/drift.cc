@@ -1,0 +1,110 @@
+// Lockstep teacher-forced comparison: the reference chooses every token, both
+// models score it, all prompts advance together as one batch per model.
+#include "eval/drift.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+#include "engine/sampler.h"
+
+namespace pdq {
+namespace {
+
+// KL(p || q) for logits p, q, with log-sum-exp in double.
+double KlFromLogits(const float* p, const float* q, int vocab) {
+  const float pmax = *std::max_element(p, p + vocab), qmax = *std::max_element(q, q + vocab);
+  double zp = 0, zq = 0;
+  for (int i = 0; i < vocab; ++i) {
+    zp += std::exp((double)p[i] - pmax);
+    zq += std::exp((double)q[i] - qmax);
+  }
+  const double lzp = std::log(zp) + pmax, lzq = std::log(zq) + qmax;
+  double kl = 0;
+  for (int i = 0; i < vocab; ++i) {
+    const double lp = (double)p[i] - lzp;
+    kl += std::exp(lp) * (lp - ((double)q[i] - lzq));
+  }
+  return std::max(0.0, kl);
+}
+
+}  // namespace
+
+absl::StatusOr<DriftResult> MeasureDrift(Model& reference, Model& prefill, Model& decode,
+                                         const std::vector<std::vector<int32_t>>& prompts,
+                                         const DriftOptions& options) {
+  const ModelConfig& c = reference.config();
+  for (const Model* m : {&prefill, &decode}) {
+    if (m->config().vocab_size != c.vocab_size || m->config().num_layers != c.num_layers ||
+        m->config().num_kv_heads != c.num_kv_heads || m->config().head_dim != c.head_dim) {
+      return absl::InvalidArgumentError("drift needs models of one shape and vocabulary");
+    }
+  }
+  if (prompts.empty()) return absl::InvalidArgumentError("no prompts");
+  if (options.max_tokens < 1) return absl::InvalidArgumentError("max tokens must be >= 1");
+  int64_t total = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", i + 1, " is empty"));
+    }
+    const int64_t need = (int64_t)prompts[i].size() + options.max_tokens;
+    if (need > c.max_context) {
+      return absl::OutOfRangeError(absl::StrCat("prompt ", i + 1, " plus ", options.max_tokens,
+                                                " tokens exceeds the context of ", c.max_context));
+    }
+    total += (need + 15) / 16 * 16;
+  }
+  const int vocab = c.vocab_size;
+  const size_t n = prompts.size();
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> ref_kv, reference.NewKvCache(total));
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> test_kv, prefill.NewKvCache(total));
+
+  std::vector<SeqId> ref_seq(n), test_seq(n);
+  std::vector<BatchEntry> ref_batch(n), test_batch(n);
+  for (size_t i = 0; i < n; ++i) {
+    ref_seq[i] = ref_kv->AddSequence();
+    test_seq[i] = test_kv->AddSequence();
+    ref_batch[i] = BatchEntry{ref_seq[i], prompts[i], 1};
+    test_batch[i] = BatchEntry{test_seq[i], prompts[i], 1};
+  }
+  DriftResult result;
+  result.first_divergence.assign(n, -1);
+  Logits ref_logits, test_logits;
+  PDQ_RETURN_IF_ERROR(reference.Forward(*ref_kv, ref_batch, &ref_logits));
+  PDQ_RETURN_IF_ERROR(prefill.Forward(*test_kv, test_batch, &test_logits));
+  std::vector<int32_t> next(n);
+  double kl_total = 0;
+  int64_t agree_total = 0;
+  for (int pos = 0; pos < options.max_tokens; ++pos) {
+    double kl_sum = 0;
+    int64_t agree = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float* r = ref_logits.Row(i, 0);
+      const float* t = test_logits.Row(i, 0);
+      kl_sum += KlFromLogits(r, t, vocab);
+      next[i] = Argmax(r, vocab);
+      const bool same = next[i] == Argmax(t, vocab);
+      agree += same;
+      if (!same && result.first_divergence[i] < 0) result.first_divergence[i] = pos;
+    }
+    result.kl_mean.push_back(kl_sum / (double)n);
+    result.agreement.push_back((double)agree / (double)n);
+    kl_total += kl_sum;
+    agree_total += agree;
+    if (options.progress) options.progress(pos + 1, options.max_tokens);
+    if (pos + 1 == options.max_tokens) break;
+    for (size_t i = 0; i < n; ++i) {
+      ref_batch[i] = BatchEntry{ref_seq[i], {&next[i], 1}, 1};
+      test_batch[i] = BatchEntry{test_seq[i], {&next[i], 1}, 1};
+    }
+    PDQ_RETURN_IF_ERROR(reference.Forward(*ref_kv, ref_batch, &ref_logits));
+    PDQ_RETURN_IF_ERROR(decode.Forward(*test_kv, test_batch, &test_logits));
+  }
+  const double count = (double)n * (double)options.max_tokens;
+  result.kl_overall = kl_total / count;
+  result.agreement_overall = (double)agree_total / count;
+  return result;
+}
+
+}  // namespace pdq
