@@ -2,7 +2,9 @@
 #include "engine/linear.h"
 
 #include <algorithm>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/check.h"
 
 namespace pdq {
@@ -21,6 +23,29 @@ void WritableLinear::AddBias(float* y, int64_t m, int64_t ldy) const {
 }
 
 namespace {
+
+// Concatenates the raw bytes of several arrays.
+template <typename... Vectors>
+std::string Concat(const Vectors&... v) {
+  std::string out;
+  (out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(v[0])), ...);
+  return out;
+}
+
+// Splits `bytes` back into the arrays, which must have their final sizes.
+template <typename... Vectors>
+absl::Status Split(std::string_view bytes, Vectors&... v) {
+  const size_t want = ((v.size() * sizeof(v[0])) + ...);
+  if (bytes.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat("packed weights are ", bytes.size(),
+                                                   " bytes, expected ", want));
+  }
+  size_t off = 0;
+  ((std::memcpy(v.data(), bytes.data() + off, v.size() * sizeof(v[0])),
+    off += v.size() * sizeof(v[0])),
+   ...);
+  return absl::OkStatus();
+}
 
 std::vector<float> RoundedToFp16(const float* src, int64_t n) {
   std::vector<float> out(n);
@@ -43,6 +68,8 @@ class Fp16Linear final : public WritableLinear {
     PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
     PackF16Rows(src, row0, rows, in_, packed_.data());
   }
+  std::string SerializeWeights() const override { return Concat(packed_); }
+  absl::Status DeserializeWeights(std::string_view bytes) override { return Split(bytes, packed_); }
 
  private:
   int64_t out_, in_;
@@ -75,6 +102,10 @@ class W4A16Linear final : public WritableLinear {
     QuantizeW4Rows(ref.data(), row0, rows, in_, group_, symmetric_, q_.data(), scale_.data(),
                    min_.data());
   }
+  std::string SerializeWeights() const override { return Concat(q_, scale_, min_); }
+  absl::Status DeserializeWeights(std::string_view bytes) override {
+    return Split(bytes, q_, scale_, min_);
+  }
 
  private:
   int64_t out_, in_;
@@ -104,6 +135,10 @@ class W8A8Linear final : public WritableLinear {
     PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
     const std::vector<float> ref = RoundedToFp16(src, rows * in_);
     QuantizeI8Rows(ref.data(), row0, rows, in_, q_.data(), scale_.data());
+  }
+  std::string SerializeWeights() const override { return Concat(q_, scale_); }
+  absl::Status DeserializeWeights(std::string_view bytes) override {
+    return Split(bytes, q_, scale_);
   }
 
  private:

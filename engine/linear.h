@@ -4,6 +4,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/model.h"
@@ -18,6 +20,12 @@ class WritableLinear : public LinearWeights {
   virtual void SetRows(int64_t row0, int64_t rows, const float* src) = 0;
   // Adds a bias to output features [row0, row0 + b.size()).
   void SetBias(int64_t row0, const std::vector<float>& b);
+
+  // The packed weights (not the bias) as raw bytes, for quantized artifacts.
+  virtual std::string SerializeWeights() const = 0;
+  // Restores what SerializeWeights wrote for a layer of the same shape and
+  // format; InvalidArgument when the size does not match.
+  virtual absl::Status DeserializeWeights(std::string_view bytes) = 0;
 
  protected:
   void AddBias(float* y, int64_t m, int64_t ldy) const;

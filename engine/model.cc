@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "common/check.h"
 #include "engine/gguf.h"
 #include "engine/gguf_dequant.h"
+#include "engine/artifact.h"
 #include "engine/linear.h"
 #include "engine/synthetic.h"
 
@@ -201,10 +203,14 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
 // Builds a Model from a GGUF file or a synthetic spec.
 class ModelLoader {
  public:
+  // With skip_weights the linear layers are allocated but left empty, for
+  // an artifact to fill.
   static absl::StatusOr<std::unique_ptr<Model>> FromGguf(const std::string& path,
-                                                         const LoadOptions& options);
+                                                         const LoadOptions& options,
+                                                         bool skip_weights);
   static absl::StatusOr<std::unique_ptr<Model>> FromSynthetic(const std::string& name,
-                                                              const LoadOptions& options);
+                                                              const LoadOptions& options,
+                                                              bool skip_weights);
 
  private:
   static std::unique_ptr<Model> NewModel(const LoadOptions& options);
@@ -234,7 +240,8 @@ std::unique_ptr<Model> ModelLoader::NewModel(const LoadOptions& options) {
 }
 
 absl::Status ModelLoader::AllocateLayers(Model& m, const LoadOptions& options) {
-  if (options.w4_group != 32 && options.w4_group != 64 && options.w4_group != 128) {
+  if (options.precision == Precision::kW4A16 && options.w4_group != 32 &&
+      options.w4_group != 64 && options.w4_group != 128) {
     return absl::InvalidArgumentError(
         absl::StrCat("W4A16 group size must be 32, 64 or 128, got ", options.w4_group));
   }
@@ -264,7 +271,8 @@ void ModelLoader::Finish(Model& m) {
 }
 
 absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& path,
-                                                             const LoadOptions& options) {
+                                                             const LoadOptions& options,
+                                                             bool skip_weights) {
   PDQ_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
   std::unique_ptr<Model> m = NewModel(options);
   PDQ_ASSIGN_OR_RETURN(m->config_, ConfigFromGguf(*file));
@@ -280,7 +288,9 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
   auto embd = ReadTensor(*file, "token_embd.weight", {d, c.vocab_size});
   if (!embd.ok()) return embd.status();
   for (size_t i = 0; i < embd->size(); ++i) m->embedding_[i] = Fp32ToFp16((*embd)[i]);
-  if (c.tied_output) {
+  if (skip_weights) {
+    // The artifact supplies the output projection.
+  } else if (c.tied_output) {
     Linear(m->output_)->SetRows(0, c.vocab_size, embd->data());
   } else {
     PDQ_ASSIGN_OR_RETURN(auto out, ReadTensor(*file, "output.weight", {d, c.vocab_size}));
@@ -317,9 +327,11 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
             {"ffn_down", l.down.get(), 0, d, c.ffn_dim},
         };
         for (const Part& part : parts) {
-          PDQ_ASSIGN_OR_RETURN(auto w, ReadTensor(*file, p + part.name + ".weight",
-                                                  {part.in, part.rows}));
-          static_cast<WritableLinear*>(part.dst)->SetRows(part.row0, part.rows, w.data());
+          if (!skip_weights) {
+            PDQ_ASSIGN_OR_RETURN(auto w, ReadTensor(*file, p + part.name + ".weight",
+                                                    {part.in, part.rows}));
+            static_cast<WritableLinear*>(part.dst)->SetRows(part.row0, part.rows, w.data());
+          }
           if (c.qkv_bias && part.dst == l.qkv.get()) {
             PDQ_ASSIGN_OR_RETURN(auto b, ReadTensor(*file, p + part.name + ".bias", {part.rows}));
             static_cast<WritableLinear*>(part.dst)->SetBias(part.row0, b);
@@ -337,7 +349,8 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
 }
 
 absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::string& name,
-                                                                  const LoadOptions& options) {
+                                                                  const LoadOptions& options,
+                                                                  bool skip_weights) {
   PDQ_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(name));
   std::unique_ptr<Model> m = NewModel(options);
   m->config_ = config;
@@ -350,7 +363,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
     // and top-1 comparisons between precisions mean something.
     std::vector<float> embd = SyntheticTensor("token_embd", (int64_t)c.vocab_size * d, 0.25f);
     for (size_t i = 0; i < embd.size(); ++i) m->embedding_[i] = Fp32ToFp16(embd[i]);
-    Linear(m->output_)->SetRows(0, c.vocab_size, embd.data());
+    if (!skip_weights) Linear(m->output_)->SetRows(0, c.vocab_size, embd.data());
   }
   m->output_norm_.assign(d, 1.0f);
   m->pool_->ParallelFor(c.num_layers, 1, [&](int64_t begin, int64_t end, int) {
@@ -360,6 +373,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
       l.ffn_norm.assign(d, 1.0f);
       int part = 0;
       for (LinearWeights* w : {l.qkv.get(), l.out.get(), l.gate_up.get(), l.down.get()}) {
+        if (skip_weights) break;
         const auto values = SyntheticTensor(absl::StrCat("blk.", i, ".", part++),
                                             w->out_features() * w->in_features(),
                                             1.0f / std::sqrt((float)w->in_features()));
@@ -379,10 +393,88 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
                                                    const LoadOptions& options) {
   if (options.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
-  if (absl::StartsWith(spec, "synthetic:")) {
-    return ModelLoader::FromSynthetic(spec.substr(10), options);
+  LoadOptions effective = options;
+  std::optional<Artifact> artifact;
+  if (!options.quantized_weights.empty()) {
+    PDQ_ASSIGN_OR_RETURN(artifact, ReadArtifact(options.quantized_weights));
+    PDQ_ASSIGN_OR_RETURN(const std::string fingerprint, SourceFingerprint(spec));
+    if (fingerprint != artifact->header.source_fingerprint) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "'", options.quantized_weights, "' was made from another model ('",
+          artifact->header.source_name, "', fingerprint ", artifact->header.source_fingerprint,
+          "); '", spec, "' has fingerprint ", fingerprint));
+    }
+    PDQ_ASSIGN_OR_RETURN(effective.precision, ParsePrecision(artifact->header.scheme));
+    if (effective.precision == Precision::kW4A16) effective.w4_group = artifact->header.group_size;
+    effective.w4_symmetric = artifact->header.symmetric;
+    effective.quantize_output = !artifact->header.fp16_output;
   }
-  return ModelLoader::FromGguf(spec, options);
+  const bool skip = artifact.has_value();
+  absl::StatusOr<std::unique_ptr<Model>> model =
+      absl::StartsWith(spec, "synthetic:")
+          ? ModelLoader::FromSynthetic(spec.substr(10), effective, skip)
+          : ModelLoader::FromGguf(spec, effective, skip);
+  if (!model.ok()) return model.status();
+  (*model)->options_ = effective;
+  (*model)->source_spec_ = spec;
+  if (!artifact) return model;
+
+  // Fill every linear layer from the artifact, checking names and shapes.
+  const auto named = (*model)->NamedLinears();
+  if (artifact->header.tensors.size() != named.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", options.quantized_weights, "' has ", artifact->header.tensors.size(),
+        " tensors; the model has ", named.size(), " linear layers"));
+  }
+  for (size_t i = 0; i < named.size(); ++i) {
+    const ArtifactTensor& t = artifact->header.tensors[i];
+    auto* linear = static_cast<WritableLinear*>(named[i].second);
+    if (t.name != named[i].first || t.out != linear->out_features() ||
+        t.in != linear->in_features()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "artifact tensor ", i, " is '", t.name, "' [", t.out, " x ", t.in, "], expected '",
+          named[i].first, "' [", linear->out_features(), " x ", linear->in_features(), "]"));
+    }
+    absl::Status s =
+        linear->DeserializeWeights(std::string_view(artifact->payload).substr(t.offset, t.bytes));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("artifact tensor '", t.name, "': ", s.message()));
+    }
+  }
+  return model;
+}
+
+std::vector<std::pair<std::string, LinearWeights*>> Model::NamedLinears() const {
+  std::vector<std::pair<std::string, LinearWeights*>> out;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    const std::string p = absl::StrCat("blk.", i, ".");
+    out.emplace_back(p + "qkv", l.qkv.get());
+    out.emplace_back(p + "out", l.out.get());
+    out.emplace_back(p + "gate_up", l.gate_up.get());
+    out.emplace_back(p + "down", l.down.get());
+  }
+  out.emplace_back("output", output_.get());
+  return out;
+}
+
+absl::Status Model::SaveQuantized(const std::string& path) const {
+  if (precision_ == Precision::kFp16) {
+    return absl::FailedPreconditionError("FP16 weights are the reference; nothing to save");
+  }
+  ArtifactHeader h;
+  h.scheme = PrecisionName(precision_);
+  h.group_size = precision_ == Precision::kW4A16 ? options_.w4_group : 0;
+  h.symmetric = options_.w4_symmetric;
+  h.fp16_output = !options_.quantize_output;
+  h.source_name = source_spec_.substr(source_spec_.find_last_of('/') + 1);
+  PDQ_ASSIGN_OR_RETURN(h.source_fingerprint, SourceFingerprint(source_spec_));
+  std::vector<std::string> payloads;
+  for (const auto& [name, linear] : NamedLinears()) {
+    h.tensors.push_back({name, linear->out_features(), linear->in_features(), 0, 0});
+    payloads.push_back(static_cast<const WritableLinear*>(linear)->SerializeWeights());
+  }
+  return WriteArtifact(path, std::move(h), payloads);
 }
 
 int64_t Model::weight_bytes_per_token() const {

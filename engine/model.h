@@ -92,6 +92,10 @@ struct LoadOptions {
   int w4_group = 128;          // 32, 64 or 128 inputs per scale
   bool w4_symmetric = false;   // asymmetric (scale and min) by default
   bool quantize_output = true;  // also quantize the output projection
+  // A `pdq quantize` artifact made from this same model: its packed weights
+  // are loaded as they are, and its scheme and parameters replace the
+  // precision fields above.
+  std::string quantized_weights;
   int threads = 0;  // 0: every core
   bool verbose = false;  // progress on stderr
 };
@@ -117,6 +121,10 @@ class Model {
   // A KV cache shaped for this model holding `tokens` tokens in all.
   absl::StatusOr<std::unique_ptr<KvCache>> NewKvCache(int64_t tokens) const;
 
+  // Writes this weight set's packed linear layers as an artifact (see
+  // engine/artifact.h). FailedPrecondition for FP16 weights.
+  absl::Status SaveQuantized(const std::string& path) const;
+
   // Runs all entries as one batch. Validates everything first (token ids,
   // context length, KV capacity); on error the cache is unchanged.
   absl::Status Forward(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits);
@@ -130,8 +138,12 @@ class Model {
   struct Workspace;
 
   Model();
+  // Every linear layer with its artifact name ("blk.3.qkv", "output").
+  std::vector<std::pair<std::string, LinearWeights*>> NamedLinears() const;
 
   ModelConfig config_;
+  LoadOptions options_;
+  std::string source_spec_;
   Precision precision_ = Precision::kFp16;
   std::unique_ptr<ThreadPool> pool_;
   CpuContext ctx_;

@@ -47,7 +47,7 @@ nlohmann::json LastJson(const std::string& out) {
 
 TEST(CliTest, EveryCommandHasHelp) {
   for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help",
-                          "drift --help"}) {
+                          "drift --help", "quantize --help"}) {
     Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
@@ -153,6 +153,18 @@ TEST(CliTest, DriftJsonReportsEveryPosition) {
   r = RunPdq("drift --model synthetic:tiny --prompts /nonexistent/prompts.txt");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("/nonexistent/prompts.txt"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, QuantizeWritesAnArtifactThatGenerateLoads) {
+  const std::string path = ::testing::TempDir() + "/cli_tiny.pdqq";
+  Result r = RunPdq("quantize --model synthetic:tiny --scheme w8a8 --out " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = RunPdq("generate --model synthetic:tiny --weights " + path + " --prompt hi --max-tokens 3");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("as w8a8"), std::string::npos) << r.out;
+  r = RunPdq("quantize --model synthetic:tiny --scheme w3a3 --out " + path);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--scheme must be"), std::string::npos) << r.out;
 }
 
 TEST(CliTest, BenchEngineJsonHasRooflineFractions) {

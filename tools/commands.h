@@ -14,6 +14,7 @@ int GenerateCommand(int argc, char** argv);
 int PerplexityCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
 int DriftCommand(int argc, char** argv);
+int QuantizeCommand(int argc, char** argv);
 
 // Flags every model-running command shares.
 struct ModelFlags {
@@ -22,6 +23,7 @@ struct ModelFlags {
   int64_t threads = 0;
   int64_t group_size = 128;
   bool fp16_output = false;
+  std::string weights;
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.
   // `precision_override`, when not empty, replaces --precision.

@@ -24,6 +24,8 @@ void ModelFlags::Register(FlagParser& flags) {
   flags.Int("group-size", &group_size, 32, 128, "W4A16 inputs per scale: 32, 64 or 128");
   flags.Bool("fp16-output", &fp16_output,
              "keep the output projection in FP16 when quantizing the other layers");
+  flags.String("weights", &weights,
+               "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
 }
 
@@ -43,6 +45,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
   options.precision = p;
   options.w4_group = (int)group_size;
   options.quantize_output = !fp16_output;
+  options.quantized_weights = weights;
   const auto t0 = std::chrono::steady_clock::now();
   auto loaded = Model::Load(model, options);
   if (!loaded.ok()) return loaded.status();
