@@ -54,7 +54,7 @@ absl::Status WriteArtifact(const std::string& path, ArtifactHeader header,
   j["scheme"] = header.scheme;
   j["group_size"] = header.group_size;
   j["symmetric"] = header.symmetric;
-  j["fp16_output"] = header.fp16_output;
+  j["fp16_layers"] = header.fp16_layers;
   j["source_name"] = header.source_name;
   j["source_fingerprint"] = header.source_fingerprint;
   uint64_t offset = 0;
@@ -104,7 +104,7 @@ absl::StatusOr<Artifact> ReadArtifact(const std::string& path) {
     h.scheme = j.at("scheme").get<std::string>();
     h.group_size = j.at("group_size").get<int>();
     h.symmetric = j.at("symmetric").get<bool>();
-    h.fp16_output = j.at("fp16_output").get<bool>();
+    h.fp16_layers = j.at("fp16_layers").get<std::vector<std::string>>();
     h.source_name = j.at("source_name").get<std::string>();
     h.source_fingerprint = j.at("source_fingerprint").get<std::string>();
     for (const auto& t : j.at("tensors")) {

@@ -25,7 +25,7 @@ struct ArtifactHeader {
   std::string scheme;  // "w8a8" or "w4a16"
   int group_size = 0;  // w4a16 only
   bool symmetric = false;
-  bool fp16_output = false;
+  std::vector<std::string> fp16_layers;  // patterns of layers kept FP16
   std::string source_name;
   std::string source_fingerprint;  // see SourceFingerprint
   std::vector<ArtifactTensor> tensors;

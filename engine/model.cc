@@ -36,6 +36,27 @@ double ModelConfig::ForwardFlops(int64_t past, int64_t tokens, int64_t logit_row
          2.0 * (double)output_params() * (double)logit_rows + attention;
 }
 
+bool MatchesLayerPattern(const std::string& pattern, const std::string& name) {
+  // Iterative glob with backtracking to the last '*'.
+  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (p < pattern.size() && pattern[p] == name[n]) {
+      ++p;
+      ++n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
 const char* PrecisionName(Precision p) {
   switch (p) {
     case Precision::kFp16: return "fp16";
@@ -246,17 +267,23 @@ absl::Status ModelLoader::AllocateLayers(Model& m, const LoadOptions& options) {
         absl::StrCat("W4A16 group size must be 32, 64 or 128, got ", options.w4_group));
   }
   const ModelConfig& c = m.config_;
-  LinearOptions lo{options.precision, options.w4_group, options.w4_symmetric};
+  auto make = [&](const std::string& name, int64_t out, int64_t in) {
+    LinearOptions lo{options.precision, options.w4_group, options.w4_symmetric};
+    for (const std::string& pattern : options.fp16_layers) {
+      if (MatchesLayerPattern(pattern, name)) lo.precision = Precision::kFp16;
+    }
+    return MakeLinear(lo, out, in);
+  };
   m.layers_.resize(c.num_layers);
-  for (Model::Layer& l : m.layers_) {
-    l.qkv = MakeLinear(lo, c.q_dim() + 2 * c.kv_dim(), c.d_model);
-    l.out = MakeLinear(lo, c.d_model, c.q_dim());
-    l.gate_up = MakeLinear(lo, 2 * c.ffn_dim, c.d_model);
-    l.down = MakeLinear(lo, c.d_model, c.ffn_dim);
+  for (int i = 0; i < c.num_layers; ++i) {
+    Model::Layer& l = m.layers_[i];
+    const std::string p = absl::StrCat("blk.", i, ".");
+    l.qkv = make(p + "qkv", c.q_dim() + 2 * c.kv_dim(), c.d_model);
+    l.out = make(p + "out", c.d_model, c.q_dim());
+    l.gate_up = make(p + "gate_up", 2 * c.ffn_dim, c.d_model);
+    l.down = make(p + "down", c.d_model, c.ffn_dim);
   }
-  LinearOptions out_options = lo;
-  if (!options.quantize_output) out_options.precision = Precision::kFp16;
-  m.output_ = MakeLinear(out_options, c.vocab_size, c.d_model);
+  m.output_ = make("output", c.vocab_size, c.d_model);
   m.embedding_.assign((size_t)c.vocab_size * c.d_model, 0);
   return absl::OkStatus();
 }
@@ -407,7 +434,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
     PDQ_ASSIGN_OR_RETURN(effective.precision, ParsePrecision(artifact->header.scheme));
     if (effective.precision == Precision::kW4A16) effective.w4_group = artifact->header.group_size;
     effective.w4_symmetric = artifact->header.symmetric;
-    effective.quantize_output = !artifact->header.fp16_output;
+    effective.fp16_layers = artifact->header.fp16_layers;
   }
   const bool skip = artifact.has_value();
   absl::StatusOr<std::unique_ptr<Model>> model =
@@ -466,7 +493,7 @@ absl::Status Model::SaveQuantized(const std::string& path) const {
   h.scheme = PrecisionName(precision_);
   h.group_size = precision_ == Precision::kW4A16 ? options_.w4_group : 0;
   h.symmetric = options_.w4_symmetric;
-  h.fp16_output = !options_.quantize_output;
+  h.fp16_layers = options_.fp16_layers;
   h.source_name = source_spec_.substr(source_spec_.find_last_of('/') + 1);
   PDQ_ASSIGN_OR_RETURN(h.source_fingerprint, SourceFingerprint(source_spec_));
   std::vector<std::string> payloads;

@@ -91,7 +91,10 @@ struct LoadOptions {
   Precision precision = Precision::kFp16;
   int w4_group = 128;          // 32, 64 or 128 inputs per scale
   bool w4_symmetric = false;   // asymmetric (scale and min) by default
-  bool quantize_output = true;  // also quantize the output projection
+  // Linear layers that stay FP16 under a quantized precision: patterns with
+  // '*' wildcards over the names "blk.N.qkv", "blk.N.out", "blk.N.gate_up",
+  // "blk.N.down" and "output" (e.g. {"output", "blk.*.down"}).
+  std::vector<std::string> fp16_layers;
   // A `pdq quantize` artifact made from this same model: its packed weights
   // are loaded as they are, and its scheme and parameters replace the
   // precision fields above.
@@ -155,6 +158,9 @@ class Model {
   std::vector<float> inv_freq_;
   std::unique_ptr<Workspace> ws_;
 };
+
+// True when `name` matches `pattern`, where '*' matches any run of characters.
+bool MatchesLayerPattern(const std::string& pattern, const std::string& name);
 
 // Names accepted after "synthetic:".
 std::vector<std::string> SyntheticModelNames();

@@ -368,6 +368,30 @@ TEST(ArtifactErrorsTest, WrongModelCorruptFileAndUnknownSchemeAreRejected) {
   EXPECT_EQ(fp16->SaveQuantized(path + ".fp16").code(), absl::StatusCode::kFailedPrecondition);
 }
 
+TEST(ModelTest, LayerPatternsMatchWithWildcards) {
+  EXPECT_TRUE(MatchesLayerPattern("output", "output"));
+  EXPECT_TRUE(MatchesLayerPattern("blk.*.down", "blk.12.down"));
+  EXPECT_TRUE(MatchesLayerPattern("*", "blk.0.qkv"));
+  EXPECT_TRUE(MatchesLayerPattern("blk.1*", "blk.17.out"));
+  EXPECT_FALSE(MatchesLayerPattern("blk.*.down", "blk.1.gate_up"));
+  EXPECT_FALSE(MatchesLayerPattern("blk.1.*", "blk.17.out"));
+  EXPECT_FALSE(MatchesLayerPattern("output", "outputs"));
+}
+
+TEST(ModelTest, Fp16LayersKeepTheirFp16Weights) {
+  LoadOptions o;
+  o.precision = Precision::kW8A8;
+  auto all = Model::Load("synthetic:tiny", o);
+  o.fp16_layers = {"blk.*.down", "output"};
+  auto some = Model::Load("synthetic:tiny", o);
+  ASSERT_TRUE(all.ok() && some.ok());
+  const ModelConfig& c = (*all)->config();
+  // int8 weights take 1 byte (+ a float scale per row), FP16 ones 2 bytes.
+  const int64_t down = (int64_t)c.d_model * c.ffn_dim, output = c.output_params();
+  const int64_t extra = c.num_layers * (down - c.d_model * 4) + output - c.vocab_size * 4;
+  EXPECT_EQ((*some)->weight_bytes_per_token() - (*all)->weight_bytes_per_token(), extra);
+}
+
 TEST(ModelTest, GenerateRejectsBadInput) {
   auto model = LoadOrDie("synthetic:tiny");
   ASSERT_NE(model, nullptr);
@@ -464,7 +488,7 @@ TEST_F(SmolLm2Test, W4A16Group32ReproducesTheQ4_1Grid) {
   LoadOptions o;
   o.precision = Precision::kW4A16;
   o.w4_group = 32;
-  o.quantize_output = false;
+  o.fp16_layers = {"output"};
   auto w4 = Model::Load(testing::ModelPath(), o);
   ASSERT_TRUE(w4.ok()) << w4.status();
   EXPECT_LT((*w4)->weight_bytes_per_token(), model_->weight_bytes_per_token() / 2);

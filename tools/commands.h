@@ -23,6 +23,7 @@ struct ModelFlags {
   int64_t threads = 0;
   int64_t group_size = 128;
   bool fp16_output = false;
+  std::string fp16_layers;
   std::string weights;
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/check.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tools/commands.h"
@@ -23,7 +24,10 @@ void ModelFlags::Register(FlagParser& flags) {
   flags.String("precision", &precision, "weight precision: fp16, w8a8 or w4a16 (quantized at load)");
   flags.Int("group-size", &group_size, 32, 128, "W4A16 inputs per scale: 32, 64 or 128");
   flags.Bool("fp16-output", &fp16_output,
-             "keep the output projection in FP16 when quantizing the other layers");
+             "keep the output projection in FP16 when quantizing (same as --fp16-layers output)");
+  flags.String("fp16-layers", &fp16_layers,
+               "comma-separated layers kept FP16 when quantizing, '*' wildcards over "
+               "blk.N.{qkv,out,gate_up,down} and output (e.g. output,blk.*.down)");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
@@ -44,7 +48,10 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
   options.threads = (int)threads;
   options.precision = p;
   options.w4_group = (int)group_size;
-  options.quantize_output = !fp16_output;
+  if (fp16_output) options.fp16_layers.push_back("output");
+  for (absl::string_view pattern : absl::StrSplit(fp16_layers, ',', absl::SkipEmpty())) {
+    options.fp16_layers.emplace_back(pattern);
+  }
   options.quantized_weights = weights;
   const auto t0 = std::chrono::steady_clock::now();
   auto loaded = Model::Load(model, options);
