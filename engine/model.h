@@ -129,7 +129,9 @@ class Model {
   absl::Status SaveQuantized(const std::string& path) const;
 
   // Runs all entries as one batch. Validates everything first (token ids,
-  // context length, KV capacity); on error the cache is unchanged.
+  // context length, KV capacity); on error the cache is unchanged. One call
+  // at a time per Model (it owns one workspace); the cache may have been
+  // written by another Model of the same shape.
   absl::Status Forward(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits);
 
  private:
