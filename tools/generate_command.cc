@@ -59,6 +59,7 @@ int GenerateCommand(int argc, char** argv) {
     std::puts(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     std::printf("\n");
+    std::fflush(stdout);  // the text ends before the statistics on stderr
     std::fprintf(stderr,
                  "pdq: %lld prompt tokens, %zu generated (%s); TTFT %.1f ms, TPOT %.2f ms "
                  "(%.1f tokens/s)\n",
