@@ -55,6 +55,7 @@ absl::Status WriteArtifact(const std::string& path, ArtifactHeader header,
   j["group_size"] = header.group_size;
   j["symmetric"] = header.symmetric;
   j["fp16_layers"] = header.fp16_layers;
+  j["smooth_alpha"] = header.smooth_alpha;
   j["source_name"] = header.source_name;
   j["source_fingerprint"] = header.source_fingerprint;
   uint64_t offset = 0;
@@ -105,6 +106,7 @@ absl::StatusOr<Artifact> ReadArtifact(const std::string& path) {
     h.group_size = j.at("group_size").get<int>();
     h.symmetric = j.at("symmetric").get<bool>();
     h.fp16_layers = j.at("fp16_layers").get<std::vector<std::string>>();
+    h.smooth_alpha = j.at("smooth_alpha").get<float>();
     h.source_name = j.at("source_name").get<std::string>();
     h.source_fingerprint = j.at("source_fingerprint").get<std::string>();
     for (const auto& t : j.at("tensors")) {

@@ -26,6 +26,7 @@ struct ArtifactHeader {
   int group_size = 0;  // w4a16 only
   bool symmetric = false;
   std::vector<std::string> fp16_layers;  // patterns of layers kept FP16
+  float smooth_alpha = 0.0f;             // W8A8 SmoothQuant strength, 0 if off
   std::string source_name;
   std::string source_fingerprint;  // see SourceFingerprint
   std::vector<ArtifactTensor> tensors;

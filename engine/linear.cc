@@ -2,6 +2,7 @@
 #include "engine/linear.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -115,9 +116,17 @@ class W4A16Linear final : public WritableLinear {
   std::vector<fp16_t> scale_, min_;
 };
 
+// With SmoothQuant, activation outliers migrate into the weights: input
+// channel j is divided by s_j = a_j^alpha / w_j^(1 - alpha) at run time (a_j
+// from calibration, w_j the weight column's absmax) and the weight column is
+// multiplied by s_j before quantization. Rows are staged until Finalize,
+// since s needs every row.
 class W8A8Linear final : public WritableLinear {
  public:
-  W8A8Linear(int64_t out, int64_t in) : out_(out), in_(in), q_(PackedI8Bytes(out, in)), scale_(out) {}
+  W8A8Linear(int64_t out, int64_t in, float smooth_alpha)
+      : out_(out), in_(in), alpha_(smooth_alpha), q_(PackedI8Bytes(out, in)), scale_(out) {
+    if (alpha_ > 0.0f) inv_s_.assign(in, 1.0f);
+  }
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return out_; }
   int64_t weight_bytes() const override { return out_ * in_ + out_ * (int64_t)sizeof(float); }
@@ -128,23 +137,56 @@ class W8A8Linear final : public WritableLinear {
     const size_t need = GemmW8A8ScratchBytes(m, in_);
     if (scratch.size() < need) scratch.resize(need);
     GemmW8A8(ctx, PackedI8{q_.data(), scale_.data(), out_, in_}, x, m, ldx, y, ldy,
-             scratch.data());
+             scratch.data(), inv_s_.empty() ? nullptr : inv_s_.data());
     AddBias(y, m, ldy);
   }
   void SetRows(int64_t row0, int64_t rows, const float* src) override {
     PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
     const std::vector<float> ref = RoundedToFp16(src, rows * in_);
+    if (alpha_ > 0.0f) {
+      if (staged_.empty()) staged_.assign(out_ * in_, 0.0f);
+      std::copy(ref.begin(), ref.end(), staged_.begin() + row0 * in_);
+      return;
+    }
     QuantizeI8Rows(ref.data(), row0, rows, in_, q_.data(), scale_.data());
   }
-  std::string SerializeWeights() const override { return Concat(q_, scale_); }
+  absl::Status Finalize(const std::vector<float>* act_absmax) override {
+    if (alpha_ <= 0.0f) return absl::OkStatus();
+    if (act_absmax == nullptr || (int64_t)act_absmax->size() != in_) {
+      return absl::FailedPreconditionError(
+          "SmoothQuant needs calibration statistics for every quantized layer (--calib)");
+    }
+    std::vector<float> w_absmax(in_, 0.0f);
+    for (int64_t i = 0; i < out_; ++i) {
+      for (int64_t j = 0; j < in_; ++j) {
+        w_absmax[j] = std::max(w_absmax[j], std::abs(staged_[i * in_ + j]));
+      }
+    }
+    std::vector<float> s(in_);
+    for (int64_t j = 0; j < in_; ++j) {
+      const float a = std::max((*act_absmax)[j], 1e-5f), w = std::max(w_absmax[j], 1e-5f);
+      s[j] = std::clamp(std::pow(a, alpha_) / std::pow(w, 1.0f - alpha_), 1e-3f, 1e3f);
+      inv_s_[j] = 1.0f / s[j];
+    }
+    for (int64_t i = 0; i < out_; ++i) {
+      for (int64_t j = 0; j < in_; ++j) staged_[i * in_ + j] *= s[j];
+    }
+    QuantizeI8Rows(staged_.data(), 0, out_, in_, q_.data(), scale_.data());
+    staged_ = {};
+    return absl::OkStatus();
+  }
+  std::string SerializeWeights() const override { return Concat(q_, scale_, inv_s_); }
   absl::Status DeserializeWeights(std::string_view bytes) override {
-    return Split(bytes, q_, scale_);
+    return Split(bytes, q_, scale_, inv_s_);
   }
 
  private:
   int64_t out_, in_;
+  float alpha_;
   std::vector<int8_t> q_;
   std::vector<float> scale_;
+  std::vector<float> inv_s_;   // per input channel when smoothing, else empty
+  std::vector<float> staged_;  // rows waiting for Finalize
 };
 
 }  // namespace
@@ -157,7 +199,7 @@ std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t
       }
       break;  // odd widths cannot pair nibbles; keep them FP16
     case Precision::kW8A8:
-      return std::make_unique<W8A8Linear>(out, in);
+      return std::make_unique<W8A8Linear>(out, in, options.smooth_alpha);
     case Precision::kFp16:
       break;
   }

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "engine/model.h"
 
 namespace pdq {
@@ -20,6 +21,10 @@ class WritableLinear : public LinearWeights {
   virtual void SetRows(int64_t row0, int64_t rows, const float* src) = 0;
   // Adds a bias to output features [row0, row0 + b.size()).
   void SetBias(int64_t row0, const std::vector<float>& b);
+
+  // Called once after every row is set. `act_absmax` holds the calibration
+  // absmax of each input channel when SmoothQuant is on (null otherwise).
+  virtual absl::Status Finalize(const std::vector<float>* act_absmax) { return absl::OkStatus(); }
 
   // The packed weights (not the bias) as raw bytes, for quantized artifacts.
   virtual std::string SerializeWeights() const = 0;
@@ -36,6 +41,7 @@ struct LinearOptions {
   Precision precision = Precision::kFp16;
   int w4_group = 128;
   bool w4_symmetric = false;
+  float smooth_alpha = 0.0f;  // W8A8: SmoothQuant migration strength; 0 is off
 };
 
 std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t out, int64_t in);

@@ -240,6 +240,20 @@ class ModelLoader {
   static WritableLinear* Linear(const std::unique_ptr<LinearWeights>& l) {
     return static_cast<WritableLinear*>(l.get());
   }
+  // Finalizes the named linear layers with their calibration statistics.
+  static absl::Status FinalizeLinears(const LoadOptions& options,
+                                      const std::vector<std::pair<std::string, LinearWeights*>>& named) {
+    for (const auto& [name, linear] : named) {
+      const std::vector<float>* stats = nullptr;
+      if (options.activation_stats != nullptr) {
+        auto it = options.activation_stats->find(name);
+        if (it != options.activation_stats->end()) stats = &it->second;
+      }
+      absl::Status s = static_cast<WritableLinear*>(linear)->Finalize(stats);
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(name, ": ", s.message()));
+    }
+    return absl::OkStatus();
+  }
 };
 
 Model::Model() = default;
@@ -268,7 +282,8 @@ absl::Status ModelLoader::AllocateLayers(Model& m, const LoadOptions& options) {
   }
   const ModelConfig& c = m.config_;
   auto make = [&](const std::string& name, int64_t out, int64_t in) {
-    LinearOptions lo{options.precision, options.w4_group, options.w4_symmetric};
+    LinearOptions lo{options.precision, options.w4_group, options.w4_symmetric,
+                     options.precision == Precision::kW8A8 ? options.smooth_alpha : 0.0f};
     for (const std::string& pattern : options.fp16_layers) {
       if (MatchesLayerPattern(pattern, name)) lo.precision = Precision::kFp16;
     }
@@ -364,13 +379,17 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
             static_cast<WritableLinear*>(part.dst)->SetBias(part.row0, b);
           }
         }
-        return absl::OkStatus();
+        if (skip_weights) return absl::OkStatus();
+        return FinalizeLinears(options, {{p + "qkv", l.qkv.get()}, {p + "out", l.out.get()},
+                                         {p + "gate_up", l.gate_up.get()},
+                                         {p + "down", l.down.get()}});
       }();
     }
   });
   for (const absl::Status& s : status) {
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("'", path, "': ", s.message()));
   }
+  if (!skip_weights) PDQ_RETURN_IF_ERROR(FinalizeLinears(options, {{"output", m->output_.get()}}));
   Finish(*m);
   return m;
 }
@@ -413,6 +432,9 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
       }
     }
   });
+  if (!skip_weights) {
+    PDQ_RETURN_IF_ERROR(FinalizeLinears(options, m->NamedLinears()));
+  }
   Finish(*m);
   return m;
 }
@@ -435,6 +457,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
     if (effective.precision == Precision::kW4A16) effective.w4_group = artifact->header.group_size;
     effective.w4_symmetric = artifact->header.symmetric;
     effective.fp16_layers = artifact->header.fp16_layers;
+    effective.smooth_alpha = artifact->header.smooth_alpha;
   }
   const bool skip = artifact.has_value();
   absl::StatusOr<std::unique_ptr<Model>> model =
@@ -494,6 +517,7 @@ absl::Status Model::SaveQuantized(const std::string& path) const {
   h.group_size = precision_ == Precision::kW4A16 ? options_.w4_group : 0;
   h.symmetric = options_.w4_symmetric;
   h.fp16_layers = options_.fp16_layers;
+  h.smooth_alpha = precision_ == Precision::kW8A8 ? options_.smooth_alpha : 0.0f;
   h.source_name = source_spec_.substr(source_spec_.find_last_of('/') + 1);
   PDQ_ASSIGN_OR_RETURN(h.source_fingerprint, SourceFingerprint(source_spec_));
   std::vector<std::string> payloads;
@@ -609,6 +633,7 @@ absl::Status Model::Forward(KvCache& kv, std::span<const BatchEntry> batch, Logi
     const Layer& L = layers_[li];
     const KvLayerView kvl = kv.Layer(li);
     RmsNorm(ctx_, w.x.data(), L.attn_norm.data(), total, d, c.norm_eps, w.h.data());
+    if (observer_) observer_(absl::StrCat("blk.", li, ".qkv"), w.h.data(), total, d);
     L.qkv->Forward(ctx_, w.h.data(), total, d, w.qkv.data(), qkvd);
     Rope(ctx_, w.qkv.data(), total, qkvd, c.num_heads, c.head_dim, w.positions.data(),
          inv_freq_.data(), c.rope_style);
@@ -623,11 +648,14 @@ absl::Status Model::Forward(KvCache& kv, std::span<const BatchEntry> batch, Logi
       Attention(ctx_, kvl, table, kv.Length(batch[e].seq), n, qkv, qkvd, c.num_heads, scale,
                 w.attn.data() + offset[e] * c.q_dim(), c.q_dim(), w.scratch.data());
     }
+    if (observer_) observer_(absl::StrCat("blk.", li, ".out"), w.attn.data(), total, c.q_dim());
     L.out->Forward(ctx_, w.attn.data(), total, c.q_dim(), w.tmp.data(), d);
     for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
     RmsNorm(ctx_, w.x.data(), L.ffn_norm.data(), total, d, c.norm_eps, w.h.data());
+    if (observer_) observer_(absl::StrCat("blk.", li, ".gate_up"), w.h.data(), total, d);
     L.gate_up->Forward(ctx_, w.h.data(), total, d, w.gate_up.data(), 2 * f);
     SiluMul(ctx_, w.gate_up.data(), total, f, w.act.data());
+    if (observer_) observer_(absl::StrCat("blk.", li, ".down"), w.act.data(), total, f);
     L.down->Forward(ctx_, w.act.data(), total, f, w.tmp.data(), d);
     for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
   }
@@ -647,6 +675,7 @@ absl::Status Model::Forward(KvCache& kv, std::span<const BatchEntry> batch, Logi
     out_row += n - first;
   }
   logits->data.resize(logit_rows * c.vocab_size);
+  if (observer_ && logit_rows > 0) observer_("output", w.rows.data(), logit_rows, d);
   if (logit_rows > 0) output_->Forward(ctx_, w.rows.data(), logit_rows, d, logits->data.data(), c.vocab_size);
 
   for (const BatchEntry& b : batch) kv.SetLength(b.seq, kv.Length(b.seq) + (int64_t)b.tokens.size());

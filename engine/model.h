@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -87,6 +89,10 @@ struct Logits {
   }
 };
 
+// Calibration statistics: per linear layer name ("blk.3.qkv", "output"), the
+// largest |activation| seen on each input channel.
+using ActivationStats = std::map<std::string, std::vector<float>>;
+
 struct LoadOptions {
   Precision precision = Precision::kFp16;
   int w4_group = 128;          // 32, 64 or 128 inputs per scale
@@ -95,6 +101,10 @@ struct LoadOptions {
   // '*' wildcards over the names "blk.N.qkv", "blk.N.out", "blk.N.gate_up",
   // "blk.N.down" and "output" (e.g. {"output", "blk.*.down"}).
   std::vector<std::string> fp16_layers;
+  // W8A8 SmoothQuant: migration strength alpha (0 = off) and the statistics
+  // it needs, from CollectActivationStats over a calibration text.
+  float smooth_alpha = 0.0f;
+  const ActivationStats* activation_stats = nullptr;
   // A `pdq quantize` artifact made from this same model: its packed weights
   // are loaded as they are, and its scheme and parameters replace the
   // precision fields above.
@@ -123,6 +133,12 @@ class Model {
 
   // A KV cache shaped for this model holding `tokens` tokens in all.
   absl::StatusOr<std::unique_ptr<KvCache>> NewKvCache(int64_t tokens) const;
+
+  // Called with every linear layer's input during Forward (name, rows, row
+  // count, width); for calibration. Null to stop.
+  using ActivationObserver =
+      std::function<void(const std::string&, const float*, int64_t, int64_t)>;
+  void SetActivationObserver(ActivationObserver observer) { observer_ = std::move(observer); }
 
   // Writes this weight set's packed linear layers as an artifact (see
   // engine/artifact.h). FailedPrecondition for FP16 weights.
@@ -159,6 +175,7 @@ class Model {
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;
   std::unique_ptr<Workspace> ws_;
+  ActivationObserver observer_;
 };
 
 // True when `name` matches `pattern`, where '*' matches any run of characters.

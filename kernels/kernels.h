@@ -89,14 +89,17 @@ inline int64_t PackedI8Bytes(int64_t n, int64_t k) {
 // Quantizes rows [row0, row0 + rows) of a row-major fp32 matrix.
 void QuantizeI8Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int8_t* q,
                     float* scale);
-// Scratch for GemmW8A8: m rows of quantized activations and their scales.
+// Scratch for GemmW8A8: m rows of quantized activations and their scales,
+// plus room for the rescaled rows when an input scale is given.
 inline int64_t GemmW8A8ScratchBytes(int64_t m, int64_t k) {
-  return m * (PackedI8K4(k) * 4 + (int64_t)sizeof(float)) + 64;
+  return m * (PackedI8K4(k) * 4 + (int64_t)sizeof(float) * (1 + k)) + 128;
 }
 // y = x W^T: quantizes x per row into `scratch`, then integer dot products
-// with fused dequantization of the int32 results.
+// with fused dequantization of the int32 results. With `in_scale` (k
+// entries), x[i][j] * in_scale[j] is quantized instead: SmoothQuant's
+// migration, whose inverse the weights carry.
 void GemmW8A8(const CpuContext& ctx, const PackedI8& w, const float* x, int64_t m, int64_t ldx,
-              float* y, int64_t ldy, void* scratch);
+              float* y, int64_t ldy, void* scratch, const float* in_scale = nullptr);
 
 // ---- Elementwise and normalization -------------------------------------
 // out[i] = x[i] / rms(x[i]) * weight, for m rows of length d.

@@ -425,6 +425,20 @@ TEST(W8A8Test, GemmMatchesReference) {
   }
 }
 
+TEST(W8A8Test, InputScaleEqualsPrescaledActivations) {
+  std::mt19937 rng(24);
+  const int64_t m = 5, n = 32, k = 70;
+  auto w = Random(n * k, rng), x = Random(m * k, rng), s = Random(k, rng);
+  auto p = PackI8(w, n, k);
+  std::vector<float> scaled(m * k);
+  for (int64_t i = 0; i < m * k; ++i) scaled[i] = x[i] * s[i % k];
+  std::vector<float> a(m * n), b(m * n);
+  std::vector<uint8_t> scratch(GemmW8A8ScratchBytes(m, k));
+  GemmW8A8(CpuContext{}, p.view, x.data(), m, k, a.data(), n, scratch.data(), s.data());
+  GemmW8A8(CpuContext{}, p.view, scaled.data(), m, k, b.data(), n, scratch.data());
+  EXPECT_EQ(a, b);
+}
+
 // Int8 weights and activations stay within a few percent of the float result.
 TEST(W8A8Test, PublicGemmTracksFloatResult) {
   std::mt19937 rng(23);

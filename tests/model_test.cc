@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/generate.h"
+#include "eval/calibrate.h"
 #include "eval/drift.h"
 #include "eval/perplexity.h"
 #include "gtest/gtest.h"
@@ -390,6 +391,50 @@ TEST(ModelTest, Fp16LayersKeepTheirFp16Weights) {
   const int64_t down = (int64_t)c.d_model * c.ffn_dim, output = c.output_params();
   const int64_t extra = c.num_layers * (down - c.d_model * 4) + output - c.vocab_size * 4;
   EXPECT_EQ((*some)->weight_bytes_per_token() - (*all)->weight_bytes_per_token(), extra);
+}
+
+TEST(SmoothQuantTest, CalibratedW8A8TracksFp16AndSurvivesArtifacts) {
+  auto fp16 = LoadOrDie("synthetic:tiny");
+  ASSERT_NE(fp16, nullptr);
+  auto stats = CollectActivationStats(*fp16, RepeatedText(20), CalibrationOptions{});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->count("blk.1.down"), 1u);
+  EXPECT_EQ(stats->at("blk.1.down").size(), 128u);
+  EXPECT_EQ(stats->count("output"), 1u);
+
+  LoadOptions o;
+  o.precision = Precision::kW8A8;
+  o.smooth_alpha = 0.5f;
+  EXPECT_EQ(Model::Load("synthetic:tiny", o).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // no statistics
+  o.activation_stats = &*stats;
+  auto smooth = Model::Load("synthetic:tiny", o);
+  ASSERT_TRUE(smooth.ok()) << smooth.status();
+
+  auto tokens = Tokens(20, 384, 4);
+  Logits ref, got, reloaded;
+  for (auto [m, out] : {std::pair{fp16.get(), &ref}, std::pair{smooth->get(), &got}}) {
+    auto kv = m->NewKvCache(32);
+    BatchEntry e{(*kv)->AddSequence(), tokens, 1};
+    ASSERT_TRUE(m->Forward(**kv, {&e, 1}, out).ok());
+  }
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.data.size(); ++i) {
+    err += (got.data[i] - ref.data[i]) * (got.data[i] - ref.data[i]);
+    norm += ref.data[i] * ref.data[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.05);
+
+  const std::string path = ::testing::TempDir() + "/tiny_smooth.pdqq";
+  ASSERT_TRUE((*smooth)->SaveQuantized(path).ok());
+  LoadOptions lo;
+  lo.quantized_weights = path;
+  auto loaded = Model::Load("synthetic:tiny", lo);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  auto kv = (*loaded)->NewKvCache(32);
+  BatchEntry e{(*kv)->AddSequence(), tokens, 1};
+  ASSERT_TRUE((*loaded)->Forward(**kv, {&e, 1}, &reloaded).ok());
+  EXPECT_EQ(reloaded.data, got.data);
 }
 
 TEST(ModelTest, GenerateRejectsBadInput) {

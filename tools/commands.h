@@ -25,6 +25,8 @@ struct ModelFlags {
   bool fp16_output = false;
   std::string fp16_layers;
   std::string weights;
+  std::string calib;
+  double smooth_alpha = 0.5;
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.
   // `precision_override`, when not empty, replaces --precision.

@@ -3,10 +3,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/check.h"
+#include "eval/calibrate.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tools/commands.h"
 
@@ -28,6 +31,10 @@ void ModelFlags::Register(FlagParser& flags) {
   flags.String("fp16-layers", &fp16_layers,
                "comma-separated layers kept FP16 when quantizing, '*' wildcards over "
                "blk.N.{qkv,out,gate_up,down} and output (e.g. output,blk.*.down)");
+  flags.String("calib", &calib,
+               "W8A8: calibration text for SmoothQuant (not the text you score)");
+  flags.Float("smooth-alpha", &smooth_alpha, 0.0, 1.0,
+              "W8A8 SmoothQuant migration strength, used with --calib");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
@@ -53,6 +60,24 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
     options.fp16_layers.emplace_back(pattern);
   }
   options.quantized_weights = weights;
+  // SmoothQuant: statistics from the FP16 reference over the calibration text.
+  ActivationStats stats;
+  if (!calib.empty() && p == Precision::kW8A8 && weights.empty()) {
+    std::ifstream in(calib, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read calibration text '", calib, "'"));
+    std::stringstream text;
+    text << in.rdbuf();
+    LoadOptions ref_options;
+    ref_options.threads = (int)threads;
+    PDQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> reference, Model::Load(model, ref_options));
+    CalibrationOptions co;
+    co.progress = [quiet](int64_t done, int64_t total) {
+      if (!quiet) std::fprintf(stderr, "pdq: calibrating, window %lld/%lld\n", (long long)done, (long long)total);
+    };
+    PDQ_ASSIGN_OR_RETURN(stats, CollectActivationStats(*reference, text.str(), co));
+    options.smooth_alpha = (float)smooth_alpha;
+    options.activation_stats = &stats;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto loaded = Model::Load(model, options);
   if (!loaded.ok()) return loaded.status();

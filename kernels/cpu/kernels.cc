@@ -64,16 +64,25 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
 }
 
 void GemmW8A8(const CpuContext& ctx, const PackedI8& w, const float* x, int64_t m, int64_t ldx,
-              float* y, int64_t ldy, void* scratch) {
+              float* y, int64_t ldy, void* scratch, const float* in_scale) {
   if (m <= 0) return;
   const auto& kt = cpu::ActiveKernels();
   const int64_t row_bytes = PackedI8K4(w.k) * 4;
-  // Scales first (4-byte aligned), then the int8 rows.
+  // Scales, then the rescaled rows (if any), then the int8 rows.
   float* xs = reinterpret_cast<float*>(
       (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
-  int8_t* xq = reinterpret_cast<int8_t*>(xs + m);
+  float* scaled = xs + m;
+  int8_t* xq = reinterpret_cast<int8_t*>(scaled + (in_scale ? m * w.k : 0));
   ForRows(ctx, m, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) xs[i] = kt.quantize_row_i8(x + i * ldx, w.k, xq + i * row_bytes);
+    for (int64_t i = b; i < e; ++i) {
+      const float* row = x + i * ldx;
+      if (in_scale != nullptr) {
+        float* dst = scaled + i * w.k;
+        for (int64_t j = 0; j < w.k; ++j) dst[j] = row[j] * in_scale[j];
+        row = dst;
+      }
+      xs[i] = kt.quantize_row_i8(row, w.k, xq + i * row_bytes);
+    }
   });
   ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_i8_panels(w, b, e, xq, xs, m, y, ldy); });
 }

@@ -1,0 +1,47 @@
+// Per-channel absmax over every position of every window.
+#include "eval/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+namespace pdq {
+
+absl::StatusOr<ActivationStats> CollectActivationStats(Model& model, const std::string& text,
+                                                       const CalibrationOptions& options) {
+  const Tokenizer& tok = model.tokenizer();
+  const std::vector<int32_t> tokens = tok.Encode(text, tok.add_bos(), /*parse_special=*/false);
+  if (tokens.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the calibration text has ", tokens.size(), " tokens; at least 16 are needed"));
+  }
+  const int64_t ctx = std::min<int64_t>(options.ctx, model.config().max_context);
+  const int64_t windows =
+      std::min<int64_t>(options.max_windows, ((int64_t)tokens.size() + ctx - 1) / ctx);
+  ActivationStats stats;
+  model.SetActivationObserver([&](const std::string& name, const float* x, int64_t m, int64_t k) {
+    std::vector<float>& s = stats[name];
+    if (s.empty()) s.assign(k, 0.0f);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < k; ++j) s[j] = std::max(s[j], std::abs(x[i * k + j]));
+    }
+  });
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(ctx));
+  Logits logits;
+  absl::Status status;
+  for (int64_t w = 0; w < windows && status.ok(); ++w) {
+    const int64_t begin = w * ctx, end = std::min<int64_t>((int64_t)tokens.size(), begin + ctx);
+    const SeqId seq = kv->AddSequence();
+    BatchEntry e{seq, std::span<const int32_t>(tokens).subspan(begin, end - begin), end - begin};
+    status = model.Forward(*kv, {&e, 1}, &logits);
+    kv->RemoveSequence(seq);
+    if (options.progress) options.progress(w + 1, windows);
+  }
+  model.SetActivationObserver(nullptr);
+  PDQ_RETURN_IF_ERROR(status);
+  return stats;
+}
+
+}  // namespace pdq
