@@ -38,6 +38,17 @@ std::vector<int32_t> Tokens(int n, int vocab, int salt) {
   return t;
 }
 
+// Logits of the last position after running `tokens` through a fresh cache.
+Logits LastLogits(Model& model, const std::vector<int32_t>& tokens) {
+  auto kv = model.NewKvCache((int64_t)tokens.size());
+  EXPECT_TRUE(kv.ok()) << kv.status();
+  BatchEntry e{(*kv)->AddSequence(), tokens, 1};
+  Logits out;
+  absl::Status s = model.Forward(**kv, {&e, 1}, &out);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
 void ExpectRowsNear(const float* a, const float* b, int n, float tol, const std::string& what) {
   float worst = 0;
   for (int i = 0; i < n; ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
@@ -102,13 +113,7 @@ TEST_P(SyntheticModelTest, ThreadCountDoesNotChangeLogits) {
   ASSERT_NE(one, nullptr);
   ASSERT_NE(two, nullptr);
   auto tokens = Tokens(30, one->config().vocab_size, 4);
-  Logits a, b;
-  for (auto [m, out] : {std::pair{one.get(), &a}, std::pair{two.get(), &b}}) {
-    auto kv = m->NewKvCache(64);
-    BatchEntry e{(*kv)->AddSequence(), tokens, 1};
-    ASSERT_TRUE(m->Forward(**kv, {&e, 1}, out).ok());
-  }
-  EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(LastLogits(*one, tokens).data, LastLogits(*two, tokens).data);
 }
 
 TEST_P(SyntheticModelTest, BadRequestsFailAndLeaveTheCacheUnchanged) {
@@ -317,13 +322,7 @@ TEST_P(ArtifactTest, RoundTripGivesTheSameLogits) {
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(PrecisionName((*loaded)->precision()), GetParam());
   auto tokens = Tokens(12, 384, 9);
-  Logits a, b;
-  for (auto [m, out] : {std::pair{quantized.get(), &a}, std::pair{loaded->get(), &b}}) {
-    auto kv = m->NewKvCache(32);
-    BatchEntry e{(*kv)->AddSequence(), tokens, 1};
-    ASSERT_TRUE(m->Forward(**kv, {&e, 1}, out).ok());
-  }
-  EXPECT_EQ(a.data, b.data);
+  EXPECT_EQ(LastLogits(*quantized, tokens).data, LastLogits(**loaded, tokens).data);
 }
 
 INSTANTIATE_TEST_SUITE_P(Schemes, ArtifactTest, ::testing::Values("w4a16", "w8a8"));
@@ -412,12 +411,7 @@ TEST(SmoothQuantTest, CalibratedW8A8TracksFp16AndSurvivesArtifacts) {
   ASSERT_TRUE(smooth.ok()) << smooth.status();
 
   auto tokens = Tokens(20, 384, 4);
-  Logits ref, got, reloaded;
-  for (auto [m, out] : {std::pair{fp16.get(), &ref}, std::pair{smooth->get(), &got}}) {
-    auto kv = m->NewKvCache(32);
-    BatchEntry e{(*kv)->AddSequence(), tokens, 1};
-    ASSERT_TRUE(m->Forward(**kv, {&e, 1}, out).ok());
-  }
+  const Logits ref = LastLogits(*fp16, tokens), got = LastLogits(**smooth, tokens);
   double err = 0, norm = 0;
   for (size_t i = 0; i < ref.data.size(); ++i) {
     err += (got.data[i] - ref.data[i]) * (got.data[i] - ref.data[i]);
@@ -431,10 +425,7 @@ TEST(SmoothQuantTest, CalibratedW8A8TracksFp16AndSurvivesArtifacts) {
   lo.quantized_weights = path;
   auto loaded = Model::Load("synthetic:tiny", lo);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  auto kv = (*loaded)->NewKvCache(32);
-  BatchEntry e{(*kv)->AddSequence(), tokens, 1};
-  ASSERT_TRUE((*loaded)->Forward(**kv, {&e, 1}, &reloaded).ok());
-  EXPECT_EQ(reloaded.data, got.data);
+  EXPECT_EQ(LastLogits(**loaded, tokens).data, got.data);
 }
 
 TEST(ModelTest, GenerateRejectsBadInput) {
