@@ -9,6 +9,7 @@ packages=(
   libpcre2-dev nlohmann-json3-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libucx-dev
+  libdnnl-dev
   python3
 )
 
