@@ -8,39 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "engine/sampler.h"
+#include "eval/perplexity.h"
 
 namespace pdq {
-namespace {
-
-// KL(p || q) for logits p, q, with log-sum-exp in double.
-double KlFromLogits(const float* p, const float* q, int vocab) {
-  const float pmax = *std::max_element(p, p + vocab), qmax = *std::max_element(q, q + vocab);
-  double zp = 0, zq = 0;
-  for (int i = 0; i < vocab; ++i) {
-    zp += std::exp((double)p[i] - pmax);
-    zq += std::exp((double)q[i] - qmax);
-  }
-  const double lzp = std::log(zp) + pmax, lzq = std::log(zq) + qmax;
-  double kl = 0;
-  for (int i = 0; i < vocab; ++i) {
-    const double lp = (double)p[i] - lzp;
-    kl += std::exp(lp) * (lp - ((double)q[i] - lzq));
-  }
-  return std::max(0.0, kl);
-}
-
-}  // namespace
-
 absl::StatusOr<DriftResult> MeasureDrift(Model& reference, Model& prefill, Model& decode,
                                          const std::vector<std::vector<int32_t>>& prompts,
                                          const DriftOptions& options) {
   const ModelConfig& c = reference.config();
-  for (const Model* m : {&prefill, &decode}) {
-    if (m->config().vocab_size != c.vocab_size || m->config().num_layers != c.num_layers ||
-        m->config().num_kv_heads != c.num_kv_heads || m->config().head_dim != c.head_dim) {
-      return absl::InvalidArgumentError("drift needs models of one shape and vocabulary");
-    }
-  }
+  PDQ_RETURN_IF_ERROR(CheckCompatible(reference, prefill, "prefill"));
+  PDQ_RETURN_IF_ERROR(CheckCompatible(reference, decode, "decode"));
   if (prompts.empty()) return absl::InvalidArgumentError("no prompts");
   if (options.max_tokens < 1) return absl::InvalidArgumentError("max tokens must be >= 1");
   int64_t total = 0;

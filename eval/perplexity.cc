@@ -12,27 +12,6 @@
 #include "engine/sampler.h"
 
 namespace pdq {
-namespace {
-
-// log-softmax of one row, in double for the sums.
-void LogSoftmax(const float* logits, int vocab, std::vector<float>* out) {
-  out->resize(vocab);
-  const float max_logit = *std::max_element(logits, logits + vocab);
-  double sum = 0.0;
-  for (int i = 0; i < vocab; ++i) sum += std::exp((double)logits[i] - max_logit);
-  const double log_z = std::log(sum) + max_logit;
-  for (int i = 0; i < vocab; ++i) (*out)[i] = (float)((double)logits[i] - log_z);
-}
-
-// KL(p || q) from log-probabilities.
-double KlDivergence(const std::vector<float>& log_p, const std::vector<float>& log_q) {
-  double kl = 0.0;
-  for (size_t i = 0; i < log_p.size(); ++i) {
-    const double p = std::exp((double)log_p[i]);
-    if (p > 0.0) kl += p * ((double)log_p[i] - (double)log_q[i]);
-  }
-  return std::max(0.0, kl);
-}
 
 absl::Status CheckCompatible(const Model& a, const Model& b, const char* role) {
   const ModelConfig &x = a.config(), &y = b.config();
@@ -45,13 +24,29 @@ absl::Status CheckCompatible(const Model& a, const Model& b, const char* role) {
   return absl::OkStatus();
 }
 
-}  // namespace
+namespace {
 
-double TokenNll(const float* logits, int vocab, int32_t target) {
+// log(sum(exp(logits))), stable.
+double LogSumExp(const float* logits, int vocab) {
   const float max_logit = *std::max_element(logits, logits + vocab);
   double sum = 0.0;
   for (int i = 0; i < vocab; ++i) sum += std::exp((double)logits[i] - max_logit);
-  return std::log(sum) + max_logit - logits[target];
+  return std::log(sum) + max_logit;
+}
+}  // namespace
+
+double TokenNll(const float* logits, int vocab, int32_t target) {
+  return LogSumExp(logits, vocab) - logits[target];
+}
+
+double KlFromLogits(const float* p, const float* q, int vocab) {
+  const double lzp = LogSumExp(p, vocab), lzq = LogSumExp(q, vocab);
+  double kl = 0;
+  for (int i = 0; i < vocab; ++i) {
+    const double lp = (double)p[i] - lzp;
+    kl += std::exp(lp) * (lp - ((double)q[i] - lzq));
+  }
+  return std::max(0.0, kl);
 }
 
 absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::string& text,
@@ -95,7 +90,6 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::stri
   int64_t agree = 0;
   std::vector<double> kls;
   Logits logits, ref_logits;
-  std::vector<float> log_p, log_q;
 
   for (int64_t g0 = 0; g0 < chunks; g0 += group) {
     const int64_t n_windows = std::min(group, chunks - g0);
@@ -143,9 +137,7 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::stri
         ++result.tokens_scored;
         if (options.kl_reference) {
           const float* ref = ref_logits.Row(0, j - first);
-          LogSoftmax(ref, vocab, &log_p);
-          LogSoftmax(row, vocab, &log_q);
-          const double kl = KlDivergence(log_p, log_q);
+          const double kl = KlFromLogits(ref, row, vocab);
           kl_sum += kl;
           kls.push_back(kl);
           agree += Argmax(ref, vocab) == Argmax(row, vocab);

@@ -46,7 +46,14 @@ struct PerplexityResult {
 absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::string& text,
                                                    const PerplexityOptions& options);
 
+// InvalidArgument unless `b` can read `a`'s KV cache and logits: same
+// vocabulary size and KV shape. `role` names b in the message.
+absl::Status CheckCompatible(const Model& a, const Model& b, const char* role);
+
 // -log softmax(logits)[target], in double precision.
 double TokenNll(const float* logits, int vocab, int32_t target);
+
+// KL(softmax(p) || softmax(q)) for two logit rows, in double precision.
+double KlFromLogits(const float* p, const float* q, int vocab);
 
 }  // namespace pdq
