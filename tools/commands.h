@@ -35,6 +35,8 @@ struct ModelFlags {
 };
 
 std::string DefaultModelPath();
+// The whole file; NotFound naming `what` and the path when it cannot be read.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what);
 // Prints "pdq <command>: <status message>" to stderr and returns 1.
 int Fail(const std::string& command, const absl::Status& status);
 // Parses flags; returns -1 to continue, else an exit code (help or error).

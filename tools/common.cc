@@ -20,6 +20,14 @@ std::string DefaultModelPath() {
   return env ? env : "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 void ModelFlags::Register(FlagParser& flags) {
   model = DefaultModelPath();
   flags.String("model", &model,
@@ -63,10 +71,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
   // SmoothQuant: statistics from the FP16 reference over the calibration text.
   ActivationStats stats;
   if (!calib.empty() && p == Precision::kW8A8 && weights.empty()) {
-    std::ifstream in(calib, std::ios::binary);
-    if (!in) return absl::NotFoundError(absl::StrCat("cannot read calibration text '", calib, "'"));
-    std::stringstream text;
-    text << in.rdbuf();
+    PDQ_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(calib, "calibration text"));
     LoadOptions ref_options;
     ref_options.threads = (int)threads;
     PDQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> reference, Model::Load(model, ref_options));
@@ -74,7 +79,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
     co.progress = [quiet](int64_t done, int64_t total) {
       if (!quiet) std::fprintf(stderr, "pdq: calibrating, window %lld/%lld\n", (long long)done, (long long)total);
     };
-    PDQ_ASSIGN_OR_RETURN(stats, CollectActivationStats(*reference, text.str(), co));
+    PDQ_ASSIGN_OR_RETURN(stats, CollectActivationStats(*reference, text, co));
     options.smooth_alpha = (float)smooth_alpha;
     options.activation_stats = &stats;
   }

@@ -1,8 +1,6 @@
 // `pdq perplexity`: llama-perplexity's windowed method over a text file.
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "eval/perplexity.h"
@@ -37,13 +35,8 @@ int PerplexityCommand(int argc, char** argv) {
   if (prefill_precision.empty()) prefill_precision = mf.precision;
   if (decode_precision.empty()) decode_precision = mf.precision;
   if (text_path.empty()) return Fail("perplexity", absl::InvalidArgumentError("--text is required"));
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) {
-    return Fail("perplexity",
-                absl::NotFoundError(absl::StrCat("cannot read text file '", text_path, "'")));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  auto text = ReadTextFile(text_path, "text file");
+  if (!text.ok()) return Fail("perplexity", text.status());
 
   auto model = mf.Load(/*quiet=*/false, prefill_precision);
   if (!model.ok()) return Fail("perplexity", model.status());
@@ -74,7 +67,7 @@ int PerplexityCommand(int argc, char** argv) {
     std::fprintf(stderr, "pdq: chunk %lld/%lld  ppl %.4f  %.1f s elapsed, ~%.0f s left\n",
                  (long long)done, (long long)total, ppl, s, s / done * (total - done));
   };
-  auto result = ComputePerplexity(**model, buffer.str(), options);
+  auto result = ComputePerplexity(**model, *text, options);
   if (!result.ok()) return Fail("perplexity", result.status());
   if (json) {
     nlohmann::json j;
