@@ -120,9 +120,11 @@ absl::StatusOr<Artifact> ReadArtifact(const std::string& path) {
   if (a.header.scheme != "w8a8" && a.header.scheme != "w4a16") {
     return corrupt(absl::StrCat("unknown scheme '", a.header.scheme, "'"));
   }
-  a.payload = bytes.substr(20 + len);
+  a.payload_offset = 20 + len;
+  a.bytes = std::move(bytes);
+  const size_t payload_size = a.payload().size();
   for (const ArtifactTensor& t : a.header.tensors) {
-    if (t.offset > a.payload.size() || t.bytes > a.payload.size() - t.offset) {
+    if (t.offset > payload_size || t.bytes > payload_size - t.offset) {
       return corrupt(absl::StrCat("tensor '", t.name, "' runs past the end of the file"));
     }
   }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -44,7 +45,9 @@ absl::Status WriteArtifact(const std::string& path, ArtifactHeader header,
 
 struct Artifact {
   ArtifactHeader header;
-  std::string payload;
+  std::string bytes;           // the whole file
+  size_t payload_offset = 0;   // where the payload starts in `bytes`
+  std::string_view payload() const { return std::string_view(bytes).substr(payload_offset); }
 };
 // Reads and validates an artifact: NotFound for a missing file,
 // InvalidArgument naming what is corrupt or unknown (magic, version, header,

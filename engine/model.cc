@@ -486,7 +486,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
           named[i].first, "' [", linear->out_features(), " x ", linear->in_features(), "]"));
     }
     absl::Status s =
-        linear->DeserializeWeights(std::string_view(artifact->payload).substr(t.offset, t.bytes));
+        linear->DeserializeWeights(artifact->payload().substr(t.offset, t.bytes));
     if (!s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("artifact tensor '", t.name, "': ", s.message()));
     }
