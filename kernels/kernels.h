@@ -66,6 +66,11 @@ inline int64_t PackedW4ScaleElements(int64_t n, int64_t k, int group) {
 // symmetric centres q on 8 (min = -8 * scale).
 void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int group,
                     bool symmetric, uint8_t* q, fp16_t* scale, fp16_t* min);
+// Packs given codes instead: `codes` is rows x k (values 0..15) and
+// `scales`/`mins` rows x groups, all row-major, for quantizers that choose
+// their own codes (GPTQ, AWQ).
+void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, int64_t row0,
+                int64_t rows, int64_t k, int group, uint8_t* q, fp16_t* scale, fp16_t* min);
 // y[m][n] = sum_k x[m][k] * W[n][k], W dequantized on the fly.
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
                float* y, int64_t ldy);

@@ -1,20 +1,40 @@
 // Weight quantizers: ISA-independent, run once at load or quantize time.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/check.h"
 #include "kernels/kernels.h"
 
 namespace pdq {
 
-void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int group,
-                    bool symmetric, uint8_t* q, fp16_t* scale, fp16_t* min) {
+void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, int64_t row0,
+                int64_t rows, int64_t k, int group, uint8_t* q, fp16_t* scale, fp16_t* min) {
   PDQ_CHECK(k % 2 == 0 && group > 0 && 256 % group == 0);
   const int64_t groups = PackedW4Groups(k, group);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t n = row0 + r, p = n / kPanelRows, j = n % kPanelRows;
-    const float* w = src + r * k;
+    for (int64_t g = 0; g < groups; ++g) {
+      scale[(p * groups + g) * kPanelRows + j] = scales[r * groups + g];
+      min[(p * groups + g) * kPanelRows + j] = mins[r * groups + g];
+    }
+    const uint8_t* c = codes + r * k;
     uint8_t* qp = q + p * (k / 2) * kPanelRows;
+    for (int64_t i = 0; i < k; i += 2) {
+      PDQ_CHECK(c[i] < 16 && c[i + 1] < 16);
+      qp[(i / 2) * kPanelRows + j] = (uint8_t)(c[i] | (c[i + 1] << 4));
+    }
+  }
+}
+
+void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int group,
+                    bool symmetric, uint8_t* q, fp16_t* scale, fp16_t* min) {
+  PDQ_CHECK(k % 2 == 0 && group > 0 && 256 % group == 0);
+  const int64_t groups = PackedW4Groups(k, group);
+  std::vector<uint8_t> codes(k);
+  std::vector<fp16_t> scales(groups), mins(groups);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* w = src + r * k;
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
       float lo = w[k0], hi = w[k0];
@@ -32,18 +52,16 @@ void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int
         s = (hi - lo) / 15.0f;
         m = lo;
       }
-      const fp16_t s16 = Fp32ToFp16(s), m16 = Fp32ToFp16(m);
-      scale[(p * groups + g) * kPanelRows + j] = s16;
-      min[(p * groups + g) * kPanelRows + j] = m16;
+      scales[g] = Fp32ToFp16(s);
+      mins[g] = Fp32ToFp16(m);
       // Quantize against the stored (rounded) scale and min.
-      const float sr = Fp16ToFp32(s16), mr = Fp16ToFp32(m16);
+      const float sr = Fp16ToFp32(scales[g]), mr = Fp16ToFp32(mins[g]);
       const float inv = sr != 0.0f ? 1.0f / sr : 0.0f;
       for (int64_t i = k0; i < k1; ++i) {
-        const int v = (int)std::clamp(std::nearbyint((w[i] - mr) * inv), 0.0f, 15.0f);
-        uint8_t& byte = qp[(i / 2) * kPanelRows + j];
-        byte = (i % 2 == 0) ? (uint8_t)((byte & 0xf0) | v) : (uint8_t)((byte & 0x0f) | (v << 4));
+        codes[i] = (uint8_t)std::clamp(std::nearbyint((w[i] - mr) * inv), 0.0f, 15.0f);
       }
     }
+    PackW4Rows(codes.data(), scales.data(), mins.data(), row0 + r, 1, k, group, q, scale, min);
   }
 }
 
