@@ -54,11 +54,13 @@ void BM_GemmW4A16(benchmark::State& state) {
   std::vector<uint8_t> q(PackedW4QBytes(n, k));
   std::vector<fp16_t> scale(PackedW4ScaleElements(n, k, group)), mins(scale.size());
   QuantizeW4Rows(w.data(), 0, n, k, group, false, q.data(), scale.data(), mins.data());
-  std::vector<float> x(m * k, 0.5f), y(m * n);
+  std::vector<float> x(m * k), y(m * n);
+  for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<uint8_t> scratch(GemmW4A16ScratchBytes(m, k, group));
   const PackedW4 pw{q.data(), scale.data(), mins.data(), n, k, group};
   CpuContext ctx{&Pool()};
   for (auto _ : state) {
-    GemmW4A16(ctx, pw, x.data(), m, k, y.data(), n);
+    GemmW4A16(ctx, pw, x.data(), m, k, y.data(), n, scratch.data());
     benchmark::DoNotOptimize(y.data());
   }
   const double bytes = (double)n * k / 2 + (double)scale.size() * 4;
@@ -73,7 +75,10 @@ BENCHMARK(BM_GemmW4A16)
     ->Args({1, 3072, 576, 128})
     ->Args({1, 49152, 576, 128})
     ->Args({1, 576, 1536, 32})
+    ->Args({4, 3072, 576, 128})
     ->Args({32, 3072, 576, 128})
+    ->Args({64, 3072, 576, 128})
+    ->Args({65, 3072, 576, 128})
     ->Args({512, 3072, 576, 128})
     ->UseRealTime();
 

@@ -15,7 +15,7 @@ namespace pdq {
 namespace {
 
 constexpr char kMagic[8] = {'P', 'D', 'Q', 'Q', 'U', 'A', 'N', 'T'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: W4 nibbles paired for vpmaddwd
 
 // 64-bit multiply-xorshift over 8-byte words (plus the tail).
 uint64_t Hash64(const uint8_t* data, size_t n) {
@@ -94,7 +94,8 @@ absl::StatusOr<Artifact> ReadArtifact(const std::string& path) {
   uint64_t len;
   std::memcpy(&version, bytes.data() + 8, 4);
   std::memcpy(&len, bytes.data() + 12, 8);
-  if (version != kVersion) return corrupt(absl::StrCat("unsupported version ", version));
+  if (version != kVersion) return corrupt(absl::StrCat("format version ", version, ", this pdq reads version ", kVersion,
+                                 " (run pdq quantize again)"));
   if (len > bytes.size() - 20) return corrupt("header runs past the end of the file");
   Artifact a;
   nlohmann::json j = nlohmann::json::parse(bytes.begin() + 20, bytes.begin() + 20 + (int64_t)len,

@@ -38,13 +38,16 @@ void PackF16Rows(const float* src, int64_t row0, int64_t rows, int64_t k, fp16_t
 void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t m,
              int64_t ldx, float* y, int64_t ldy);
 
-// ---- W4A16: 4-bit weights, 16/32-bit activations ---------------------------
+// ---- W4A16: 4-bit weights, 16-bit activations ------------------------------
 // Weights are quantized in groups of `group` consecutive inputs (32, 64 or
-// 128: a divisor of 256; the last group of a row may be shorter): w = scale * q + min, q in [0, 15], with fp16
-// scale and min per (row, group). Storage follows the same 16-row panels as
-// PackedF16, k-major in pairs of inputs, so one 16-byte load yields two
-// inputs of 16 rows: for panel p and input pair t, byte j (row 16p + j) holds
-// q[row][2t] in its low nibble and q[row][2t + 1] in its high nibble.
+// 128: a divisor of 256; the last group of a row may be shorter):
+// w = scale * q + min, q in [0, 15], with fp16 scale and min per (row, group).
+// Storage follows the same 16-row panels as PackedF16, k-major in pairs of
+// inputs: for panel p and input pair t, byte 2i + e (i < 8, e < 2) of the 16
+// bytes at q + (p * k / 2 + t) * 16 holds q[16p + i][2t + e] in its low
+// nibble and q[16p + 8 + i][2t + e] in its high nibble. Widened to 16 bits,
+// masked and shifted, one load gives two vectors whose adjacent lanes are one
+// row's two inputs: what an int16 pair dot product (vpmaddwd) consumes.
 // scale/min: [panel][group][16].
 struct PackedW4 {
   const uint8_t* q = nullptr;
@@ -61,6 +64,11 @@ inline int64_t PackedW4QBytes(int64_t n, int64_t k) {
 inline int64_t PackedW4ScaleElements(int64_t n, int64_t k, int group) {
   return (n + kPanelRows - 1) / kPanelRows * kPanelRows * PackedW4Groups(k, group);
 }
+// The code of row j (within its panel) and input kk in a panel's q bytes.
+inline int PackedW4Code(const uint8_t* panel_q, int64_t kk, int64_t j) {
+  const uint8_t byte = panel_q[(kk / 2) * kPanelRows + 2 * (j % 8) + kk % 2];
+  return j < 8 ? byte & 0xf : byte >> 4;
+}
 // Round-to-nearest quantization of rows [row0, row0 + rows) of a row-major
 // fp32 matrix into the packed arrays. Asymmetric uses each group's [min, max];
 // symmetric centres q on 8 (min = -8 * scale).
@@ -71,9 +79,20 @@ void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int
 // their own codes (GPTQ, AWQ).
 void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, int64_t row0,
                 int64_t rows, int64_t k, int group, uint8_t* q, fp16_t* scale, fp16_t* min);
-// y[m][n] = sum_k x[m][k] * W[n][k], W dequantized on the fly.
+
+// y[m][n] = sum_k x[m][k] * W[n][k].
+// Up to kW4IntMaxRows rows (decode, batched decode), the activations are
+// quantized per weight group to int16 (scale = group absmax / 32767: 16-bit
+// activations, finer than fp16's 11-bit mantissa for the values that
+// dominate a dot product); each group's products are summed exactly in int32
+// and scaled once. More rows (prefill) dequantize the weights into fp32
+// tiles instead. `scratch`: GemmW4A16ScratchBytes(m, k, group) bytes.
+constexpr int64_t kW4IntMaxRows = 64;
+inline int64_t GemmW4A16ScratchBytes(int64_t m, int64_t k, int group) {
+  return m <= kW4IntMaxRows ? m * (k * 2 + PackedW4Groups(k, group) * 8) + 128 : 0;
+}
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
-               float* y, int64_t ldy);
+               float* y, int64_t ldy, void* scratch);
 
 // ---- W8A8: int8 weights per output channel, int8 activations per token ----
 // Weights are symmetric int8 (w = scale[row] * q, q in [-127, 127]) in 16-row

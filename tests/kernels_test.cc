@@ -319,7 +319,7 @@ TEST(W4Test, QuantizationErrorIsBoundedByTheStep) {
     for (int64_t kk = 0; kk < k; ++kk) {
       std::fill(x.begin(), x.end(), 0.0f);
       x[kk] = 1.0f;
-      cpu::kScalarKernels.gemm_w4_panels(p.view, 0, 2, x.data(), 1, k, y.data(), n);
+      cpu::kScalarKernels.gemm_w4_panels_f32(p.view, 0, 2, x.data(), 1, k, y.data(), n);
       for (int64_t j = 0; j < n; ++j) {
         const int64_t g = (j / 16 * PackedW4Groups(k, group) + kk / group) * 16 + j % 16;
         const float step = std::abs(Fp16ToFp32(p.view.scale[g]));
@@ -335,8 +335,54 @@ TEST(W4Test, ConstantGroupsAreExact) {
   std::vector<float> w(n * k, 0.25f);
   auto p = PackW4(w, n, k, 32, false);
   std::vector<float> x(k, 1.0f), y(n);
-  cpu::kScalarKernels.gemm_w4_panels(p.view, 0, 1, x.data(), 1, k, y.data(), n);
+  cpu::kScalarKernels.gemm_w4_panels_f32(p.view, 0, 1, x.data(), 1, k, y.data(), n);
   for (float v : y) EXPECT_FLOAT_EQ(v, 16.0f);
+}
+
+TEST(W4Test, PackedCodesReadBackPerRowAndInput) {
+  std::mt19937 rng(13);
+  const int64_t n = 37, k = 70;
+  const int group = 32;
+  const int64_t groups = PackedW4Groups(k, group);
+  std::vector<uint8_t> codes(n * k);
+  for (auto& c : codes) c = (uint8_t)(rng() % 16);
+  std::vector<fp16_t> scales(n * groups, Fp32ToFp16(1.0f)), mins(n * groups, Fp32ToFp16(0.0f));
+  std::vector<uint8_t> q(PackedW4QBytes(n, k), 0);
+  std::vector<fp16_t> s(PackedW4ScaleElements(n, k, group)), m(s.size());
+  PackW4Rows(codes.data(), scales.data(), mins.data(), 0, n, k, group, q.data(), s.data(),
+             m.data());
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      ASSERT_EQ(PackedW4Code(q.data() + row / 16 * (k / 2) * 16, kk, row % 16),
+                codes[row * k + kk])
+          << "row " << row << " input " << kk;
+    }
+  }
+}
+
+TEST(W4Test, ActivationQuantizationMatchesReferenceExactly) {
+  SKIP_WITHOUT_FAST_PATHS();
+  std::mt19937 rng(14);
+  for (const KernelTable* kt : FastTables()) {
+    for (int group : {32, 64, 128}) {
+      for (int64_t k : {2, 30, 64, 200, 578}) {
+        auto x = Random(k, rng, 3.0f);
+        x[k / 2] = 0.0f;
+        const int64_t groups = PackedW4Groups(k, group);
+        std::vector<int16_t> qa(k), qb(k);
+        std::vector<float> sa(groups), sb(groups), ta(groups), tb(groups);
+        cpu::kScalarKernels.quantize_row_i16(x.data(), k, group, qa.data(), sa.data(), ta.data());
+        kt->quantize_row_i16(x.data(), k, group, qb.data(), sb.data(), tb.data());
+        EXPECT_EQ(qa, qb) << kt->name << " k=" << k << " group=" << group;
+        EXPECT_EQ(sa, sb);
+        EXPECT_EQ(ta, tb);
+        // Each value is within half a step of the input.
+        for (int64_t i = 0; i < k; ++i) {
+          ASSERT_LE(std::abs(qa[i] * sa[i / group] - x[i]), 0.5f * sa[i / group] + 1e-6f * std::abs(x[i]));
+        }
+      }
+    }
+  }
 }
 
 TEST(W4Test, GemmMatchesReference) {
@@ -348,16 +394,58 @@ TEST(W4Test, GemmMatchesReference) {
         for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {48, 200}}) {
           auto w = Random(n * k, rng), x = Random(m * k, rng);
           auto p = PackW4(w, n, k, group, m % 2 == 0);
-          const int64_t panels = (n + 15) / 16;
+          const int64_t panels = (n + 15) / 16, groups = PackedW4Groups(k, group);
+          // fp32 activations (the many-row path).
           std::vector<float> want(m * n), got(m * n, -1.0f);
-          cpu::kScalarKernels.gemm_w4_panels(p.view, 0, panels, x.data(), m, k, want.data(), n);
-          kt->gemm_w4_panels(p.view, 0, panels, x.data(), m, k, got.data(), n);
+          cpu::kScalarKernels.gemm_w4_panels_f32(p.view, 0, panels, x.data(), m, k, want.data(), n);
+          kt->gemm_w4_panels_f32(p.view, 0, panels, x.data(), m, k, got.data(), n);
           for (int64_t i = 0; i < m * n; ++i) {
             ASSERT_NEAR(got[i], want[i], 2e-4f * std::sqrt((float)k) * (1 + std::abs(want[i])))
-                << kt->name << " group=" << group << " m=" << m << " n=" << n << " k=" << k;
+                << kt->name << " f32 group=" << group << " m=" << m << " n=" << n << " k=" << k;
+          }
+          // int16 activations: both kernels read the same quantized rows.
+          std::vector<int16_t> xq(m * k);
+          std::vector<float> xs(m * groups), xsum(m * groups);
+          for (int64_t r = 0; r < m; ++r) {
+            cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, group, xq.data() + r * k,
+                                                 xs.data() + r * groups, xsum.data() + r * groups);
+          }
+          std::vector<float> want_i(m * n), got_i(m * n, -1.0f);
+          cpu::kScalarKernels.gemm_w4_panels(p.view, 0, panels, xq.data(), xs.data(), xsum.data(),
+                                             m, want_i.data(), n);
+          kt->gemm_w4_panels(p.view, 0, panels, xq.data(), xs.data(), xsum.data(), m,
+                             got_i.data(), n);
+          for (int64_t i = 0; i < m * n; ++i) {
+            ASSERT_NEAR(got_i[i], want_i[i], 2e-5f * std::sqrt((float)k) * (1 + std::abs(want_i[i])))
+                << kt->name << " int16 group=" << group << " m=" << m << " n=" << n << " k=" << k;
+            // 16-bit activations cost almost nothing against fp32 ones.
+            ASSERT_NEAR(want_i[i], want[i], 2e-4f * std::sqrt((float)k) * (1 + std::abs(want[i])))
+                << "int16 against fp32 activations, group=" << group << " m=" << m;
           }
         }
       }
+    }
+  }
+}
+
+// The public entry point on both sides of kW4IntMaxRows, threaded, against
+// the scalar fp32-activation reference.
+TEST(W4Test, PublicGemmTracksFloatResultAcrossPaths) {
+  std::mt19937 rng(15);
+  ThreadPool pool(2);
+  const CpuContext ctx{&pool};
+  const int64_t n = 50, k = 320;
+  for (int64_t m : {int64_t{1}, int64_t{7}, kW4IntMaxRows, kW4IntMaxRows + 1}) {
+    auto w = Random(n * k, rng), x = Random(m * k, rng);
+    auto p = PackW4(w, n, k, 64, false);
+    std::vector<float> want(m * n), got(m * n, -1.0f);
+    cpu::kScalarKernels.gemm_w4_panels_f32(p.view, 0, (n + 15) / 16, x.data(), m, k, want.data(),
+                                           n);
+    std::vector<uint8_t> scratch(GemmW4A16ScratchBytes(m, k, 64));
+    GemmW4A16(ctx, p.view, x.data(), m, k, got.data(), n, scratch.data());
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_NEAR(got[i], want[i], 2e-4f * std::sqrt((float)k) * (1 + std::abs(want[i])))
+          << "m=" << m;
     }
   }
 }

@@ -207,100 +207,128 @@ void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const
 
 // ---- W4A16 ------------------------------------------------------------------
 
-// Nibbles become fp16 1024 + q by OR-ing in the exponent byte 0x64, so one
-// vcvtph2ps turns 8 of them into floats; the 1024 * sum(x) offset is removed
-// once per group (bias = min - 1024 * scale).
-struct W4Pair {
-  __m256 a0, a1;  // input 2t:     rows 0-7, rows 8-15
-  __m256 b0, b1;  // input 2t + 1: rows 0-7, rows 8-15
+// One 16-byte step of a panel (input pair t): the codes of rows 0-7 and of
+// rows 8-15 as int16, each adjacent lane pair being one row's inputs 2t and
+// 2t + 1 (see PackedW4 in kernels.h).
+struct W4Codes {
+  __m256i lo, hi;
 };
-
-inline W4Pair LoadW4Pair(const uint8_t* p) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  const __m128i mask = _mm_set1_epi8(0x0f), magic = _mm_set1_epi8(0x64);
-  const __m128i lo = _mm_and_si128(v, mask);
-  const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
-  return {_mm256_cvtph_ps(_mm_unpacklo_epi8(lo, magic)),
-          _mm256_cvtph_ps(_mm_unpackhi_epi8(lo, magic)),
-          _mm256_cvtph_ps(_mm_unpacklo_epi8(hi, magic)),
-          _mm256_cvtph_ps(_mm_unpackhi_epi8(hi, magic))};
+inline W4Codes LoadW4Codes(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return {_mm256_and_si256(v, _mm256_set1_epi16(0x0f)), _mm256_srli_epi16(v, 4)};
 }
 
-inline float SumRange(const float* x, int64_t n) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
-  float s = HorizontalSum(acc);
-  for (; i < n; ++i) s += x[i];
-  return s;
+inline __m256i BroadcastPair(const int16_t* x) {
+  int32_t pair;
+  std::memcpy(&pair, x, 4);
+  return _mm256_set1_epi32(pair);
 }
 
+// Rows [0, MR) of the int16 activations against one panel: per group, the
+// exact int32 dot products of 8 rows x 2 inputs per vpmaddwd, then one scale.
 template <int MR>
-void W4PanelDirect(const PackedW4& w, int64_t p, const float* x, int64_t ldx, float* y,
-                   int64_t ldy, int cols) {
+void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
+               const float* xsum, float* y, int64_t ldy, int cols) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
   const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
   const fp16_t* sp = w.scale + p * groups * kPanelRows;
   const fp16_t* mp = w.min + p * groups * kPanelRows;
-  const __m256 k1024 = _mm256_set1_ps(1024.0f);
-  __m256 out[MR][2];
-  for (int r = 0; r < MR; ++r) out[r][0] = out[r][1] = _mm256_setzero_ps();
+  alignas(32) float out[MR][16];
+  for (int r = 0; r < MR; ++r) {
+    _mm256_store_ps(out[r], _mm256_setzero_ps());
+    _mm256_store_ps(out[r] + 8, _mm256_setzero_ps());
+  }
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t k0 = g * w.group, k1 = std::min<int64_t>(w.k, k0 + w.group);
-    __m256 acc[MR][2], acc_odd[MR][2];
-    for (int r = 0; r < MR; ++r) {
-      acc[r][0] = acc[r][1] = acc_odd[r][0] = acc_odd[r][1] = _mm256_setzero_ps();
-    }
-    for (int64_t t = k0 / 2; t < k1 / 2; ++t) {
-      const W4Pair wp = LoadW4Pair(q + t * kPanelRows);
-#pragma GCC unroll 4
+    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
+    __m256i acc[MR][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int64_t t = t0; t < t1; ++t) {
+      const W4Codes c = LoadW4Codes(q + t * kPanelRows);
       for (int r = 0; r < MR; ++r) {
-        const __m256 xa = _mm256_broadcast_ss(x + r * ldx + 2 * t);
-        const __m256 xb = _mm256_broadcast_ss(x + r * ldx + 2 * t + 1);
-        acc[r][0] = _mm256_fmadd_ps(xa, wp.a0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_ps(xa, wp.a1, acc[r][1]);
-        acc_odd[r][0] = _mm256_fmadd_ps(xb, wp.b0, acc_odd[r][0]);
-        acc_odd[r][1] = _mm256_fmadd_ps(xb, wp.b1, acc_odd[r][1]);
+        const __m256i a = BroadcastPair(xq + r * w.k + 2 * t);
+        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(c.lo, a));
+        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(c.hi, a));
       }
     }
     const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
-    const __m256 b0 = _mm256_fnmadd_ps(k1024, s0, LoadF16x8(mp + g * kPanelRows));
-    const __m256 b1 = _mm256_fnmadd_ps(k1024, s1, LoadF16x8(mp + g * kPanelRows + 8));
+    const __m256 m0 = LoadF16x8(mp + g * kPanelRows), m1 = LoadF16x8(mp + g * kPanelRows + 8);
     for (int r = 0; r < MR; ++r) {
-      const __m256 xsum = _mm256_set1_ps(SumRange(x + r * ldx + k0, k1 - k0));
-      out[r][0] = _mm256_fmadd_ps(s0, _mm256_add_ps(acc[r][0], acc_odd[r][0]),
-                                  _mm256_fmadd_ps(b0, xsum, out[r][0]));
-      out[r][1] = _mm256_fmadd_ps(s1, _mm256_add_ps(acc[r][1], acc_odd[r][1]),
-                                  _mm256_fmadd_ps(b1, xsum, out[r][1]));
+      const __m256 xscale = _mm256_set1_ps(xs[r * groups + g]);
+      const __m256 xtotal = _mm256_set1_ps(xsum[r * groups + g]);
+      const __m256 o0 = _mm256_fmadd_ps(m0, xtotal, _mm256_load_ps(out[r]));
+      const __m256 o1 = _mm256_fmadd_ps(m1, xtotal, _mm256_load_ps(out[r] + 8));
+      _mm256_store_ps(out[r], _mm256_fmadd_ps(_mm256_mul_ps(s0, xscale),
+                                              _mm256_cvtepi32_ps(acc[r][0]), o0));
+      _mm256_store_ps(out[r] + 8, _mm256_fmadd_ps(_mm256_mul_ps(s1, xscale),
+                                                  _mm256_cvtepi32_ps(acc[r][1]), o1));
     }
   }
-  for (int r = 0; r < MR; ++r) {
-    alignas(32) float tmp[16];
-    _mm256_store_ps(tmp, out[r][0]);
-    _mm256_store_ps(tmp + 8, out[r][1]);
-    for (int j = 0; j < cols; ++j) y[r * ldy + j] = tmp[j];
+  for (int r = 0; r < MR; ++r) std::memcpy(y + r * ldy, out[r], cols * sizeof(float));
+}
+
+void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                      const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    float* yp = y + p * kPanelRows;
+    int64_t r = 0;
+    for (; r + 3 <= m; r += 3) {
+      W4IntTile<3>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, ldy, cols);
+    }
+    for (; r < m; ++r) {
+      W4IntTile<1>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, ldy, cols);
+    }
   }
 }
 
-void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
-                      int64_t m, int64_t ldx, float* y, int64_t ldy) {
-  const int64_t groups = PackedW4Groups(w.k, w.group);
-  if (m <= 4) {
-    for (int64_t p = p_begin; p < p_end; ++p) {
-      const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-      float* yp = y + p * kPanelRows;
-      for (int64_t r = 0; r < m; r += 2) {
-        if (m - r >= 2) {
-          W4PanelDirect<2>(w, p, x + r * ldx, ldx, yp + r * ldy, ldy, cols);
-        } else {
-          W4PanelDirect<1>(w, p, x + r * ldx, ldx, yp + r * ldy, ldy, cols);
-        }
-      }
+// Same values and rounding as QuantizeRowI16Ref: vcvtps2dq rounds to
+// nearest even like nearbyint, and the sums are exact integers.
+void QuantizeRowI16Avx2(const float* x, int64_t k, int group, int16_t* q, float* scale,
+                        float* sum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t g = 0; g * group < k; ++g) {
+    const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
+    __m256 vmax = _mm256_setzero_ps();
+    int64_t i = k0;
+    for (; i + 8 <= k1; i += 8) vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float absmax = _mm_cvtss_f32(m4);
+    for (; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
+    const float inv = absmax > 0.0f ? 32767.0f / absmax : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    __m256i total = _mm256_setzero_si256();
+    for (i = k0; i + 8 <= k1; i += 8) {
+      const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+      total = _mm256_add_epi32(total, v);
+      const __m128i packed = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), packed);
     }
-    return;
+    __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(total), _mm256_extracti128_si256(total, 1));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(1, 0, 3, 2)));
+    t4 = _mm_add_epi32(t4, _mm_shuffle_epi32(t4, _MM_SHUFFLE(2, 3, 0, 1)));
+    int32_t acc = _mm_cvtsi128_si32(t4);
+    for (; i < k1; ++i) {
+      q[i] = (int16_t)std::nearbyint(x[i] * inv);
+      acc += q[i];
+    }
+    scale[g] = absmax / 32767.0f;
+    sum[g] = scale[g] * (float)acc;
   }
-  // Larger m: dequantize each panel k-slice to fp32 once per row block.
+}
+
+// The many-row path dequantizes each panel k-slice to fp32 once per row
+// block. Nibbles become fp16 1024 + q by OR-ing in the exponent byte 0x64, so
+// one vcvtph2ps turns 8 of them into floats (bias = min - 1024 * scale).
+void GemmW4PanelsF32Avx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
+                         int64_t m, int64_t ldx, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
   const __m256 k1024 = _mm256_set1_ps(1024.0f);
+  // Bytes 2i + e -> input e's rows: low nibbles give rows 0-7, high rows 8-15.
+  const __m128i split = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m128i mask = _mm_set1_epi8(0x0f), magic = _mm_set1_epi8(0x64);
   BlockedGemm(w.n, w.k, p_begin, p_end, x, m, ldx, y, ldy,
               [&](int64_t p, int64_t k0, int64_t kc, float* b) {
                 const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
@@ -314,12 +342,16 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const f
                   const __m256 b0 = _mm256_fnmadd_ps(k1024, s0, LoadF16x8(mp + g * kPanelRows));
                   const __m256 b1 = _mm256_fnmadd_ps(k1024, s1, LoadF16x8(mp + g * kPanelRows + 8));
                   for (int64_t t = g0 / 2; t < g1 / 2; ++t) {
-                    const W4Pair wp = LoadW4Pair(q + t * kPanelRows);
+                    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + t * kPanelRows));
+                    // [rows 0-7 of input 2t | rows 0-7 of 2t + 1], then rows 8-15.
+                    const __m128i lo = _mm_shuffle_epi8(_mm_and_si128(v, mask), split);
+                    const __m128i hi = _mm_shuffle_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), split);
+                    const __m128i even = _mm_unpacklo_epi64(lo, hi), odd = _mm_unpackhi_epi64(lo, hi);
                     float* dst = b + (2 * t - k0) * kPanelRows;
-                    _mm256_store_ps(dst, _mm256_fmadd_ps(s0, wp.a0, b0));
-                    _mm256_store_ps(dst + 8, _mm256_fmadd_ps(s1, wp.a1, b1));
-                    _mm256_store_ps(dst + 16, _mm256_fmadd_ps(s0, wp.b0, b0));
-                    _mm256_store_ps(dst + 24, _mm256_fmadd_ps(s1, wp.b1, b1));
+                    _mm256_store_ps(dst, _mm256_fmadd_ps(s0, _mm256_cvtph_ps(_mm_unpacklo_epi8(even, magic)), b0));
+                    _mm256_store_ps(dst + 8, _mm256_fmadd_ps(s1, _mm256_cvtph_ps(_mm_unpackhi_epi8(even, magic)), b1));
+                    _mm256_store_ps(dst + 16, _mm256_fmadd_ps(s0, _mm256_cvtph_ps(_mm_unpacklo_epi8(odd, magic)), b0));
+                    _mm256_store_ps(dst + 24, _mm256_fmadd_ps(s1, _mm256_cvtph_ps(_mm_unpackhi_epi8(odd, magic)), b1));
                   }
                 }
               });
@@ -591,7 +623,7 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
 }  // namespace
 
 const KernelTable kAvx2Kernels = {
-    "avx2", GemmF16PanelsAvx2, GemmW4PanelsAvx2, GemmI8PanelsAvx2, QuantizeRowI8Avx2, RmsNormRowAvx2, SiluMulRowAvx2, AttendAvx2, ToF16Avx2,
+    "avx2", GemmF16PanelsAvx2, GemmW4PanelsAvx2, GemmW4PanelsF32Avx2, GemmI8PanelsAvx2, QuantizeRowI8Avx2, QuantizeRowI16Avx2, RmsNormRowAvx2, SiluMulRowAvx2, AttendAvx2, ToF16Avx2,
 };
 
 }  // namespace pdq::cpu

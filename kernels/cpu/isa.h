@@ -14,14 +14,24 @@ struct KernelTable {
   // Output panels [p_begin, p_end) of y = x W^T for all m rows.
   void (*gemm_f16_panels)(const PackedF16& w, int64_t p_begin, int64_t p_end, const float* x,
                           int64_t m, int64_t ldx, float* y, int64_t ldy);
-  void (*gemm_w4_panels)(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
-                         int64_t m, int64_t ldx, float* y, int64_t ldy);
+  // W4A16 with int16 activations: xq holds m rows of k values quantized per
+  // weight group, xs and xsum each group's scale and scale * sum(xq).
+  void (*gemm_w4_panels)(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                         const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy);
+  // W4A16 with fp32 activations (the many-row path).
+  void (*gemm_w4_panels_f32)(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
+                             int64_t m, int64_t ldx, float* y, int64_t ldy);
   // Integer GEMM on panels [p_begin, p_end); xq holds m rows of k4 * 4
   // int8 activations, xs their scales.
   void (*gemm_i8_panels)(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
                          const float* xs, int64_t m, float* y, int64_t ldy);
   // Quantizes one activation row: returns its scale, writes k4 * 4 bytes.
   float (*quantize_row_i8)(const float* x, int64_t k, int8_t* q);
+  // Quantizes one activation row to int16 per group of `group` inputs:
+  // writes k values, and per group its scale (absmax / 32767) and
+  // scale * sum of the quantized values.
+  void (*quantize_row_i16)(const float* x, int64_t k, int group, int16_t* q, float* scale,
+                           float* sum);
   void (*rms_norm_row)(const float* x, const float* weight, int64_t d, float eps, float* out);
   void (*silu_mul_row)(const float* gate, const float* up, int64_t f, float* out);
   // The `group` query heads that share kv head `kv_head` (contiguous in q and

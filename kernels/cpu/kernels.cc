@@ -56,11 +56,36 @@ void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t 
 }
 
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
-               float* y, int64_t ldy) {
+               float* y, int64_t ldy, void* scratch) {
   if (m <= 0) return;
   PDQ_CHECK(w.group > 0 && 256 % w.group == 0 && w.k % 2 == 0);
   const auto& kt = cpu::ActiveKernels();
-  ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_w4_panels(w, b, e, x, m, ldx, y, ldy); });
+  if (m > kW4IntMaxRows) {
+    ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
+      kt.gemm_w4_panels_f32(w, b, e, x, m, ldx, y, ldy);
+    });
+    return;
+  }
+  // Scales, scaled sums, then the int16 rows.
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  float* xs = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  float* xsum = xs + m * groups;
+  int16_t* xq = reinterpret_cast<int16_t*>(xsum + m * groups);
+  auto quantize = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      kt.quantize_row_i16(x + i * ldx, w.k, w.group, xq + i * w.k, xs + i * groups,
+                          xsum + i * groups);
+    }
+  };
+  if (m < 8) {
+    quantize(0, m);  // cheaper than waking the threads
+  } else {
+    ForRows(ctx, m, quantize);
+  }
+  ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
+    kt.gemm_w4_panels(w, b, e, xq, xs, xsum, m, y, ldy);
+  });
 }
 
 void GemmW8A8(const CpuContext& ctx, const PackedI8& w, const float* x, int64_t m, int64_t ldx,

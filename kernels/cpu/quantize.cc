@@ -20,9 +20,11 @@ void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, 
     }
     const uint8_t* c = codes + r * k;
     uint8_t* qp = q + p * (k / 2) * kPanelRows;
-    for (int64_t i = 0; i < k; i += 2) {
-      PDQ_CHECK(c[i] < 16 && c[i + 1] < 16);
-      qp[(i / 2) * kPanelRows + j] = (uint8_t)(c[i] | (c[i + 1] << 4));
+    const int shift = j < 8 ? 0 : 4;
+    for (int64_t i = 0; i < k; ++i) {
+      PDQ_CHECK(c[i] < 16);
+      uint8_t& byte = qp[(i / 2) * kPanelRows + 2 * (j % 8) + i % 2];
+      byte = (uint8_t)((byte & (0xf0 >> shift)) | (c[i] << shift));
     }
   }
 }

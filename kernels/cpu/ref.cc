@@ -24,8 +24,8 @@ void GemmF16PanelsRef(const PackedF16& w, int64_t p_begin, int64_t p_end, const 
   }
 }
 
-void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
-                     int64_t m, int64_t ldx, float* y, int64_t ldy) {
+void GemmW4PanelsF32Ref(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
+                        int64_t m, int64_t ldx, float* y, int64_t ldy) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
   for (int64_t p = p_begin; p < p_end; ++p) {
     const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
@@ -35,9 +35,32 @@ void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const fl
         float acc = 0.0f;
         for (int64_t kk = 0; kk < w.k; ++kk) {
           const int64_t g = (p * groups + kk / w.group) * kPanelRows + j;
-          const uint8_t byte = q[(kk / 2) * kPanelRows + j];
-          const int v = kk % 2 == 0 ? byte & 0xf : byte >> 4;
+          const int v = PackedW4Code(q, kk, j);
           acc += x[i * ldx + kk] * (Fp16ToFp32(w.scale[g]) * (float)v + Fp16ToFp32(w.min[g]));
+        }
+        y[i * ldy + p * kPanelRows + j] = acc;
+      }
+    }
+  }
+}
+
+// Per group: (scale_w * scale_x) * sum(q_w * q_x) + min_w * scale_x * sum(q_x).
+void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                     const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+    const int64_t rows = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    for (int64_t j = 0; j < rows; ++j) {
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t k0 = g * w.group, k1 = std::min<int64_t>(w.k, k0 + w.group);
+          int32_t dot = 0;
+          for (int64_t kk = k0; kk < k1; ++kk) dot += PackedW4Code(q, kk, j) * xq[i * w.k + kk];
+          const int64_t sg = (p * groups + g) * kPanelRows + j;
+          acc += Fp16ToFp32(w.scale[sg]) * xs[i * groups + g] * (float)dot +
+                 Fp16ToFp32(w.min[sg]) * xsum[i * groups + g];
         }
         y[i * ldy + p * kPanelRows + j] = acc;
       }
@@ -74,6 +97,23 @@ float QuantizeRowI8Ref(const float* x, int64_t k, int8_t* q) {
     q[i] = i < k ? (int8_t)std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f) : 0;
   }
   return s;
+}
+
+void QuantizeRowI16Ref(const float* x, int64_t k, int group, int16_t* q, float* scale,
+                       float* sum) {
+  for (int64_t g = 0; g * group < k; ++g) {
+    const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
+    float absmax = 0.0f;
+    for (int64_t i = k0; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
+    const float inv = absmax > 0.0f ? 32767.0f / absmax : 0.0f;
+    int32_t total = 0;
+    for (int64_t i = k0; i < k1; ++i) {
+      q[i] = (int16_t)std::nearbyint(x[i] * inv);
+      total += q[i];
+    }
+    scale[g] = absmax / 32767.0f;
+    sum[g] = scale[g] * (float)total;
+  }
 }
 
 void RmsNormRowRef(const float* x, const float* weight, int64_t d, float eps, float* out) {
@@ -133,7 +173,7 @@ void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
 }  // namespace
 
 const KernelTable kScalarKernels = {
-    "scalar", GemmF16PanelsRef, GemmW4PanelsRef, GemmI8PanelsRef, QuantizeRowI8Ref, RmsNormRowRef, SiluMulRowRef, AttendRef, ToF16Ref,
+    "scalar", GemmF16PanelsRef, GemmW4PanelsRef, GemmW4PanelsF32Ref, GemmI8PanelsRef, QuantizeRowI8Ref, QuantizeRowI16Ref, RmsNormRowRef, SiluMulRowRef, AttendRef, ToF16Ref,
 };
 
 }  // namespace pdq::cpu
