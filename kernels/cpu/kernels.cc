@@ -183,21 +183,18 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* b
   const int group = heads / layer.kv_heads;
   const int64_t per_thread = cpu::AttendScratch(first_pos + m, group, layer.head_dim);
   const int64_t items = m * layer.kv_heads;
-  // Causal rows grow in cost, so threads take rows round-robin, not in ranges.
-  auto body = [&](int t, int threads) {
-    float* scratch_t = scratch + t * per_thread;
-    for (int64_t item = t; item < items; item += threads) {
-      const int64_t i = item / layer.kv_heads;
-      const int g = (int)(item % layer.kv_heads);
-      const int64_t head_off = (int64_t)g * group * layer.head_dim;
-      kt.attend(layer, block_table, first_pos + i + 1, g, group, q + i * q_stride + head_off,
-                scale, out + i * out_stride + head_off, scratch_t);
-    }
+  // Causal rows grow in cost, so threads take one item at a time.
+  auto item_fn = [&](int64_t item, int t) {
+    const int64_t i = item / layer.kv_heads;
+    const int g = (int)(item % layer.kv_heads);
+    const int64_t head_off = (int64_t)g * group * layer.head_dim;
+    kt.attend(layer, block_table, first_pos + i + 1, g, group, q + i * q_stride + head_off, scale,
+              out + i * out_stride + head_off, scratch + t * per_thread);
   };
-  if (ctx.pool == nullptr || items < 2) {
-    body(0, 1);
+  if (ctx.pool == nullptr) {
+    for (int64_t item = 0; item < items; ++item) item_fn(item, 0);
   } else {
-    ctx.pool->Run([&](int t) { body(t, ctx.pool->size()); });
+    ctx.pool->ParallelForEach(items, item_fn);
   }
 }
 

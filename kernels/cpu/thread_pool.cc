@@ -10,6 +10,10 @@
 namespace pdq {
 namespace {
 constexpr int kSpinIterations = 1 << 15;
+constexpr int kSpinsPerYield = 256;
+// Enough chunks that a late thread's share is small, few enough that each
+// still streams a contiguous run of weights.
+constexpr int64_t kChunksPerThread = 4;
 }
 
 namespace {
@@ -44,6 +48,7 @@ void ThreadPool::WorkerLoop(int index) {
     while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
       if (++spins < kSpinIterations) {
         _mm_pause();
+        if (spins % kSpinsPerYield == 0) sched_yield();
         continue;
       }
       std::unique_lock<std::mutex> lock(mu_);
@@ -53,9 +58,40 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = gen;
     if (stop_.load()) return;
-    (*job_)(index);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    // Enter only while this job is still open: the caller closes it and then
+    // waits for active_ to drain, so job_ stays valid for whoever entered.
+    active_.fetch_add(1);
+    if (open_.load() && generation_.load() == gen) {
+      (*job_)(index);
+      if (every_thread_) pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    active_.fetch_sub(1, std::memory_order_acq_rel);
   }
+}
+
+// Spins on `done`, yielding now and then to whatever the OS runs instead.
+template <typename Done>
+static void SpinUntil(Done done) {
+  for (int spins = 1; !done(); ++spins) {
+    _mm_pause();
+    if (spins % kSpinsPerYield == 0) sched_yield();
+  }
+}
+
+void ThreadPool::Dispatch(const std::function<void(int)>& fn, bool every_thread) {
+  job_ = &fn;
+  every_thread_ = every_thread;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
+  open_.store(true, std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst: publishes the above; ordered before sleepers_
+  if (sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  fn(0);
+  if (every_thread) SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; });
+  open_.store(false);  // seq_cst against the workers' active_ increment
+  SpinUntil([&] { return active_.load() == 0; });
 }
 
 void ThreadPool::Run(const std::function<void(int)>& fn) {
@@ -63,15 +99,7 @@ void ThreadPool::Run(const std::function<void(int)>& fn) {
     fn(0);
     return;
   }
-  job_ = &fn;
-  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: ordered before the sleepers_ read
-  if (sleepers_.load() > 0) {
-    std::lock_guard<std::mutex> lock(mu_);
-    cv_.notify_all();
-  }
-  fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  Dispatch(fn, /*every_thread=*/true);
 }
 
 void ThreadPool::ParallelFor(int64_t n, int64_t align,
@@ -79,17 +107,35 @@ void ThreadPool::ParallelFor(int64_t n, int64_t align,
   if (n <= 0) return;
   PDQ_CHECK(align > 0);
   const int64_t units = (n + align - 1) / align;
-  const int threads = (int)std::min<int64_t>(num_threads_, units);
-  if (threads <= 1) {
+  const int64_t chunks = std::min<int64_t>(units, (int64_t)num_threads_ * kChunksPerThread);
+  if (num_threads_ == 1 || chunks <= 1) {
     fn(0, n, 0);
     return;
   }
-  Run([&](int t) {
-    if (t >= threads) return;
-    const int64_t begin = std::min(n, units * t / threads * align);
-    const int64_t end = std::min(n, units * (t + 1) / threads * align);
-    if (begin < end) fn(begin, end, t);
-  });
+  std::atomic<int64_t> next{0};
+  Dispatch(
+      [&](int t) {
+        for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+          const int64_t begin = std::min(n, units * c / chunks * align);
+          const int64_t end = std::min(n, units * (c + 1) / chunks * align);
+          if (begin < end) fn(begin, end, t);
+        }
+      },
+      /*every_thread=*/false);
+}
+
+void ThreadPool::ParallelForEach(int64_t n, const std::function<void(int64_t, int)>& fn) {
+  if (n <= 0) return;
+  if (num_threads_ == 1 || n == 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  Dispatch(
+      [&](int t) {
+        for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i, t);
+      },
+      /*every_thread=*/false);
 }
 
 }  // namespace pdq

@@ -1,6 +1,10 @@
 // A fixed pool of spinning worker threads for fork-join kernel calls: a
 // decode step issues hundreds of short parallel regions, so wake-up latency
-// matters more than idle CPU. Workers sleep after ~1 ms without work.
+// matters more than idle CPU. Workers sleep after ~1 ms without work, and
+// yield while spinning so other processes on the same cores (a prefill and a
+// decode worker on one box) still run. ParallelFor hands out chunks
+// dynamically: the caller never waits for a worker the OS has not scheduled,
+// which keeps a busy machine from costing a time slice per parallel region.
 #pragma once
 
 #include <atomic>
@@ -27,19 +31,32 @@ class ThreadPool {
   // returns when all are done. Not reentrant; one caller at a time.
   void Run(const std::function<void(int)>& fn);
 
-  // Splits [0, n) into size() contiguous ranges, aligned to `align`, and runs
-  // fn(begin, end, thread_index) on each non-empty range.
+  // Splits [0, n) into contiguous chunks aligned to `align` (a few per
+  // thread) and runs fn(begin, end, thread_index) on each, on whichever
+  // threads are ready; a thread index is never used by two chunks at once.
   void ParallelFor(int64_t n, int64_t align,
                    const std::function<void(int64_t, int64_t, int)>& fn);
 
+  // Runs fn(i, thread_index) for every i in [0, n), threads taking one index
+  // at a time: for items of uneven cost (attention rows of a causal prompt).
+  void ParallelForEach(int64_t n, const std::function<void(int64_t, int)>& fn);
+
  private:
   void WorkerLoop(int index);
+  // Publishes fn to the workers and runs it on the caller too. With
+  // `every_thread`, returns once every worker has run it; otherwise closes
+  // the job when the caller's fn returns, and workers that have not started
+  // by then skip it.
+  void Dispatch(const std::function<void(int)>& fn, bool every_thread);
 
   const int num_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  bool every_thread_ = false;
+  std::atomic<int> pending_{0};  // workers yet to run an every-thread job
+  std::atomic<int> active_{0};   // workers inside (or entering) a job
+  std::atomic<bool> open_{false};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
