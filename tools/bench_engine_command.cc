@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "bench/roofline.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/cpu_features.h"
@@ -47,23 +48,97 @@ std::vector<int32_t> BenchTokens(int64_t n, int vocab) {
   return ids;
 }
 
+// One model's pp and tg runs over its own KV cache.
+class Runner {
+ public:
+  Runner(Model& model, std::unique_ptr<KvCache> kv, std::vector<int32_t> prompt)
+      : model_(model), kv_(std::move(kv)), prompt_(std::move(prompt)) {}
+
+  absl::Status Warmup() {
+    const SeqId seq = kv_->AddSequence();
+    BatchEntry e{seq, {prompt_.data(), std::min<size_t>(prompt_.size(), 32)}, 1};
+    absl::Status s = model_.Forward(*kv_, {&e, 1}, &logits_);
+    kv_->RemoveSequence(seq);
+    return s;
+  }
+
+  // Prompt tokens/s for one prefill of the whole prompt.
+  absl::StatusOr<double> Prefill() {
+    const SeqId seq = kv_->AddSequence();
+    BatchEntry e{seq, prompt_, 1};
+    const auto t0 = Clock::now();
+    absl::Status s = model_.Forward(*kv_, {&e, 1}, &logits_);
+    const double secs = Seconds(t0);
+    kv_->RemoveSequence(seq);
+    if (!s.ok()) return s;
+    return (double)prompt_.size() / secs;
+  }
+
+  // `batch` sequences decode together, one token each per step, from an
+  // empty context (like llama-bench's tg); returns total tokens/s.
+  absl::StatusOr<double> Decode(int64_t batch, int64_t gen_tokens) {
+    const int vocab = model_.config().vocab_size;
+    std::vector<SeqId> seqs(batch);
+    std::vector<int32_t> tokens(batch);
+    std::vector<BatchEntry> entries(batch);
+    for (int64_t b = 0; b < batch; ++b) {
+      seqs[b] = kv_->AddSequence();
+      tokens[b] = prompt_[b % prompt_.size()];
+    }
+    absl::Status s;
+    const auto t0 = Clock::now();
+    for (int64_t i = 0; i < gen_tokens && s.ok(); ++i) {
+      for (int64_t b = 0; b < batch; ++b) entries[b] = BatchEntry{seqs[b], {&tokens[b], 1}, 1};
+      s = model_.Forward(*kv_, entries, &logits_);
+      for (int64_t b = 0; s.ok() && b < batch; ++b) tokens[b] = Argmax(logits_.Row(b, 0), vocab);
+    }
+    const double secs = Seconds(t0);
+    for (SeqId seq : seqs) kv_->RemoveSequence(seq);
+    if (!s.ok()) return s;
+    return (double)(gen_tokens * batch) / secs;
+  }
+
+ private:
+  Model& model_;
+  std::unique_ptr<KvCache> kv_;
+  std::vector<int32_t> prompt_;
+  Logits logits_;
+};
+
+// The pp and tg results of one configuration over the repetitions.
+struct Series {
+  std::vector<double> pp, tg, tg1;  // tg1: batch-1 decode, when the batch is larger
+};
+
 }  // namespace
 
 int BenchEngineCommand(int argc, char** argv) {
   FlagParser flags("bench-engine",
                    "Prefill (pp) and decode (tg) speed at batch 1, with the machine's read\n"
-                   "bandwidth and FMA peak measured in the same run.");
+                   "bandwidth and FMA peak measured in the same run. With --baseline, a second\n"
+                   "copy of the model at that precision runs alternately in the same process,\n"
+                   "so the speed ratios come from one run.");
   ModelFlags mf;
   mf.Register(flags);
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 3, batch = 1;
   bool json = false;
+  std::string baseline;
   flags.Int("prompt-tokens", &prompt_tokens, 1, 1 << 20, "prompt length for the prefill test");
   flags.Int("gen-tokens", &gen_tokens, 1, 1 << 20, "tokens generated in the decode test");
   flags.Int("repetitions", &reps, 1, 100, "runs of each test; the mean is reported");
   flags.Int("batch", &batch, 1, 1024,
-            "sequences decoding together in the decode test (tokens/s counts all of them)");
+            "sequences decoding together in the decode test (tokens/s counts all of them);\n"
+            "above 1, batch-1 decode is also measured for the batch speedup");
+  flags.String("baseline", &baseline,
+               "also run this precision (fp16, w8a8 or w4a16; no --weights) and report\n"
+               "speedups against it");
   flags.Bool("json", &json, "print one JSON object");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (!baseline.empty()) {
+    if (absl::StatusOr<Precision> p = ParsePrecision(baseline); !p.ok()) {
+      return Fail("bench-engine", p.status());
+    }
+  }
   auto loaded = mf.Load(/*quiet=*/false);
   if (!loaded.ok()) return Fail("bench-engine", loaded.status());
   Model& model = **loaded;
@@ -71,108 +146,130 @@ int BenchEngineCommand(int argc, char** argv) {
   if (prompt_tokens > c.max_context || gen_tokens > c.max_context) {
     return Fail("bench-engine", absl::OutOfRangeError("test longer than the model's context"));
   }
-  auto kv_or = model.NewKvCache(std::max(prompt_tokens, gen_tokens * batch + 16 * batch));
-  if (!kv_or.ok()) return Fail("bench-engine", kv_or.status());
-  KvCache& kv = **kv_or;
   const std::vector<int32_t> prompt = BenchTokens(prompt_tokens, c.vocab_size);
-  Logits logits;
-
-  auto prefill = [&]() -> absl::StatusOr<double> {
-    const SeqId seq = kv.AddSequence();
-    BatchEntry e{seq, prompt, 1};
-    const auto t0 = Clock::now();
-    absl::Status s = model.Forward(kv, {&e, 1}, &logits);
-    const double secs = Seconds(t0);
-    kv.RemoveSequence(seq);
-    if (!s.ok()) return s;
-    return (double)prompt_tokens / secs;
-  };
-  // `batch` sequences decode together, one token each per step, from an
-  // empty context (like llama-bench's tg); returns total tokens/s.
-  auto decode = [&]() -> absl::StatusOr<double> {
-    std::vector<SeqId> seqs(batch);
-    std::vector<int32_t> tokens(batch);
-    std::vector<BatchEntry> entries(batch);
-    for (int64_t b = 0; b < batch; ++b) {
-      seqs[b] = kv.AddSequence();
-      tokens[b] = prompt[b % prompt.size()];
-    }
-    const auto t0 = Clock::now();
-    for (int64_t i = 0; i < gen_tokens; ++i) {
-      for (int64_t b = 0; b < batch; ++b) entries[b] = BatchEntry{seqs[b], {&tokens[b], 1}, 1};
-      absl::Status s = model.Forward(kv, entries, &logits);
-      if (!s.ok()) return s;
-      for (int64_t b = 0; b < batch; ++b) tokens[b] = Argmax(logits.Row(b, 0), c.vocab_size);
-    }
-    const double secs = Seconds(t0);
-    for (SeqId seq : seqs) kv.RemoveSequence(seq);
-    return (double)(gen_tokens * batch) / secs;
-  };
+  const int64_t kv_tokens = std::max(prompt_tokens, gen_tokens * batch + 16 * batch);
+  std::unique_ptr<Model> base_model;
+  std::vector<Runner> runners;  // [0]: the model, [1]: the baseline
+  runners.reserve(2);
+  {
+    auto kv = model.NewKvCache(kv_tokens);
+    if (!kv.ok()) return Fail("bench-engine", kv.status());
+    runners.emplace_back(model, std::move(*kv), prompt);
+  }
+  if (!baseline.empty()) {
+    ModelFlags bf = mf;
+    bf.precision = baseline;
+    bf.weights.clear();
+    auto b = bf.Load(/*quiet=*/false);
+    if (!b.ok()) return Fail("bench-engine", b.status());
+    base_model = std::move(*b);
+    auto kv = base_model->NewKvCache(kv_tokens);
+    if (!kv.ok()) return Fail("bench-engine", kv.status());
+    runners.emplace_back(*base_model, std::move(*kv), prompt);
+  }
 
   std::fprintf(stderr, "pdq: warming up\n");
-  {
-    const SeqId seq = kv.AddSequence();
-    BatchEntry e{seq, {prompt.data(), (size_t)std::min<int64_t>(prompt_tokens, 32)}, 1};
-    if (absl::Status s = model.Forward(kv, {&e, 1}, &logits); !s.ok()) return Fail("bench-engine", s);
-    kv.RemoveSequence(seq);
+  for (Runner& r : runners) {
+    if (absl::Status s = r.Warmup(); !s.ok()) return Fail("bench-engine", s);
   }
-  std::vector<double> pp, tg;
-  for (int64_t r = 0; r < reps; ++r) {
-    auto p = prefill();
-    if (!p.ok()) return Fail("bench-engine", p.status());
-    pp.push_back(*p);
-    auto t = decode();
-    if (!t.ok()) return Fail("bench-engine", t.status());
-    tg.push_back(*t);
-    std::fprintf(stderr, "pdq: repetition %lld/%lld: pp%lld %.1f tokens/s, tg%lld %.1f tokens/s\n",
-                 (long long)r + 1, (long long)reps, (long long)prompt_tokens, *p,
-                 (long long)gen_tokens, *t);
+  // Repetitions alternate between the configurations, so slow phases of a
+  // shared machine hit both alike.
+  std::vector<Series> series(runners.size());
+  for (int64_t rep = 0; rep < reps; ++rep) {
+    for (size_t i = 0; i < runners.size(); ++i) {
+      auto p = runners[i].Prefill();
+      if (!p.ok()) return Fail("bench-engine", p.status());
+      auto t = runners[i].Decode(batch, gen_tokens);
+      if (!t.ok()) return Fail("bench-engine", t.status());
+      series[i].pp.push_back(*p);
+      series[i].tg.push_back(*t);
+      std::string extra;
+      if (batch > 1) {
+        auto t1 = runners[i].Decode(1, gen_tokens);
+        if (!t1.ok()) return Fail("bench-engine", t1.status());
+        series[i].tg1.push_back(*t1);
+        extra = absl::StrFormat(", batch-1 tg%d %.1f tokens/s", gen_tokens, *t1);
+      }
+      std::fprintf(stderr,
+                   "pdq: repetition %lld/%lld%s: pp%lld %.1f tokens/s, tg%lld %.1f tokens/s "
+                   "(batch %lld)%s\n",
+                   (long long)rep + 1, (long long)reps, i == 1 ? " (baseline)" : "",
+                   (long long)prompt_tokens, *p, (long long)gen_tokens, *t, (long long)batch,
+                   extra.c_str());
+    }
   }
   std::fprintf(stderr, "pdq: measuring the machine's read bandwidth and FMA peak\n");
   ThreadPool pool(model.num_threads());
   const double bandwidth = MeasureReadBandwidthGBps(pool);
   const double peak = MeasureFmaPeakGflops(pool);
 
-  const Stats pps = Summarize(pp), tgs = Summarize(tg);
   // The FLOPs the prefill really does: every layer for every prompt token,
   // attention over the causal triangle, and logits for the last token only.
   const double flops_per_token = c.ForwardFlops(0, prompt_tokens, 1) / (double)prompt_tokens;
-  const double bytes_per_token = (double)model.weight_bytes_per_token();
-  const double prefill_fraction = pps.mean * flops_per_token / (peak * 1e9);
-  // Each decode step streams the weights once for the whole batch.
-  const double decode_fraction = tgs.mean / (double)batch * bytes_per_token / (bandwidth * 1e9);
-  if (json) {
+  auto report = [&](const Model& m, const Series& s) {
+    const Stats pps = Summarize(s.pp), tgs = Summarize(s.tg);
+    const double bytes_per_token = (double)m.weight_bytes_per_token();
     nlohmann::json j;
-    j["model"] = c.name;
-    j["precision"] = PrecisionName(model.precision());
-    j["threads"] = model.num_threads();
-    j["isa"] = KernelIsaName();
-    j["prompt_tokens"] = prompt_tokens;
-    j["gen_tokens"] = gen_tokens;
-    j["batch"] = batch;
-    j["repetitions"] = reps;
+    j["precision"] = PrecisionName(m.precision());
     j["prefill_tokens_per_s"] = pps.mean;
     j["prefill_tokens_per_s_stddev"] = pps.stddev;
     j["decode_tokens_per_s"] = tgs.mean;
     j["decode_tokens_per_s_stddev"] = tgs.stddev;
-    j["read_bandwidth_gbps"] = bandwidth;
-    j["fma_peak_gflops"] = peak;
-    j["prefill_flops_per_token"] = flops_per_token;
     j["decode_weight_bytes_per_token"] = bytes_per_token;
-    j["prefill_roofline_fraction"] = prefill_fraction;
-    j["decode_roofline_fraction"] = decode_fraction;
+    j["prefill_roofline_fraction"] = pps.mean * flops_per_token / (peak * 1e9);
+    // Each decode step streams the weights once for the whole batch.
+    j["decode_roofline_fraction"] = tgs.mean / (double)batch * bytes_per_token / (bandwidth * 1e9);
+    if (!s.tg1.empty()) {
+      const Stats t1 = Summarize(s.tg1);
+      j["decode_batch1_tokens_per_s"] = t1.mean;
+      j["batch_speedup"] = tgs.mean / t1.mean;
+    }
+    return j;
+  };
+  nlohmann::json j = report(model, series[0]);
+  j["model"] = c.name;
+  j["threads"] = model.num_threads();
+  j["isa"] = KernelIsaName();
+  j["prompt_tokens"] = prompt_tokens;
+  j["gen_tokens"] = gen_tokens;
+  j["batch"] = batch;
+  j["repetitions"] = reps;
+  j["read_bandwidth_gbps"] = bandwidth;
+  j["fma_peak_gflops"] = peak;
+  j["prefill_flops_per_token"] = flops_per_token;
+  if (base_model) {
+    nlohmann::json b = report(*base_model, series[1]);
+    j["prefill_speedup"] = j["prefill_tokens_per_s"].get<double>() / b["prefill_tokens_per_s"].get<double>();
+    j["decode_speedup"] = j["decode_tokens_per_s"].get<double>() / b["decode_tokens_per_s"].get<double>();
+    j["baseline"] = b;
+  }
+  if (json) {
     std::puts(j.dump().c_str());
-  } else {
-    std::printf("model %s, %s weights, %d threads, %s kernels\n", c.name.c_str(),
-                PrecisionName(model.precision()), model.num_threads(), KernelIsaName().c_str());
-    std::printf("  pp%-6lld %8.1f ± %.1f tokens/s  %6.1f GFLOP/s = %.1f%% of the %.1f GFLOP/s FMA peak\n",
-                (long long)prompt_tokens, pps.mean, pps.stddev, pps.mean * flops_per_token / 1e9,
-                100 * prefill_fraction, peak);
-    std::printf("  tg%-6lld %8.1f ± %.1f tokens/s  %6.1f GB/s   = %.1f%% of the %.1f GB/s read bandwidth"
+    return 0;
+  }
+  std::printf("model %s, %d threads, %s kernels; FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n",
+              c.name.c_str(), model.num_threads(), KernelIsaName().c_str(), peak, bandwidth);
+  auto print = [&](const nlohmann::json& r) {
+    std::printf("%s weights\n", r["precision"].get<std::string>().c_str());
+    const double pp = r["prefill_tokens_per_s"], tg = r["decode_tokens_per_s"];
+    std::printf("  pp%-6lld %8.1f ± %.1f tokens/s  %6.1f GFLOP/s = %.1f%% of the FMA peak\n",
+                (long long)prompt_tokens, pp, r["prefill_tokens_per_s_stddev"].get<double>(),
+                pp * flops_per_token / 1e9, 100 * r["prefill_roofline_fraction"].get<double>());
+    std::printf("  tg%-6lld %8.1f ± %.1f tokens/s  %6.1f GB/s   = %.1f%% of the read bandwidth"
                 " (batch %lld)\n",
-                (long long)gen_tokens, tgs.mean, tgs.stddev,
-                tgs.mean / (double)batch * bytes_per_token / 1e9, 100 * decode_fraction, bandwidth,
-                (long long)batch);
+                (long long)gen_tokens, tg, r["decode_tokens_per_s_stddev"].get<double>(),
+                tg / (double)batch * r["decode_weight_bytes_per_token"].get<double>() / 1e9,
+                100 * r["decode_roofline_fraction"].get<double>(), (long long)batch);
+    if (r.contains("batch_speedup")) {
+      std::printf("  batch %lld decodes %.2fx the batch-1 rate (%.1f tokens/s)\n", (long long)batch,
+                  r["batch_speedup"].get<double>(), r["decode_batch1_tokens_per_s"].get<double>());
+    }
+  };
+  print(j);
+  if (base_model) {
+    print(j["baseline"]);
+    std::printf("speedup over %s: prefill %.2fx, decode %.2fx\n", baseline.c_str(),
+                j["prefill_speedup"].get<double>(), j["decode_speedup"].get<double>());
   }
   return 0;
 }
