@@ -179,6 +179,23 @@ TEST(CliTest, BenchEngineJsonHasRooflineFractions) {
     EXPECT_GT(j[key].get<double>(), 0.0) << key;
   }
   EXPECT_EQ(j["batch"], 3);
+  EXPECT_GT(j["batch_speedup"].get<double>(), 0.0);
+}
+
+TEST(CliTest, BenchEngineBaselineReportsSpeedups) {
+  Result r = RunPdq("bench-engine --model synthetic:tiny --precision w4a16 --baseline fp16 "
+                    "--prompt-tokens 32 --gen-tokens 8 --repetitions 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = LastJson(r.out);
+  EXPECT_EQ(j["precision"], "w4a16");
+  EXPECT_EQ(j["baseline"]["precision"], "fp16");
+  for (const char* key : {"prefill_speedup", "decode_speedup"}) {
+    ASSERT_TRUE(j.contains(key)) << key;
+    EXPECT_GT(j[key].get<double>(), 0.0) << key;
+  }
+  r = RunPdq("bench-engine --model synthetic:tiny --baseline fp8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("unknown precision 'fp8'"), std::string::npos) << r.out;
 }
 
 }  // namespace
