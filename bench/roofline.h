@@ -14,4 +14,9 @@ double MeasureReadBandwidthGBps(ThreadPool& pool, int64_t buffer_bytes = 512ll <
 // the widest vector ISA the kernels dispatch to.
 double MeasureFmaPeakGflops(ThreadPool& pool);
 
+// GOP/s (2 per product) of independent integer multiply-add chains on every
+// thread: vpmaddwd (int16 pairs, `int8` false) or vpmaddubsw (u8 x s8 pairs).
+// 0 without AVX2.
+double MeasureIntPeakGops(ThreadPool& pool, bool int8);
+
 }  // namespace pdq
