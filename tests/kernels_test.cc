@@ -228,19 +228,25 @@ TEST(KernelsTest, AttendMatchesReference) {
   for (const KernelTable* kt : FastTables()) {
     for (int head_dim : {8, 24, 64, 128}) {
       for (int group : {1, 3}) {
-        for (int64_t n_pos : {1, 7, 15, 16, 17, 100}) {
-          auto layer = MakeLayer(2, head_dim, n_pos, rng);
-          auto q = Random(group * head_dim, rng);
-          std::vector<float> want(group * head_dim), got(group * head_dim);
-          std::vector<float> scratch(cpu::AttendScratch(n_pos, group, head_dim));
-          const float scale = 1.0f / std::sqrt((float)head_dim);
-          cpu::kScalarKernels.attend(layer.view, layer.table.data(), n_pos, 1, group, q.data(),
-                                     scale, want.data(), scratch.data());
-          kt->attend(layer.view, layer.table.data(), n_pos, 1, group, q.data(), scale,
-                     got.data(), scratch.data());
-          for (int i = 0; i < group * head_dim; ++i) {
-            ASSERT_NEAR(got[i], want[i], 1e-4f)
-                << kt->name << " d=" << head_dim << " group=" << group << " n=" << n_pos;
+        for (int rows : {1, 2, 4}) {
+          for (int64_t n_pos : {1, 7, 15, 16, 17, 100}) {
+            const int64_t n_max = n_pos + rows - 1;
+            auto layer = MakeLayer(2, head_dim, n_max, rng);
+            // Rows padded apart, as the model's q/out rows are.
+            const int64_t stride = group * head_dim + 5;
+            auto q = Random(rows * stride, rng);
+            std::vector<float> want(rows * stride, 0.0f), got(rows * stride, 0.0f);
+            std::vector<float> scratch(cpu::AttendScratch(n_max, rows * group, head_dim));
+            const float scale = 1.0f / std::sqrt((float)head_dim);
+            cpu::kScalarKernels.attend(layer.view, layer.table.data(), n_pos, rows, 1, group,
+                                       q.data(), stride, scale, want.data(), stride,
+                                       scratch.data());
+            kt->attend(layer.view, layer.table.data(), n_pos, rows, 1, group, q.data(), stride,
+                       scale, got.data(), stride, scratch.data());
+            for (int64_t i = 0; i < rows * stride; ++i) {
+              ASSERT_NEAR(got[i], want[i], 1e-4f) << kt->name << " d=" << head_dim << " group="
+                                                  << group << " rows=" << rows << " n=" << n_pos;
+            }
           }
         }
       }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/isa.h"
@@ -272,12 +273,19 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
+    // Tiles of 4 rows, then one tile for the rest: the integer multiplies
+    // are the bottleneck here, so few narrow tiles matter more than spills.
+    auto tile = [&](auto rows, int64_t r) {
+      W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
+                                       yp + r * ldy, ldy, cols);
+    };
     int64_t r = 0;
-    for (; r + 3 <= m; r += 3) {
-      W4IntTile<3>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, ldy, cols);
-    }
-    for (; r < m; ++r) {
-      W4IntTile<1>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, ldy, cols);
+    for (; r + 4 <= m; r += 4) tile(std::integral_constant<int, 4>{}, r);
+    switch (m - r) {
+      case 3: tile(std::integral_constant<int, 3>{}, r); break;
+      case 2: tile(std::integral_constant<int, 2>{}, r); break;
+      case 1: tile(std::integral_constant<int, 1>{}, r); break;
+      default: break;
     }
   }
 }
@@ -517,105 +525,122 @@ inline __m256 Reduce8(const __m256 v[8]) {
 // keys is converted to fp32 once and reused by all of them; scores for 8 keys
 // are reduced together instead of one horizontal sum per key.
 // head_dim must be a multiple of 8 (up to 256); other sizes use the reference.
-void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
-                int group, const float* q, float scale, float* out, float* scratch) {
+// `rows` consecutive query rows of one sequence (row r sees positions
+// [0, n_pos + r)) times the `group` heads sharing kv head `kv_head`: each K/V
+// block is converted to fp32 once for all rows * group query vectors.
+void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+                int64_t out_stride, float* scratch) {
   const int d = layer.head_dim;
-  constexpr int kMaxGroup = 64;
-  if (d % 8 != 0 || d > 256 || layer.block_tokens != 16 || group > kMaxGroup) {
-    kScalarKernels.attend(layer, block_table, n_pos, kv_head, group, q, scale, out, scratch);
+  const int nq = rows * group;
+  constexpr int kMaxQ = 64;
+  if (d % 8 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ) {
+    kScalarKernels.attend(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
+                          out_stride, scratch);
     return;
   }
   const int dv = d / 8;
-  const int64_t stride = n_pos + 16;
-  float* scores = scratch;                    // [group][stride]
-  // 16 x d fp32 rows (K, then V), 32-byte aligned for the vector stores.
-  float* rows = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(scratch + group * stride) + 31) & ~uintptr_t{31});
+  const int64_t n_max = n_pos + rows - 1;  // positions the last row sees
+  const int64_t stride = n_max + 16;
+  float* scores = scratch;  // [nq][stride]
+  // 16 x d fp32 rows (K, then V), 32-byte aligned for the vector loads.
+  float* kv_rows = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(scratch + nq * stride) + 31) & ~uintptr_t{31});
   const int64_t head_stride = (int64_t)layer.block_tokens * d;
   const int64_t block_stride = head_stride * layer.kv_heads;
   const __m256 vscale = _mm256_set1_ps(scale);
   auto convert_block = [&](const fp16_t* base, int64_t j0, int64_t nj) {
     const fp16_t* src = base + block_table[j0 / 16] * block_stride + kv_head * head_stride;
-    for (int64_t i = 0; i < nj * d; i += 8) _mm256_store_ps(rows + i, LoadF16x8(src + i));
+    for (int64_t i = 0; i < nj * d; i += 8) _mm256_store_ps(kv_rows + i, LoadF16x8(src + i));
   };
+  auto q_of = [&](int h) { return q + (h / group) * q_stride + (h % group) * d; };
+  auto out_of = [&](int h) { return out + (h / group) * out_stride + (h % group) * d; };
+  auto visible = [&](int h) { return n_pos + h / group; };  // positions query h sees
 
-  float max_score[kMaxGroup];
-  std::fill(max_score, max_score + group, -INFINITY);
-  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+  float max_score[kMaxQ];
+  std::fill(max_score, max_score + nq, -INFINITY);
+  for (int64_t j0 = 0; j0 < n_max; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_max - j0);
     convert_block(layer.k, j0, nj);
-    for (int h = 0; h < group; ++h) {
-      const float* qh = q + h * d;
+    for (int h = 0; h < nq; ++h) {
+      const int64_t nh = std::min<int64_t>(nj, visible(h) - j0);  // keys of this block it sees
+      if (nh <= 0) continue;
+      const float* qh = q_of(h);
       float* sh = scores + h * stride + j0;
       int64_t j = 0;
-      for (; j + 8 <= nj; j += 8) {
+      for (; j + 8 <= nh; j += 8) {
         __m256 acc[8];
         for (int t = 0; t < 8; ++t) acc[t] = _mm256_setzero_ps();
         for (int v = 0; v < dv; ++v) {
           const __m256 qv = _mm256_loadu_ps(qh + 8 * v);
 #pragma GCC unroll 8
           for (int t = 0; t < 8; ++t) {
-            acc[t] = _mm256_fmadd_ps(qv, _mm256_load_ps(rows + (j + t) * d + 8 * v), acc[t]);
+            acc[t] = _mm256_fmadd_ps(qv, _mm256_load_ps(kv_rows + (j + t) * d + 8 * v), acc[t]);
           }
         }
         _mm256_storeu_ps(sh + j, _mm256_mul_ps(Reduce8(acc), vscale));
       }
-      for (; j < nj; ++j) {
+      for (; j < nh; ++j) {
         __m256 acc = _mm256_setzero_ps();
         for (int v = 0; v < dv; ++v) {
-          acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * v), _mm256_load_ps(rows + j * d + 8 * v), acc);
+          acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * v), _mm256_load_ps(kv_rows + j * d + 8 * v), acc);
         }
         sh[j] = HorizontalSum(acc) * scale;
       }
-      for (j = 0; j < nj; ++j) max_score[h] = std::max(max_score[h], sh[j]);
+      for (j = 0; j < nh; ++j) max_score[h] = std::max(max_score[h], sh[j]);
     }
   }
 
-  float inv_sum[kMaxGroup];
-  for (int h = 0; h < group; ++h) {
+  float inv_sum[kMaxQ];
+  for (int h = 0; h < nq; ++h) {
+    const int64_t n = visible(h);
     float* sh = scores + h * stride;
     const __m256 vmax = _mm256_set1_ps(max_score[h]);
     __m256 vsum = _mm256_setzero_ps();
     int64_t j = 0;
-    for (; j + 8 <= n_pos; j += 8) {
+    for (; j + 8 <= n; j += 8) {
       const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(sh + j), vmax));
       _mm256_storeu_ps(sh + j, e);
       vsum = _mm256_add_ps(vsum, e);
     }
     float sum = HorizontalSum(vsum);
-    for (; j < n_pos; ++j) {
+    for (; j < n; ++j) {
       sh[j] = std::exp(sh[j] - max_score[h]);
       sum += sh[j];
     }
     inv_sum[h] = 1.0f / sum;
-    for (int i = 0; i < d; ++i) out[h * d + i] = 0.0f;
+    float* oh = out_of(h);
+    for (int i = 0; i < d; ++i) oh[i] = 0.0f;
   }
 
-  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+  for (int64_t j0 = 0; j0 < n_max; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_max - j0);
     convert_block(layer.v, j0, nj);
-    for (int h = 0; h < group; ++h) {
+    for (int h = 0; h < nq; ++h) {
+      const int64_t nh = std::min<int64_t>(nj, visible(h) - j0);
+      if (nh <= 0) continue;
       const float* ph = scores + h * stride + j0;
-      float* oh = out + h * d;
+      float* oh = out_of(h);
       // Up to 8 output vectors live in registers at a time.
       for (int v0 = 0; v0 < dv; v0 += 8) {
         const int nv = std::min(8, dv - v0);
         __m256 acc[8];
         for (int v = 0; v < nv; ++v) acc[v] = _mm256_loadu_ps(oh + 8 * (v0 + v));
-        for (int64_t j = 0; j < nj; ++j) {
+        for (int64_t j = 0; j < nh; ++j) {
           const __m256 p = _mm256_broadcast_ss(ph + j);
           for (int v = 0; v < nv; ++v) {
-            acc[v] = _mm256_fmadd_ps(p, _mm256_load_ps(rows + j * d + 8 * (v0 + v)), acc[v]);
+            acc[v] = _mm256_fmadd_ps(p, _mm256_load_ps(kv_rows + j * d + 8 * (v0 + v)), acc[v]);
           }
         }
         for (int v = 0; v < nv; ++v) _mm256_storeu_ps(oh + 8 * (v0 + v), acc[v]);
       }
     }
   }
-  for (int h = 0; h < group; ++h) {
+  for (int h = 0; h < nq; ++h) {
     const __m256 inv = _mm256_set1_ps(inv_sum[h]);
+    float* oh = out_of(h);
     for (int v = 0; v < dv; ++v) {
-      _mm256_storeu_ps(out + h * d + 8 * v, _mm256_mul_ps(_mm256_loadu_ps(out + h * d + 8 * v), inv));
+      _mm256_storeu_ps(oh + 8 * v, _mm256_mul_ps(_mm256_loadu_ps(oh + 8 * v), inv));
     }
   }
 }

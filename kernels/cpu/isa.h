@@ -3,6 +3,7 @@
 // table is the reference every other one is tested against.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/kernels.h"
@@ -34,17 +35,29 @@ struct KernelTable {
                            float* sum);
   void (*rms_norm_row)(const float* x, const float* weight, int64_t d, float eps, float* out);
   void (*silu_mul_row)(const float* gate, const float* up, int64_t f, float* out);
-  // The `group` query heads that share kv head `kv_head` (contiguous in q and
-  // out) against positions [0, n_pos). scratch: AttendScratch(...) floats.
-  void (*attend)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                 int kv_head, int group, const float* q, float scale, float* out,
-                 float* scratch);
+  // Query rows [0, rows) of one sequence, row r at position n_pos - 1 + r
+  // (it sees positions [0, n_pos + r)), times the `group` query heads that
+  // share kv head `kv_head` (contiguous in each q and out row; rows q_stride
+  // and out_stride floats apart). scratch: AttendScratch(n_pos + rows - 1,
+  // rows * group, head_dim) floats.
+  void (*attend)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                 int kv_head, int group, const float* q, int64_t q_stride, float scale,
+                 float* out, int64_t out_stride, float* scratch);
   // Converts n floats to fp16 (round to nearest even).
   void (*to_f16)(const float* src, int64_t n, fp16_t* dst);
 };
 
-inline int64_t AttendScratch(int64_t n_pos, int group, int head_dim) {
-  return group * (n_pos + 16) + 2 * 16 * (int64_t)head_dim + 8;  // + 8: alignment slack
+inline int64_t AttendScratch(int64_t n_pos, int queries, int head_dim) {
+  return queries * (n_pos + 16) + 2 * 16 * (int64_t)head_dim + 8;  // + 8: alignment slack
+}
+// Query rows one attend call takes during a prefill, so each K/V block is
+// converted once for all of them: up to kAttendRows, while their scores
+// (rows * group * (n_pos + 16) floats) stay within kAttendScoreFloats (L2).
+constexpr int kAttendRows = 8;
+constexpr int64_t kAttendScoreFloats = 1 << 16;
+inline int AttendRowsFor(int64_t n_pos, int group) {
+  const int64_t rows = kAttendScoreFloats / ((int64_t)group * (n_pos + 16));
+  return (int)std::clamp<int64_t>(rows, 1, kAttendRows);
 }
 
 extern const KernelTable kScalarKernels;

@@ -171,9 +171,16 @@ void KvWrite(const KvLayerView& layer, const int32_t* block_table, const int32_t
   }
 }
 
+// AttendRowsFor keeps rows * group * (n + 16) score floats within
+// kAttendScoreFloats unless one row is already larger.
+static int64_t AttentionScratchPerThread(int64_t max_positions, int heads, int head_dim) {
+  const int64_t scores = std::max<int64_t>(heads * (max_positions + 16), cpu::kAttendScoreFloats);
+  return scores + cpu::AttendScratch(0, 0, head_dim);
+}
+
 int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions, int heads,
                                int head_dim) {
-  return (int64_t)ctx.num_threads() * cpu::AttendScratch(max_positions, heads, head_dim);
+  return (int64_t)ctx.num_threads() * AttentionScratchPerThread(max_positions, heads, head_dim);
 }
 
 void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* block_table,
@@ -181,15 +188,20 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* b
                float scale, float* out, int64_t out_stride, float* scratch) {
   const auto& kt = cpu::ActiveKernels();
   const int group = heads / layer.kv_heads;
-  const int64_t per_thread = cpu::AttendScratch(first_pos + m, group, layer.head_dim);
-  const int64_t items = m * layer.kv_heads;
-  // Causal rows grow in cost, so threads take one item at a time.
+  const int64_t per_thread = AttentionScratchPerThread(first_pos + m, heads, layer.head_dim);
+  const int rows_per_item = cpu::AttendRowsFor(first_pos + m, group);
+  const int64_t row_blocks = (m + rows_per_item - 1) / rows_per_item;
+  const int64_t items = row_blocks * layer.kv_heads;
+  // Causal rows grow in cost, so threads take one item (a block of rows for
+  // one kv head) at a time.
   auto item_fn = [&](int64_t item, int t) {
-    const int64_t i = item / layer.kv_heads;
+    const int64_t i = item / layer.kv_heads * rows_per_item;
+    const int rows = (int)std::min<int64_t>(rows_per_item, m - i);
     const int g = (int)(item % layer.kv_heads);
     const int64_t head_off = (int64_t)g * group * layer.head_dim;
-    kt.attend(layer, block_table, first_pos + i + 1, g, group, q + i * q_stride + head_off, scale,
-              out + i * out_stride + head_off, scratch + t * per_thread);
+    kt.attend(layer, block_table, first_pos + i + 1, rows, g, group, q + i * q_stride + head_off,
+              q_stride, scale, out + i * out_stride + head_off, out_stride,
+              scratch + t * per_thread);
   };
   if (ctx.pool == nullptr) {
     for (int64_t item = 0; item < items; ++item) item_fn(item, 0);

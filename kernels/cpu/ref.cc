@@ -158,11 +158,14 @@ void AttendOneRef(const KvLayerView& layer, const int32_t* block_table, int64_t 
   }
 }
 
-void AttendRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
-               int group, const float* q, float scale, float* out, float* scratch) {
-  for (int i = 0; i < group; ++i) {
-    AttendOneRef(layer, block_table, n_pos, kv_head, q + i * layer.head_dim, scale,
-                 out + i * layer.head_dim, scratch);
+void AttendRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+               int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+               int64_t out_stride, float* scratch) {
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < group; ++i) {
+      AttendOneRef(layer, block_table, n_pos + r, kv_head, q + r * q_stride + i * layer.head_dim,
+                   scale, out + r * out_stride + i * layer.head_dim, scratch);
+    }
   }
 }
 
