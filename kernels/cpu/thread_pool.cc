@@ -58,10 +58,12 @@ void ThreadPool::WorkerLoop(int index) {
     }
     seen = gen;
     if (stop_.load()) return;
-    // Enter only while this job is still open: the caller closes it and then
-    // waits for active_ to drain, so job_ stays valid for whoever entered.
+    // Enter only while this very job is open: the caller closes it (open_gen_
+    // = 0) and then waits for active_ to drain, so job_ stays valid for
+    // whoever entered, and a worker that saw an older generation can never
+    // run the next job's function under the old one's bookkeeping.
     active_.fetch_add(1);
-    if (open_.load() && generation_.load() == gen) {
+    if (open_gen_.load() == gen) {
       (*job_)(index);
       if (every_thread_) pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
@@ -79,18 +81,19 @@ static void SpinUntil(Done done) {
 }
 
 void ThreadPool::Dispatch(const std::function<void(int)>& fn, bool every_thread) {
+  const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;  // only we write it
   job_ = &fn;
   every_thread_ = every_thread;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-  open_.store(true, std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: publishes the above; ordered before sleepers_
+  open_gen_.store(gen, std::memory_order_relaxed);
+  generation_.store(gen);  // seq_cst: publishes the above; ordered before sleepers_
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     cv_.notify_all();
   }
   fn(0);
   if (every_thread) SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; });
-  open_.store(false);  // seq_cst against the workers' active_ increment
+  open_gen_.store(0);  // seq_cst against the workers' active_ increment
   SpinUntil([&] { return active_.load() == 0; });
 }
 

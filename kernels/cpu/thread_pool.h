@@ -56,7 +56,7 @@ class ThreadPool {
   bool every_thread_ = false;
   std::atomic<int> pending_{0};  // workers yet to run an every-thread job
   std::atomic<int> active_{0};   // workers inside (or entering) a job
-  std::atomic<bool> open_{false};
+  std::atomic<uint64_t> open_gen_{0};  // generation of the open job; 0 when closed
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
