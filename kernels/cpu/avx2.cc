@@ -525,6 +525,19 @@ inline __m256 Reduce8(const __m256 v[8]) {
 // keys is converted to fp32 once and reused by all of them; scores for 8 keys
 // are reduced together instead of one horizontal sum per key.
 // head_dim must be a multiple of 8 (up to 256); other sizes use the reference.
+// out[0, 8 NV) += sum_j p[j] * v[j][0, 8 NV) over nj rows of v (d apart),
+// the accumulators in registers.
+template <int NV>
+inline void AccumulatePv(const float* p, int64_t nj, const float* v, int d, float* out) {
+  __m256 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = _mm256_loadu_ps(out + 8 * i);
+  for (int64_t j = 0; j < nj; ++j) {
+    const __m256 pj = _mm256_broadcast_ss(p + j);
+    for (int i = 0; i < NV; ++i) acc[i] = _mm256_fmadd_ps(pj, _mm256_load_ps(v + j * d + 8 * i), acc[i]);
+  }
+  for (int i = 0; i < NV; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
+}
+
 // `rows` consecutive query rows of one sequence (row r sees positions
 // [0, n_pos + r)) times the `group` heads sharing kv head `kv_head`: each K/V
 // block is converted to fp32 once for all rows * group query vectors.
@@ -623,16 +636,17 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
       float* oh = out_of(h);
       // Up to 8 output vectors live in registers at a time.
       for (int v0 = 0; v0 < dv; v0 += 8) {
-        const int nv = std::min(8, dv - v0);
-        __m256 acc[8];
-        for (int v = 0; v < nv; ++v) acc[v] = _mm256_loadu_ps(oh + 8 * (v0 + v));
-        for (int64_t j = 0; j < nh; ++j) {
-          const __m256 p = _mm256_broadcast_ss(ph + j);
-          for (int v = 0; v < nv; ++v) {
-            acc[v] = _mm256_fmadd_ps(p, _mm256_load_ps(kv_rows + j * d + 8 * (v0 + v)), acc[v]);
-          }
+        const float* vb = kv_rows + 8 * v0;
+        switch (std::min(8, dv - v0)) {
+          case 8: AccumulatePv<8>(ph, nh, vb, d, oh + 8 * v0); break;
+          case 7: AccumulatePv<7>(ph, nh, vb, d, oh + 8 * v0); break;
+          case 6: AccumulatePv<6>(ph, nh, vb, d, oh + 8 * v0); break;
+          case 5: AccumulatePv<5>(ph, nh, vb, d, oh + 8 * v0); break;
+          case 4: AccumulatePv<4>(ph, nh, vb, d, oh + 8 * v0); break;
+          case 3: AccumulatePv<3>(ph, nh, vb, d, oh + 8 * v0); break;
+          case 2: AccumulatePv<2>(ph, nh, vb, d, oh + 8 * v0); break;
+          default: AccumulatePv<1>(ph, nh, vb, d, oh + 8 * v0); break;
         }
-        for (int v = 0; v < nv; ++v) _mm256_storeu_ps(oh + 8 * (v0 + v), acc[v]);
       }
     }
   }
