@@ -6,7 +6,7 @@ WIKITEXT ?= ../shared/data/wikitext-2-raw/wiki.test.raw
 PDQ := $(BUILD)/bin/pdq
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build model test test-cpu demo bench fuzz clean
+.PHONY: all deps configure build model test test-cpu demo bench bench-quant fuzz clean
 
 all: build
 
@@ -45,6 +45,10 @@ demo: build model
 
 bench: build model
 	$(PDQ) bench-engine --json
+
+# The quantization speed table of bench/RESULTS.md (about 10 minutes).
+bench-quant: build model
+	bench/quant_speed.sh $(BUILD)
 
 fuzz:
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
