@@ -112,46 +112,39 @@ double MeasureReadBandwidthGBps(ThreadPool& pool, int64_t buffer_bytes) {
   return best;
 }
 
-double MeasureFmaPeakGflops(ThreadPool& pool) {
-  const bool avx2 = GetCpuFeatures().avx2;
-  const int64_t iters = avx2 ? 20'000'000 : 2'000'000;
-  std::vector<float> sinks(pool.size());
-  std::vector<double> flops(pool.size());
+// Best of three passes of `loop(thread)` (returning the work it did) on every
+// thread, in units of 1e9 per second.
+template <typename Loop>
+double BestRate(ThreadPool& pool, Loop loop) {
+  std::vector<double> work(pool.size());
   double best = 0.0;
   for (int pass = 0; pass < 3; ++pass) {
     const auto t0 = Clock::now();
-    pool.Run([&](int t) {
-      flops[t] = avx2 ? FmaLoopAvx2(iters, &sinks[t]) : FmaLoopScalar(iters, &sinks[t]);
-    });
+    pool.Run([&](int t) { work[t] = loop(t); });
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     double total = 0.0;
-    for (double f : flops) total += f;
+    for (double w : work) total += w;
     best = std::max(best, total / s / 1e9);
   }
   return best;
 }
 
-}  // namespace pdq
-
-namespace pdq {
+double MeasureFmaPeakGflops(ThreadPool& pool) {
+  const bool avx2 = GetCpuFeatures().avx2;
+  const int64_t iters = avx2 ? 20'000'000 : 2'000'000;
+  std::vector<float> sinks(pool.size());
+  return BestRate(pool, [&](int t) {
+    return avx2 ? FmaLoopAvx2(iters, &sinks[t]) : FmaLoopScalar(iters, &sinks[t]);
+  });
+}
 
 double MeasureIntPeakGops(ThreadPool& pool, bool int8) {
   if (!GetCpuFeatures().avx2) return 0.0;
   const int64_t iters = 10'000'000;
   std::vector<float> sinks(pool.size());
-  std::vector<double> ops(pool.size());
-  double best = 0.0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const auto t0 = Clock::now();
-    pool.Run([&](int t) {
-      ops[t] = int8 ? IntLoopAvx2<true>(iters, &sinks[t]) : IntLoopAvx2<false>(iters, &sinks[t]);
-    });
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    double total = 0.0;
-    for (double o : ops) total += o;
-    best = std::max(best, total / s / 1e9);
-  }
-  return best;
+  return BestRate(pool, [&](int t) {
+    return int8 ? IntLoopAvx2<true>(iters, &sinks[t]) : IntLoopAvx2<false>(iters, &sinks[t]);
+  });
 }
 
 }  // namespace pdq
