@@ -56,6 +56,7 @@ absl::Status WriteArtifact(const std::string& path, ArtifactHeader header,
   j["symmetric"] = header.symmetric;
   j["fp16_layers"] = header.fp16_layers;
   j["smooth_alpha"] = header.smooth_alpha;
+  j["w4_method"] = header.w4_method;
   j["source_name"] = header.source_name;
   j["source_fingerprint"] = header.source_fingerprint;
   uint64_t offset = 0;
@@ -108,6 +109,7 @@ absl::StatusOr<Artifact> ReadArtifact(const std::string& path) {
     h.symmetric = j.at("symmetric").get<bool>();
     h.fp16_layers = j.at("fp16_layers").get<std::vector<std::string>>();
     h.smooth_alpha = j.at("smooth_alpha").get<float>();
+    h.w4_method = j.value("w4_method", std::string("rtn"));  // older artifacts: RTN
     h.source_name = j.at("source_name").get<std::string>();
     h.source_fingerprint = j.at("source_fingerprint").get<std::string>();
     for (const auto& t : j.at("tensors")) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "engine/w4_quantize.h"
 
 namespace pdq {
 
@@ -77,14 +78,18 @@ class Fp16Linear final : public WritableLinear {
   std::vector<fp16_t> packed_;
 };
 
+// Calibrated methods (GPTQ, AWQ) stage the rows until Finalize, which has
+// the statistics. AWQ multiplies weight column j by s_j, so inputs are
+// multiplied by 1 / s_j before the GEMM (`inv_s_`, saved with the weights).
 class W4A16Linear final : public WritableLinear {
  public:
-  W4A16Linear(int64_t out, int64_t in, int group, bool symmetric)
-      : out_(out), in_(in), group_(group), symmetric_(symmetric),
+  W4A16Linear(int64_t out, int64_t in, int group, bool symmetric, W4Method method)
+      : out_(out), in_(in), group_(group), symmetric_(symmetric), method_(method),
         q_(PackedW4QBytes(out, in)),
         scale_(PackedW4ScaleElements(out, in, group)),
         min_(scale_.size()) {
     PDQ_CHECK(in % 2 == 0);
+    if (method == W4Method::kAwq || method == W4Method::kAwqGptq) inv_s_.assign(in, 1.0f);
   }
   int64_t in_features() const override { return in_; }
   int64_t out_features() const override { return out_; }
@@ -93,6 +98,15 @@ class W4A16Linear final : public WritableLinear {
   }
   void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
                int64_t ldy) const override {
+    if (!inv_s_.empty()) {
+      thread_local std::vector<float> scaled;
+      if ((int64_t)scaled.size() < m * in_) scaled.resize(m * in_);
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < in_; ++j) scaled[i * in_ + j] = x[i * ldx + j] * inv_s_[j];
+      }
+      x = scaled.data();
+      ldx = in_;
+    }
     // Per calling thread, grown once: the kernels themselves never allocate.
     thread_local std::vector<uint8_t> scratch;
     const size_t need = GemmW4A16ScratchBytes(m, in_, group_);
@@ -104,20 +118,69 @@ class W4A16Linear final : public WritableLinear {
   void SetRows(int64_t row0, int64_t rows, const float* src) override {
     PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
     const std::vector<float> ref = RoundedToFp16(src, rows * in_);
+    if (method_ != W4Method::kRtn) {
+      if (staged_.empty()) staged_.assign(out_ * in_, 0.0f);
+      std::copy(ref.begin(), ref.end(), staged_.begin() + row0 * in_);
+      return;
+    }
     QuantizeW4Rows(ref.data(), row0, rows, in_, group_, symmetric_, q_.data(), scale_.data(),
                    min_.data());
   }
-  std::string SerializeWeights() const override { return Concat(q_, scale_, min_); }
+  absl::Status Finalize(const LayerStats* stats) override {
+    if (method_ == W4Method::kRtn) return absl::OkStatus();
+    if (stats == nullptr || (int64_t)stats->gram.size() != in_ * in_ ||
+        (int64_t)stats->mean_abs.size() != in_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "W4 method ", W4MethodName(method_),
+          " needs calibration statistics with Gram matrices for every quantized layer (--calib)"));
+    }
+    const W4Shape shape{out_, in_, group_, symmetric_};
+    const float* gram = stats->gram.data();
+    std::vector<float> scaled_gram;
+    if (!inv_s_.empty()) {
+      const AwqScales awq = SearchAwqScales(staged_.data(), shape, stats->mean_abs.data(), gram);
+      for (int64_t j = 0; j < in_; ++j) inv_s_[j] = 1.0f / awq.scales[j];
+      for (int64_t i = 0; i < out_; ++i) {
+        for (int64_t j = 0; j < in_; ++j) staged_[i * in_ + j] *= awq.scales[j];
+      }
+      // The scaled weights see inputs x / s: G' = S^-1 G S^-1.
+      scaled_gram.resize(in_ * in_);
+      for (int64_t i = 0; i < in_; ++i) {
+        for (int64_t j = 0; j < in_; ++j) {
+          scaled_gram[i * in_ + j] = gram[i * in_ + j] * inv_s_[i] * inv_s_[j];
+        }
+      }
+      gram = scaled_gram.data();
+    }
+    W4Codes codes;
+    if (method_ == W4Method::kGptq || method_ == W4Method::kAwqGptq) {
+      PDQ_ASSIGN_OR_RETURN(codes, QuantizeW4Gptq(staged_.data(), shape, gram));
+    } else {
+      // Group ranges clipped to minimize the error weighted by each input's
+      // mean square (the Gram diagonal).
+      std::vector<float> importance(in_);
+      for (int64_t j = 0; j < in_; ++j) importance[j] = gram[j * in_ + j];
+      codes = QuantizeW4Rtn(staged_.data(), shape, importance.data());
+    }
+    PackW4Rows(codes.codes.data(), codes.scales.data(), codes.mins.data(), 0, out_, in_, group_,
+               q_.data(), scale_.data(), min_.data());
+    staged_ = {};
+    return absl::OkStatus();
+  }
+  std::string SerializeWeights() const override { return Concat(q_, scale_, min_, inv_s_); }
   absl::Status DeserializeWeights(std::string_view bytes) override {
-    return Split(bytes, q_, scale_, min_);
+    return Split(bytes, q_, scale_, min_, inv_s_);
   }
 
  private:
   int64_t out_, in_;
   int group_;
   bool symmetric_;
+  W4Method method_;
   std::vector<uint8_t> q_;
   std::vector<fp16_t> scale_, min_;
+  std::vector<float> inv_s_;   // per input channel with AWQ, else empty
+  std::vector<float> staged_;  // rows waiting for Finalize (calibrated methods)
 };
 
 // With SmoothQuant, activation outliers migrate into the weights: input
@@ -154,8 +217,9 @@ class W8A8Linear final : public WritableLinear {
     }
     QuantizeI8Rows(ref.data(), row0, rows, in_, q_.data(), scale_.data());
   }
-  absl::Status Finalize(const std::vector<float>* act_absmax) override {
+  absl::Status Finalize(const LayerStats* stats) override {
     if (alpha_ <= 0.0f) return absl::OkStatus();
+    const std::vector<float>* act_absmax = stats ? &stats->absmax : nullptr;
     if (act_absmax == nullptr || (int64_t)act_absmax->size() != in_) {
       return absl::FailedPreconditionError(
           "SmoothQuant needs calibration statistics for every quantized layer (--calib)");
@@ -199,7 +263,8 @@ std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t
   switch (options.precision) {
     case Precision::kW4A16:
       if (in % 2 == 0) {
-        return std::make_unique<W4A16Linear>(out, in, options.w4_group, options.w4_symmetric);
+        return std::make_unique<W4A16Linear>(out, in, options.w4_group, options.w4_symmetric,
+                                             options.w4_method);
       }
       break;  // odd widths cannot pair nibbles; keep them FP16
     case Precision::kW8A8:

@@ -22,9 +22,11 @@ class WritableLinear : public LinearWeights {
   // Adds a bias to output features [row0, row0 + b.size()).
   void SetBias(int64_t row0, const std::vector<float>& b);
 
-  // Called once after every row is set. `act_absmax` holds the calibration
-  // absmax of each input channel when SmoothQuant is on (null otherwise).
-  virtual absl::Status Finalize(const std::vector<float>* act_absmax) { return absl::OkStatus(); }
+  // Called once after every row is set, with the layer's calibration
+  // statistics when there are any (null otherwise). Layers that need them
+  // (SmoothQuant, calibrated W4 methods) fail with FailedPrecondition
+  // without.
+  virtual absl::Status Finalize(const LayerStats* stats) { return absl::OkStatus(); }
 
   // The packed weights (not the bias) as raw bytes, for quantized artifacts.
   virtual std::string SerializeWeights() const = 0;
@@ -42,6 +44,7 @@ struct LinearOptions {
   int w4_group = 128;
   bool w4_symmetric = false;
   float smooth_alpha = 0.0f;  // W8A8: SmoothQuant migration strength; 0 is off
+  W4Method w4_method = W4Method::kRtn;
 };
 
 std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t out, int64_t in);

@@ -74,6 +74,24 @@ absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
       absl::StrCat("unknown precision '", name, "' (expected fp16, w8a8 or w4a16)"));
 }
 
+const char* W4MethodName(W4Method m) {
+  switch (m) {
+    case W4Method::kRtn: return "rtn";
+    case W4Method::kAwq: return "awq";
+    case W4Method::kGptq: return "gptq";
+    case W4Method::kAwqGptq: return "awq+gptq";
+  }
+  return "?";
+}
+
+absl::StatusOr<W4Method> ParseW4Method(const std::string& name) {
+  for (W4Method m : {W4Method::kRtn, W4Method::kAwq, W4Method::kGptq, W4Method::kAwqGptq}) {
+    if (name == W4MethodName(m)) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown W4 method '", name, "' (expected rtn, awq, gptq or awq+gptq)"));
+}
+
 namespace {
 
 // Reads a GGUF tensor as fp32 rows, checking its shape [in, out].
@@ -244,7 +262,7 @@ class ModelLoader {
   static absl::Status FinalizeLinears(const LoadOptions& options,
                                       const std::vector<std::pair<std::string, LinearWeights*>>& named) {
     for (const auto& [name, linear] : named) {
-      const std::vector<float>* stats = nullptr;
+      const LayerStats* stats = nullptr;
       if (options.activation_stats != nullptr) {
         auto it = options.activation_stats->find(name);
         if (it != options.activation_stats->end()) stats = &it->second;
@@ -283,7 +301,8 @@ absl::Status ModelLoader::AllocateLayers(Model& m, const LoadOptions& options) {
   const ModelConfig& c = m.config_;
   auto make = [&](const std::string& name, int64_t out, int64_t in) {
     LinearOptions lo{options.precision, options.w4_group, options.w4_symmetric,
-                     options.precision == Precision::kW8A8 ? options.smooth_alpha : 0.0f};
+                     options.precision == Precision::kW8A8 ? options.smooth_alpha : 0.0f,
+                     options.w4_method};
     for (const std::string& pattern : options.fp16_layers) {
       if (MatchesLayerPattern(pattern, name)) lo.precision = Precision::kFp16;
     }
@@ -458,6 +477,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
     effective.w4_symmetric = artifact->header.symmetric;
     effective.fp16_layers = artifact->header.fp16_layers;
     effective.smooth_alpha = artifact->header.smooth_alpha;
+    PDQ_ASSIGN_OR_RETURN(effective.w4_method, ParseW4Method(artifact->header.w4_method));
   }
   const bool skip = artifact.has_value();
   absl::StatusOr<std::unique_ptr<Model>> model =
@@ -518,6 +538,7 @@ absl::Status Model::SaveQuantized(const std::string& path) const {
   h.symmetric = options_.w4_symmetric;
   h.fp16_layers = options_.fp16_layers;
   h.smooth_alpha = precision_ == Precision::kW8A8 ? options_.smooth_alpha : 0.0f;
+  h.w4_method = W4MethodName(precision_ == Precision::kW4A16 ? options_.w4_method : W4Method::kRtn);
   h.source_name = source_spec_.substr(source_spec_.find_last_of('/') + 1);
   PDQ_ASSIGN_OR_RETURN(h.source_fingerprint, SourceFingerprint(source_spec_));
   std::vector<std::string> payloads;

@@ -89,20 +89,39 @@ struct Logits {
   }
 };
 
-// Calibration statistics: per linear layer name ("blk.3.qkv", "output"), the
-// largest |activation| seen on each input channel.
-using ActivationStats = std::map<std::string, std::vector<float>>;
+// How W4A16 codes are chosen. RTN rounds each group to nearest; the others
+// need calibration statistics with Gram matrices (LayerStats::gram): AWQ
+// scales input channels by a searched power of their mean |activation|
+// (the inverse scales ride along at run time), GPTQ compensates rounding
+// errors through the inputs' Gram matrix, and "awq+gptq" runs GPTQ on the
+// AWQ-scaled weights.
+enum class W4Method { kRtn, kAwq, kGptq, kAwqGptq };
+const char* W4MethodName(W4Method m);
+// Parses "rtn" / "awq" / "gptq" / "awq+gptq"; InvalidArgument otherwise.
+absl::StatusOr<W4Method> ParseW4Method(const std::string& name);
+
+// Calibration statistics of one linear layer's inputs.
+struct LayerStats {
+  std::vector<float> absmax;    // largest |x| per input channel (SmoothQuant)
+  std::vector<float> mean_abs;  // mean |x| per input channel (AWQ)
+  std::vector<float> gram;      // mean of x x^T, k x k row-major; empty unless collected
+  int64_t rows = 0;             // inputs seen
+};
+// Per linear layer name ("blk.3.qkv", "output").
+using ActivationStats = std::map<std::string, LayerStats>;
 
 struct LoadOptions {
   Precision precision = Precision::kFp16;
   int w4_group = 128;          // 32, 64 or 128 inputs per scale
   bool w4_symmetric = false;   // asymmetric (scale and min) by default
+  W4Method w4_method = W4Method::kRtn;  // non-RTN methods need activation_stats with Gram
   // Linear layers that stay FP16 under a quantized precision: patterns with
   // '*' wildcards over the names "blk.N.qkv", "blk.N.out", "blk.N.gate_up",
   // "blk.N.down" and "output" (e.g. {"output", "blk.*.down"}).
   std::vector<std::string> fp16_layers;
-  // W8A8 SmoothQuant: migration strength alpha (0 = off) and the statistics
-  // it needs, from CollectActivationStats over a calibration text.
+  // W8A8 SmoothQuant: migration strength alpha (0 = off). The statistics it
+  // and the calibrated W4 methods need come from CollectActivationStats over
+  // a calibration text.
   float smooth_alpha = 0.0f;
   const ActivationStats* activation_stats = nullptr;
   // A `pdq quantize` artifact made from this same model: its packed weights

@@ -69,6 +69,9 @@ inline int PackedW4Code(const uint8_t* panel_q, int64_t kk, int64_t j) {
   const uint8_t byte = panel_q[(kk / 2) * kPanelRows + 2 * (j % 8) + kk % 2];
   return j < 8 ? byte & 0xf : byte >> 4;
 }
+// One group's fp16 scale and min from its n weights: [min, max] mapped onto
+// 0..15, or (symmetric) the extreme value onto 0 with min = -8 * scale.
+void W4GroupParams(const float* w, int64_t n, bool symmetric, fp16_t* scale, fp16_t* min);
 // Round-to-nearest quantization of rows [row0, row0 + rows) of a row-major
 // fp32 matrix into the packed arrays. Asymmetric uses each group's [min, max];
 // symmetric centres q on 8 (min = -8 * scale).

@@ -167,6 +167,33 @@ TEST(CliTest, QuantizeWritesAnArtifactThatGenerateLoads) {
   EXPECT_NE(r.out.find("--scheme must be"), std::string::npos) << r.out;
 }
 
+TEST(CliTest, CalibratedW4MethodsNeedCalibrationText) {
+  const std::string text = ::testing::TempDir() + "/calib.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 40; ++i) f << "Pack my box with five dozen liquor jugs. ";
+  }
+  Result r = RunPdq("perplexity --model synthetic:tiny --text " + text +
+                    " --precision w4a16 --w4-method gptq");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--w4-method gptq needs --calib"), std::string::npos) << r.out;
+  r = RunPdq("perplexity --model synthetic:tiny --text " + text +
+             " --precision w4a16 --w4-method int3 --calib " + text);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("unknown W4 method 'int3'"), std::string::npos) << r.out;
+
+  const std::string path = ::testing::TempDir() + "/cli_tiny_gptq.pdqq";
+  r = RunPdq("quantize --model synthetic:tiny --scheme w4a16 --group-size 32 --w4-method gptq "
+             "--calib " + text + " --out " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream f(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(bytes.find("\"w4_method\":\"gptq\""), std::string::npos);
+  r = RunPdq("generate --model synthetic:tiny --weights " + path + " --prompt hi --max-tokens 3");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("as w4a16"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, BenchEngineJsonHasRooflineFractions) {
   Result r = RunPdq("bench-engine --model synthetic:tiny --prompt-tokens 32 --gen-tokens 8 "
                     "--repetitions 1 --batch 3 --json");

@@ -27,6 +27,7 @@ struct ModelFlags {
   std::string weights;
   std::string calib;
   double smooth_alpha = 0.5;
+  std::string w4_method = "rtn";
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.
   // `precision_override`, when not empty, replaces --precision.

@@ -40,9 +40,13 @@ void ModelFlags::Register(FlagParser& flags) {
                "comma-separated layers kept FP16 when quantizing, '*' wildcards over "
                "blk.N.{qkv,out,gate_up,down} and output (e.g. output,blk.*.down)");
   flags.String("calib", &calib,
-               "W8A8: calibration text for SmoothQuant (not the text you score)");
+               "calibration text (not the text you score) for W8A8 SmoothQuant and the "
+               "calibrated W4 methods");
   flags.Float("smooth-alpha", &smooth_alpha, 0.0, 1.0,
               "W8A8 SmoothQuant migration strength, used with --calib");
+  flags.String("w4-method", &w4_method,
+               "W4A16 codes: rtn (round to nearest), awq (activation-aware channel scales), "
+               "gptq (Hessian error compensation) or awq+gptq; all but rtn need --calib");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
@@ -68,9 +72,17 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
     options.fp16_layers.emplace_back(pattern);
   }
   options.quantized_weights = weights;
-  // SmoothQuant: statistics from the FP16 reference over the calibration text.
+  PDQ_ASSIGN_OR_RETURN(options.w4_method, ParseW4Method(w4_method));
+  const bool calibrated_w4 =
+      p == Precision::kW4A16 && options.w4_method != W4Method::kRtn && weights.empty();
+  if (calibrated_w4 && calib.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--w4-method ", w4_method, " needs --calib FILE (a calibration text, not the text you score)"));
+  }
+  // SmoothQuant and calibrated W4: statistics from the FP16 reference over
+  // the calibration text; Gram matrices only for the layers W4 quantizes.
   ActivationStats stats;
-  if (!calib.empty() && p == Precision::kW8A8 && weights.empty()) {
+  if (!calib.empty() && (p == Precision::kW8A8 || calibrated_w4) && weights.empty()) {
     PDQ_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(calib, "calibration text"));
     LoadOptions ref_options;
     ref_options.threads = (int)threads;
@@ -79,7 +91,20 @@ absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
     co.progress = [quiet](int64_t done, int64_t total) {
       if (!quiet) std::fprintf(stderr, "pdq: calibrating, window %lld/%lld\n", (long long)done, (long long)total);
     };
+    if (calibrated_w4) {
+      co.want_gram = [&options](const std::string& name) {
+        for (const std::string& pattern : options.fp16_layers) {
+          if (MatchesLayerPattern(pattern, name)) return false;
+        }
+        return true;
+      };
+    }
+    const auto c0 = std::chrono::steady_clock::now();
     PDQ_ASSIGN_OR_RETURN(stats, CollectActivationStats(*reference, text, co));
+    if (!quiet) {
+      std::fprintf(stderr, "pdq: calibrated in %.1f s\n",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
+    }
     options.smooth_alpha = (float)smooth_alpha;
     options.activation_stats = &stats;
   }

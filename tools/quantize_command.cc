@@ -10,9 +10,10 @@ namespace pdq {
 
 int QuantizeCommand(int argc, char** argv) {
   FlagParser flags("quantize",
-                   "Quantizes a model's linear layers (round to nearest, from the FP16\n"
-                   "reference) and writes them with their scheme, parameters and a fingerprint\n"
-                   "of the source model. Load it with --weights PATH.");
+                   "Quantizes a model's linear layers from the FP16 reference (round to\n"
+                   "nearest, or calibrated with --calib: SmoothQuant for w8a8, --w4-method for\n"
+                   "w4a16) and writes them with their scheme, parameters and a fingerprint of\n"
+                   "the source model. Load it with --weights PATH.");
   ModelFlags mf;
   mf.Register(flags);
   std::string scheme, out;

@@ -29,6 +29,26 @@ void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, 
   }
 }
 
+void W4GroupParams(const float* w, int64_t n, bool symmetric, fp16_t* scale, fp16_t* min) {
+  float lo = w[0], hi = w[0];
+  for (int64_t i = 0; i < n; ++i) {
+    lo = std::min(lo, w[i]);
+    hi = std::max(hi, w[i]);
+  }
+  float s, m;
+  if (symmetric) {
+    // Like ggml's Q4_0: the extreme value maps to q = 0 (i.e. -8 * s).
+    const float extreme = -lo > hi ? lo : hi;
+    s = extreme / -8.0f;
+    m = -8.0f * s;
+  } else {
+    s = (hi - lo) / 15.0f;
+    m = lo;
+  }
+  *scale = Fp32ToFp16(s);
+  *min = Fp32ToFp16(m);
+}
+
 void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int group,
                     bool symmetric, uint8_t* q, fp16_t* scale, fp16_t* min) {
   PDQ_CHECK(k % 2 == 0 && group > 0 && 256 % group == 0);
@@ -39,23 +59,7 @@ void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int
     const float* w = src + r * k;
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
-      float lo = w[k0], hi = w[k0];
-      for (int64_t i = k0; i < k1; ++i) {
-        lo = std::min(lo, w[i]);
-        hi = std::max(hi, w[i]);
-      }
-      float s, m;
-      if (symmetric) {
-        // Like ggml's Q4_0: the extreme value maps to q = 0 (i.e. -8 * s).
-        const float extreme = -lo > hi ? lo : hi;
-        s = extreme / -8.0f;
-        m = -8.0f * s;
-      } else {
-        s = (hi - lo) / 15.0f;
-        m = lo;
-      }
-      scales[g] = Fp32ToFp16(s);
-      mins[g] = Fp32ToFp16(m);
+      W4GroupParams(w + k0, k1 - k0, symmetric, &scales[g], &mins[g]);
       // Quantize against the stored (rounded) scale and min.
       const float sr = Fp16ToFp32(scales[g]), mr = Fp16ToFp32(mins[g]);
       const float inv = sr != 0.0f ? 1.0f / sr : 0.0f;
