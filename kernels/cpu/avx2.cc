@@ -267,6 +267,54 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
   for (int r = 0; r < MR; ++r) std::memcpy(y + r * ldy, out[r], cols * sizeof(float));
 }
 
+// One activation row (decode) against one panel: the same sums as
+// W4IntTile<1>, with the float outputs in registers and two input pairs per
+// iteration on separate accumulators.
+inline void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
+                     const float* xsum, float* y, int cols) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  __m256 out0 = _mm256_setzero_ps(), out1 = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;
+    int64_t t = t0;
+    for (; t + 2 <= t1; t += 2) {
+      const W4Codes c = LoadW4Codes(q + t * kPanelRows);
+      const W4Codes d = LoadW4Codes(q + (t + 1) * kPanelRows);
+      const __m256i x0 = BroadcastPair(xq + 2 * t), x1 = BroadcastPair(xq + 2 * t + 2);
+      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(c.lo, x0));
+      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(c.hi, x0));
+      b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(d.lo, x1));
+      b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(d.hi, x1));
+    }
+    if (t < t1) {
+      const W4Codes c = LoadW4Codes(q + t * kPanelRows);
+      const __m256i x0 = BroadcastPair(xq + 2 * t);
+      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(c.lo, x0));
+      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(c.hi, x0));
+    }
+    const __m256 xscale = _mm256_set1_ps(xs[g]), xtotal = _mm256_set1_ps(xsum[g]);
+    const __m256 s0 = _mm256_mul_ps(LoadF16x8(sp + g * kPanelRows), xscale);
+    const __m256 s1 = _mm256_mul_ps(LoadF16x8(sp + g * kPanelRows + 8), xscale);
+    out0 = _mm256_fmadd_ps(LoadF16x8(mp + g * kPanelRows), xtotal, out0);
+    out1 = _mm256_fmadd_ps(LoadF16x8(mp + g * kPanelRows + 8), xtotal, out1);
+    out0 = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(_mm256_add_epi32(a0, b0)), out0);
+    out1 = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(_mm256_add_epi32(a1, b1)), out1);
+  }
+  if (cols == kPanelRows) {
+    _mm256_storeu_ps(y, out0);
+    _mm256_storeu_ps(y + 8, out1);
+  } else {
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, out0);
+    _mm256_store_ps(tmp + 8, out1);
+    std::memcpy(y, tmp, cols * sizeof(float));
+  }
+}
+
 void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
@@ -279,6 +327,10 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
       W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
                                        yp + r * ldy, ldy, cols);
     };
+    if (m == 1) {
+      W4IntRow(w, p, xq, xs, xsum, yp, cols);
+      continue;
+    }
     int64_t r = 0;
     for (; r + 4 <= m; r += 4) tile(std::integral_constant<int, 4>{}, r);
     switch (m - r) {
