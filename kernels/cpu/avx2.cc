@@ -270,6 +270,11 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
 // One activation row (decode) against one panel: the same sums as
 // W4IntTile<1>, with the float outputs in registers and two input pairs per
 // iteration on separate accumulators.
+// Input pairs (16 bytes each) the decode GEMV prefetches ahead: a decode
+// step's matrices are small (166 KB to 14 MB) and split in chunks, so the
+// hardware prefetcher alone ramps up too late; 1 KiB ahead measured best
+// (tg128 +13-30% against none, 32 to 256 tried).
+constexpr int64_t kW4PrefetchSteps = 64;
 inline void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
                      const float* xsum, float* y, int cols) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
@@ -282,6 +287,9 @@ inline void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const floa
     __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;
     int64_t t = t0;
     for (; t + 2 <= t1; t += 2) {
+      // Prefetching never faults, so running past the chunk's end is harmless.
+      _mm_prefetch(reinterpret_cast<const char*>(q + (t + kW4PrefetchSteps) * kPanelRows),
+                   _MM_HINT_T0);
       const W4Codes c = LoadW4Codes(q + t * kPanelRows);
       const W4Codes d = LoadW4Codes(q + (t + 1) * kPanelRows);
       const __m256i x0 = BroadcastPair(xq + 2 * t), x1 = BroadcastPair(xq + 2 * t + 2);
