@@ -267,8 +267,8 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
   for (int r = 0; r < MR; ++r) std::memcpy(y + r * ldy, out[r], cols * sizeof(float));
 }
 
-// One activation row (decode) against one panel: the same sums as
-// W4IntTile<1>, with the float outputs in registers and two input pairs per
+// One activation row (decode) against one panel: the same sums and rounding
+// as W4IntTile, with the float outputs in registers and two input pairs per
 // iteration on separate accumulators.
 // Input pairs (16 bytes each) the decode GEMV prefetches ahead: a decode
 // step's matrices are small (166 KB to 14 MB) and split in chunks, so the
@@ -329,22 +329,21 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    // Tiles of 4 rows, then one tile for the rest: the integer multiplies
-    // are the bottleneck here, so few narrow tiles matter more than spills.
+    // Tiles of 4 rows, then one tile for the rest (W4IntRow for a single
+    // row): the integer multiplies are the bottleneck here, so few narrow
+    // tiles matter more than spills.
     auto tile = [&](auto rows, int64_t r) {
       W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
                                        yp + r * ldy, ldy, cols);
     };
-    if (m == 1) {
-      W4IntRow(w, p, xq, xs, xsum, yp, cols);
-      continue;
-    }
     int64_t r = 0;
     for (; r + 4 <= m; r += 4) tile(std::integral_constant<int, 4>{}, r);
     switch (m - r) {
       case 3: tile(std::integral_constant<int, 3>{}, r); break;
       case 2: tile(std::integral_constant<int, 2>{}, r); break;
-      case 1: tile(std::integral_constant<int, 1>{}, r); break;
+      case 1:  // decode, or the last row of a batch
+        W4IntRow(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
+        break;
       default: break;
     }
   }
