@@ -98,21 +98,12 @@ class W4A16Linear final : public WritableLinear {
   }
   void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
                int64_t ldy) const override {
-    if (!inv_s_.empty()) {
-      thread_local std::vector<float> scaled;
-      if ((int64_t)scaled.size() < m * in_) scaled.resize(m * in_);
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < in_; ++j) scaled[i * in_ + j] = x[i * ldx + j] * inv_s_[j];
-      }
-      x = scaled.data();
-      ldx = in_;
-    }
     // Per calling thread, grown once: the kernels themselves never allocate.
     thread_local std::vector<uint8_t> scratch;
     const size_t need = GemmW4A16ScratchBytes(m, in_, group_);
     if (scratch.size() < need) scratch.resize(need);
     GemmW4A16(ctx, PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_}, x, m,
-              ldx, y, ldy, scratch.data());
+              ldx, y, ldy, scratch.data(), inv_s_.empty() ? nullptr : inv_s_.data());
     AddBias(y, m, ldy);
   }
   void SetRows(int64_t row0, int64_t rows, const float* src) override {

@@ -89,13 +89,17 @@ void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, 
 // activations, finer than fp16's 11-bit mantissa for the values that
 // dominate a dot product); each group's products are summed exactly in int32
 // and scaled once. More rows (prefill) dequantize the weights into fp32
-// tiles instead. `scratch`: GemmW4A16ScratchBytes(m, k, group) bytes.
+// tiles instead. `scratch`: GemmW4A16ScratchBytes(m, k, group) bytes. With
+// `in_scale` (k entries), x[i][j] * in_scale[j] is multiplied instead:
+// AWQ's input scaling, whose inverse the weights carry.
 constexpr int64_t kW4IntMaxRows = 64;
 inline int64_t GemmW4A16ScratchBytes(int64_t m, int64_t k, int group) {
-  return m <= kW4IntMaxRows ? m * (k * 2 + PackedW4Groups(k, group) * 8) + 128 : 0;
+  const int64_t scaled_rows = m * k * (int64_t)sizeof(float);
+  const int64_t int16_rows = m <= kW4IntMaxRows ? m * (k * 2 + PackedW4Groups(k, group) * 8) : 0;
+  return scaled_rows + int16_rows + 128;
 }
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
-               float* y, int64_t ldy, void* scratch);
+               float* y, int64_t ldy, void* scratch, const float* in_scale = nullptr);
 
 // ---- W8A8: int8 weights per output channel, int8 activations per token ----
 // Weights are symmetric int8 (w = scale[row] * q, q in [-127, 127]) in 16-row

@@ -471,6 +471,24 @@ TEST(W4Test, GemmMatchesReference) {
   }
 }
 
+// AWQ's input scaling inside the GEMM equals scaling the rows first, on both
+// the int16 and the fp32-tile paths.
+TEST(W4Test, InputScaleEqualsPrescaledActivations) {
+  std::mt19937 rng(16);
+  const int64_t n = 32, k = 192;
+  for (int64_t m : {int64_t{1}, int64_t{5}, kW4IntMaxRows + 3}) {
+    auto w = Random(n * k, rng), x = Random(m * k, rng), s = Random(k, rng);
+    auto p = PackW4(w, n, k, 64, false);
+    std::vector<float> scaled(m * k);
+    for (int64_t i = 0; i < m * k; ++i) scaled[i] = x[i] * s[i % k];
+    std::vector<float> a(m * n), b(m * n);
+    std::vector<uint8_t> scratch(GemmW4A16ScratchBytes(m, k, 64));
+    GemmW4A16(CpuContext{}, p.view, x.data(), m, k, a.data(), n, scratch.data(), s.data());
+    GemmW4A16(CpuContext{}, p.view, scaled.data(), m, k, b.data(), n, scratch.data());
+    EXPECT_EQ(a, b) << "m=" << m;
+  }
+}
+
 // The public entry point on both sides of kW4IntMaxRows, threaded, against
 // the scalar fp32-activation reference.
 TEST(W4Test, PublicGemmTracksFloatResultAcrossPaths) {

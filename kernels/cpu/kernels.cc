@@ -56,25 +56,40 @@ void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t 
 }
 
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
-               float* y, int64_t ldy, void* scratch) {
+               float* y, int64_t ldy, void* scratch, const float* in_scale) {
   if (m <= 0) return;
   PDQ_CHECK(w.group > 0 && 256 % w.group == 0 && w.k % 2 == 0);
   const auto& kt = cpu::ActiveKernels();
+  // The rescaled rows (if any), then scales, scaled sums and the int16 rows.
+  float* scaled = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  auto row_of = [&](int64_t i) {
+    const float* row = x + i * ldx;
+    if (in_scale == nullptr) return row;
+    float* dst = scaled + i * w.k;
+    for (int64_t j = 0; j < w.k; ++j) dst[j] = row[j] * in_scale[j];
+    return static_cast<const float*>(dst);
+  };
   if (m > kW4IntMaxRows) {
+    if (in_scale != nullptr) {
+      ForRows(ctx, m, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) row_of(i);
+      });
+      x = scaled;
+      ldx = w.k;
+    }
     ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
       kt.gemm_w4_panels_f32(w, b, e, x, m, ldx, y, ldy);
     });
     return;
   }
-  // Scales, scaled sums, then the int16 rows.
   const int64_t groups = PackedW4Groups(w.k, w.group);
-  float* xs = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  float* xs = scaled + (in_scale ? m * w.k : 0);
   float* xsum = xs + m * groups;
   int16_t* xq = reinterpret_cast<int16_t*>(xsum + m * groups);
   auto quantize = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      kt.quantize_row_i16(x + i * ldx, w.k, w.group, xq + i * w.k, xs + i * groups,
+      kt.quantize_row_i16(row_of(i), w.k, w.group, xq + i * w.k, xs + i * groups,
                           xsum + i * groups);
     }
   };
