@@ -103,43 +103,25 @@ void PackPanels(const float* src, int64_t rows, int64_t cols, int64_t ld, float*
   }
 }
 
-inline uint8_t Code(float w, float inv_scale, float min) {
-  return (uint8_t)std::clamp(std::nearbyint((w - min) * inv_scale), 0.0f, 15.0f);
-}
-
-// Like GroupParams, but shrinks the range [lo, hi] by factors 1, 0.98, ...,
+// Like W4GroupParams, but shrinks the range [lo, hi] by factors 1, 0.98, ...,
 // 0.6 and keeps the one whose rounding minimizes sum_i importance_i (w_i -
 // w^_i)^2: clipping a few outliers buys a finer grid for the rest.
 void ClippedW4GroupParams(const float* w, const float* importance, int64_t n, bool symmetric,
-                        fp16_t* scale, fp16_t* min) {
+                          fp16_t* scale, fp16_t* min) {
   W4GroupParams(w, n, symmetric, scale, min);
   auto error = [&](fp16_t sc, fp16_t mn) {
     const float sr = Fp16ToFp32(sc), mr = Fp16ToFp32(mn), inv = sr != 0.0f ? 1.0f / sr : 0.0f;
     double e = 0;
     for (int64_t i = 0; i < n; ++i) {
-      const float d = w[i] - (sr * Code(w[i], inv, mr) + mr);
+      const float d = w[i] - (sr * W4Code(w[i], inv, mr) + mr);
       e += (double)importance[i] * d * d;
     }
     return e;
   };
   double best = error(*scale, *min);
-  float lo = w[0], hi = w[0];
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, w[i]);
-    hi = std::max(hi, w[i]);
-  }
   for (int step = 1; step <= 20; ++step) {
-    const float p = 1.0f - 0.02f * step;
-    float s, m;
-    if (symmetric) {
-      const float extreme = -lo > hi ? lo : hi;
-      s = p * extreme / -8.0f;
-      m = -8.0f * s;
-    } else {
-      s = p * (hi - lo) / 15.0f;
-      m = p * lo;
-    }
-    const fp16_t sc = Fp32ToFp16(s), mn = Fp32ToFp16(m);
+    fp16_t sc, mn;
+    W4GroupParams(w, n, symmetric, &sc, &mn, 1.0f - 0.02f * step);
     const double e = error(sc, mn);
     if (e < best) {
       best = e;
@@ -207,7 +189,7 @@ W4Codes QuantizeW4Rtn(const float* w, const W4Shape& s, const float* importance)
       }
       const float sr = Fp16ToFp32(sc), mr = Fp16ToFp32(mn);
       const float inv = sr != 0.0f ? 1.0f / sr : 0.0f;
-      for (int64_t i = k0; i < k1; ++i) q.codes[r * s.k + i] = Code(row[i], inv, mr);
+      for (int64_t i = k0; i < k1; ++i) q.codes[r * s.k + i] = W4Code(row[i], inv, mr);
     }
   }
   return q;
@@ -286,7 +268,7 @@ absl::StatusOr<W4Codes> QuantizeW4Gptq(const float* w, const W4Shape& s, const f
       const float* uj = u.data() + j * k;
       for (int64_t r = 0; r < nb; ++r) {
         float* row = wb.data() + r * k;
-        const uint8_t c = Code(row[j], inv[r], mn[r]);
+        const uint8_t c = W4Code(row[j], inv[r], mn[r]);
         q.codes[(r0 + r) * k + j] = c;
         const float err = (row[j] - (sc[r] * c + mn[r])) / uj[j];
         Axpy(row + j + 1, uj + j + 1, -err, k - j - 1);

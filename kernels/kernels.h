@@ -3,6 +3,8 @@
 // (AVX2+FMA+F16C, else the scalar reference in kernels/cpu/ref.h).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "common/half.h"
@@ -71,7 +73,13 @@ inline int PackedW4Code(const uint8_t* panel_q, int64_t kk, int64_t j) {
 }
 // One group's fp16 scale and min from its n weights: [min, max] mapped onto
 // 0..15, or (symmetric) the extreme value onto 0 with min = -8 * scale.
-void W4GroupParams(const float* w, int64_t n, bool symmetric, fp16_t* scale, fp16_t* min);
+// `shrink` < 1 maps that fraction of the range instead (clipping searches).
+void W4GroupParams(const float* w, int64_t n, bool symmetric, fp16_t* scale, fp16_t* min,
+                   float shrink = 1.0f);
+// The code of weight w against a group's stored min and 1 / scale.
+inline uint8_t W4Code(float w, float inv_scale, float min) {
+  return (uint8_t)std::clamp(std::nearbyint((w - min) * inv_scale), 0.0f, 15.0f);
+}
 // Round-to-nearest quantization of rows [row0, row0 + rows) of a row-major
 // fp32 matrix into the packed arrays. Asymmetric uses each group's [min, max];
 // symmetric centres q on 8 (min = -8 * scale).

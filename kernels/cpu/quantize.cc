@@ -29,7 +29,8 @@ void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, 
   }
 }
 
-void W4GroupParams(const float* w, int64_t n, bool symmetric, fp16_t* scale, fp16_t* min) {
+void W4GroupParams(const float* w, int64_t n, bool symmetric, fp16_t* scale, fp16_t* min,
+                   float shrink) {
   float lo = w[0], hi = w[0];
   for (int64_t i = 0; i < n; ++i) {
     lo = std::min(lo, w[i]);
@@ -39,11 +40,11 @@ void W4GroupParams(const float* w, int64_t n, bool symmetric, fp16_t* scale, fp1
   if (symmetric) {
     // Like ggml's Q4_0: the extreme value maps to q = 0 (i.e. -8 * s).
     const float extreme = -lo > hi ? lo : hi;
-    s = extreme / -8.0f;
+    s = shrink * extreme / -8.0f;
     m = -8.0f * s;
   } else {
-    s = (hi - lo) / 15.0f;
-    m = lo;
+    s = shrink * (hi - lo) / 15.0f;
+    m = shrink * lo;
   }
   *scale = Fp32ToFp16(s);
   *min = Fp32ToFp16(m);
@@ -64,7 +65,7 @@ void QuantizeW4Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int
       const float sr = Fp16ToFp32(scales[g]), mr = Fp16ToFp32(mins[g]);
       const float inv = sr != 0.0f ? 1.0f / sr : 0.0f;
       for (int64_t i = k0; i < k1; ++i) {
-        codes[i] = (uint8_t)std::clamp(std::nearbyint((w[i] - mr) * inv), 0.0f, 15.0f);
+        codes[i] = W4Code(w[i], inv, mr);
       }
     }
     PackW4Rows(codes.data(), scales.data(), mins.data(), row0 + r, 1, k, group, q, scale, min);
