@@ -75,7 +75,7 @@ workdir=$(cd "$workdir" && pwd)
 root="$workdir/root"
 base_tar="$workdir/base-$suite-minbase-$arch.tar"
 log="$workdir/fresh_box_check.log"
-stage_log="$workdir/last_stage.log"
+stage_log="$workdir/last_stage.log"  # the output of the latest command in the root
 failed_what=""
 exec > >(tee "$log") 2>&1
 
@@ -193,6 +193,8 @@ cleanup() {
   trap - EXIT INT TERM
   set +e
   if [ -n "$current_stage" ]; then
+    [ -z "$failed_what" ] && failed_what=$current_stage
+    [ "$rc" -eq 130 ] || [ "$rc" -eq 143 ] && failed_what="interrupted during $current_stage"
     stage_names+=("$current_stage (failed)")
     stage_secs+=("$(($(date +%s) - stage_start))")
   fi
@@ -200,7 +202,8 @@ cleanup() {
   unmount_all
   if [ "$keep" -eq 1 ]; then
     echo "fresh-box: root kept at $root"
-  else
+  elif [ -d "$root" ]; then
+    echo "fresh-box: removing the root"
     remove_root
   fi
   local total=$(($(date +%s) - start_all)) i
@@ -213,7 +216,6 @@ cleanup() {
   if [ "$result" = PASS ] && [ "$rc" -eq 0 ]; then
     echo "fresh-box: PASS (make test and make demo on a fresh Debian $suite, $(fmt "$total"))"
   else
-    [ -z "$failed_what" ] && failed_what=$(printf '%s' "${stage_names[-1]:-}")
     echo "fresh-box: FAIL${failed_what:+ ($failed_what)} after $(fmt "$total"); log: $log"
     [ "$rc" -eq 0 ] && rc=1
   fi
@@ -232,20 +234,23 @@ bind() {  # bind SRC DEST [ro]
 
 # Runs a command line in the root as a fresh login would: root's HOME, the
 # standard PATH, nothing from this shell's environment. Each output line gets
-# the time since the command started; the lines also go to $stage_log.
+# the time since the command started; the lines also go to $stage_log. It runs
+# in the background so that a TERM or INT reaches the trap at once.
 in_root() {
   local t0 rc
   t0=$(date +%s)
-  set +e
-  chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
-    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    /bin/bash -c "$1" 2>&1 |
-    while IFS= read -r line; do
-      printf -v now '%(%s)T' -1
-      printf '[+%s] %s\n' "$(fmt $((now - t0)))" "$line"
-    done | tee "$stage_log"
-  rc=${PIPESTATUS[0]}
-  set -e
+  rm -f "$stage_log.rc"
+  {
+    chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
+      PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      /bin/bash -c "$1" 2>&1 < /dev/null
+    echo $? > "$stage_log.rc"
+  } | while IFS= read -r line; do
+    printf -v now '%(%s)T' -1
+    printf '[+%s] %s\n' "$(fmt $((now - t0)))" "$line"
+  done | tee "$stage_log" &
+  wait $! || true
+  rc=$(cat "$stage_log.rc" 2>/dev/null || echo 1)
   return "$rc"
 }
 
@@ -348,8 +353,7 @@ echo "fresh-box: make test: deps done at +$(when '^\[[^]]*\] deps: (done|all)'),
   "+$(when 'Build files have been written'), built at +$(when '^\[[^]]*\] model: '), model at" \
   "+$(when 'model: .*(ready|present)|continuing without the model'), tests from +$(when 'Test project')"
 echo "fresh-box: make test: $(grep -o '[0-9]*% tests passed.*' "$stage_log" | tail -1)," \
-  "$(grep -c '(Skipped)' "$stage_log" || true) skipped"
-grep '(Skipped)' "$stage_log" || true
+  "$(grep -c '(Skipped)' "$stage_log" || true) skipped (listed above)"
 
 stage "make demo"
 if ! in_root 'cd /work/pdq && make demo'; then
