@@ -352,8 +352,9 @@ stage_done
 echo "fresh-box: make test: deps done at +$(when '^\[[^]]*\] deps: (done|all)'), configured at" \
   "+$(when 'Build files have been written'), built at +$(when '^\[[^]]*\] model: '), model at" \
   "+$(when 'model: .*(ready|present)|continuing without the model'), tests from +$(when 'Test project')"
+skipped=$(grep -c '(Skipped)' "$stage_log" || true)
 echo "fresh-box: make test: $(grep -o '[0-9]*% tests passed.*' "$stage_log" | tail -1)," \
-  "$(grep -c '(Skipped)' "$stage_log" || true) skipped (listed above)"
+  "$skipped skipped$([ "$skipped" -gt 0 ] && echo ' (listed above)')"
 
 stage "make demo"
 if ! in_root 'cd /work/pdq && make demo'; then
