@@ -6,7 +6,7 @@ WIKITEXT ?= ../shared/data/wikitext-2-raw/wiki.test.raw
 PDQ := $(BUILD)/bin/pdq
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build model test test-cpu demo bench bench-quant fuzz clean
+.PHONY: all deps configure build model test test-cpu demo bench bench-quant fuzz tsan clean
 
 all: build
 
@@ -46,9 +46,18 @@ demo: build model
 bench: build model
 	$(PDQ) bench-engine --json
 
-# The quantization speed table of bench/RESULTS.md (about 10 minutes).
+# The quantization speed table of bench/RESULTS.md (about 15 minutes).
 bench-quant: build model
 	bench/quant_speed.sh $(BUILD)
+
+# The concurrency tests (contexts on one model in several threads, the thread
+# pool) under ThreadSanitizer, in their own build folder.
+tsan: deps
+	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPDQ_CUDA=OFF \
+	  -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
+	cmake --build build-tsan --target forward_test kernels_test -j $(JOBS)
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/forward_test
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/kernels_test --gtest_filter='ThreadPool*'
 
 fuzz:
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
@@ -58,4 +67,4 @@ fuzz:
 	build-fuzz/bin/gguf_fuzzer -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus
 
 clean:
-	rm -rf $(BUILD) build-fuzz
+	rm -rf $(BUILD) build-fuzz build-tsan

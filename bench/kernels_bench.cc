@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/roofline.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace pdq {

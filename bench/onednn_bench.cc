@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dnnl.hpp"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace pdq {

@@ -2,6 +2,7 @@
 // sustained read bandwidth and register-only fp32 FMA throughput.
 #pragma once
 
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace pdq {

@@ -8,7 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/check.h"
-#include "engine/gguf.h"
+#include "common/hash.h"
+#include "gguf/gguf.h"
 #include "nlohmann/json.hpp"
 
 namespace pdq {
@@ -17,34 +18,16 @@ namespace {
 constexpr char kMagic[8] = {'P', 'D', 'Q', 'Q', 'U', 'A', 'N', 'T'};
 constexpr uint32_t kVersion = 2;  // 2: W4 nibbles paired for vpmaddwd
 
-// 64-bit multiply-xorshift over 8-byte words (plus the tail).
-uint64_t Hash64(const uint8_t* data, size_t n) {
-  uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, data + i, 8);
-    h = (h ^ w) * 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
-  for (; i < n; ++i) h = (h ^ data[i]) * 0x100000001b3ull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  return h ^ (h >> 33);
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> SourceFingerprint(const std::string& spec) {
   if (spec.rfind("synthetic:", 0) == 0) {
-    return absl::StrFormat("name:%016x",
-                           Hash64(reinterpret_cast<const uint8_t*>(spec.data()), spec.size()));
+    return absl::StrFormat("name:%016x", Hash64(spec));
   }
   std::ifstream in(spec, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read model file '", spec, "'"));
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return absl::StrFormat("gguf:%d:%016x", bytes.size(),
-                         Hash64(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  return absl::StrFormat("gguf:%d:%016x", bytes.size(), Hash64(bytes));
 }
 
 absl::Status WriteArtifact(const std::string& path, ArtifactHeader header,
@@ -57,6 +40,7 @@ absl::Status WriteArtifact(const std::string& path, ArtifactHeader header,
   j["fp16_layers"] = header.fp16_layers;
   j["smooth_alpha"] = header.smooth_alpha;
   j["w4_method"] = header.w4_method;
+  j["calibration"] = header.calibration;
   j["source_name"] = header.source_name;
   j["source_fingerprint"] = header.source_fingerprint;
   uint64_t offset = 0;
@@ -110,6 +94,7 @@ absl::StatusOr<Artifact> ReadArtifact(const std::string& path) {
     h.fp16_layers = j.at("fp16_layers").get<std::vector<std::string>>();
     h.smooth_alpha = j.at("smooth_alpha").get<float>();
     h.w4_method = j.value("w4_method", std::string("rtn"));  // older artifacts: RTN
+    h.calibration = j.value("calibration", std::string());
     h.source_name = j.at("source_name").get<std::string>();
     h.source_fingerprint = j.at("source_fingerprint").get<std::string>();
     for (const auto& t : j.at("tensors")) {

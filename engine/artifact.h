@@ -29,6 +29,7 @@ struct ArtifactHeader {
   std::vector<std::string> fp16_layers;  // patterns of layers kept FP16
   float smooth_alpha = 0.0f;             // W8A8 SmoothQuant strength, 0 if off
   std::string w4_method = "rtn";         // w4a16: rtn, awq, gptq or awq+gptq (absent: rtn)
+  std::string calibration;               // what the statistics came from; empty: none
   std::string source_name;
   std::string source_fingerprint;  // see SourceFingerprint
   std::vector<ArtifactTensor> tensors;

@@ -9,8 +9,9 @@
 
 namespace pdq {
 
-absl::StatusOr<GenerateResult> Generate(Model& model, const std::vector<int32_t>& prompt,
+absl::StatusOr<GenerateResult> Generate(Context& ctx, const std::vector<int32_t>& prompt,
                                         const GenerateOptions& options) {
+  const Model& model = ctx.model();
   const ModelConfig& c = model.config();
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt is empty");
   if (options.max_tokens < 1) {
@@ -39,12 +40,12 @@ absl::StatusOr<GenerateResult> Generate(Model& model, const std::vector<int32_t>
   Logits logits;
   std::vector<int32_t> next = prompt;
   for (int step = 0; step < options.max_tokens; ++step) {
-    if (kv->Length(seq) + (int64_t)next.size() > c.max_context) {
+    if (*kv->Length(seq) + (int64_t)next.size() > c.max_context) {
       result.stop_reason = "context_full";
       break;
     }
     BatchEntry entry{seq, next, 1};
-    PDQ_RETURN_IF_ERROR(model.Forward(*kv, {&entry, 1}, &logits));
+    PDQ_RETURN_IF_ERROR(ctx.ForwardAll(*kv, {&entry, 1}, &logits));
     const int32_t token = sampler.Sample(logits.Row(0, 0), c.vocab_size);
     if (step == 0) first_token_time = Clock::now();
     const bool eog = !options.ignore_eos && model.tokenizer().IsEndOfGeneration(token);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/context.h"
 #include "engine/sampler.h"
 
 namespace pdq {
@@ -31,10 +31,10 @@ struct GenerateResult {
   std::string stop_reason;  // "eos", "stop_token" or "max_tokens"
 };
 
-// Generates from `prompt` (token ids). InvalidArgument for an empty prompt,
-// ids outside the vocabulary or bad sampling params; OutOfRange when prompt
-// plus max_tokens exceeds the model's context.
-absl::StatusOr<GenerateResult> Generate(Model& model, const std::vector<int32_t>& prompt,
+// Generates from `prompt` (token ids) with the context's model and threads.
+// InvalidArgument for an empty prompt, ids outside the vocabulary or bad
+// sampling params; OutOfRange when the prompt fills the model's context.
+absl::StatusOr<GenerateResult> Generate(Context& ctx, const std::vector<int32_t>& prompt,
                                         const GenerateOptions& options);
 
 }  // namespace pdq

@@ -1,4 +1,5 @@
-// Block pool and per-sequence block tables for the paged KV cache.
+// Block pool, per-sequence block tables, and export/import of a sequence's
+// blocks for KV transfer.
 #include "engine/kv_cache.h"
 
 #include <cstdlib>
@@ -9,24 +10,24 @@
 namespace pdq {
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& config) {
-  if (config.num_layers <= 0 || config.kv_heads <= 0 || config.head_dim <= 0 ||
-      config.block_tokens <= 0 || config.num_blocks <= 0 || config.num_blocks > INT32_MAX) {
+  const KvLayout& l = config.layout;
+  if (l.num_layers <= 0 || l.kv_heads <= 0 || l.head_dim <= 0 || l.block_tokens <= 0 ||
+      config.num_blocks <= 0 || config.num_blocks > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "bad KV cache config: layers=", config.num_layers, " kv_heads=", config.kv_heads,
-        " head_dim=", config.head_dim, " block_tokens=", config.block_tokens,
-        " blocks=", config.num_blocks));
+        "bad KV cache config: layers=", l.num_layers, " kv_heads=", l.kv_heads,
+        " head_dim=", l.head_dim, " block_tokens=", l.block_tokens, " blocks=", config.num_blocks));
   }
   std::unique_ptr<KvCache> cache(new KvCache(config));
-  const size_t bytes = (size_t)config.num_blocks * config.kv_heads * config.block_tokens *
-                       config.head_dim * sizeof(fp16_t);
+  const size_t bytes = (size_t)config.num_blocks * l.block_elements() * sizeof(fp16_t);
   const size_t rounded = (bytes + 63) / 64 * 64;
-  for (int l = 0; l < config.num_layers; ++l) {
+  cache->region_bytes_ = (int64_t)bytes;
+  for (int i = 0; i < l.num_layers; ++i) {
     for (auto* list : {&cache->k_, &cache->v_}) {
       void* p = std::aligned_alloc(64, rounded);
       if (p == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "cannot allocate ", 2 * rounded * config.num_layers / (1 << 20),
-            " MiB of KV cache; use fewer blocks"));
+        return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ",
+                                                         2 * rounded * l.num_layers / (1 << 20),
+                                                         " MiB of KV cache; use fewer blocks"));
       }
       list->push_back(static_cast<fp16_t*>(p));
     }
@@ -41,36 +42,38 @@ KvCache::~KvCache() {
   for (fp16_t* p : v_) std::free(p);
 }
 
-int64_t KvCache::block_bytes() const {
-  return 2 * (int64_t)config_.kv_heads * config_.block_tokens * config_.head_dim *
-         (int64_t)sizeof(fp16_t);
-}
-
 SeqId KvCache::AddSequence() {
   const SeqId id = next_id_++;
   seqs_[id] = Sequence{};
   return id;
 }
 
-void KvCache::RemoveSequence(SeqId seq) {
+absl::StatusOr<const KvCache::Sequence*> KvCache::Find(SeqId seq) const {
   auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return;
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no KV sequence ", seq));
+  return &it->second;
+}
+
+absl::Status KvCache::RemoveSequence(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no KV sequence ", seq));
   for (int32_t b : it->second.blocks) free_.push_back(b);
   seqs_.erase(it);
+  return absl::OkStatus();
 }
 
 absl::Status KvCache::Reserve(SeqId seq, int64_t tokens) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no KV sequence ", seq));
   Sequence& s = it->second;
-  const int64_t need = (tokens + config_.block_tokens - 1) / config_.block_tokens;
+  const int64_t bt = config_.layout.block_tokens;
+  const int64_t need = (tokens + bt - 1) / bt;
   const int64_t more = need - (int64_t)s.blocks.size();
   if (more <= 0) return absl::OkStatus();
   if (more > num_free_blocks()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache full: ", tokens, " tokens need ", more, " more blocks of ",
-        config_.block_tokens, " tokens but only ", num_free_blocks(), " of ",
-        config_.num_blocks, " are free"));
+        "KV cache full: ", tokens, " tokens need ", more, " more blocks of ", bt,
+        " tokens but only ", num_free_blocks(), " of ", config_.num_blocks, " are free"));
   }
   for (int64_t i = 0; i < more; ++i) {
     s.blocks.push_back(free_.back());
@@ -79,29 +82,104 @@ absl::Status KvCache::Reserve(SeqId seq, int64_t tokens) {
   return absl::OkStatus();
 }
 
-int64_t KvCache::Length(SeqId seq) const {
-  auto it = seqs_.find(seq);
-  PDQ_CHECK(it != seqs_.end());
-  return it->second.length;
+absl::StatusOr<int64_t> KvCache::Length(SeqId seq) const {
+  PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
+  return s->length;
 }
 
-void KvCache::SetLength(SeqId seq, int64_t length) {
+absl::StatusOr<int64_t> KvCache::Capacity(SeqId seq) const {
+  PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
+  return (int64_t)s->blocks.size() * config_.layout.block_tokens;
+}
+
+absl::Status KvCache::SetLength(SeqId seq, int64_t length) {
   auto it = seqs_.find(seq);
-  PDQ_CHECK(it != seqs_.end());
-  PDQ_CHECK(length >= 0 && length <= (int64_t)it->second.blocks.size() * config_.block_tokens);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no KV sequence ", seq));
+  const int64_t capacity = (int64_t)it->second.blocks.size() * config_.layout.block_tokens;
+  if (length < 0 || length > capacity) {
+    return absl::OutOfRangeError(absl::StrCat("length ", length, " of KV sequence ", seq,
+                                              " outside its capacity [0, ", capacity, "]"));
+  }
   it->second.length = length;
+  return absl::OkStatus();
 }
 
-const std::vector<int32_t>& KvCache::BlockTable(SeqId seq) const {
-  auto it = seqs_.find(seq);
-  PDQ_CHECK(it != seqs_.end());
-  return it->second.blocks;
+absl::StatusOr<std::span<const int32_t>> KvCache::BlockTable(SeqId seq) const {
+  PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
+  return std::span<const int32_t>(s->blocks);
 }
 
 KvLayerView KvCache::Layer(int layer) const {
-  PDQ_CHECK(layer >= 0 && layer < config_.num_layers);
-  return KvLayerView{k_[layer], v_[layer], config_.kv_heads, config_.head_dim,
-                     config_.block_tokens};
+  PDQ_CHECK(layer >= 0 && layer < config_.layout.num_layers);
+  const KvLayout& l = config_.layout;
+  return KvLayerView{k_[layer], v_[layer], l.kv_heads, l.head_dim, l.block_tokens};
+}
+
+std::vector<KvRegion> KvCache::MemoryRegions() const {
+  std::vector<KvRegion> out;
+  for (size_t l = 0; l < k_.size(); ++l) {
+    out.push_back({reinterpret_cast<std::byte*>(k_[l]), region_bytes_});
+    out.push_back({reinterpret_cast<std::byte*>(v_[l]), region_bytes_});
+  }
+  return out;
+}
+
+std::byte* KvCache::SpanData(const KvSpan& span) const {
+  PDQ_CHECK(span.region >= 0 && span.region < 2 * config_.layout.num_layers);
+  PDQ_CHECK(span.offset >= 0 && span.offset + span.bytes <= region_bytes_);
+  fp16_t* base = span.region % 2 == 0 ? k_[span.region / 2] : v_[span.region / 2];
+  return reinterpret_cast<std::byte*>(base) + span.offset;
+}
+
+std::vector<KvSpan> KvCache::Spans(const Sequence& s, int layer, int64_t blocks) const {
+  const int64_t block_half = config_.layout.block_elements() * (int64_t)sizeof(fp16_t);
+  std::vector<KvSpan> out;
+  out.reserve(2 * blocks);
+  for (int64_t i = 0; i < blocks; ++i) {
+    const int64_t offset = (int64_t)s.blocks[i] * block_half;
+    out.push_back({2 * layer, offset, block_half});
+    out.push_back({2 * layer + 1, offset, block_half});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<KvSpan>> KvCache::ExportLayer(SeqId seq, int layer) const {
+  PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
+  if (layer < 0 || layer >= config_.layout.num_layers) {
+    return absl::OutOfRangeError(
+        absl::StrCat("layer ", layer, " outside [0, ", config_.layout.num_layers, ")"));
+  }
+  const int64_t bt = config_.layout.block_tokens;
+  return Spans(*s, layer, (s->length + bt - 1) / bt);
+}
+
+absl::StatusOr<SeqId> KvCache::ImportSequence(const KvLayout& sender, int64_t tokens) {
+  PDQ_RETURN_IF_ERROR(CheckKvCompatible(config_.layout, sender));
+  if (tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot import ", tokens, " tokens"));
+  }
+  const SeqId seq = AddSequence();
+  if (absl::Status s = Reserve(seq, tokens); !s.ok()) {
+    PDQ_CHECK(RemoveSequence(seq).ok());
+    return s;
+  }
+  return seq;
+}
+
+absl::StatusOr<std::vector<KvSpan>> KvCache::ImportLayer(SeqId seq, int layer,
+                                                         int64_t tokens) const {
+  PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
+  if (layer < 0 || layer >= config_.layout.num_layers) {
+    return absl::OutOfRangeError(
+        absl::StrCat("layer ", layer, " outside [0, ", config_.layout.num_layers, ")"));
+  }
+  const int64_t bt = config_.layout.block_tokens;
+  const int64_t blocks = (tokens + bt - 1) / bt;
+  if (tokens < 0 || blocks > (int64_t)s->blocks.size()) {
+    return absl::OutOfRangeError(absl::StrCat("KV sequence ", seq, " has room for ",
+                                              s->blocks.size() * bt, " tokens, not ", tokens));
+  }
+  return Spans(*s, layer, blocks);
 }
 
 }  // namespace pdq

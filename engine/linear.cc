@@ -11,6 +11,62 @@
 
 namespace pdq {
 
+bool MatchesLayerPattern(const std::string& pattern, const std::string& name) {
+  // Iterative glob with backtracking to the last '*'.
+  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
+  while (n < name.size()) {
+    if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = n;
+    } else if (p < pattern.size() && pattern[p] == name[n]) {
+      ++p;
+      ++n;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      n = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFp16: return "fp16";
+    case Precision::kW8A8: return "w8a8";
+    case Precision::kW4A16: return "w4a16";
+  }
+  return "?";
+}
+
+absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
+  if (name == "fp16") return Precision::kFp16;
+  if (name == "w8a8") return Precision::kW8A8;
+  if (name == "w4a16") return Precision::kW4A16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown precision '", name, "' (expected fp16, w8a8 or w4a16)"));
+}
+
+const char* W4MethodName(W4Method m) {
+  switch (m) {
+    case W4Method::kRtn: return "rtn";
+    case W4Method::kAwq: return "awq";
+    case W4Method::kGptq: return "gptq";
+    case W4Method::kAwqGptq: return "awq+gptq";
+  }
+  return "?";
+}
+
+absl::StatusOr<W4Method> ParseW4Method(const std::string& name) {
+  for (W4Method m : {W4Method::kRtn, W4Method::kAwq, W4Method::kGptq, W4Method::kAwqGptq}) {
+    if (name == W4MethodName(m)) return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown W4 method '", name, "' (expected rtn, awq, gptq or awq+gptq)"));
+}
+
 void WritableLinear::SetBias(int64_t row0, const std::vector<float>& b) {
   if (bias_.empty()) bias_.assign(out_features(), 0.0f);
   PDQ_CHECK(row0 + (int64_t)b.size() <= out_features());
@@ -123,7 +179,7 @@ class W4A16Linear final : public WritableLinear {
         (int64_t)stats->mean_abs.size() != in_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "W4 method ", W4MethodName(method_),
-          " needs calibration statistics with Gram matrices for every quantized layer (--calib)"));
+          " needs calibration statistics with Gram matrices for every quantized layer"));
     }
     const W4Shape shape{out_, in_, group_, symmetric_};
     const float* gram = stats->gram.data();
@@ -213,7 +269,7 @@ class W8A8Linear final : public WritableLinear {
     const std::vector<float>* act_absmax = stats ? &stats->absmax : nullptr;
     if (act_absmax == nullptr || (int64_t)act_absmax->size() != in_) {
       return absl::FailedPreconditionError(
-          "SmoothQuant needs calibration statistics for every quantized layer (--calib)");
+          "SmoothQuant needs calibration statistics for every quantized layer");
     }
     std::vector<float> w_absmax(in_, 0.0f);
     for (int64_t i = 0; i < out_; ++i) {

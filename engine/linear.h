@@ -1,17 +1,69 @@
-// Weight-set backends behind LinearWeights: one class per storage format.
-// The loader fills them row range by row range from fp32 values that are
-// first rounded to FP16, so every precision quantizes the same FP16 reference.
+// Linear layers y = x W^T (+ b) at a weight precision: the interface the
+// forward pass calls, and the writable backends (FP16, W8A8, W4A16) the
+// loader fills, one class per storage format.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/model.h"
+#include "absl/status/statusor.h"
+#include "kernels/kernels.h"
 
 namespace pdq {
+
+// Weight precision is a property of a loaded weight set, chosen per process.
+// FP16 is the reference; W8A8 (int8 weights and per-token int8 activations,
+// integer dot products) is for compute-bound prefill; W4A16 (4-bit groups,
+// 16-bit activations) is for bandwidth-bound decode.
+enum class Precision { kFp16, kW8A8, kW4A16 };
+const char* PrecisionName(Precision p);
+// Parses "fp16" / "w8a8" / "w4a16"; InvalidArgument names the accepted values.
+absl::StatusOr<Precision> ParsePrecision(const std::string& name);
+
+// How W4A16 codes are chosen. RTN rounds each group to nearest; the others
+// need calibration statistics with Gram matrices (LayerStats::gram): AWQ
+// scales input channels by a searched power of their mean |activation|
+// (the inverse scales ride along at run time), GPTQ compensates rounding
+// errors through the inputs' Gram matrix, and "awq+gptq" runs GPTQ on the
+// AWQ-scaled weights.
+enum class W4Method { kRtn, kAwq, kGptq, kAwqGptq };
+const char* W4MethodName(W4Method m);
+// Parses "rtn" / "awq" / "gptq" / "awq+gptq"; InvalidArgument otherwise.
+absl::StatusOr<W4Method> ParseW4Method(const std::string& name);
+
+// Calibration statistics of one linear layer's inputs.
+struct LayerStats {
+  std::vector<float> absmax;    // largest |x| per input channel (SmoothQuant)
+  std::vector<float> mean_abs;  // mean |x| per input channel (AWQ)
+  std::vector<float> gram;      // mean of x x^T, k x k row-major; empty unless collected
+  int64_t rows = 0;             // inputs seen
+};
+// Per linear layer name ("blk.3.qkv", "output").
+using ActivationStats = std::map<std::string, LayerStats>;
+
+// True when `name` matches `pattern`, where '*' matches any run of characters.
+bool MatchesLayerPattern(const std::string& pattern, const std::string& name);
+
+// A linear layer whose storage format is the backend's own.
+class LinearWeights {
+ public:
+  virtual ~LinearWeights() = default;
+  virtual int64_t in_features() const = 0;
+  virtual int64_t out_features() const = 0;
+  // Bytes of weight data streamed by one Forward call.
+  virtual int64_t weight_bytes() const = 0;
+  // x: m rows, ldx apart; y: m rows, ldy apart. The weights are read-only
+  // and any scratch belongs to the calling thread, so several threads may
+  // call Forward at once, each with its own CpuContext (a pool runs one
+  // caller at a time).
+  virtual void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
+                       int64_t ldy) const = 0;
+};
 
 class WritableLinear : public LinearWeights {
  public:

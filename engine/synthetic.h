@@ -8,10 +8,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/config.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pdq {
 
+// Names accepted after "synthetic:".
+std::vector<std::string> SyntheticModelNames();
 absl::StatusOr<ModelConfig> SyntheticConfig(const std::string& name);
 // A byte-level tokenizer (256 byte tokens, ChatML specials, padding tokens).
 absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size);

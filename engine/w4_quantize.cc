@@ -13,7 +13,10 @@
 #include "common/check.h"
 #include "kernels/kernels.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// ifunc resolvers run before a sanitizer's runtime is up, so sanitized
+// builds take the default clone only.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define PDQ_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define PDQ_MULTIVERSION

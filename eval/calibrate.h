@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/context.h"
 
 namespace pdq {
 
@@ -20,10 +20,25 @@ struct CalibrationOptions {
   // Layers (by name) whose Gram matrix to collect: k x k floats each, and
   // ~k^2 multiply-adds per input row. Null: none.
   std::function<bool(const std::string&)> want_gram;
+  // Every other window is the text's paragraphs rendered as conversations
+  // with the model's chat template, special tokens included, so the
+  // statistics also cover the chat-formatted prompts a server sees (the
+  // chat tokens carry activation outliers plain text never shows; without
+  // them SmoothQuant scales that ruin chat answers).
+  bool chat_windows = false;
 };
 
 // InvalidArgument when the text has fewer than 16 tokens.
-absl::StatusOr<ActivationStats> CollectActivationStats(Model& model, const std::string& text,
+// Runs on `context` (its model and threads); the context's observer is
+// used and cleared.
+absl::StatusOr<ActivationStats> CollectActivationStats(Context& context, const std::string& text,
                                                        const CalibrationOptions& options);
+
+// A local cache of statistics without Gram matrices (host byte order; a
+// cache, not an interchange format). Save writes a temporary file and
+// renames it, so a reader never sees half a file; Load returns
+// InvalidArgument for anything that is not a complete file of this format.
+absl::Status SaveActivationStats(const ActivationStats& stats, const std::string& path);
+absl::StatusOr<ActivationStats> LoadActivationStats(const std::string& path);
 
 }  // namespace pdq

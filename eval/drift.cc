@@ -11,12 +11,12 @@
 #include "eval/perplexity.h"
 
 namespace pdq {
-absl::StatusOr<DriftResult> MeasureDrift(Model& reference, Model& prefill, Model& decode,
+absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, Context& decode,
                                          const std::vector<std::vector<int32_t>>& prompts,
                                          const DriftOptions& options) {
-  const ModelConfig& c = reference.config();
-  PDQ_RETURN_IF_ERROR(CheckCompatible(reference, prefill, "prefill"));
-  PDQ_RETURN_IF_ERROR(CheckCompatible(reference, decode, "decode"));
+  const ModelConfig& c = reference.model().config();
+  PDQ_RETURN_IF_ERROR(CheckCompatible(reference.model(), prefill.model(), "prefill"));
+  PDQ_RETURN_IF_ERROR(CheckCompatible(reference.model(), decode.model(), "decode"));
   if (prompts.empty()) return absl::InvalidArgumentError("no prompts");
   if (options.max_tokens < 1) return absl::InvalidArgumentError("max tokens must be >= 1");
   int64_t total = 0;
@@ -33,8 +33,8 @@ absl::StatusOr<DriftResult> MeasureDrift(Model& reference, Model& prefill, Model
   }
   const int vocab = c.vocab_size;
   const size_t n = prompts.size();
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> ref_kv, reference.NewKvCache(total));
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> test_kv, prefill.NewKvCache(total));
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> ref_kv, reference.model().NewKvCache(total));
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> test_kv, prefill.model().NewKvCache(total));
 
   std::vector<SeqId> ref_seq(n), test_seq(n);
   std::vector<BatchEntry> ref_batch(n), test_batch(n);
@@ -47,8 +47,8 @@ absl::StatusOr<DriftResult> MeasureDrift(Model& reference, Model& prefill, Model
   DriftResult result;
   result.first_divergence.assign(n, -1);
   Logits ref_logits, test_logits;
-  PDQ_RETURN_IF_ERROR(reference.Forward(*ref_kv, ref_batch, &ref_logits));
-  PDQ_RETURN_IF_ERROR(prefill.Forward(*test_kv, test_batch, &test_logits));
+  PDQ_RETURN_IF_ERROR(reference.ForwardAll(*ref_kv, ref_batch, &ref_logits));
+  PDQ_RETURN_IF_ERROR(prefill.ForwardAll(*test_kv, test_batch, &test_logits));
   std::vector<int32_t> next(n);
   double kl_total = 0;
   int64_t agree_total = 0;
@@ -74,8 +74,8 @@ absl::StatusOr<DriftResult> MeasureDrift(Model& reference, Model& prefill, Model
       ref_batch[i] = BatchEntry{ref_seq[i], {&next[i], 1}, 1};
       test_batch[i] = BatchEntry{test_seq[i], {&next[i], 1}, 1};
     }
-    PDQ_RETURN_IF_ERROR(reference.Forward(*ref_kv, ref_batch, &ref_logits));
-    PDQ_RETURN_IF_ERROR(decode.Forward(*test_kv, test_batch, &test_logits));
+    PDQ_RETURN_IF_ERROR(reference.ForwardAll(*ref_kv, ref_batch, &ref_logits));
+    PDQ_RETURN_IF_ERROR(decode.ForwardAll(*test_kv, test_batch, &test_logits));
   }
   const double count = (double)n * (double)options.max_tokens;
   result.kl_overall = kl_total / count;

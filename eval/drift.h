@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/context.h"
 
 namespace pdq {
 
@@ -34,7 +34,7 @@ struct DriftResult {
 // `decode` continues from that cache. Prompts are token ids (non-empty).
 // InvalidArgument for empty prompts or mismatched models; OutOfRange when a
 // prompt plus max_tokens exceeds the context.
-absl::StatusOr<DriftResult> MeasureDrift(Model& reference, Model& prefill, Model& decode,
+absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, Context& decode,
                                          const std::vector<std::vector<int32_t>>& prompts,
                                          const DriftOptions& options);
 

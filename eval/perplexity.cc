@@ -14,12 +14,10 @@
 namespace pdq {
 
 absl::Status CheckCompatible(const Model& a, const Model& b, const char* role) {
-  const ModelConfig &x = a.config(), &y = b.config();
-  if (x.vocab_size != y.vocab_size || x.num_layers != y.num_layers ||
-      x.num_kv_heads != y.num_kv_heads || x.head_dim != y.head_dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the ", role, " model (", y.name, ") does not match the main model (",
-                     x.name, ") in vocabulary or KV shape"));
+  if (absl::Status s = CheckKvCompatible(a.kv_layout(), b.kv_layout()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", role, " model (", b.config().name,
+                                                   ") does not match the main model (",
+                                                   a.config().name, "): ", s.message()));
   }
   return absl::OkStatus();
 }
@@ -49,40 +47,45 @@ double KlFromLogits(const float* p, const float* q, int vocab) {
   return std::max(0.0, kl);
 }
 
-absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::string& text,
+absl::StatusOr<PerplexityResult> ComputePerplexity(Context& main, const std::string& text,
                                                    const PerplexityOptions& options) {
+  const Model& model = main.model();
   const ModelConfig& c = model.config();
   if (options.ctx < 4 || options.ctx > c.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("--ctx must be in [4, ", c.max_context,
+    return absl::InvalidArgumentError(absl::StrCat("ctx must be in [4, ", c.max_context,
                                                    "], got ", options.ctx));
   }
-  if (options.max_chunks < 0) return absl::InvalidArgumentError("--chunks must be >= 0");
+  if (options.max_chunks < 0) return absl::InvalidArgumentError("max_chunks must be >= 0");
   if (options.parallel_windows < 1) {
     return absl::InvalidArgumentError("parallel windows must be >= 1");
   }
-  if (options.decode_model) PDQ_RETURN_IF_ERROR(CheckCompatible(model, *options.decode_model, "decode"));
-  if (options.kl_reference) PDQ_RETURN_IF_ERROR(CheckCompatible(model, *options.kl_reference, "reference"));
+  if (options.decode) {
+    PDQ_RETURN_IF_ERROR(CheckCompatible(model, options.decode->model(), "decode"));
+  }
+  if (options.kl_reference) {
+    PDQ_RETURN_IF_ERROR(CheckCompatible(model, options.kl_reference->model(), "reference"));
+  }
   const auto start = std::chrono::steady_clock::now();
   const Tokenizer& tok = model.tokenizer();
   const std::vector<int32_t> tokens = tok.Encode(text, tok.add_bos(), /*parse_special=*/false);
   const int64_t ctx = options.ctx;
   if ((int64_t)tokens.size() < 2 * ctx) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the text has ", tokens.size(), " tokens; perplexity with --ctx ", ctx,
+        "the text has ", tokens.size(), " tokens; perplexity with ctx ", ctx,
         " needs at least ", 2 * ctx));
   }
   int64_t chunks = (int64_t)tokens.size() / ctx;
   if (options.max_chunks > 0) chunks = std::min(chunks, options.max_chunks);
   const int64_t first = ctx / 2, scored = ctx - 1 - first;
   const int vocab = c.vocab_size;
-  const int64_t group = options.decode_model ? options.parallel_windows : 1;
+  const int64_t group = options.decode ? options.parallel_windows : 1;
 
   // Blocks are per sequence, so each window takes ctx rounded up to a block.
   const int64_t window_tokens = (ctx + 15) / 16 * 16;
   PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(window_tokens * group));
   std::unique_ptr<KvCache> ref_kv;
   if (options.kl_reference) {
-    PDQ_ASSIGN_OR_RETURN(ref_kv, options.kl_reference->NewKvCache(ctx));
+    PDQ_ASSIGN_OR_RETURN(ref_kv, options.kl_reference->model().NewKvCache(ctx));
   }
   PerplexityResult result;
   result.has_kl = options.kl_reference != nullptr;
@@ -102,21 +105,21 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::stri
     }
     // logit rows for positions first .. ctx-2 of every window: [window][pos][vocab].
     std::vector<float> rows((size_t)n_windows * scored * vocab);
-    if (options.decode_model == nullptr) {
+    if (options.decode == nullptr) {
       BatchEntry entry{seqs[0], windows[0], ctx - first};
-      PDQ_RETURN_IF_ERROR(model.Forward(*kv, {&entry, 1}, &logits));
+      PDQ_RETURN_IF_ERROR(main.ForwardAll(*kv, {&entry, 1}, &logits));
       std::copy(logits.data.begin(), logits.data.begin() + scored * vocab, rows.begin());
     } else {
       for (int64_t w = 0; w < n_windows; ++w) {
         BatchEntry entry{seqs[w], std::span<const int32_t>(windows[w]).first(first), 0};
-        PDQ_RETURN_IF_ERROR(model.Forward(*kv, {&entry, 1}, &logits));
+        PDQ_RETURN_IF_ERROR(main.ForwardAll(*kv, {&entry, 1}, &logits));
       }
       std::vector<BatchEntry> step(n_windows);
       for (int64_t j = first; j < ctx - 1; ++j) {
         for (int64_t w = 0; w < n_windows; ++w) {
           step[w] = BatchEntry{seqs[w], std::span<const int32_t>(windows[w]).subspan(j, 1), 1};
         }
-        PDQ_RETURN_IF_ERROR(options.decode_model->Forward(*kv, step, &logits));
+        PDQ_RETURN_IF_ERROR(options.decode->ForwardAll(*kv, step, &logits));
         for (int64_t w = 0; w < n_windows; ++w) {
           std::copy(logits.Row(w, 0), logits.Row(w, 0) + vocab,
                     rows.begin() + ((w * scored) + (j - first)) * vocab);
@@ -124,12 +127,12 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::stri
       }
     }
     for (int64_t w = 0; w < n_windows; ++w) {
-      kv->RemoveSequence(seqs[w]);
+      PDQ_RETURN_IF_ERROR(kv->RemoveSequence(seqs[w]));
       if (options.kl_reference) {
         const SeqId rs = ref_kv->AddSequence();
         BatchEntry entry{rs, windows[w], ctx - first};
-        PDQ_RETURN_IF_ERROR(options.kl_reference->Forward(*ref_kv, {&entry, 1}, &ref_logits));
-        ref_kv->RemoveSequence(rs);
+        PDQ_RETURN_IF_ERROR(options.kl_reference->ForwardAll(*ref_kv, {&entry, 1}, &ref_logits));
+        PDQ_RETURN_IF_ERROR(ref_kv->RemoveSequence(rs));
       }
       for (int64_t j = first; j < ctx - 1; ++j) {
         const float* row = rows.data() + ((w * scored) + (j - first)) * vocab;

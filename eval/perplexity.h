@@ -15,15 +15,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/context.h"
 
 namespace pdq {
 
 struct PerplexityOptions {
   int ctx = 512;
   int64_t max_chunks = 0;         // 0: every full window in the text
-  Model* decode_model = nullptr;  // disaggregated mode when set
-  Model* kl_reference = nullptr;  // also KL divergence and top-1 agreement
+  Context* decode = nullptr;        // disaggregated mode when set
+  Context* kl_reference = nullptr;  // also KL divergence and top-1 agreement
   int parallel_windows = 8;       // windows decoded as one batch (disaggregated mode)
   // Called after each chunk with (chunks done, chunks total, running ppl).
   std::function<void(int64_t, int64_t, double)> progress;
@@ -41,13 +41,15 @@ struct PerplexityResult {
   double top1_agreement = 0;  // fraction of positions with the same argmax
 };
 
+// Scores with `model`'s weights (the prefill side in disaggregated mode).
 // InvalidArgument when ctx is out of range, the text is shorter than two
-// windows, or the models differ in vocabulary size or KV shape.
-absl::StatusOr<PerplexityResult> ComputePerplexity(Model& model, const std::string& text,
+// windows, or the models differ in vocabulary or KV layout.
+absl::StatusOr<PerplexityResult> ComputePerplexity(Context& model, const std::string& text,
                                                    const PerplexityOptions& options);
 
-// InvalidArgument unless `b` can read `a`'s KV cache and logits: same
-// vocabulary size and KV shape. `role` names b in the message.
+// InvalidArgument unless `b` can read `a`'s KV cache and logits: the same KV
+// layout (which covers the vocabulary through the tokenizer's fingerprint).
+// `role` names b in the message.
 absl::Status CheckCompatible(const Model& a, const Model& b, const char* role);
 
 // -log softmax(logits)[target], in double precision.

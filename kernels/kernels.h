@@ -8,14 +8,17 @@
 #include <cstdint>
 
 #include "common/half.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace pdq {
 
-// The CPU device: the threads every kernel call runs on. Non-owning view.
+class ThreadPool;  // kernels/cpu/thread_pool.h: whoever creates one includes it
+
+// The CPU device: the threads every kernel call runs on. Non-owning view;
+// a pool runs one caller's kernels at a time, so concurrent callers each
+// need their own pool.
 struct CpuContext {
   ThreadPool* pool = nullptr;
-  int num_threads() const { return pool ? pool->size() : 1; }
+  int num_threads() const;
 };
 
 // ---- FP16 weights in 16-row panels -------------------------------------

@@ -79,7 +79,14 @@ TEST(CliTest, GenerateJsonHasTheDocumentedFields) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["prompt_tokens"], 11);  // byte-level synthetic tokenizer
-  EXPECT_LE(j["tokens"].size(), 5u);
+  // The synthetic model never emits its end token here: all 5 are generated,
+  // and the text is their bytes.
+  EXPECT_EQ(j["stop_reason"], "max_tokens");
+  ASSERT_EQ(j["tokens"].size(), 5u);
+  std::string bytes;
+  for (int id : j["tokens"]) bytes.push_back((char)id);
+  EXPECT_EQ(j["text"], bytes);
+  EXPECT_GT(j["ttft_ms"].get<double>(), 0.0);
 }
 
 TEST(CliTest, GreedyGenerationIsTheSameOnEveryKernelPath) {
@@ -174,9 +181,9 @@ TEST(CliTest, CalibratedW4MethodsNeedCalibrationText) {
     for (int i = 0; i < 40; ++i) f << "Pack my box with five dozen liquor jugs. ";
   }
   Result r = RunPdq("perplexity --model synthetic:tiny --text " + text +
-                    " --precision w4a16 --w4-method gptq");
+                    " --precision w4a16 --w4-method gptq --calib none");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find("--w4-method gptq needs --calib"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--w4-method gptq needs a calibration text"), std::string::npos) << r.out;
   r = RunPdq("perplexity --model synthetic:tiny --text " + text +
              " --precision w4a16 --w4-method int3 --calib " + text);
   EXPECT_EQ(r.exit_code, 1);
@@ -189,6 +196,7 @@ TEST(CliTest, CalibratedW4MethodsNeedCalibrationText) {
   std::ifstream f(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(bytes.find("\"w4_method\":\"gptq\""), std::string::npos);
+  EXPECT_NE(bytes.find("\"calibration\":\"calib.txt\""), std::string::npos);
   r = RunPdq("generate --model synthetic:tiny --weights " + path + " --prompt hi --max-tokens 3");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("as w4a16"), std::string::npos) << r.out;
@@ -201,12 +209,27 @@ TEST(CliTest, BenchEngineJsonHasRooflineFractions) {
   nlohmann::json j = LastJson(r.out);
   for (const char* key : {"prefill_tokens_per_s", "decode_tokens_per_s", "read_bandwidth_gbps",
                           "fma_peak_gflops", "prefill_roofline_fraction",
-                          "decode_roofline_fraction"}) {
+                          "decode_roofline_fraction", "decode_batch1_tokens_per_s"}) {
     ASSERT_TRUE(j.contains(key)) << key;
     EXPECT_GT(j[key].get<double>(), 0.0) << key;
   }
   EXPECT_EQ(j["batch"], 3);
-  EXPECT_GT(j["batch_speedup"].get<double>(), 0.0);
+  EXPECT_EQ(j["gen_tokens"], 8);
+  EXPECT_EQ(j["precision"], "fp16");
+  // The fractions are the speeds against the rooflines measured in the run.
+  auto get = [&](const char* key) { return j[key].get<double>(); };
+  EXPECT_NEAR(get("batch_speedup"), get("decode_tokens_per_s") / get("decode_batch1_tokens_per_s"),
+              1e-9);
+  EXPECT_NEAR(get("prefill_roofline_fraction"),
+              get("prefill_tokens_per_s") * get("prefill_flops_per_token") /
+                  (get("fma_peak_gflops") * 1e9),
+              1e-9);
+  EXPECT_NEAR(get("decode_roofline_fraction"),
+              get("decode_tokens_per_s") / 3 * get("decode_weight_bytes_per_token") /
+                  (get("read_bandwidth_gbps") * 1e9),
+              1e-9);
+  // tiny's FP16 weights: 2 layers x 64 x (128 + 64 + 384) + 384 x 64 output, 2 bytes each.
+  EXPECT_EQ(get("decode_weight_bytes_per_token"), 2.0 * (2 * 64 * (128 + 64 + 384) + 384 * 64));
 }
 
 TEST(CliTest, BenchEngineBaselineReportsSpeedups) {
@@ -216,10 +239,17 @@ TEST(CliTest, BenchEngineBaselineReportsSpeedups) {
   nlohmann::json j = LastJson(r.out);
   EXPECT_EQ(j["precision"], "w4a16");
   EXPECT_EQ(j["baseline"]["precision"], "fp16");
-  for (const char* key : {"prefill_speedup", "decode_speedup"}) {
+  const nlohmann::json& base = j["baseline"];
+  for (const auto& [key, speed] : {std::pair<std::string, std::string>{"prefill_speedup",
+                                                                       "prefill_tokens_per_s"},
+                                   {"decode_speedup", "decode_tokens_per_s"}}) {
     ASSERT_TRUE(j.contains(key)) << key;
-    EXPECT_GT(j[key].get<double>(), 0.0) << key;
+    EXPECT_NEAR(j[key].get<double>(), j[speed].get<double>() / base[speed].get<double>(), 1e-9)
+        << key;
   }
+  // W4A16 streams fewer weight bytes than FP16 even with its FP16 output layer.
+  EXPECT_LT(j["decode_weight_bytes_per_token"].get<double>(),
+            base["decode_weight_bytes_per_token"].get<double>());
   r = RunPdq("bench-engine --model synthetic:tiny --baseline fp8");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("unknown precision 'fp8'"), std::string::npos) << r.out;

@@ -1,6 +1,6 @@
 // Checks DequantizeRow and GgmlRowBytes against blocks decoded by hand from
 // the ggml format definitions, and against the Python `gguf` dequantizer.
-#include "engine/gguf_dequant.h"
+#include "gguf/gguf_dequant.h"
 
 #include <cmath>
 #include <cstdint>

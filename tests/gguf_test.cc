@@ -1,6 +1,6 @@
 // GGUF reader: metadata and tensor table on built images, every malformed
 // variant rejected with a clear error, and the real SmolLM2 file.
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 
 #include <cstdlib>
 #include <filesystem>

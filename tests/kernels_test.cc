@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace pdq {
@@ -53,6 +54,20 @@ TEST(ThreadPoolTest, RunsEveryIndexOnce) {
     pool.Run([&](int t) { hits[t].fetch_add(1); });
   }
   for (auto& h : hits) EXPECT_EQ(h.load(), 200);
+}
+
+// A nested call, or a second caller, would corrupt the job in flight; the
+// pool refuses loudly instead.
+TEST(ThreadPoolDeathTest, ReentryAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(2);
+        pool.Run([&](int t) {
+          if (t == 0) pool.ParallelForEach(4, [](int64_t, int) {});
+        });
+      },
+      "ThreadPool used by two callers at once, or from inside one of its own jobs");
 }
 
 TEST(ThreadPoolTest, ParallelForCoversRangeExactlyOnceWithAlignment) {

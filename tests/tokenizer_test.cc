@@ -1,6 +1,6 @@
 // Tokenizer: BPE merge order, special tokens, byte safety and streaming decode
 // on a tiny vocabulary, and exact ids on SmolLM2 against HF `tokenizers`.
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <chrono>
 #include <cstdio>
@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "common/check.h"
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 #include "gtest/gtest.h"
 #include "tests/gguf_builder.h"
 #include "tests/test_paths.h"

@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_format.h"
 #include "bench/roofline.h"
+#include "common/check.h"
 #include "engine/sampler.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
@@ -51,14 +53,14 @@ std::vector<int32_t> BenchTokens(int64_t n, int vocab) {
 // One model's pp and tg runs over its own KV cache.
 class Runner {
  public:
-  Runner(Model& model, std::unique_ptr<KvCache> kv, std::vector<int32_t> prompt)
-      : model_(model), kv_(std::move(kv)), prompt_(std::move(prompt)) {}
+  Runner(Context& ctx, std::unique_ptr<KvCache> kv, std::vector<int32_t> prompt)
+      : ctx_(ctx), kv_(std::move(kv)), prompt_(std::move(prompt)) {}
 
   absl::Status Warmup() {
     const SeqId seq = kv_->AddSequence();
     BatchEntry e{seq, {prompt_.data(), std::min<size_t>(prompt_.size(), 32)}, 1};
-    absl::Status s = model_.Forward(*kv_, {&e, 1}, &logits_);
-    kv_->RemoveSequence(seq);
+    absl::Status s = ctx_.ForwardAll(*kv_, {&e, 1}, &logits_);
+    PDQ_CHECK(kv_->RemoveSequence(seq).ok());
     return s;
   }
 
@@ -67,9 +69,9 @@ class Runner {
     const SeqId seq = kv_->AddSequence();
     BatchEntry e{seq, prompt_, 1};
     const auto t0 = Clock::now();
-    absl::Status s = model_.Forward(*kv_, {&e, 1}, &logits_);
+    absl::Status s = ctx_.ForwardAll(*kv_, {&e, 1}, &logits_);
     const double secs = Seconds(t0);
-    kv_->RemoveSequence(seq);
+    PDQ_CHECK(kv_->RemoveSequence(seq).ok());
     if (!s.ok()) return s;
     return (double)prompt_.size() / secs;
   }
@@ -77,7 +79,7 @@ class Runner {
   // `batch` sequences decode together, one token each per step, from an
   // empty context (like llama-bench's tg); returns total tokens/s.
   absl::StatusOr<double> Decode(int64_t batch, int64_t gen_tokens) {
-    const int vocab = model_.config().vocab_size;
+    const int vocab = ctx_.model().config().vocab_size;
     std::vector<SeqId> seqs(batch);
     std::vector<int32_t> tokens(batch);
     std::vector<BatchEntry> entries(batch);
@@ -89,17 +91,17 @@ class Runner {
     const auto t0 = Clock::now();
     for (int64_t i = 0; i < gen_tokens && s.ok(); ++i) {
       for (int64_t b = 0; b < batch; ++b) entries[b] = BatchEntry{seqs[b], {&tokens[b], 1}, 1};
-      s = model_.Forward(*kv_, entries, &logits_);
+      s = ctx_.ForwardAll(*kv_, entries, &logits_);
       for (int64_t b = 0; s.ok() && b < batch; ++b) tokens[b] = Argmax(logits_.Row(b, 0), vocab);
     }
     const double secs = Seconds(t0);
-    for (SeqId seq : seqs) kv_->RemoveSequence(seq);
+    for (SeqId seq : seqs) PDQ_CHECK(kv_->RemoveSequence(seq).ok());
     if (!s.ok()) return s;
     return (double)(gen_tokens * batch) / secs;
   }
 
  private:
-  Model& model_;
+  Context& ctx_;
   std::unique_ptr<KvCache> kv_;
   std::vector<int32_t> prompt_;
   Logits logits_;
@@ -141,20 +143,20 @@ int BenchEngineCommand(int argc, char** argv) {
   }
   auto loaded = mf.Load(/*quiet=*/false);
   if (!loaded.ok()) return Fail("bench-engine", loaded.status());
-  Model& model = **loaded;
+  Model& model = *loaded->model;
   const ModelConfig& c = model.config();
   if (prompt_tokens > c.max_context || gen_tokens > c.max_context) {
     return Fail("bench-engine", absl::OutOfRangeError("test longer than the model's context"));
   }
   const std::vector<int32_t> prompt = BenchTokens(prompt_tokens, c.vocab_size);
   const int64_t kv_tokens = std::max(prompt_tokens, gen_tokens * batch + 16 * batch);
-  std::unique_ptr<Model> base_model;
+  LoadedModel base;
   std::vector<Runner> runners;  // [0]: the model, [1]: the baseline
   runners.reserve(2);
   {
     auto kv = model.NewKvCache(kv_tokens);
     if (!kv.ok()) return Fail("bench-engine", kv.status());
-    runners.emplace_back(model, std::move(*kv), prompt);
+    runners.emplace_back(*loaded->ctx, std::move(*kv), prompt);
   }
   if (!baseline.empty()) {
     ModelFlags bf = mf;
@@ -162,10 +164,10 @@ int BenchEngineCommand(int argc, char** argv) {
     bf.weights.clear();
     auto b = bf.Load(/*quiet=*/false);
     if (!b.ok()) return Fail("bench-engine", b.status());
-    base_model = std::move(*b);
-    auto kv = base_model->NewKvCache(kv_tokens);
+    base = std::move(*b);
+    auto kv = base.model->NewKvCache(kv_tokens);
     if (!kv.ok()) return Fail("bench-engine", kv.status());
-    runners.emplace_back(*base_model, std::move(*kv), prompt);
+    runners.emplace_back(*base.ctx, std::move(*kv), prompt);
   }
 
   std::fprintf(stderr, "pdq: warming up\n");
@@ -199,7 +201,7 @@ int BenchEngineCommand(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "pdq: measuring the machine's read bandwidth and FMA peak\n");
-  ThreadPool pool(model.num_threads());
+  ThreadPool& pool = mf.pool();
   const double bandwidth = MeasureReadBandwidthGBps(pool);
   const double peak = MeasureFmaPeakGflops(pool);
 
@@ -228,7 +230,7 @@ int BenchEngineCommand(int argc, char** argv) {
   };
   nlohmann::json j = report(model, series[0]);
   j["model"] = c.name;
-  j["threads"] = model.num_threads();
+  j["threads"] = pool.size();
   j["isa"] = KernelIsaName();
   j["prompt_tokens"] = prompt_tokens;
   j["gen_tokens"] = gen_tokens;
@@ -237,8 +239,8 @@ int BenchEngineCommand(int argc, char** argv) {
   j["read_bandwidth_gbps"] = bandwidth;
   j["fma_peak_gflops"] = peak;
   j["prefill_flops_per_token"] = flops_per_token;
-  if (base_model) {
-    nlohmann::json b = report(*base_model, series[1]);
+  if (base.model) {
+    nlohmann::json b = report(*base.model, series[1]);
     j["prefill_speedup"] = j["prefill_tokens_per_s"].get<double>() / b["prefill_tokens_per_s"].get<double>();
     j["decode_speedup"] = j["decode_tokens_per_s"].get<double>() / b["decode_tokens_per_s"].get<double>();
     j["baseline"] = b;
@@ -248,7 +250,7 @@ int BenchEngineCommand(int argc, char** argv) {
     return 0;
   }
   std::printf("model %s, %d threads, %s kernels; FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n",
-              c.name.c_str(), model.num_threads(), KernelIsaName().c_str(), peak, bandwidth);
+              c.name.c_str(), pool.size(), KernelIsaName().c_str(), peak, bandwidth);
   auto print = [&](const nlohmann::json& r) {
     std::printf("%s weights\n", r["precision"].get<std::string>().c_str());
     const double pp = r["prefill_tokens_per_s"], tg = r["decode_tokens_per_s"];
@@ -266,7 +268,7 @@ int BenchEngineCommand(int argc, char** argv) {
     }
   };
   print(j);
-  if (base_model) {
+  if (base.model) {
     print(j["baseline"]);
     std::printf("speedup over %s: prefill %.2fx, decode %.2fx\n", baseline.c_str(),
                 j["prefill_speedup"].get<double>(), j["decode_speedup"].get<double>());

@@ -2,9 +2,12 @@
 // own errors.
 #pragma once
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "engine/context.h"
 #include "engine/model.h"
 #include "tools/flags.h"
 
@@ -16,28 +19,47 @@ int BenchEngineCommand(int argc, char** argv);
 int DriftCommand(int argc, char** argv);
 int QuantizeCommand(int argc, char** argv);
 
+// A loaded model with a context on the command's thread pool.
+struct LoadedModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Context> ctx;
+};
+
 // Flags every model-running command shares.
 struct ModelFlags {
   std::string model;
   std::string precision = "fp16";
   int64_t threads = 0;
-  int64_t group_size = 128;
+  int64_t group_size = 0;  // 0: the default (eval/quantized_load.h)
   bool fp16_output = false;
-  std::string fp16_layers;
+  std::string fp16_layers = "default";
   std::string weights;
-  std::string calib;
+  std::string calib;  // empty: the built-in text; "none": no calibration
   double smooth_alpha = 0.5;
   std::string w4_method = "rtn";
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.
-  // `precision_override`, when not empty, replaces --precision.
-  absl::StatusOr<std::unique_ptr<Model>> Load(bool quiet,
-                                              const std::string& precision_override = "") const;
+  // `precision_override`, when not empty, replaces --precision. Every model
+  // of a command (and copies of these flags) runs on one pool of --threads
+  // threads, one model at a time.
+  absl::StatusOr<LoadedModel> Load(bool quiet, const std::string& precision_override = "") const;
+  ThreadPool& pool() const;
+
+ private:
+  mutable std::shared_ptr<ThreadPool> pool_;
 };
 
 std::string DefaultModelPath();
+// Where calibration statistics are cached: $PDQ_CACHE_DIR ("none": nowhere),
+// else $XDG_CACHE_HOME/pdq, else ~/.cache/pdq.
+std::string CacheDir();
 // The whole file; NotFound naming `what` and the path when it cannot be read.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what);
+// The status with the library's parameter names (whole words) replaced by
+// the flags that set them: {{"ctx", "--ctx"}} turns "ctx must be ..." into
+// "--ctx must be ...".
+absl::Status WithFlagNames(const absl::Status& status,
+                           std::initializer_list<std::pair<const char*, const char*>> names);
 // Prints "pdq <command>: <status message>" to stderr and returns 1.
 int Fail(const std::string& command, const absl::Status& status);
 // Parses flags; returns -1 to continue, else an exit code (help or error).

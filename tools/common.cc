@@ -1,4 +1,5 @@
 // Shared plumbing of the pdq subcommands: model flags, loading, errors.
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -9,7 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/check.h"
-#include "eval/calibrate.h"
+#include "absl/strings/str_join.h"
+#include "eval/quantized_load.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tools/commands.h"
 
@@ -28,101 +31,143 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::str
   return text.str();
 }
 
+std::string CacheDir() {
+  const char* dir = std::getenv("PDQ_CACHE_DIR");
+  if (dir != nullptr) return std::string(dir) == "none" ? std::string() : std::string(dir);
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return std::string(xdg) + "/pdq";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return std::string(home) + "/.cache/pdq";
+  }
+  return "";
+}
+
 void ModelFlags::Register(FlagParser& flags) {
   model = DefaultModelPath();
   flags.String("model", &model,
                "GGUF model file, or synthetic:NAME (tiny, smollm2-135m, smollm2-360m, llama-1b)");
   flags.String("precision", &precision, "weight precision: fp16, w8a8 or w4a16 (quantized at load)");
-  flags.Int("group-size", &group_size, 32, 128, "W4A16 inputs per scale: 32, 64 or 128");
+  flags.Int("group-size", &group_size, 0, 128,
+            "W4A16 inputs per scale: 32, 64 or 128; 0 is the default, 32 (the grid of GGUF's\n"
+            "4-, 5- and 8-bit formats, and the most accurate measured)");
   flags.Bool("fp16-output", &fp16_output,
-             "keep the output projection in FP16 when quantizing (same as --fp16-layers output)");
+             "keep the output projection in FP16 when quantizing (adds output to --fp16-layers)");
   flags.String("fp16-layers", &fp16_layers,
-               "comma-separated layers kept FP16 when quantizing, '*' wildcards over "
-               "blk.N.{qkv,out,gate_up,down} and output (e.g. output,blk.*.down)");
+               "comma-separated layers kept FP16 when quantizing, '*' wildcards over\n"
+               "blk.N.{qkv,out,gate_up,down} and output; 'default' is the measured best of\n"
+               "the precision (w8a8: output,blk.*.down; w4a16: output), 'none' keeps none");
   flags.String("calib", &calib,
-               "calibration text (not the text you score) for W8A8 SmoothQuant and the "
-               "calibrated W4 methods");
+               "calibration text for W8A8 SmoothQuant and the calibrated W4 methods (never\n"
+               "the text you score); empty: the text built into pdq, 'none': no calibration\n"
+               "(W8A8 then rounds to nearest without SmoothQuant)");
   flags.Float("smooth-alpha", &smooth_alpha, 0.0, 1.0,
-              "W8A8 SmoothQuant migration strength, used with --calib");
+              "W8A8 SmoothQuant migration strength; 0 turns SmoothQuant off");
   flags.String("w4-method", &w4_method,
                "W4A16 codes: rtn (round to nearest), awq (activation-aware channel scales), "
-               "gptq (Hessian error compensation) or awq+gptq; all but rtn need --calib");
+               "gptq (Hessian error compensation) or awq+gptq; all but rtn calibrate");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
 }
 
-absl::StatusOr<std::unique_ptr<Model>> ModelFlags::Load(
-    bool quiet, const std::string& precision_override) const {
-  PDQ_ASSIGN_OR_RETURN(const Precision p, ParsePrecision(precision_override.empty()
-                                                             ? precision
-                                                             : precision_override));
+ThreadPool& ModelFlags::pool() const {
+  if (!pool_) pool_ = std::make_shared<ThreadPool>((int)threads);
+  return *pool_;
+}
+
+absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
+                                             const std::string& precision_override) const {
+  QuantizedLoadOptions o;
+  PDQ_ASSIGN_OR_RETURN(o.precision, ParsePrecision(precision_override.empty()
+                                                       ? precision
+                                                       : precision_override));
   std::error_code ec;
   if (model.rfind("synthetic:", 0) != 0 && !std::filesystem::exists(model, ec) && !ec) {
     return absl::NotFoundError(absl::StrCat(
         "model file '", model, "' not found",
         model == DefaultModelPath() ? " (run `make model` to fetch the default model)" : ""));
   }
-  LoadOptions options;
-  options.threads = (int)threads;
-  options.precision = p;
-  options.w4_group = (int)group_size;
-  if (fp16_output) options.fp16_layers.push_back("output");
-  for (absl::string_view pattern : absl::StrSplit(fp16_layers, ',', absl::SkipEmpty())) {
-    options.fp16_layers.emplace_back(pattern);
-  }
-  options.quantized_weights = weights;
-  PDQ_ASSIGN_OR_RETURN(options.w4_method, ParseW4Method(w4_method));
-  const bool calibrated_w4 =
-      p == Precision::kW4A16 && options.w4_method != W4Method::kRtn && weights.empty();
-  if (calibrated_w4 && calib.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--w4-method ", w4_method, " needs --calib FILE (a calibration text, not the text you score)"));
-  }
-  // SmoothQuant and calibrated W4: statistics from the FP16 reference over
-  // the calibration text; Gram matrices only for the layers W4 quantizes.
-  ActivationStats stats;
-  if (!calib.empty() && (p == Precision::kW8A8 || calibrated_w4) && weights.empty()) {
-    PDQ_ASSIGN_OR_RETURN(const std::string text, ReadTextFile(calib, "calibration text"));
-    LoadOptions ref_options;
-    ref_options.threads = (int)threads;
-    PDQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> reference, Model::Load(model, ref_options));
-    CalibrationOptions co;
-    co.progress = [quiet](int64_t done, int64_t total) {
-      if (!quiet) std::fprintf(stderr, "pdq: calibrating, window %lld/%lld\n", (long long)done, (long long)total);
-    };
-    if (calibrated_w4) {
-      co.want_gram = [&options](const std::string& name) {
-        for (const std::string& pattern : options.fp16_layers) {
-          if (MatchesLayerPattern(pattern, name)) return false;
-        }
-        return true;
-      };
+  o.w4_group = (int)group_size;
+  if (fp16_layers != "default" || fp16_output) {
+    std::vector<std::string> layers =
+        fp16_layers == "default" ? DefaultFp16Layers(o.precision) : std::vector<std::string>{};
+    if (fp16_layers != "default" && fp16_layers != "none") {
+      for (absl::string_view p : absl::StrSplit(fp16_layers, ',', absl::SkipEmpty())) {
+        layers.emplace_back(p);
+      }
     }
-    const auto c0 = std::chrono::steady_clock::now();
-    PDQ_ASSIGN_OR_RETURN(stats, CollectActivationStats(*reference, text, co));
-    if (!quiet) {
-      std::fprintf(stderr, "pdq: calibrated in %.1f s\n",
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count());
-    }
-    options.smooth_alpha = (float)smooth_alpha;
-    options.activation_stats = &stats;
+    if (fp16_output) layers.push_back("output");
+    o.fp16_layers = layers;
   }
+  o.quantized_weights = weights;
+  PDQ_ASSIGN_OR_RETURN(o.w4_method, ParseW4Method(w4_method));
+  o.smooth_alpha = (float)smooth_alpha;
+  if (calib == "none") {
+    if (o.w4_method != W4Method::kRtn && o.precision == Precision::kW4A16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--w4-method ", w4_method, " needs a calibration text; drop --calib none"));
+    }
+    o.smooth_alpha = 0.0f;
+  } else if (!calib.empty()) {
+    PDQ_ASSIGN_OR_RETURN(o.calibration_text, ReadTextFile(calib, "calibration text"));
+    o.calibration_name = std::filesystem::path(calib).filename().string();
+  }
+  o.cache_dir = CacheDir();
+  if (!quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "pdq: %s\n", line.c_str()); };
   const auto t0 = std::chrono::steady_clock::now();
-  auto loaded = Model::Load(model, options);
-  if (!loaded.ok()) return loaded.status();
+  const CpuContext cpu{&pool()};
+  auto loaded = LoadQuantizedModel(model, o, cpu);
+  if (!loaded.ok()) {
+    return WithFlagNames(loaded.status(),
+                         {{"w4_group", "--group-size"}, {"smooth_alpha", "--smooth-alpha"}});
+  }
+  LoadedModel out;
+  out.model = std::move(*loaded);
+  out.ctx = std::make_unique<Context>(*out.model, cpu);
   if (!quiet) {
-    const ModelConfig& c = (*loaded)->config();
+    const ModelConfig& c = out.model->config();
+    const LoadOptions& lo = out.model->options();
+    std::string detail;
+    if (out.model->precision() == Precision::kW4A16) {
+      detail = absl::StrCat(", group ", lo.w4_group, ", ", W4MethodName(lo.w4_method));
+    } else if (out.model->precision() == Precision::kW8A8) {
+      detail = lo.smooth_alpha > 0 ? absl::StrCat(", SmoothQuant ", lo.smooth_alpha) : ", no SmoothQuant";
+    }
+    if (out.model->precision() != Precision::kFp16) {
+      detail += lo.fp16_layers.empty() ? ", no FP16 layers"
+                                       : absl::StrCat(", FP16 ", absl::StrJoin(lo.fp16_layers, ","));
+    }
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr,
-                 "pdq: loaded %s (%s, %d layers, d=%d, vocab %d) as %s in %.2f s; "
+                 "pdq: loaded %s (%s, %d layers, d=%d, vocab %d) as %s%s in %.2f s; "
                  "%d threads, %s kernels\n",
                  c.name.c_str(), c.arch.c_str(), c.num_layers, c.d_model, c.vocab_size,
-                 PrecisionName((*loaded)->precision()), s, (*loaded)->num_threads(),
+                 PrecisionName(out.model->precision()), detail.c_str(), s, pool().size(),
                  KernelIsaName().c_str());
   }
-  return loaded;
+  return out;
+}
+
+absl::Status WithFlagNames(const absl::Status& status,
+                           std::initializer_list<std::pair<const char*, const char*>> names) {
+  std::string message(status.message());
+  auto is_word = [](char c) { return std::isalnum((unsigned char)c) || c == '_'; };
+  for (const auto& [param, flag] : names) {
+    const std::string p = param;
+    for (size_t at = message.find(p); at != std::string::npos; at = message.find(p, at)) {
+      const bool starts = at == 0 || !is_word(message[at - 1]);
+      const bool ends = at + p.size() == message.size() || !is_word(message[at + p.size()]);
+      if (starts && ends) {
+        message.replace(at, p.size(), flag);
+        at += std::string(flag).size();
+      } else {
+        at += p.size();
+      }
+    }
+  }
+  return absl::Status(status.code(), message);
 }
 
 int Fail(const std::string& command, const absl::Status& status) {

@@ -50,15 +50,15 @@ int DriftCommand(int argc, char** argv) {
   if (!reference.ok()) return Fail("drift", reference.status());
   auto prefill = mf.Load(false, prefill_precision);
   if (!prefill.ok()) return Fail("drift", prefill.status());
-  std::unique_ptr<Model> decode_owned;
-  Model* decode = prefill->get();
+  LoadedModel decode_owned;
+  Context* decode = prefill->ctx.get();
   if (decode_precision != prefill_precision) {
     auto loaded = mf.Load(false, decode_precision);
     if (!loaded.ok()) return Fail("drift", loaded.status());
     decode_owned = std::move(*loaded);
-    decode = decode_owned.get();
+    decode = decode_owned.ctx.get();
   }
-  const Tokenizer& tok = (*reference)->tokenizer();
+  const Tokenizer& tok = reference->model->tokenizer();
   std::vector<std::vector<int32_t>> prompts;
   for (const std::string& t : texts) {
     std::string text = t;
@@ -76,7 +76,7 @@ int DriftCommand(int argc, char** argv) {
       std::fprintf(stderr, "pdq: position %d/%d\n", done, total);
     }
   };
-  auto result = MeasureDrift(**reference, **prefill, *decode, prompts, options);
+  auto result = MeasureDrift(*reference->ctx, *prefill->ctx, *decode, prompts, options);
   if (!result.ok()) return Fail("drift", result.status());
 
   if (json) {

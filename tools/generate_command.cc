@@ -28,7 +28,7 @@ int GenerateCommand(int argc, char** argv) {
 
   auto model = mf.Load(/*quiet=*/false);
   if (!model.ok()) return Fail("generate", model.status());
-  const Tokenizer& tok = (*model)->tokenizer();
+  const Tokenizer& tok = model->model->tokenizer();
   std::string text = prompt;
   if (chat) {
     auto rendered = tok.ApplyChatTemplate({{"user", prompt}}, /*add_generation_prompt=*/true);
@@ -46,7 +46,7 @@ int GenerateCommand(int argc, char** argv) {
       std::fflush(stdout);
     };
   }
-  auto result = Generate(**model, ids, options);
+  auto result = Generate(*model->ctx, ids, options);
   if (!result.ok()) return Fail("generate", result.status());
   if (json) {
     nlohmann::json j;

@@ -41,21 +41,21 @@ int PerplexityCommand(int argc, char** argv) {
   auto model = mf.Load(/*quiet=*/false, prefill_precision);
   if (!model.ok()) return Fail("perplexity", model.status());
   PerplexityOptions options;
-  std::unique_ptr<Model> decode_model, reference;
+  LoadedModel decode_model, reference;
   if (disaggregated) {
-    options.decode_model = model->get();
+    options.decode = model->ctx.get();
     if (decode_precision != prefill_precision) {
       auto loaded = mf.Load(false, decode_precision);
       if (!loaded.ok()) return Fail("perplexity", loaded.status());
       decode_model = std::move(*loaded);
-      options.decode_model = decode_model.get();
+      options.decode = decode_model.ctx.get();
     }
   }
   if (!kl_reference.empty()) {
     auto loaded = mf.Load(false, kl_reference);
     if (!loaded.ok()) return Fail("perplexity", loaded.status());
     reference = std::move(*loaded);
-    options.kl_reference = reference.get();
+    options.kl_reference = reference.ctx.get();
   }
   options.ctx = (int)ctx;
   options.max_chunks = chunks;
@@ -67,8 +67,10 @@ int PerplexityCommand(int argc, char** argv) {
     std::fprintf(stderr, "pdq: chunk %lld/%lld  ppl %.4f  %.1f s elapsed, ~%.0f s left\n",
                  (long long)done, (long long)total, ppl, s, s / done * (total - done));
   };
-  auto result = ComputePerplexity(**model, *text, options);
-  if (!result.ok()) return Fail("perplexity", result.status());
+  auto result = ComputePerplexity(*model->ctx, *text, options);
+  if (!result.ok()) {
+    return Fail("perplexity", WithFlagNames(result.status(), {{"ctx", "--ctx"}, {"max_chunks", "--chunks"}}));
+  }
   if (json) {
     nlohmann::json j;
     j["ppl"] = result->ppl;

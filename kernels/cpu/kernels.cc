@@ -5,9 +5,12 @@
 #include "common/check.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
 
 namespace pdq {
+
+int CpuContext::num_threads() const { return pool ? pool->size() : 1; }
 namespace cpu {
 
 const KernelTable& ActiveKernels() {

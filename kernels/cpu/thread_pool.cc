@@ -5,6 +5,9 @@
 #include <immintrin.h>
 #include <sched.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "common/check.h"
 
 namespace pdq {
@@ -81,6 +84,12 @@ static void SpinUntil(Done done) {
 }
 
 void ThreadPool::Dispatch(const std::function<void(int)>& fn, bool every_thread) {
+  if (busy_.exchange(true, std::memory_order_acquire)) {
+    std::fprintf(stderr,
+                 "pdq: ThreadPool used by two callers at once, or from inside one of its own "
+                 "jobs; give each concurrently computing thread its own pool\n");
+    std::abort();
+  }
   const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;  // only we write it
   job_ = &fn;
   every_thread_ = every_thread;
@@ -95,6 +104,7 @@ void ThreadPool::Dispatch(const std::function<void(int)>& fn, bool every_thread)
   if (every_thread) SpinUntil([&] { return pending_.load(std::memory_order_acquire) == 0; });
   open_gen_.store(0);  // seq_cst against the workers' active_ increment
   SpinUntil([&] { return active_.load() == 0; });
+  busy_.store(false, std::memory_order_release);
 }
 
 void ThreadPool::Run(const std::function<void(int)>& fn) {

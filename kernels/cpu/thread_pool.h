@@ -28,7 +28,10 @@ class ThreadPool {
   int size() const { return num_threads_; }
 
   // Runs fn(thread_index) once on every thread (the caller is index 0) and
-  // returns when all are done. Not reentrant; one caller at a time.
+  // returns when all are done. One caller at a time, and not from inside a
+  // job: a second caller or a nested call aborts with a message rather
+  // than corrupting the job in flight (the same holds for ParallelFor and
+  // ParallelForEach). Threads that compute at once each need a pool.
   void Run(const std::function<void(int)>& fn);
 
   // Splits [0, n) into contiguous chunks aligned to `align` (a few per
@@ -59,6 +62,7 @@ class ThreadPool {
   std::atomic<uint64_t> open_gen_{0};  // generation of the open job; 0 when closed
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};  // a caller is inside Dispatch
   std::mutex mu_;
   std::condition_variable cv_;
 };

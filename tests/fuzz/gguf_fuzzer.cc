@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "engine/gguf.h"
-#include "engine/gguf_dequant.h"
-#include "engine/tokenizer.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_dequant.h"
+#include "tokenizer/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file = pdq::GgufFile::FromBuffer(

@@ -77,6 +77,9 @@ class Tokenizer {
   bool IsEndOfGeneration(int32_t id) const;
   // Id of an exact token string, or -1.
   int32_t TokenId(std::string_view token) const;
+  // A stable hash of the vocabulary, merges, special ids and pre-tokenizer:
+  // equal exactly when two tokenizers turn text into the same ids.
+  uint64_t fingerprint() const;
 
  private:
   struct Impl;

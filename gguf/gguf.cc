@@ -1,6 +1,6 @@
 // GGUF parsing with bounds checks on every read: a truncated or corrupt file
 // becomes an InvalidArgument naming the offset and the field, never a crash.
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,96 +1,26 @@
-// Model loading (GGUF or synthetic) into FP16 panel-packed weights, and the
-// batched forward pass: every sequence's new tokens go through the matmuls
-// together; attention runs per sequence over its paged KV blocks.
+// Model loading: GGUF or synthetic weights, rounded to the FP16 reference and
+// packed at the requested precision (or read from a quantized artifact).
 #include "engine/model.h"
 
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
-#include <mutex>
 #include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/check.h"
-#include "engine/gguf.h"
-#include "engine/gguf_dequant.h"
+#include "common/hash.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_dequant.h"
 #include "engine/artifact.h"
 #include "engine/linear.h"
 #include "engine/synthetic.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace pdq {
-
-int64_t ModelConfig::layer_matmul_params() const {
-  const int64_t per_layer = (int64_t)d_model * (q_dim() + 2 * kv_dim()) +
-                            (int64_t)q_dim() * d_model + 3 * (int64_t)d_model * ffn_dim;
-  return per_layer * num_layers;
-}
-
-double ModelConfig::ForwardFlops(int64_t past, int64_t tokens, int64_t logit_rows) const {
-  // Query at position p attends to p + 1 keys: QK^T and PV, 2 FLOPs each.
-  const double keys = (double)tokens * (double)past + (double)tokens * (tokens + 1) / 2.0;
-  const double attention = 4.0 * keys * q_dim() * num_layers;
-  return 2.0 * (double)layer_matmul_params() * (double)tokens +
-         2.0 * (double)output_params() * (double)logit_rows + attention;
-}
-
-bool MatchesLayerPattern(const std::string& pattern, const std::string& name) {
-  // Iterative glob with backtracking to the last '*'.
-  size_t p = 0, n = 0, star = std::string::npos, mark = 0;
-  while (n < name.size()) {
-    if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = n;
-    } else if (p < pattern.size() && pattern[p] == name[n]) {
-      ++p;
-      ++n;
-    } else if (star != std::string::npos) {
-      p = star + 1;
-      n = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') ++p;
-  return p == pattern.size();
-}
-
-const char* PrecisionName(Precision p) {
-  switch (p) {
-    case Precision::kFp16: return "fp16";
-    case Precision::kW8A8: return "w8a8";
-    case Precision::kW4A16: return "w4a16";
-  }
-  return "?";
-}
-
-absl::StatusOr<Precision> ParsePrecision(const std::string& name) {
-  if (name == "fp16") return Precision::kFp16;
-  if (name == "w8a8") return Precision::kW8A8;
-  if (name == "w4a16") return Precision::kW4A16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown precision '", name, "' (expected fp16, w8a8 or w4a16)"));
-}
-
-const char* W4MethodName(W4Method m) {
-  switch (m) {
-    case W4Method::kRtn: return "rtn";
-    case W4Method::kAwq: return "awq";
-    case W4Method::kGptq: return "gptq";
-    case W4Method::kAwqGptq: return "awq+gptq";
-  }
-  return "?";
-}
-
-absl::StatusOr<W4Method> ParseW4Method(const std::string& name) {
-  for (W4Method m : {W4Method::kRtn, W4Method::kAwq, W4Method::kGptq, W4Method::kAwqGptq}) {
-    if (name == W4MethodName(m)) return m;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown W4 method '", name, "' (expected rtn, awq, gptq or awq+gptq)"));
-}
 
 namespace {
 
@@ -246,10 +176,11 @@ class ModelLoader {
   // an artifact to fill.
   static absl::StatusOr<std::unique_ptr<Model>> FromGguf(const std::string& path,
                                                          const LoadOptions& options,
-                                                         bool skip_weights);
+                                                         bool skip_weights, ThreadPool& pool);
   static absl::StatusOr<std::unique_ptr<Model>> FromSynthetic(const std::string& name,
                                                               const LoadOptions& options,
-                                                              bool skip_weights);
+                                                              bool skip_weights,
+                                                              ThreadPool& pool);
 
  private:
   static std::unique_ptr<Model> NewModel(const LoadOptions& options);
@@ -276,19 +207,11 @@ class ModelLoader {
 
 Model::Model() = default;
 
-struct Model::Workspace {
-  std::vector<float> x, h, qkv, attn, gate_up, act, tmp, rows, scratch;
-  std::vector<int32_t> positions;
-};
-
 Model::~Model() = default;
 
 std::unique_ptr<Model> ModelLoader::NewModel(const LoadOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->precision_ = options.precision;
-  m->pool_ = std::make_unique<ThreadPool>(options.threads);
-  m->ctx_ = CpuContext{m->pool_.get()};
-  m->ws_ = std::make_unique<Model::Workspace>();
   return m;
 }
 
@@ -333,7 +256,7 @@ void ModelLoader::Finish(Model& m) {
 
 absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& path,
                                                              const LoadOptions& options,
-                                                             bool skip_weights) {
+                                                             bool skip_weights, ThreadPool& pool) {
   PDQ_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(path));
   std::unique_ptr<Model> m = NewModel(options);
   PDQ_ASSIGN_OR_RETURN(m->config_, ConfigFromGguf(*file));
@@ -366,7 +289,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
 
   // Layers dequantize in parallel; each thread owns whole layers.
   std::vector<absl::Status> status(c.num_layers);
-  m->pool_->ParallelFor(c.num_layers, 1, [&](int64_t begin, int64_t end, int) {
+  pool.ParallelFor(c.num_layers, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
       status[i] = [&]() -> absl::Status {
         Model::Layer& l = m->layers_[i];
@@ -415,7 +338,8 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
 
 absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::string& name,
                                                                   const LoadOptions& options,
-                                                                  bool skip_weights) {
+                                                                  bool skip_weights,
+                                                                  ThreadPool& pool) {
   PDQ_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(name));
   std::unique_ptr<Model> m = NewModel(options);
   m->config_ = config;
@@ -431,7 +355,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
     if (!skip_weights) Linear(m->output_)->SetRows(0, c.vocab_size, embd.data());
   }
   m->output_norm_.assign(d, 1.0f);
-  m->pool_->ParallelFor(c.num_layers, 1, [&](int64_t begin, int64_t end, int) {
+  pool.ParallelFor(c.num_layers, 1, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
       Model::Layer& l = m->layers_[i];
       l.attn_norm.assign(d, 1.0f);
@@ -460,7 +384,14 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
                                                    const LoadOptions& options) {
-  if (options.threads < 0) return absl::InvalidArgumentError("--threads must be >= 0");
+  ThreadPool pool;
+  return Load(spec, options, CpuContext{&pool});
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
+                                                   const LoadOptions& options,
+                                                   const CpuContext& ctx) {
+  if (ctx.pool == nullptr) return absl::InvalidArgumentError("Model::Load needs a thread pool");
   LoadOptions effective = options;
   std::optional<Artifact> artifact;
   if (!options.quantized_weights.empty()) {
@@ -477,15 +408,17 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
     effective.w4_symmetric = artifact->header.symmetric;
     effective.fp16_layers = artifact->header.fp16_layers;
     effective.smooth_alpha = artifact->header.smooth_alpha;
+    effective.calibration = artifact->header.calibration;
     PDQ_ASSIGN_OR_RETURN(effective.w4_method, ParseW4Method(artifact->header.w4_method));
   }
   const bool skip = artifact.has_value();
   absl::StatusOr<std::unique_ptr<Model>> model =
       absl::StartsWith(spec, "synthetic:")
-          ? ModelLoader::FromSynthetic(spec.substr(10), effective, skip)
-          : ModelLoader::FromGguf(spec, effective, skip);
+          ? ModelLoader::FromSynthetic(spec.substr(10), effective, skip, *ctx.pool)
+          : ModelLoader::FromGguf(spec, effective, skip, *ctx.pool);
   if (!model.ok()) return model.status();
   (*model)->options_ = effective;
+  (*model)->options_.activation_stats = nullptr;  // the caller's; used only while loading
   (*model)->source_spec_ = spec;
   if (!artifact) return model;
 
@@ -538,6 +471,7 @@ absl::Status Model::SaveQuantized(const std::string& path) const {
   h.symmetric = options_.w4_symmetric;
   h.fp16_layers = options_.fp16_layers;
   h.smooth_alpha = precision_ == Precision::kW8A8 ? options_.smooth_alpha : 0.0f;
+  h.calibration = options_.calibration;
   h.w4_method = W4MethodName(precision_ == Precision::kW4A16 ? options_.w4_method : W4Method::kRtn);
   h.source_name = source_spec_.substr(source_spec_.find_last_of('/') + 1);
   PDQ_ASSIGN_OR_RETURN(h.source_fingerprint, SourceFingerprint(source_spec_));
@@ -558,149 +492,39 @@ int64_t Model::weight_bytes_per_token() const {
   return bytes;
 }
 
+uint64_t ModelFingerprint(const ModelConfig& c, const Tokenizer& tokenizer) {
+  const int64_t shape[] = {c.num_layers, c.d_model,  c.num_heads,  c.num_kv_heads,
+                           c.head_dim,   c.ffn_dim,  c.vocab_size, c.qkv_bias,
+                           (int64_t)c.rope_style};
+  const float rope[] = {c.rope_base, c.rope_linear_scale};
+  uint64_t h = Hash64(c.arch);
+  h = Hash64(shape, sizeof(shape), h);
+  h = Hash64(rope, sizeof(rope), h);
+  const uint64_t vocab = tokenizer.fingerprint();
+  return Hash64(&vocab, sizeof(vocab), h);
+}
+
+KvLayout Model::kv_layout(int block_tokens) const {
+  KvLayout l;
+  l.model_fingerprint = ModelFingerprint(config_, *tokenizer_);
+  l.num_layers = config_.num_layers;
+  l.kv_heads = config_.num_kv_heads;
+  l.head_dim = config_.head_dim;
+  l.rope_base = config_.rope_base;
+  l.rope_linear_scale = config_.rope_linear_scale;
+  l.rope_style = config_.rope_style;
+  l.dtype = KvDtype::kFp16;
+  l.block_tokens = block_tokens;
+  l.block_layout = KvBlockLayout::kHeadTokenDim;
+  return l;
+}
+
 absl::StatusOr<std::unique_ptr<KvCache>> Model::NewKvCache(int64_t tokens) const {
   if (tokens <= 0) return absl::InvalidArgumentError("KV cache must hold at least one token");
   KvCacheConfig kc;
-  kc.num_layers = config_.num_layers;
-  kc.kv_heads = config_.num_kv_heads;
-  kc.head_dim = config_.head_dim;
-  kc.num_blocks = (tokens + kc.block_tokens - 1) / kc.block_tokens;
+  kc.layout = kv_layout();
+  kc.num_blocks = (tokens + kc.layout.block_tokens - 1) / kc.layout.block_tokens;
   return KvCache::Create(kc);
-}
-
-absl::Status Model::Forward(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits) {
-  const ModelConfig& c = config_;
-  if (batch.empty()) return absl::InvalidArgumentError("empty batch");
-  if (kv.config().num_layers != c.num_layers || kv.config().kv_heads != c.num_kv_heads ||
-      kv.config().head_dim != c.head_dim) {
-    return absl::InvalidArgumentError("KV cache shape does not match the model");
-  }
-  // Validate everything before touching the cache.
-  int64_t total = 0, logit_rows = 0, blocks_needed = 0, max_pos = 0;
-  for (size_t e = 0; e < batch.size(); ++e) {
-    const BatchEntry& b = batch[e];
-    if (!kv.HasSequence(b.seq)) return absl::NotFoundError(absl::StrCat("no sequence ", b.seq));
-    for (size_t f = 0; f < e; ++f) {
-      if (batch[f].seq == b.seq) {
-        return absl::InvalidArgumentError(absl::StrCat("sequence ", b.seq, " appears twice"));
-      }
-    }
-    if (b.tokens.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("sequence ", b.seq, " has no new tokens"));
-    }
-    if (b.num_logits < 0 || b.num_logits > (int64_t)b.tokens.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("num_logits ", b.num_logits,
-                                                     " outside [0, ", b.tokens.size(), "]"));
-    }
-    for (int32_t t : b.tokens) {
-      if (t < 0 || t >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "token id ", t, " outside vocabulary [0, ", c.vocab_size, ")"));
-      }
-    }
-    const int64_t len = kv.Length(b.seq) + (int64_t)b.tokens.size();
-    if (len > c.max_context) {
-      return absl::OutOfRangeError(absl::StrCat("sequence of ", len,
-                                                " tokens exceeds the model's context of ",
-                                                c.max_context));
-    }
-    blocks_needed += std::max<int64_t>(
-        0, (len + kv.config().block_tokens - 1) / kv.config().block_tokens -
-               (int64_t)kv.BlockTable(b.seq).size());
-    max_pos = std::max(max_pos, len);
-    total += (int64_t)b.tokens.size();
-    logit_rows += b.num_logits;
-  }
-  if (blocks_needed > kv.num_free_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "KV cache full: batch needs ", blocks_needed, " more blocks, ", kv.num_free_blocks(),
-        " free"));
-  }
-  for (const BatchEntry& b : batch) {
-    PDQ_RETURN_IF_ERROR(kv.Reserve(b.seq, kv.Length(b.seq) + (int64_t)b.tokens.size()));
-  }
-
-  const int64_t d = c.d_model, qkvd = c.q_dim() + 2 * c.kv_dim(), f = c.ffn_dim;
-  Workspace& w = *ws_;
-  auto fit = [](std::vector<float>& v, int64_t n) {
-    if ((int64_t)v.size() < n) v.resize(n);
-  };
-  fit(w.x, total * d);
-  fit(w.h, total * d);
-  fit(w.tmp, total * d);
-  fit(w.qkv, total * qkvd);
-  fit(w.attn, total * c.q_dim());
-  fit(w.gate_up, total * 2 * f);
-  fit(w.act, total * f);
-  fit(w.rows, logit_rows * d);
-  fit(w.scratch, AttentionScratchFloats(ctx_, max_pos, c.num_heads, c.head_dim));
-  w.positions.resize(total);
-
-  // Embedding and positions.
-  std::vector<int64_t> offset(batch.size());
-  int64_t row = 0;
-  for (size_t e = 0; e < batch.size(); ++e) {
-    offset[e] = row;
-    const int64_t start = kv.Length(batch[e].seq);
-    for (size_t i = 0; i < batch[e].tokens.size(); ++i, ++row) {
-      const fp16_t* src = embedding_.data() + (int64_t)batch[e].tokens[i] * d;
-      for (int64_t j = 0; j < d; ++j) w.x[row * d + j] = Fp16ToFp32(src[j]);
-      w.positions[row] = (int32_t)(start + (int64_t)i);
-    }
-  }
-
-  const float scale = 1.0f / std::sqrt((float)c.head_dim);
-  for (int li = 0; li < c.num_layers; ++li) {
-    const Layer& L = layers_[li];
-    const KvLayerView kvl = kv.Layer(li);
-    RmsNorm(ctx_, w.x.data(), L.attn_norm.data(), total, d, c.norm_eps, w.h.data());
-    if (observer_) observer_(absl::StrCat("blk.", li, ".qkv"), w.h.data(), total, d);
-    L.qkv->Forward(ctx_, w.h.data(), total, d, w.qkv.data(), qkvd);
-    Rope(ctx_, w.qkv.data(), total, qkvd, c.num_heads, c.head_dim, w.positions.data(),
-         inv_freq_.data(), c.rope_style);
-    Rope(ctx_, w.qkv.data() + c.q_dim(), total, qkvd, c.num_kv_heads, c.head_dim,
-         w.positions.data(), inv_freq_.data(), c.rope_style);
-    for (size_t e = 0; e < batch.size(); ++e) {
-      const int64_t n = (int64_t)batch[e].tokens.size();
-      const float* qkv = w.qkv.data() + offset[e] * qkvd;
-      const int32_t* table = kv.BlockTable(batch[e].seq).data();
-      KvWrite(kvl, table, w.positions.data() + offset[e], n, qkv + c.q_dim(), qkvd,
-              qkv + c.q_dim() + c.kv_dim(), qkvd);
-      Attention(ctx_, kvl, table, kv.Length(batch[e].seq), n, qkv, qkvd, c.num_heads, scale,
-                w.attn.data() + offset[e] * c.q_dim(), c.q_dim(), w.scratch.data());
-    }
-    if (observer_) observer_(absl::StrCat("blk.", li, ".out"), w.attn.data(), total, c.q_dim());
-    L.out->Forward(ctx_, w.attn.data(), total, c.q_dim(), w.tmp.data(), d);
-    for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
-    RmsNorm(ctx_, w.x.data(), L.ffn_norm.data(), total, d, c.norm_eps, w.h.data());
-    if (observer_) observer_(absl::StrCat("blk.", li, ".gate_up"), w.h.data(), total, d);
-    L.gate_up->Forward(ctx_, w.h.data(), total, d, w.gate_up.data(), 2 * f);
-    SiluMul(ctx_, w.gate_up.data(), total, f, w.act.data());
-    if (observer_) observer_(absl::StrCat("blk.", li, ".down"), w.act.data(), total, f);
-    L.down->Forward(ctx_, w.act.data(), total, f, w.tmp.data(), d);
-    for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
-  }
-
-  // Final norm and output projection for the rows that need logits only.
-  logits->vocab_size = c.vocab_size;
-  logits->first_row.assign(batch.size(), 0);
-  logits->num_rows.assign(batch.size(), 0);
-  int64_t out_row = 0;
-  for (size_t e = 0; e < batch.size(); ++e) {
-    const int64_t n = (int64_t)batch[e].tokens.size();
-    const int64_t first = n - batch[e].num_logits;
-    logits->first_row[e] = out_row;
-    logits->num_rows[e] = n - first;
-    RmsNorm(ctx_, w.x.data() + (offset[e] + first) * d, output_norm_.data(), n - first, d,
-            c.norm_eps, w.rows.data() + out_row * d);
-    out_row += n - first;
-  }
-  logits->data.resize(logit_rows * c.vocab_size);
-  if (observer_ && logit_rows > 0) observer_("output", w.rows.data(), logit_rows, d);
-  if (logit_rows > 0) output_->Forward(ctx_, w.rows.data(), logit_rows, d, logits->data.data(), c.vocab_size);
-
-  for (const BatchEntry& b : batch) kv.SetLength(b.seq, kv.Length(b.seq) + (int64_t)b.tokens.size());
-  return absl::OkStatus();
 }
 
 }  // namespace pdq

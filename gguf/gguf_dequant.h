@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "engine/gguf.h"
+#include "gguf/gguf.h"
 
 namespace pdq {
 

@@ -1,6 +1,6 @@
 // Scalar dequantization of ggml block formats to fp32, bit for bit what
 // ggml-quants.c dequantize_row_* produces; used once per weight at load time.
-#include "engine/gguf_dequant.h"
+#include "gguf/gguf_dequant.h"
 
 #include <bit>
 #include <cstring>

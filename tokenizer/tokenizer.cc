@@ -1,6 +1,6 @@
 // Byte-level BPE as in GPT-2 / HF `tokenizers`: special-token split, PCRE2
 // pre-tokenizer regex, id-pair merges by rank, and UTF-8-safe streaming decode.
-#include "engine/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -15,7 +15,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
-#include "engine/gguf.h"
+#include "common/hash.h"
+#include "gguf/gguf.h"
 
 namespace pdq {
 namespace {
@@ -305,6 +306,7 @@ struct Tokenizer::Impl {
   std::string chat_template;
   std::string default_system;
   bool trim_content = false;
+  uint64_t fingerprint = 0;
 
   void EncodeOrdinary(std::string_view text, Scratch& s, std::vector<int32_t>* out) const;
   void PreTokenize(std::string_view run, Scratch& s, std::vector<int32_t>* out) const;
@@ -423,6 +425,20 @@ void Tokenizer::Impl::EncodePiece(std::string_view piece, Scratch& s,
   }
 }
 
+namespace {
+// Everything that decides which ids a text becomes (and back): two
+// tokenizers with the same fingerprint encode and decode alike.
+uint64_t SpecFingerprint(const TokenizerSpec& spec) {
+  uint64_t h = Hash64(spec.pre);
+  for (const std::string& t : spec.tokens) h = Hash64(t, h);
+  for (TokenType t : spec.types) h = Hash64(&t, sizeof(t), h);
+  for (const std::string& m : spec.merges) h = Hash64(m, h);
+  const int32_t ids[] = {spec.bos_id, spec.eos_id, spec.add_bos ? 1 : 0};
+  h = Hash64(ids, sizeof(ids), h);
+  return Hash64(spec.eog_ids.data(), spec.eog_ids.size() * sizeof(int32_t), h);
+}
+}  // namespace
+
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
@@ -457,6 +473,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
 
   auto impl = std::make_unique<Impl>();
   impl->pre = *pre;
+  impl->fingerprint = SpecFingerprint(spec);
   PDQ_ASSIGN_OR_RETURN(Regex main_regex, Regex::Compile(WithUnicodeWhiteSpace(pre->pattern)));
   impl->main_regex.emplace(std::move(main_regex));
   if (pre->split_digits) {
@@ -718,6 +735,7 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->token_bytes.size()); }
+uint64_t Tokenizer::fingerprint() const { return impl_->fingerprint; }
 int32_t Tokenizer::bos_id() const { return impl_->bos_id; }
 int32_t Tokenizer::eos_id() const { return impl_->eos_id; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }

@@ -1,0 +1,196 @@
+// The batched forward pass: every valid entry's new tokens go through the
+// matmuls together; attention runs per sequence over its paged KV blocks.
+#include "engine/context.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/check.h"
+
+namespace pdq {
+
+absl::Status Logits::FirstError() const {
+  for (const absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+struct Context::Workspace {
+  std::vector<float> x, h, qkv, attn, gate_up, act, tmp, rows, scratch;
+  std::vector<int32_t> positions;
+};
+
+Context::Context(const Model& model, const CpuContext& cpu)
+    : model_(model), layout_(model.kv_layout()), cpu_(cpu), ws_(std::make_unique<Workspace>()) {
+  PDQ_CHECK(cpu.pool != nullptr);
+}
+
+Context::~Context() = default;
+
+absl::Status Context::ForwardAll(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits) {
+  PDQ_RETURN_IF_ERROR(Forward(kv, batch, logits));
+  return logits->FirstError();
+}
+
+absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits) {
+  const Model& m = model_;
+  const ModelConfig& c = m.config_;
+  if (batch.empty()) return absl::InvalidArgumentError("empty batch");
+  KvLayout mine = layout_;
+  mine.block_tokens = kv.layout().block_tokens;  // any block size reads the same
+  if (absl::Status s = CheckKvCompatible(mine, kv.layout()); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the KV cache is laid out for another model: ", s.message()));
+  }
+  const int64_t block_tokens = kv.layout().block_tokens;
+
+  // Check each entry on its own; the valid ones run, in batch order.
+  logits->status.assign(batch.size(), absl::OkStatus());
+  std::vector<size_t> run;
+  std::vector<int64_t> start(batch.size(), 0);
+  int64_t total = 0, logit_rows = 0, blocks_left = kv.num_free_blocks(), max_pos = 0;
+  for (size_t e = 0; e < batch.size(); ++e) {
+    const BatchEntry& b = batch[e];
+    absl::Status& st = logits->status[e];
+    const absl::StatusOr<int64_t> length = kv.Length(b.seq);
+    if (!length.ok()) {
+      st = length.status();
+      continue;
+    }
+    for (size_t f = 0; f < e && st.ok(); ++f) {
+      if (batch[f].seq == b.seq) {
+        st = absl::InvalidArgumentError(absl::StrCat("sequence ", b.seq, " appears twice"));
+      }
+    }
+    if (st.ok() && b.tokens.empty()) {
+      st = absl::InvalidArgumentError(absl::StrCat("sequence ", b.seq, " has no new tokens"));
+    }
+    if (st.ok() && (b.num_logits < 0 || b.num_logits > (int64_t)b.tokens.size())) {
+      st = absl::InvalidArgumentError(
+          absl::StrCat("num_logits ", b.num_logits, " outside [0, ", b.tokens.size(), "]"));
+    }
+    for (size_t i = 0; st.ok() && i < b.tokens.size(); ++i) {
+      if (b.tokens[i] < 0 || b.tokens[i] >= c.vocab_size) {
+        st = absl::InvalidArgumentError(
+            absl::StrCat("token id ", b.tokens[i], " outside vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    const int64_t len = *length + (int64_t)b.tokens.size();
+    if (st.ok() && len > c.max_context) {
+      st = absl::OutOfRangeError(absl::StrCat(
+          "sequence of ", len, " tokens exceeds the model's context of ", c.max_context));
+    }
+    if (!st.ok()) continue;
+    const int64_t more = std::max<int64_t>(
+        0, (len + block_tokens - 1) / block_tokens - *kv.Capacity(b.seq) / block_tokens);
+    if (more > blocks_left) {
+      st = absl::ResourceExhaustedError(absl::StrCat("KV cache full: sequence ", b.seq, " needs ",
+                                                     more, " more blocks, ", blocks_left, " free"));
+      continue;
+    }
+    blocks_left -= more;
+    start[e] = *length;
+    run.push_back(e);
+    max_pos = std::max(max_pos, len);
+    total += (int64_t)b.tokens.size();
+    logit_rows += b.num_logits;
+  }
+  logits->vocab_size = c.vocab_size;
+  logits->first_row.assign(batch.size(), 0);
+  logits->num_rows.assign(batch.size(), 0);
+  if (run.empty()) {
+    logits->data.clear();
+    return absl::OkStatus();
+  }
+  for (size_t e : run) {
+    PDQ_CHECK(kv.Reserve(batch[e].seq, start[e] + (int64_t)batch[e].tokens.size()).ok());
+  }
+
+  const int64_t d = c.d_model, qkvd = c.q_dim() + 2 * c.kv_dim(), f = c.ffn_dim;
+  Workspace& w = *ws_;
+  auto fit = [](std::vector<float>& v, int64_t n) {
+    if ((int64_t)v.size() < n) v.resize(n);
+  };
+  fit(w.x, total * d);
+  fit(w.h, total * d);
+  fit(w.tmp, total * d);
+  fit(w.qkv, total * qkvd);
+  fit(w.attn, total * c.q_dim());
+  fit(w.gate_up, total * 2 * f);
+  fit(w.act, total * f);
+  fit(w.rows, logit_rows * d);
+  fit(w.scratch, AttentionScratchFloats(cpu_, max_pos, c.num_heads, c.head_dim));
+  w.positions.resize(total);
+
+  // Embedding and positions; offset[i]: first row of run[i].
+  std::vector<int64_t> offset(run.size());
+  std::vector<std::span<const int32_t>> tables(run.size());
+  int64_t row = 0;
+  for (size_t i = 0; i < run.size(); ++i) {
+    const BatchEntry& b = batch[run[i]];
+    offset[i] = row;
+    tables[i] = *kv.BlockTable(b.seq);
+    for (size_t t = 0; t < b.tokens.size(); ++t, ++row) {
+      const fp16_t* src = m.embedding_.data() + (int64_t)b.tokens[t] * d;
+      for (int64_t j = 0; j < d; ++j) w.x[row * d + j] = Fp16ToFp32(src[j]);
+      w.positions[row] = (int32_t)(start[run[i]] + (int64_t)t);
+    }
+  }
+
+  const float scale = 1.0f / std::sqrt((float)c.head_dim);
+  for (int li = 0; li < c.num_layers; ++li) {
+    const Model::Layer& L = m.layers_[li];
+    const KvLayerView kvl = kv.Layer(li);
+    RmsNorm(cpu_, w.x.data(), L.attn_norm.data(), total, d, c.norm_eps, w.h.data());
+    if (observer_) observer_(absl::StrCat("blk.", li, ".qkv"), w.h.data(), total, d);
+    L.qkv->Forward(cpu_, w.h.data(), total, d, w.qkv.data(), qkvd);
+    Rope(cpu_, w.qkv.data(), total, qkvd, c.num_heads, c.head_dim, w.positions.data(),
+         m.inv_freq_.data(), c.rope_style);
+    Rope(cpu_, w.qkv.data() + c.q_dim(), total, qkvd, c.num_kv_heads, c.head_dim,
+         w.positions.data(), m.inv_freq_.data(), c.rope_style);
+    for (size_t i = 0; i < run.size(); ++i) {
+      const int64_t n = (int64_t)batch[run[i]].tokens.size();
+      const float* qkv = w.qkv.data() + offset[i] * qkvd;
+      KvWrite(kvl, tables[i].data(), w.positions.data() + offset[i], n, qkv + c.q_dim(), qkvd,
+              qkv + c.q_dim() + c.kv_dim(), qkvd);
+      Attention(cpu_, kvl, tables[i].data(), start[run[i]], n, qkv, qkvd, c.num_heads, scale,
+                w.attn.data() + offset[i] * c.q_dim(), c.q_dim(), w.scratch.data());
+    }
+    if (observer_) observer_(absl::StrCat("blk.", li, ".out"), w.attn.data(), total, c.q_dim());
+    L.out->Forward(cpu_, w.attn.data(), total, c.q_dim(), w.tmp.data(), d);
+    for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
+    RmsNorm(cpu_, w.x.data(), L.ffn_norm.data(), total, d, c.norm_eps, w.h.data());
+    if (observer_) observer_(absl::StrCat("blk.", li, ".gate_up"), w.h.data(), total, d);
+    L.gate_up->Forward(cpu_, w.h.data(), total, d, w.gate_up.data(), 2 * f);
+    SiluMul(cpu_, w.gate_up.data(), total, f, w.act.data());
+    if (observer_) observer_(absl::StrCat("blk.", li, ".down"), w.act.data(), total, f);
+    L.down->Forward(cpu_, w.act.data(), total, f, w.tmp.data(), d);
+    for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
+  }
+
+  // Final norm and output projection for the rows that need logits only.
+  int64_t out_row = 0;
+  for (size_t i = 0; i < run.size(); ++i) {
+    const BatchEntry& b = batch[run[i]];
+    const int64_t n = (int64_t)b.tokens.size();
+    const int64_t first = n - b.num_logits;
+    logits->first_row[run[i]] = out_row;
+    logits->num_rows[run[i]] = n - first;
+    RmsNorm(cpu_, w.x.data() + (offset[i] + first) * d, m.output_norm_.data(), n - first, d,
+            c.norm_eps, w.rows.data() + out_row * d);
+    out_row += n - first;
+  }
+  logits->data.resize(logit_rows * c.vocab_size);
+  if (observer_ && logit_rows > 0) observer_("output", w.rows.data(), logit_rows, d);
+  if (logit_rows > 0) {
+    m.output_->Forward(cpu_, w.rows.data(), logit_rows, d, logits->data.data(), c.vocab_size);
+  }
+  for (size_t e : run) {
+    PDQ_CHECK(kv.SetLength(batch[e].seq, start[e] + (int64_t)batch[e].tokens.size()).ok());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pdq

@@ -1,0 +1,83 @@
+// Per-caller state for running a Model: the workspace the forward pass
+// writes, the threads it runs on, and the calibration observer. llama.cpp's
+// llama_model / llama_context split: one immutable Model, any number of
+// Contexts, each used by one thread at a time. Two Contexts may run at once
+// when they have separate thread pools.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+
+namespace pdq {
+
+// One forward-pass request: append `tokens` to sequence `seq` of the cache.
+struct BatchEntry {
+  SeqId seq = 0;
+  std::span<const int32_t> tokens;
+  // Logits for the last num_logits new tokens (1: next-token prediction;
+  // tokens.size(): every position, for scoring).
+  int64_t num_logits = 1;
+};
+
+// Results of a Forward call, per batch entry: its status, and for the
+// entries that ran, their logit rows (vocab_size floats each).
+struct Logits {
+  std::vector<absl::Status> status;  // per batch entry
+  std::vector<float> data;
+  std::vector<int64_t> first_row;  // per batch entry
+  std::vector<int64_t> num_rows;   // per batch entry; 0 for entries that failed
+  int vocab_size = 0;
+  const float* Row(size_t entry, int64_t i) const {
+    return data.data() + (first_row[entry] + i) * vocab_size;
+  }
+  // The first entry's error, or OK when every entry ran.
+  absl::Status FirstError() const;
+};
+
+class Context {
+ public:
+  // `model` and `cpu.pool` must outlive the context.
+  Context(const Model& model, const CpuContext& cpu);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  const Model& model() const { return model_; }
+  const CpuContext& cpu() const { return cpu_; }
+
+  // Runs every valid entry as one batch. Each entry is checked on its own
+  // (known sequence, not twice in the batch, tokens present and inside the
+  // vocabulary, context length, KV blocks left): one that fails gets its
+  // error in logits->status, its sequence is left unchanged, and the
+  // others run. Returns an error (and runs nothing) only when the whole
+  // call is wrong: an empty batch or a cache laid out for another model.
+  // The cache may have been written by another Model with the same layout.
+  absl::Status Forward(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits);
+  // Forward, then the first entry's error: for callers that treat the
+  // batch as one request.
+  absl::Status ForwardAll(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits);
+
+  // Called with every linear layer's input during Forward (name, rows, row
+  // count, width); for calibration. Null to stop.
+  using ActivationObserver =
+      std::function<void(const std::string&, const float*, int64_t, int64_t)>;
+  void SetActivationObserver(ActivationObserver observer) { observer_ = std::move(observer); }
+
+ private:
+  struct Workspace;
+  const Model& model_;
+  const KvLayout layout_;  // the model's, for checking caches
+  CpuContext cpu_;
+  std::unique_ptr<Workspace> ws_;
+  ActivationObserver observer_;
+};
+
+}  // namespace pdq

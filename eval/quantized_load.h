@@ -1,0 +1,78 @@
+// Loading a model at a precision with pdq's measured defaults, calibration
+// included: FP16 reference -> activation statistics over a calibration text
+// -> W8A8 (SmoothQuant) or W4A16 weights. What `pdq quantize`, every `pdq`
+// command and the workers call; the defaults are the accurate
+// configurations measured in bench/RESULTS.md.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "eval/calibrate.h"
+
+namespace pdq {
+
+struct QuantizedLoadOptions {
+  Precision precision = Precision::kFp16;
+  // W4A16 inputs per scale (32, 64 or 128); 0 picks the default, 32: every
+  // GGUF 4-, 5- and 8-bit format stores weights in (sub)blocks of 32, so 32
+  // re-finds a quantized source's own grid, and on unquantized sources it
+  // is the most accurate group measured.
+  int w4_group = 0;
+  bool w4_symmetric = false;
+  W4Method w4_method = W4Method::kRtn;
+  // Layers kept FP16 (patterns, see LoadOptions::fp16_layers). Unset: the
+  // measured default of the precision, DefaultFp16Layers().
+  std::optional<std::vector<std::string>> fp16_layers;
+  // W8A8 SmoothQuant migration strength; 0 turns it off.
+  float smooth_alpha = 0.5f;
+  // The text activation statistics come from (SmoothQuant, calibrated W4
+  // methods). Unset: the text that ships with pdq (BuiltinCalibrationText).
+  // Never the text a model is scored on.
+  std::optional<std::string> calibration_text;
+  // How artifacts name a given calibration text (a file name, say); unset:
+  // "text:" and a hash of it.
+  std::string calibration_name;
+  // Windows of 512 tokens, at most 16, every other one chat-formatted.
+  CalibrationOptions calibration{.chat_windows = true};
+  // A folder where calibration statistics without Gram matrices (W8A8's)
+  // are kept between loads, keyed by the model file's fingerprint, the text
+  // and the window settings: the second load of a model skips the FP16
+  // calibration pass. Empty: no cache.
+  std::string cache_dir;
+  // A `pdq quantize` artifact: its weights and recorded parameters are used
+  // as they are, and nothing is calibrated.
+  std::string quantized_weights;
+  // Progress lines ("calibrating, window 3/16"); null for silence.
+  std::function<void(const std::string&)> log;
+};
+
+// The layers a precision keeps FP16 by default: W8A8 keeps the output
+// projection and the FFN down projections (SmoothQuant cannot tame their
+// activations: +0.6% perplexity instead of +1.7%), W4A16 the output
+// projection (+0.0% instead of +5.8% on the default model). Empty for FP16.
+std::vector<std::string> DefaultFp16Layers(Precision precision);
+
+// The calibration text compiled into pdq (see data/calibration/README.md)
+// and its name for logs and artifacts.
+std::string_view BuiltinCalibrationText();
+std::string_view BuiltinCalibrationTextName();
+
+// True when `options` needs activation statistics, so loading runs the FP16
+// reference over the calibration text first.
+bool NeedsCalibration(const QuantizedLoadOptions& options);
+
+// Loads `spec` as `options` say, on `cpu`'s threads. Errors name the option
+// at fault (e.g. "w4_group must be 32, 64 or 128"); loading or calibration
+// failures pass through with the model's own message.
+absl::StatusOr<std::unique_ptr<Model>> LoadQuantizedModel(const std::string& spec,
+                                                          const QuantizedLoadOptions& options,
+                                                          const CpuContext& cpu);
+
+}  // namespace pdq

@@ -1,0 +1,238 @@
+// The forward pass: batching, chunking and incremental decode agree with one
+// another; a bad batch entry fails alone; contexts on one model run at once;
+// generation is deterministic.
+#include <thread>
+
+#include "engine/context.h"
+#include "engine/generate.h"
+#include "gtest/gtest.h"
+#include "tests/test_models.h"
+
+namespace pdq {
+namespace {
+
+using testing::ExpectRowsNear;
+using testing::LastLogits;
+using testing::LoadOrDie;
+using testing::Tokens;
+
+class SyntheticModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(SyntheticModelTest, BatchedSequencesMatchSeparateRuns) {
+  auto t = LoadOrDie(GetParam());
+  ASSERT_TRUE(t);
+  const int vocab = t->config().vocab_size;
+  auto a = Tokens(23, vocab, 1), b = Tokens(9, vocab, 2);
+  auto kv = t->NewKvCache(256);
+  ASSERT_TRUE(kv.ok());
+  const SeqId sa = (*kv)->AddSequence(), sb = (*kv)->AddSequence();
+  BatchEntry batch[] = {{sa, a, 1}, {sb, b, 1}};
+  Logits together;
+  ASSERT_TRUE(t.ctx->ForwardAll(**kv, batch, &together).ok());
+
+  for (int e = 0; e < 2; ++e) {
+    auto kv2 = t->NewKvCache(256);
+    ASSERT_TRUE(kv2.ok());
+    const SeqId s = (*kv2)->AddSequence();
+    BatchEntry one{s, e == 0 ? std::span<const int32_t>(a) : std::span<const int32_t>(b), 1};
+    Logits alone;
+    ASSERT_TRUE(t.ctx->ForwardAll(**kv2, {&one, 1}, &alone).ok());
+    ExpectRowsNear(together.Row(e, 0), alone.Row(0, 0), vocab, 1e-3f, "entry " + std::to_string(e));
+  }
+}
+
+TEST_P(SyntheticModelTest, ChunkedPrefillAndDecodeMatchOneShotLogits) {
+  auto t = LoadOrDie(GetParam());
+  ASSERT_TRUE(t);
+  const int vocab = t->config().vocab_size;
+  auto tokens = Tokens(40, vocab, 3);
+  auto kv = t->NewKvCache(128);
+  ASSERT_TRUE(kv.ok());
+  const SeqId whole = (*kv)->AddSequence();
+  BatchEntry all{whole, tokens, (int64_t)tokens.size()};
+  Logits ref;
+  ASSERT_TRUE(t.ctx->ForwardAll(**kv, {&all, 1}, &ref).ok());
+  EXPECT_EQ(*(*kv)->Length(whole), 40);
+
+  // A 17-token chunk, then a 13-token chunk, then 10 single-token steps.
+  const SeqId inc = (*kv)->AddSequence();
+  int64_t pos = 0;
+  for (int64_t n : {17, 13, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+    BatchEntry step{inc, std::span<const int32_t>(tokens).subspan(pos, n), n};
+    Logits got;
+    ASSERT_TRUE(t.ctx->ForwardAll(**kv, {&step, 1}, &got).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ExpectRowsNear(got.Row(0, i), ref.Row(0, pos + i), vocab, 1e-3f,
+                     "position " + std::to_string(pos + i));
+    }
+    pos += n;
+  }
+  EXPECT_EQ(*(*kv)->Length(inc), 40);
+}
+
+TEST_P(SyntheticModelTest, ThreadCountDoesNotChangeLogits) {
+  auto one = LoadOrDie(GetParam(), 1), two = LoadOrDie(GetParam(), 2);
+  ASSERT_TRUE(one);
+  ASSERT_TRUE(two);
+  auto tokens = Tokens(30, one->config().vocab_size, 4);
+  const Logits a = LastLogits(*one.ctx, tokens), b = LastLogits(*two.ctx, tokens);
+  ASSERT_FALSE(a.data.empty());
+  EXPECT_EQ(a.data, b.data);
+}
+
+TEST_P(SyntheticModelTest, EachBadEntryFailsAloneAndLeavesItsSequenceUnchanged) {
+  auto t = LoadOrDie(GetParam());
+  ASSERT_TRUE(t);
+  const ModelConfig& c = t->config();
+  auto kv = t->NewKvCache(64);  // 4 blocks
+  ASSERT_TRUE(kv.ok());
+  const SeqId s = (*kv)->AddSequence();
+  std::vector<int32_t> ok_tokens = Tokens(5, c.vocab_size, 5);
+  BatchEntry first{s, ok_tokens, 1};
+  Logits logits;
+  ASSERT_TRUE(t.ctx->ForwardAll(**kv, {&first, 1}, &logits).ok());
+  const int64_t free_before = (*kv)->num_free_blocks();
+
+  struct Case {
+    std::vector<int32_t> tokens;
+    absl::StatusCode code;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {{1, c.vocab_size}, absl::StatusCode::kInvalidArgument, "outside vocabulary"},
+      {{-1}, absl::StatusCode::kInvalidArgument, "outside vocabulary"},
+      {{}, absl::StatusCode::kInvalidArgument, "no new tokens"},
+      {Tokens(100, c.vocab_size, 6), absl::StatusCode::kResourceExhausted, "KV cache full"},
+      {Tokens(c.max_context, c.vocab_size, 7), absl::StatusCode::kOutOfRange, "context"},
+  };
+  for (const Case& bad : cases) {
+    BatchEntry e{s, bad.tokens, bad.tokens.empty() ? 0 : 1};
+    ASSERT_TRUE(t.ctx->Forward(**kv, {&e, 1}, &logits).ok());
+    ASSERT_EQ(logits.status.size(), 1u);
+    EXPECT_EQ(logits.status[0].code(), bad.code) << logits.status[0];
+    EXPECT_NE(logits.status[0].message().find(bad.message), std::string::npos) << logits.status[0];
+    EXPECT_EQ(logits.num_rows[0], 0);
+  }
+  BatchEntry twice[] = {{s, ok_tokens, 1}, {s, ok_tokens, 1}};
+  ASSERT_TRUE(t.ctx->Forward(**kv, twice, &logits).ok());
+  EXPECT_TRUE(logits.status[0].ok());
+  EXPECT_EQ(logits.status[1].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(logits.status[1].message().find("appears twice"), std::string::npos);
+  EXPECT_EQ(*(*kv)->Length(s), 10);  // the first of the pair ran
+
+  BatchEntry unknown{12345, ok_tokens, 1};
+  ASSERT_TRUE(t.ctx->Forward(**kv, {&unknown, 1}, &logits).ok());
+  EXPECT_EQ(logits.status[0].code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(*(*kv)->Length(s), 10);
+  EXPECT_EQ((*kv)->num_free_blocks(), free_before);  // 10 tokens still fit one block
+
+  EXPECT_EQ(t.ctx->Forward(**kv, {}, &logits).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A scheduler batches requests from many clients; one bad request must not
+// cost the others their step.
+TEST_P(SyntheticModelTest, ABatchWithOneBadEntryGivesTheOthersTheirLogits) {
+  auto t = LoadOrDie(GetParam());
+  ASSERT_TRUE(t);
+  const int vocab = t->config().vocab_size;
+  auto a = Tokens(12, vocab, 11), b = Tokens(7, vocab, 12);
+  std::vector<int32_t> bad = {3, vocab + 5, 4};
+  auto kv = t->NewKvCache(256);
+  ASSERT_TRUE(kv.ok());
+  const SeqId sa = (*kv)->AddSequence(), sbad = (*kv)->AddSequence(), sb = (*kv)->AddSequence();
+  BatchEntry batch[] = {{sa, a, 1}, {sbad, bad, 1}, {sb, b, 2}};
+  Logits got;
+  ASSERT_TRUE(t.ctx->Forward(**kv, batch, &got).ok());
+  EXPECT_TRUE(got.status[0].ok()) << got.status[0];
+  EXPECT_EQ(got.status[1].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(got.status[1].message().find("token id " + std::to_string(vocab + 5)),
+            std::string::npos)
+      << got.status[1];
+  EXPECT_TRUE(got.status[2].ok()) << got.status[2];
+  EXPECT_EQ(got.FirstError().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(got.num_rows, (std::vector<int64_t>{1, 0, 2}));
+  EXPECT_EQ(*(*kv)->Length(sbad), 0);
+  EXPECT_EQ(*(*kv)->Length(sa), 12);
+
+  // The good entries' logits are what they get alone.
+  const Logits alone_a = LastLogits(*t.ctx, a), alone_b = LastLogits(*t.ctx, b);
+  ExpectRowsNear(got.Row(0, 0), alone_a.Row(0, 0), vocab, 1e-3f, "entry a");
+  ExpectRowsNear(got.Row(2, 1), alone_b.Row(0, 0), vocab, 1e-3f, "entry b");
+}
+
+TEST_P(SyntheticModelTest, GreedyGenerationIsDeterministic) {
+  auto t = LoadOrDie(GetParam());
+  ASSERT_TRUE(t);
+  GenerateOptions o;
+  o.max_tokens = 24;
+  o.ignore_eos = true;
+  auto prompt = Tokens(11, t->config().vocab_size, 8);
+  auto a = Generate(*t.ctx, prompt, o), b = Generate(*t.ctx, prompt, o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_EQ(a->tokens.size(), 24u);
+  EXPECT_EQ(a->stop_reason, "max_tokens");
+  EXPECT_GT(a->ttft_ms, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticModelTest,
+                         ::testing::Values("synthetic:tiny", "synthetic:tiny-qwen2",
+                                           "synthetic:tiny@w4a16", "synthetic:tiny@w8a8"),
+                         [](const auto& info) {
+                           std::string name = info.param.substr(10);
+                           for (char& ch : name) {
+                             if (!isalnum((unsigned char)ch)) ch = '_';
+                           }
+                           return name;
+                         });
+
+// Two threads, each with its own context and pool, generate on one shared
+// model at the same time; each gets exactly what it gets alone.
+class ConcurrentContextsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConcurrentContextsTest, TwoThreadsOnOneModelMatchSequentialRuns) {
+  auto t = LoadOrDie(GetParam(), 1);
+  ASSERT_TRUE(t);
+  const int vocab = t->config().vocab_size;
+  const std::vector<int32_t> prompts[2] = {Tokens(37, vocab, 21), Tokens(19, vocab, 22)};
+  GenerateOptions o;
+  o.max_tokens = 32;
+  o.ignore_eos = true;
+  std::vector<int32_t> sequential[2];
+  for (int i = 0; i < 2; ++i) {
+    auto r = Generate(*t.ctx, prompts[i], o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    sequential[i] = r->tokens;
+  }
+  ThreadPool pools[2] = {ThreadPool(1), ThreadPool(2)};
+  std::vector<int32_t> concurrent[2];
+  absl::Status status[2];
+  for (int round = 0; round < 3; ++round) {
+    std::thread threads[2];
+    for (int i = 0; i < 2; ++i) {
+      threads[i] = std::thread([&, i] {
+        Context ctx(*t.model, CpuContext{&pools[i]});
+        auto r = Generate(ctx, prompts[i], o);
+        status[i] = r.status();
+        if (r.ok()) concurrent[i] = r->tokens;
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(status[i].ok()) << status[i];
+      EXPECT_EQ(concurrent[i], sequential[i]) << "thread " << i << ", round " << round;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ConcurrentContextsTest,
+                         ::testing::Values("synthetic:tiny", "synthetic:tiny@w4a16",
+                                           "synthetic:tiny@w8a8"),
+                         [](const auto& info) {
+                           return info.index == 0 ? std::string("fp16")
+                                                  : info.param.substr(info.param.find('@') + 1);
+                         });
+
+}  // namespace
+}  // namespace pdq
