@@ -30,8 +30,9 @@ struct QuantizedLoadOptions {
   // Layers kept FP16 (patterns, see LoadOptions::fp16_layers). Unset: the
   // measured default of the precision, DefaultFp16Layers().
   std::optional<std::vector<std::string>> fp16_layers;
-  // W8A8 SmoothQuant migration strength; 0 turns it off.
-  float smooth_alpha = 0.5f;
+  // W8A8 SmoothQuant migration strength; 0 turns it off. 0.75 measured best
+  // with the built-in text (bench/RESULTS.md, "Accurate defaults").
+  float smooth_alpha = 0.75f;
   // The text activation statistics come from (SmoothQuant, calibrated W4
   // methods). Unset: the text that ships with pdq (BuiltinCalibrationText).
   // Never the text a model is scored on.

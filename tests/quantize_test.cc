@@ -145,7 +145,7 @@ TEST(QuantizedLoadTest, DefaultsAreTheMeasuredConfigurations) {
   o.log = [&](const std::string& line) { lines.push_back(line); };
   auto w8 = LoadQuantizedModel("synthetic:tiny", o, cpu);
   ASSERT_TRUE(w8.ok()) << w8.status();
-  EXPECT_EQ((*w8)->options().smooth_alpha, 0.5f);
+  EXPECT_EQ((*w8)->options().smooth_alpha, 0.75f);
   EXPECT_EQ((*w8)->options().fp16_layers, (std::vector<std::string>{"output", "blk.*.down"}));
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.front().find(std::string(BuiltinCalibrationTextName())), std::string::npos)
@@ -164,7 +164,7 @@ TEST(QuantizedLoadTest, DefaultsAreTheMeasuredConfigurations) {
   ASSERT_TRUE((*w8)->SaveQuantized(path).ok());
   auto artifact = ReadArtifact(path);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
-  EXPECT_EQ(artifact->header.smooth_alpha, 0.5f);
+  EXPECT_EQ(artifact->header.smooth_alpha, 0.75f);
   EXPECT_EQ(artifact->header.fp16_layers, (std::vector<std::string>{"output", "blk.*.down"}));
   EXPECT_EQ(artifact->header.calibration, std::string(BuiltinCalibrationTextName()));
 }

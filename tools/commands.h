@@ -35,7 +35,7 @@ struct ModelFlags {
   std::string fp16_layers = "default";
   std::string weights;
   std::string calib;  // empty: the built-in text; "none": no calibration
-  double smooth_alpha = 0.5;
+  double smooth_alpha = 0.75;
   std::string w4_method = "rtn";
   void Register(FlagParser& flags);
   // Loads the model, logging what was loaded and how long it took to stderr.
