@@ -131,7 +131,12 @@ std::byte* KvCache::SpanData(const KvSpan& span) const {
   return reinterpret_cast<std::byte*>(base) + span.offset;
 }
 
-std::vector<KvSpan> KvCache::Spans(const Sequence& s, int layer, int64_t blocks) const {
+absl::StatusOr<std::vector<KvSpan>> KvCache::Spans(const Sequence& s, int layer,
+                                                   int64_t blocks) const {
+  if (layer < 0 || layer >= config_.layout.num_layers) {
+    return absl::OutOfRangeError(
+        absl::StrCat("layer ", layer, " outside [0, ", config_.layout.num_layers, ")"));
+  }
   const int64_t block_half = config_.layout.block_elements() * (int64_t)sizeof(fp16_t);
   std::vector<KvSpan> out;
   out.reserve(2 * blocks);
@@ -145,10 +150,6 @@ std::vector<KvSpan> KvCache::Spans(const Sequence& s, int layer, int64_t blocks)
 
 absl::StatusOr<std::vector<KvSpan>> KvCache::ExportLayer(SeqId seq, int layer) const {
   PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
-  if (layer < 0 || layer >= config_.layout.num_layers) {
-    return absl::OutOfRangeError(
-        absl::StrCat("layer ", layer, " outside [0, ", config_.layout.num_layers, ")"));
-  }
   const int64_t bt = config_.layout.block_tokens;
   return Spans(*s, layer, (s->length + bt - 1) / bt);
 }
@@ -169,10 +170,6 @@ absl::StatusOr<SeqId> KvCache::ImportSequence(const KvLayout& sender, int64_t to
 absl::StatusOr<std::vector<KvSpan>> KvCache::ImportLayer(SeqId seq, int layer,
                                                          int64_t tokens) const {
   PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
-  if (layer < 0 || layer >= config_.layout.num_layers) {
-    return absl::OutOfRangeError(
-        absl::StrCat("layer ", layer, " outside [0, ", config_.layout.num_layers, ")"));
-  }
   const int64_t bt = config_.layout.block_tokens;
   const int64_t blocks = (tokens + bt - 1) / bt;
   if (tokens < 0 || blocks > (int64_t)s->blocks.size()) {

@@ -108,8 +108,9 @@ class KvCache {
   };
   explicit KvCache(const KvCacheConfig& config) : config_(config) {}
   absl::StatusOr<const Sequence*> Find(SeqId seq) const;
-  // K and V spans of layer `layer` for the first `blocks` blocks of `s`.
-  std::vector<KvSpan> Spans(const Sequence& s, int layer, int64_t blocks) const;
+  // K and V spans of layer `layer` for the first `blocks` blocks of `s`;
+  // OutOfRange for a layer the cache does not have.
+  absl::StatusOr<std::vector<KvSpan>> Spans(const Sequence& s, int layer, int64_t blocks) const;
 
   KvCacheConfig config_;
   std::vector<fp16_t*> k_, v_;  // per layer, aligned allocations
