@@ -22,8 +22,8 @@ namespace pdq {
 
 struct LoadOptions {
   Precision precision = Precision::kFp16;
-  int w4_group = 128;          // 32, 64 or 128 inputs per scale
-  bool w4_symmetric = false;   // asymmetric (scale and min) by default
+  int w4_group = 128;                   // 32, 64 or 128 inputs per scale
+  bool w4_symmetric = false;            // asymmetric (scale and min) by default
   W4Method w4_method = W4Method::kRtn;  // non-RTN methods need activation_stats with Gram
   // Linear layers that stay FP16 under a quantized precision: patterns with
   // '*' wildcards over the names "blk.N.qkv", "blk.N.out", "blk.N.gate_up",

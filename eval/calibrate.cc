@@ -4,10 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <cmath>
 #include <map>
 #include <memory>
 
@@ -49,8 +49,8 @@ absl::StatusOr<ActivationStats> CollectActivationStats(Context& context, const s
   const Tokenizer& tok = model.tokenizer();
   const std::vector<int32_t> tokens = tok.Encode(text, tok.add_bos(), /*parse_special=*/false);
   if (tokens.size() < 16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the calibration text has ", tokens.size(), " tokens; at least 16 are needed"));
+    return absl::InvalidArgumentError(absl::StrCat("the calibration text has ", tokens.size(),
+                                                   " tokens; at least 16 are needed"));
   }
   const int64_t ctx = std::min<int64_t>(options.ctx, model.config().max_context);
   PDQ_ASSIGN_OR_RETURN(const std::vector<int32_t> chat,
@@ -127,8 +127,8 @@ absl::Status SaveActivationStats(const ActivationStats& stats, const std::string
   put(&count, 8);
   for (const auto& [name, s] : stats) {
     if (!s.gram.empty() || s.mean_abs.size() != s.absmax.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("statistics of '", name,
-                                                     "' hold a Gram matrix; not cached"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("statistics of '", name, "' hold a Gram matrix; not cached"));
     }
     const uint64_t name_len = name.size(), n = s.absmax.size();
     put(&name_len, 8);

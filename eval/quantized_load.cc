@@ -95,8 +95,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadQuantizedModel(const std::string& spe
       PDQ_ASSIGN_OR_RETURN(const std::string fingerprint, SourceFingerprint(spec));
       const std::string key =
           absl::StrCat(fingerprint, "|", co.ctx, "|", co.max_windows, "|", co.chat_windows, "|");
-      cache_path =
-          absl::StrFormat("%s/calib-%016x.stats", o.cache_dir, Hash64(text, Hash64(key)));
+      cache_path = absl::StrFormat("%s/calib-%016x.stats", o.cache_dir, Hash64(text, Hash64(key)));
     }
     absl::StatusOr<ActivationStats> cached = absl::NotFoundError("no cache");
     if (!cache_path.empty()) cached = LoadActivationStats(cache_path);
@@ -107,8 +106,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadQuantizedModel(const std::string& spe
       if (cached.status().code() != absl::StatusCode::kNotFound) {
         log(absl::StrCat("ignoring the calibration cache: ", cached.status().message()));
       }
-      PDQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> reference,
-                           Model::Load(spec, LoadOptions{}, cpu));
+      PDQ_ASSIGN_OR_RETURN(std::unique_ptr<Model> reference, Model::Load(spec, LoadOptions{}, cpu));
       Context ctx(*reference, cpu);
       PDQ_ASSIGN_OR_RETURN(stats, CollectActivationStats(ctx, std::string(text), co));
       log(absl::StrFormat(

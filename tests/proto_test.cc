@@ -16,8 +16,7 @@ namespace {
 
 const google::protobuf::MethodDescriptor* Method(const std::string& service,
                                                  const std::string& method) {
-  const auto* s =
-      google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service);
+  const auto* s = google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(service);
   if (s == nullptr) {
     ADD_FAILURE() << "no service " << service;
     return nullptr;

@@ -8,12 +8,12 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/check.h"
-#include "absl/strings/str_join.h"
 #include "eval/quantized_load.h"
-#include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
 #include "tools/commands.h"
 
 namespace pdq {
@@ -47,7 +47,8 @@ void ModelFlags::Register(FlagParser& flags) {
   model = DefaultModelPath();
   flags.String("model", &model,
                "GGUF model file, or synthetic:NAME (tiny, smollm2-135m, smollm2-360m, llama-1b)");
-  flags.String("precision", &precision, "weight precision: fp16, w8a8 or w4a16 (quantized at load)");
+  flags.String("precision", &precision,
+               "weight precision: fp16, w8a8 or w4a16 (quantized at load)");
   flags.Int("group-size", &group_size, 0, 128,
             "W4A16 inputs per scale: 32, 64 or 128; 0 is the default, 32 (the grid of GGUF's\n"
             "4-, 5- and 8-bit formats, and the most accurate measured)");
@@ -79,9 +80,8 @@ ThreadPool& ModelFlags::pool() const {
 absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
                                              const std::string& precision_override) const {
   QuantizedLoadOptions o;
-  PDQ_ASSIGN_OR_RETURN(o.precision, ParsePrecision(precision_override.empty()
-                                                       ? precision
-                                                       : precision_override));
+  PDQ_ASSIGN_OR_RETURN(o.precision,
+                       ParsePrecision(precision_override.empty() ? precision : precision_override));
   std::error_code ec;
   if (model.rfind("synthetic:", 0) != 0 && !std::filesystem::exists(model, ec) && !ec) {
     return absl::NotFoundError(absl::StrCat(
@@ -114,7 +114,8 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
     o.calibration_name = std::filesystem::path(calib).filename().string();
   }
   o.cache_dir = CacheDir();
-  if (!quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "pdq: %s\n", line.c_str()); };
+  if (!quiet)
+    o.log = [](const std::string& line) { std::fprintf(stderr, "pdq: %s\n", line.c_str()); };
   const auto t0 = std::chrono::steady_clock::now();
   const CpuContext cpu{&pool()};
   auto loaded = LoadQuantizedModel(model, o, cpu);
@@ -132,14 +133,15 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
     if (out.model->precision() == Precision::kW4A16) {
       detail = absl::StrCat(", group ", lo.w4_group, ", ", W4MethodName(lo.w4_method));
     } else if (out.model->precision() == Precision::kW8A8) {
-      detail = lo.smooth_alpha > 0 ? absl::StrCat(", SmoothQuant ", lo.smooth_alpha) : ", no SmoothQuant";
+      detail = lo.smooth_alpha > 0 ? absl::StrCat(", SmoothQuant ", lo.smooth_alpha)
+                                   : ", no SmoothQuant";
     }
     if (out.model->precision() != Precision::kFp16) {
-      detail += lo.fp16_layers.empty() ? ", no FP16 layers"
-                                       : absl::StrCat(", FP16 ", absl::StrJoin(lo.fp16_layers, ","));
+      detail += lo.fp16_layers.empty()
+                    ? ", no FP16 layers"
+                    : absl::StrCat(", FP16 ", absl::StrJoin(lo.fp16_layers, ","));
     }
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr,
                  "pdq: loaded %s (%s, %d layers, d=%d, vocab %d) as %s%s in %.2f s; "
                  "%d threads, %s kernels\n",

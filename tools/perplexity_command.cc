@@ -34,7 +34,8 @@ int PerplexityCommand(int argc, char** argv) {
   const bool disaggregated = !prefill_precision.empty() || !decode_precision.empty();
   if (prefill_precision.empty()) prefill_precision = mf.precision;
   if (decode_precision.empty()) decode_precision = mf.precision;
-  if (text_path.empty()) return Fail("perplexity", absl::InvalidArgumentError("--text is required"));
+  if (text_path.empty())
+    return Fail("perplexity", absl::InvalidArgumentError("--text is required"));
   auto text = ReadTextFile(text_path, "text file");
   if (!text.ok()) return Fail("perplexity", text.status());
 
@@ -69,7 +70,8 @@ int PerplexityCommand(int argc, char** argv) {
   };
   auto result = ComputePerplexity(*model->ctx, *text, options);
   if (!result.ok()) {
-    return Fail("perplexity", WithFlagNames(result.status(), {{"ctx", "--ctx"}, {"max_chunks", "--chunks"}}));
+    return Fail("perplexity",
+                WithFlagNames(result.status(), {{"ctx", "--ctx"}, {"max_chunks", "--chunks"}}));
   }
   if (json) {
     nlohmann::json j;
