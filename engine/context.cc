@@ -158,6 +158,7 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
       Attention(cpu_, kvl, tables[i].data(), start[run[i]], n, qkv, qkvd, c.num_heads, scale,
                 w.attn.data() + offset[i] * c.q_dim(), c.q_dim(), w.scratch.data());
     }
+    if (layer_observer_) layer_observer_(li);
     if (observer_) observer_(absl::StrCat("blk.", li, ".out"), w.attn.data(), total, c.q_dim());
     L.out->Forward(cpu_, w.attn.data(), total, c.q_dim(), w.tmp.data(), d);
     for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];

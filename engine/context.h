@@ -70,6 +70,11 @@ class Context {
   using ActivationObserver =
       std::function<void(const std::string&, const float*, int64_t, int64_t)>;
   void SetActivationObserver(ActivationObserver observer) { observer_ = std::move(observer); }
+  // Called during Forward, on the calling thread, as soon as layer `layer`'s
+  // K/V of every running entry are in the cache, so a KV transport can send
+  // that layer while the later ones compute. Null to stop.
+  using LayerObserver = std::function<void(int layer)>;
+  void SetLayerObserver(LayerObserver observer) { layer_observer_ = std::move(observer); }
 
  private:
   struct Workspace;
@@ -78,6 +83,7 @@ class Context {
   CpuContext cpu_;
   std::unique_ptr<Workspace> ws_;
   ActivationObserver observer_;
+  LayerObserver layer_observer_;
 };
 
 }  // namespace pdq

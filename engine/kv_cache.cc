@@ -167,7 +167,7 @@ absl::StatusOr<SeqId> KvCache::ImportSequence(const KvLayout& sender, int64_t to
   return seq;
 }
 
-absl::StatusOr<std::vector<KvSpan>> KvCache::ImportLayer(SeqId seq, int layer,
+absl::StatusOr<std::vector<KvSpan>> KvCache::LayerSpans(SeqId seq, int layer,
                                                          int64_t tokens) const {
   PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
   const int64_t bt = config_.layout.block_tokens;

@@ -96,10 +96,12 @@ class KvCache {
   // sequence with room for `tokens` tokens and length 0 (ResourceExhausted
   // when the blocks cannot be had; nothing changes).
   absl::StatusOr<SeqId> ImportSequence(const KvLayout& sender, int64_t tokens);
-  // Where layer `layer` of an imported sequence's `tokens` tokens goes, in
-  // the order ExportLayer gives them. When every layer has landed, SetLength
-  // makes the tokens visible.
-  absl::StatusOr<std::vector<KvSpan>> ImportLayer(SeqId seq, int layer, int64_t tokens) const;
+  // Where layer `layer` of the sequence's first `tokens` tokens lives, in
+  // ExportLayer's order, whether or not they are stored yet: the receiver
+  // of an imported sequence writes them (and, when every layer has landed,
+  // SetLength makes the tokens visible); a sender reads them as soon as a
+  // forward pass has written that layer (Context::SetLayerObserver).
+  absl::StatusOr<std::vector<KvSpan>> LayerSpans(SeqId seq, int layer, int64_t tokens) const;
 
  private:
   struct Sequence {

@@ -1,6 +1,7 @@
 // The forward pass: batching, chunking and incremental decode agree with one
 // another; a bad batch entry fails alone; contexts on one model run at once;
 // generation is deterministic.
+#include <cstring>
 #include <thread>
 
 #include "engine/context.h"
@@ -39,6 +40,42 @@ TEST_P(SyntheticModelTest, BatchedSequencesMatchSeparateRuns) {
     ASSERT_TRUE(t.ctx->ForwardAll(**kv2, {&one, 1}, &alone).ok());
     ExpectRowsNear(together.Row(e, 0), alone.Row(0, 0), vocab, 1e-3f, "entry " + std::to_string(e));
   }
+}
+
+// Continuous batching changes who shares a decode step with a sequence; for
+// the decode precision (W4A16, up to kW4IntMaxRows rows) and W8A8 its logits
+// do not change with that, bit for bit, so a served answer does not depend
+// on the other requests. FP16 is not batch-invariant: above 4 rows its GEMM
+// blocks k differently (kernels/cpu/avx2.cc), so greedy FP16 answers can
+// differ in the last bits between batch sizes.
+class BatchInvariantTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchInvariantTest, DecodeStepLogitsDoNotDependOnTheBatch) {
+  auto t = LoadOrDie(GetParam());
+  ASSERT_TRUE(t);
+  const int vocab = t->config().vocab_size;
+  auto kv = t->NewKvCache(512);
+  ASSERT_TRUE(kv.ok());
+  std::vector<SeqId> seqs;
+  Logits logits;
+  for (int i = 0; i < 5; ++i) {
+    seqs.push_back((*kv)->AddSequence());
+    auto prompt = Tokens(7 + 5 * i, vocab, 30 + i);
+    BatchEntry e{seqs.back(), prompt, 1};
+    ASSERT_TRUE(t.ctx->ForwardAll(**kv, {&e, 1}, &logits).ok());
+  }
+  const std::vector<int32_t> next = {3, 4, 5, 6, 7};
+  // Sequence 0 alone, then (after removing that token again) with the rest.
+  BatchEntry alone{seqs[0], {&next[0], 1}, 1};
+  Logits one;
+  ASSERT_TRUE(t.ctx->ForwardAll(**kv, {&alone, 1}, &one).ok());
+  ASSERT_TRUE((*kv)->SetLength(seqs[0], *(*kv)->Length(seqs[0]) - 1).ok());
+  std::vector<BatchEntry> batch;
+  for (int i = 4; i >= 0; --i) batch.push_back({seqs[i], {&next[i], 1}, 1});
+  Logits many;
+  ASSERT_TRUE(t.ctx->ForwardAll(**kv, batch, &many).ok());
+  EXPECT_EQ(0, std::memcmp(one.Row(0, 0), many.Row(4, 0), vocab * sizeof(float)))
+      << "sequence 0's logits changed when it shared the step with four others";
 }
 
 TEST_P(SyntheticModelTest, ChunkedPrefillAndDecodeMatchOneShotLogits) {
@@ -186,6 +223,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, SyntheticModelTest,
                            }
                            return name;
                          });
+
+INSTANTIATE_TEST_SUITE_P(Precisions, BatchInvariantTest,
+                         ::testing::Values("synthetic:tiny@w4a16", "synthetic:tiny@w8a8"),
+                         [](const auto& info) { return info.param.substr(info.param.find('@') + 1); });
 
 // Two threads, each with its own context and pool, generate on one shared
 // model at the same time; each gets exactly what it gets alone.

@@ -72,7 +72,7 @@ TEST(KvCacheTest, UnknownSequenceIdsAreNotFoundAndChangeNothing) {
   EXPECT_EQ((*kv)->SetLength(unknown, 0).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*kv)->BlockTable(unknown).status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ((*kv)->ExportLayer(unknown, 0).status().code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ((*kv)->ImportLayer(unknown, 0, 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*kv)->LayerSpans(unknown, 0, 1).status().code(), absl::StatusCode::kNotFound);
   const absl::Status removed = (*kv)->RemoveSequence(unknown);
   EXPECT_EQ(removed.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(removed.message().find("12345"), std::string::npos) << removed;

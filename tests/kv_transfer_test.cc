@@ -100,7 +100,7 @@ absl::StatusOr<SeqId> Transfer(const KvCache& from, SeqId seq, KvCache& to) {
   PDQ_ASSIGN_OR_RETURN(const SeqId dst, to.ImportSequence(from.layout(), tokens));
   for (int layer = 0; layer < from.layout().num_layers; ++layer) {
     PDQ_ASSIGN_OR_RETURN(const std::vector<KvSpan> out, from.ExportLayer(seq, layer));
-    PDQ_ASSIGN_OR_RETURN(const std::vector<KvSpan> in, to.ImportLayer(dst, layer, tokens));
+    PDQ_ASSIGN_OR_RETURN(const std::vector<KvSpan> in, to.LayerSpans(dst, layer, tokens));
     if (out.size() != in.size()) return absl::InternalError("span lists differ");
     for (size_t i = 0; i < out.size(); ++i) {
       if (out[i].bytes != in[i].bytes) return absl::InternalError("span sizes differ");
