@@ -32,7 +32,10 @@ test-cpu: build model
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE gpu
 
 demo: build model
-	@echo "== pdq generate (chat, greedy) =="
+	@echo "== served: router + 1 prefill (W8A8) + 1 decode (W4A16), deploy/local/1p1d-w8a8-w4a16.json =="
+	scripts/demo_serving.sh $(BUILD)
+	@echo
+	@echo "== pdq generate (one process, chat, greedy) =="
 	$(PDQ) generate --chat --max-tokens 96 \
 	  --prompt "Explain in two sentences why the sky is blue."
 	@echo

@@ -15,6 +15,8 @@ constexpr char kUsage[] =
     "  bench-engine  prefill and decode tokens/s against the machine's rooflines\n"
     "  drift         how greedy generation drifts under a prefill/decode precision pair\n"
     "  quantize      write quantized weights (w8a8, w4a16) for workers to load\n"
+    "  up            start a router and its workers from a config (deploy/local/)\n"
+    "  client        stream an answer from a router\n"
     "\n"
     "Run `pdq <command> --help` for its flags. The default model is\n"
     "models/SmolLM2-135M-Instruct.Q4_1.gguf (override with --model or PDQ_MODEL).\n";
@@ -33,6 +35,8 @@ int main(int argc, char** argv) {
   if (command == "bench-engine") return pdq::BenchEngineCommand(argc, argv);
   if (command == "drift") return pdq::DriftCommand(argc, argv);
   if (command == "quantize") return pdq::QuantizeCommand(argc, argv);
+  if (command == "client") return pdq::ClientCommand(argc, argv);
+  if (command == "up") return pdq::UpCommand(argc, argv);
   std::fprintf(stderr, "pdq: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -1,0 +1,673 @@
+#include "router/router.h"
+
+#include <cmath>
+#include <mutex>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "gguf/gguf.h"
+#include "pdq/v1/pdq.grpc.pb.h"
+#include "pdq/v1/worker.grpc.pb.h"
+#include "server/grpc_util.h"
+#include "server/response_stream.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pdq::router {
+namespace {
+
+using server::ToGrpc;
+namespace v1 = pdq::v1;
+
+grpc::Status Invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+// ---- Registry ----------------------------------------------------------------
+
+struct Worker {
+  v1::WorkerInfo info;
+  v1::WorkerLoad load;
+  absl::Time last_seen;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::DecodeWorker::Stub> decode;
+  std::unique_ptr<v1::PrefillWorker::Stub> prefill;
+  int64_t in_flight = 0;  // requests the router sent and not yet finished (guarded by the registry)
+};
+
+class Registry {
+ public:
+  explicit Registry(const RouterOptions& o) : options_(o) {}
+
+  absl::Status Register(const v1::WorkerInfo& info) {
+    if (info.worker_id().empty() || info.worker_id().size() > 128) {
+      return absl::InvalidArgumentError("worker_id must have 1 to 128 bytes");
+    }
+    if (!v1::Role_IsValid(info.role()) || info.role() == v1::ROLE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown role ", info.role()));
+    }
+    if (!v1::Precision_IsValid(info.precision()) || info.precision() == v1::PRECISION_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown precision ", info.precision()));
+    }
+    if (info.address().empty()) return absl::InvalidArgumentError("address is required");
+    if (info.role() != v1::ROLE_BOTH && info.kv_address().empty()) {
+      return absl::InvalidArgumentError("kv_address is required for prefill and decode workers");
+    }
+    if (info.vocab_size() <= 0 || info.max_context() <= 0) {
+      return absl::InvalidArgumentError("vocab_size and max_context must be positive");
+    }
+    auto w = std::make_shared<Worker>();
+    w->info = info;
+    w->last_seen = absl::Now();
+    w->channel = grpc::CreateChannel(info.address(), grpc::InsecureChannelCredentials());
+    w->decode = v1::DecodeWorker::NewStub(w->channel);
+    w->prefill = v1::PrefillWorker::NewStub(w->channel);
+    std::lock_guard lock(mu_);
+    if (!workers_.empty()) {
+      const v1::WorkerInfo& any = workers_.begin()->second->info;
+      if (any.vocab_size() != info.vocab_size() || any.kv_layout() != info.kv_layout()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("worker ", info.worker_id(),
+                         " serves another model (vocabulary or KV layout differs) "
+                         "than the workers already registered"));
+      }
+    }
+    workers_[info.worker_id()] = std::move(w);
+    LogLine(absl::StrCat("worker ", info.worker_id(), " registered: ", v1::Role_Name(info.role()),
+                         " ", v1::Precision_Name(info.precision()), " at ", info.address(),
+                         info.kv_address().empty()
+                             ? ""
+                             : absl::StrCat(", KV ", info.kv_transport(), " ", info.kv_address())));
+    return absl::OkStatus();
+  }
+
+  bool Heartbeat(const std::string& id, const v1::WorkerLoad& load) {
+    std::lock_guard lock(mu_);
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return false;
+    it->second->load = load;
+    it->second->last_seen = absl::Now();
+    return true;
+  }
+
+  void Deregister(const std::string& id) {
+    std::lock_guard lock(mu_);
+    if (workers_.erase(id) > 0) LogLine(absl::StrCat("worker ", id, " deregistered"));
+  }
+
+  bool Alive(const Worker& w, absl::Time now) const {
+    return now - w.last_seen <= options_.heartbeat_interval * options_.missed_heartbeats_allowed;
+  }
+
+  int live() const {
+    std::lock_guard lock(mu_);
+    int n = 0;
+    const absl::Time now = absl::Now();
+    for (const auto& [id, w] : workers_) n += Alive(*w, now);
+    return n;
+  }
+
+  // Any live worker's description of the model.
+  std::optional<v1::WorkerInfo> Model() const {
+    std::lock_guard lock(mu_);
+    const absl::Time now = absl::Now();
+    for (const auto& [id, w] : workers_) {
+      if (Alive(*w, now)) return w->info;
+    }
+    return std::nullopt;
+  }
+
+  // The live worker of one of `roles` with the least work, preferring those
+  // not in `avoid`. Counts it as one more request in flight.
+  std::shared_ptr<Worker> Pick(std::initializer_list<v1::Role> roles,
+                               const absl::flat_hash_set<std::string>& avoid, bool by_tokens) {
+    std::lock_guard lock(mu_);
+    const absl::Time now = absl::Now();
+    std::shared_ptr<Worker> best;
+    auto score = [&](const Worker& w) {
+      const double work = by_tokens ? (double)w.load.queued_prompt_tokens() + 1000.0 * w.in_flight
+                                    : (double)w.load.active_sequences() + (double)w.in_flight;
+      return std::make_tuple(avoid.contains(w.info.worker_id()), work,
+                             -(double)w.load.kv_blocks_free());
+    };
+    for (const auto& [id, w] : workers_) {
+      if (!Alive(*w, now) || std::find(roles.begin(), roles.end(), w->info.role()) == roles.end()) {
+        continue;
+      }
+      if (best == nullptr || score(*w) < score(*best)) best = w;
+    }
+    if (best) ++best->in_flight;
+    return best;
+  }
+
+  void Done(const std::shared_ptr<Worker>& w) {
+    if (w == nullptr) return;
+    std::lock_guard lock(mu_);
+    --w->in_flight;
+  }
+
+ private:
+  const RouterOptions options_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Worker>> workers_;
+};
+
+class RegistryService : public v1::Registry::CallbackService {
+ public:
+  RegistryService(Registry& r, const RouterOptions& o) : r_(r), o_(o) {}
+  grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
+                                     const v1::RegisterRequest* req,
+                                     v1::RegisterResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    absl::Status s = r_.Register(req->worker());
+    resp->set_heartbeat_interval_ms((int32_t)absl::ToInt64Milliseconds(o_.heartbeat_interval));
+    resp->set_missed_heartbeats_allowed(o_.missed_heartbeats_allowed);
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
+                                      const v1::HeartbeatRequest* req,
+                                      v1::HeartbeatResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    resp->set_registered(r_.Heartbeat(req->worker_id(), req->load()));
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* Deregister(grpc::CallbackServerContext* ctx,
+                                       const v1::DeregisterRequest* req,
+                                       v1::DeregisterResponse*) override {
+    auto* reactor = ctx->DefaultReactor();
+    r_.Deregister(req->worker_id());
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  Registry& r_;
+  const RouterOptions o_;
+};
+
+// ---- One Generate call ---------------------------------------------------------
+
+class GenerateCall;
+
+// One try at serving the request: a decode worker (and, unless it runs both
+// phases, a reservation there and a prefill worker).
+struct Attempt {
+  int number = 0;
+  std::shared_ptr<Worker> decode, prefill;
+  grpc::ClientContext reserve_ctx, prefill_ctx, decode_ctx;
+  v1::ReserveRequest reserve_req;
+  v1::ReserveResponse reserve_resp;
+  v1::PrefillRequest prefill_req;
+  v1::PrefillResponse prefill_resp;
+  v1::DecodeRequest decode_req;
+  bool failed = false;
+  int open_calls = 0;  // worker calls not yet completed
+  // The Reserve call is left to complete: cancelling it could lose a
+  // reservation the worker made; OnReserved releases it instead.
+  void CancelAll() {
+    prefill_ctx.TryCancel();
+    decode_ctx.TryCancel();
+  }
+};
+
+class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
+ public:
+  GenerateCall(Registry& registry, std::shared_ptr<server::ResponseStream> out,
+               std::string request_id, std::vector<int32_t> prompt, v1::GenerateRequest req,
+               std::chrono::system_clock::time_point deadline)
+      : registry_(registry),
+        out_(std::move(out)),
+        request_id_(std::move(request_id)),
+        prompt_(std::move(prompt)),
+        req_(std::move(req)),
+        deadline_(deadline),
+        start_(absl::Now()) {}
+
+  void Start() {
+    std::lock_guard lock(mu_);
+    StartAttemptLocked();
+  }
+
+  // The client cancelled or took a message.
+  void OnClientChange() {
+    if (!out_->cancelled()) return;
+    std::lock_guard lock(mu_);
+    if (attempt_) attempt_->CancelAll();
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled"));
+  }
+
+ private:
+  class DecodeReader : public grpc::ClientReadReactor<v1::GenerateResponse> {
+   public:
+    DecodeReader(std::shared_ptr<GenerateCall> call, std::shared_ptr<Attempt> a)
+        : call_(std::move(call)), a_(std::move(a)) {}
+    void Start() {
+      a_->decode->decode->async()->Decode(&a_->decode_ctx, &a_->decode_req, this);
+      StartRead(&msg_);
+      StartCall();
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // OnDone follows
+      call_->OnDecodeMessage(*a_, msg_);
+      StartRead(&msg_);
+    }
+    void OnDone(const grpc::Status& s) override {
+      call_->OnDecodeDone(a_, s);
+      delete this;
+    }
+
+   private:
+    std::shared_ptr<GenerateCall> call_;
+    std::shared_ptr<Attempt> a_;
+    v1::GenerateResponse msg_;
+  };
+
+  void StartAttemptLocked() {
+    auto a = std::make_shared<Attempt>();
+    a->number = ++attempts_;
+    attempt_ = a;
+    a->decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false);
+    if (a->decode == nullptr) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no decode worker is available"));
+      return;
+    }
+    for (grpc::ClientContext* c : {&a->reserve_ctx, &a->prefill_ctx, &a->decode_ctx}) {
+      if (deadline_ != std::chrono::system_clock::time_point::max()) c->set_deadline(deadline_);
+    }
+    v1::DecodeRequest& d = a->decode_req;
+    d.set_request_id(request_id_);
+    *d.mutable_sampling() = req_.sampling();
+    d.set_max_tokens(req_.max_tokens());
+    *d.mutable_stop() = req_.stop();
+    *d.mutable_stop_token_ids() = req_.stop_token_ids();
+    d.set_ignore_eos(req_.ignore_eos());
+    if (a->decode->info.role() == v1::ROLE_BOTH) {
+      for (int32_t t : prompt_) d.add_prompt(t);
+      StartDecodeLocked(a);
+      return;
+    }
+    a->prefill = registry_.Pick({v1::ROLE_PREFILL}, avoid_, true);
+    if (a->prefill == nullptr) {
+      registry_.Done(a->decode);
+      a->decode = nullptr;
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no prefill worker is available"));
+      return;
+    }
+    a->reserve_req.set_request_id(request_id_);
+    a->reserve_req.set_prompt_tokens((int64_t)prompt_.size());
+    a->reserve_req.set_max_tokens(req_.max_tokens());
+    a->reserve_req.set_kv_layout(a->prefill->info.kv_layout());
+    ++a->open_calls;
+    auto self = shared_from_this();
+    a->decode->decode->async()->Reserve(&a->reserve_ctx, &a->reserve_req, &a->reserve_resp,
+                                        [self, a](grpc::Status s) { self->OnReserved(a, s); });
+  }
+
+  void OnReserved(std::shared_ptr<Attempt> a, const grpc::Status& s) {
+    std::lock_guard lock(mu_);
+    --a->open_calls;
+    if (finished_ || a != attempt_ || a->failed) {
+      if (s.ok()) ReleaseLocked(a);
+      return EndAttemptIfIdleLocked(a);
+    }
+    if (!s.ok()) {
+      FailAttemptLocked(a, s, "decode worker " + a->decode->info.worker_id() + " reserve");
+      return;
+    }
+    v1::PrefillRequest& p = a->prefill_req;
+    p.set_request_id(request_id_);
+    for (int32_t t : prompt_) p.add_prompt(t);
+    *p.mutable_sampling() = req_.sampling();
+    p.set_decode_kv_address(a->reserve_resp.kv_address());
+    p.set_decode_kv_transport(a->reserve_resp.kv_transport());
+    p.set_reservation_id(a->reserve_resp.reservation_id());
+    p.set_transfer_token(a->reserve_resp.transfer_token());
+    a->decode_req.set_reservation_id(a->reserve_resp.reservation_id());
+    // Prefill and decode start together: neither waits on the other here.
+    ++a->open_calls;
+    auto self = shared_from_this();
+    a->prefill->prefill->async()->Prefill(&a->prefill_ctx, &a->prefill_req, &a->prefill_resp,
+                                          [self, a](grpc::Status s) { self->OnPrefilled(a, s); });
+    StartDecodeLocked(a);
+  }
+
+  // Frees a reservation nobody will use (fire and forget: its lease frees
+  // it anyway if this is lost).
+  void ReleaseLocked(const std::shared_ptr<Attempt>& a) {
+    struct Release {
+      grpc::ClientContext ctx;
+      v1::ReleaseRequest req;
+      v1::ReleaseResponse resp;
+    };
+    auto r = std::make_shared<Release>();
+    r->req.set_reservation_id(a->reserve_resp.reservation_id());
+    r->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ++a->open_calls;
+    auto self = shared_from_this();
+    a->decode->decode->async()->Release(&r->ctx, &r->req, &r->resp, [self, a, r](grpc::Status) {
+      std::lock_guard lock(self->mu_);
+      --a->open_calls;
+      self->EndAttemptIfIdleLocked(a);
+    });
+  }
+
+  void StartDecodeLocked(const std::shared_ptr<Attempt>& a) {
+    ++a->open_calls;
+    (new DecodeReader(shared_from_this(), a))->Start();
+  }
+
+  void OnPrefilled(std::shared_ptr<Attempt> a, const grpc::Status& s) {
+    std::lock_guard lock(mu_);
+    --a->open_calls;
+    if (!s.ok() && !finished_ && a == attempt_ && !relayed_) {
+      FailAttemptLocked(a, s, "prefill worker " + a->prefill->info.worker_id());
+      return;
+    }
+    EndAttemptIfIdleLocked(a);
+  }
+
+  void OnDecodeMessage(const Attempt& a, const v1::GenerateResponse& m) {
+    std::lock_guard lock(mu_);
+    if (finished_ || &a != attempt_.get() || a.failed) return;
+    if (m.has_delta()) {
+      const absl::Time now = absl::Now();
+      const int n = m.delta().token_ids_size();
+      if (n > 0) {
+        if (output_tokens_ == 0) first_token_ = now;
+        last_token_ = now;
+        output_tokens_ += n;
+      }
+      relayed_ = true;
+      out_->SendDelta({m.delta().token_ids().begin(), m.delta().token_ids().end()},
+                      m.delta().text());
+    } else if (m.has_summary()) {
+      summary_ = m.summary();
+      have_summary_ = true;
+    }
+  }
+
+  void OnDecodeDone(std::shared_ptr<Attempt> a, const grpc::Status& s) {
+    std::lock_guard lock(mu_);
+    --a->open_calls;
+    if (finished_ || a != attempt_ || a->failed) return EndAttemptIfIdleLocked(a);
+    if (!s.ok()) {
+      FailAttemptLocked(a, s, "decode worker " + a->decode->info.worker_id());
+      return;
+    }
+    if (!have_summary_) {
+      FinishLocked(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "the decode stream ended without a summary"));
+      return EndAttemptIfIdleLocked(a);
+    }
+    // The client's view of the timings, not the worker's.
+    v1::GenerateSummary& sum = summary_;
+    sum.set_request_id(request_id_);
+    sum.set_ttft_seconds(output_tokens_ > 0 ? absl::ToDoubleSeconds(first_token_ - start_) : 0.0);
+    sum.set_mean_tpot_seconds(output_tokens_ > 1
+                                  ? absl::ToDoubleSeconds(last_token_ - first_token_) /
+                                        (output_tokens_ - 1)
+                                  : 0.0);
+    v1::GenerateResponse m;
+    *m.mutable_summary() = sum;
+    out_->Send(std::move(m));
+    LogLine(absl::StrFormat(
+        "request %s: %s, %d prompt + %d output tokens, ttft %.1f ms, "
+        "tpot %.2f ms",
+        request_id_, v1::FinishReason_Name(sum.finish_reason()), sum.prompt_tokens(),
+        sum.output_tokens(), sum.ttft_seconds() * 1e3, sum.mean_tpot_seconds() * 1e3));
+    FinishLocked(grpc::Status::OK);
+    EndAttemptIfIdleLocked(a);
+  }
+
+  // The attempt failed: retry once (no token reached the client and the
+  // failure was a lost or overloaded worker), else fail the call.
+  void FailAttemptLocked(const std::shared_ptr<Attempt>& a, const grpc::Status& s,
+                         const std::string& who) {
+    a->failed = true;
+    a->CancelAll();
+    LogLine(absl::StrCat("request ", request_id_, ": ", who, " failed: ", s.error_message(), " (",
+                         (int)s.error_code(), ")"));
+    const bool retryable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+    if (!relayed_ && retryable && attempts_ < 2 && !out_->cancelled()) {
+      avoid_.insert(a->decode->info.worker_id());
+      if (a->prefill) avoid_.insert(a->prefill->info.worker_id());
+      EndAttemptIfIdleLocked(a);
+      StartAttemptLocked();
+      return;
+    }
+    grpc::Status client = s;
+    if (relayed_ && s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED &&
+        s.error_code() != grpc::StatusCode::CANCELLED) {
+      client = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            absl::StrCat(who, " failed mid-stream: ", s.error_message()));
+    }
+    FinishLocked(client);
+    EndAttemptIfIdleLocked(a);
+  }
+
+  void EndAttemptIfIdleLocked(const std::shared_ptr<Attempt>& a) {
+    if (a->open_calls > 0) return;
+    registry_.Done(a->decode);
+    registry_.Done(a->prefill);
+    a->decode = a->prefill = nullptr;
+  }
+
+  void FinishLocked(const grpc::Status& s) {
+    if (finished_) return;
+    finished_ = true;
+    if (!s.ok()) LogLine(absl::StrCat("request ", request_id_, ": ", s.error_message()));
+    out_->Finish(s);
+  }
+
+  Registry& registry_;
+  std::shared_ptr<server::ResponseStream> out_;
+  const std::string request_id_;
+  const std::vector<int32_t> prompt_;
+  const v1::GenerateRequest req_;
+  const std::chrono::system_clock::time_point deadline_;
+  const absl::Time start_;
+  std::mutex mu_;
+  std::shared_ptr<Attempt> attempt_;
+  int attempts_ = 0;
+  absl::flat_hash_set<std::string> avoid_;
+  bool relayed_ = false, finished_ = false, have_summary_ = false;
+  int64_t output_tokens_ = 0;
+  absl::Time first_token_, last_token_;
+  v1::GenerateSummary summary_;
+};
+
+// ---- The public service ------------------------------------------------------
+
+class PdqService : public v1::Pdq::CallbackService {
+ public:
+  PdqService(Registry& r, const Tokenizer& tok) : r_(r), tok_(tok) {}
+
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) override {
+    auto holder = std::make_shared<std::weak_ptr<GenerateCall>>();
+    auto [reactor, out] = server::ResponseStream::Create([holder] {
+      if (auto call = holder->lock()) call->OnClientChange();
+    });
+    std::string id = req->request_id();
+    if (id.empty()) id = absl::StrFormat("req-%d", ++next_id_);
+    std::vector<int32_t> prompt;
+    grpc::Status valid = Validate(*req, &prompt);
+    if (!valid.ok()) {
+      LogLine(absl::StrCat("request ", id, ": refused: ", valid.error_message()));
+      out->Finish(valid);
+      return reactor;
+    }
+    LogLine(absl::StrCat("request ", id, ": ", prompt.size(), " prompt tokens, max_tokens ",
+                         req->max_tokens()));
+    auto call =
+        std::make_shared<GenerateCall>(r_, out, id, std::move(prompt), *req, ctx->deadline());
+    *holder = call;
+    call->Start();
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
+                                     const v1::TokenizeRequest* req,
+                                     v1::TokenizeResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    absl::StatusOr<std::vector<int32_t>> ids =
+        req->has_chat() ? EncodeChat(req->chat()) : Encode(req->text());
+    if (ids.ok()) {
+      for (int32_t t : *ids) resp->add_ids(t);
+    }
+    reactor->Finish(ToGrpc(ids.status()));
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* ctx,
+                                         const v1::GetModelInfoRequest*,
+                                         v1::ModelInfo* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    std::optional<v1::WorkerInfo> w = r_.Model();
+    if (!w) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker is registered"));
+      return reactor;
+    }
+    resp->set_name(w->model_name());
+    resp->set_vocab_size(w->vocab_size());
+    resp->set_max_context(w->max_context());
+    resp->set_kv_layout(w->kv_layout());
+    resp->set_live_workers(r_.live());
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const {
+    if (text.empty()) return absl::InvalidArgumentError("the prompt is empty");
+    return tok_.Encode(text, tok_.add_bos(), /*parse_special=*/false);
+  }
+
+  absl::StatusOr<std::vector<int32_t>> EncodeChat(const v1::ChatPrompt& chat) const {
+    if (chat.messages_size() == 0) return absl::InvalidArgumentError("the chat has no messages");
+    std::vector<ChatMessage> messages;
+    for (const v1::ChatMessage& m : chat.messages()) {
+      if (m.role() != "system" && m.role() != "user" && m.role() != "assistant") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("chat role '", m.role(), "' is not system, user or assistant"));
+      }
+      messages.push_back({m.role(), m.content()});
+    }
+    absl::StatusOr<std::string> text = tok_.ApplyChatTemplate(messages, true);
+    if (!text.ok()) return text.status();
+    return tok_.Encode(*text, tok_.add_bos(), /*parse_special=*/true);
+  }
+
+  grpc::Status Validate(const v1::GenerateRequest& req, std::vector<int32_t>* prompt) const {
+    std::optional<v1::WorkerInfo> w = r_.Model();
+    if (!w) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker is registered");
+    if (req.request_id().size() > 128) return Invalid("request_id is longer than 128 bytes");
+    absl::StatusOr<std::vector<int32_t>> ids;
+    switch (req.prompt_case()) {
+      case v1::GenerateRequest::kText:
+        ids = Encode(req.text());
+        break;
+      case v1::GenerateRequest::kChat:
+        ids = EncodeChat(req.chat());
+        break;
+      case v1::GenerateRequest::kTokens:
+        ids = std::vector<int32_t>(req.tokens().ids().begin(), req.tokens().ids().end());
+        if (ids->empty()) return Invalid("the prompt is empty");
+        for (int32_t t : *ids) {
+          if (t < 0 || t >= w->vocab_size()) {
+            return Invalid(absl::StrCat("token id ", t, " is outside the vocabulary [0, ",
+                                        w->vocab_size(), ")"));
+          }
+        }
+        break;
+      default:
+        return Invalid("a prompt is required: text, tokens or chat");
+    }
+    if (!ids.ok()) return ToGrpc(ids.status());
+    const int64_t n = (int64_t)ids->size(), ctx = w->max_context();
+    if (n >= ctx) {
+      return Invalid(absl::StrCat("the prompt has ", n, " tokens; the model's context is ", ctx,
+                                  " (at least one must be left to generate)"));
+    }
+    if (req.max_tokens() < 1) {
+      return Invalid(absl::StrCat("max_tokens must be at least 1, got ", req.max_tokens()));
+    }
+    if (n + req.max_tokens() > ctx) {
+      return Invalid(absl::StrCat("max_tokens ", req.max_tokens(), " goes beyond the context: ", n,
+                                  " prompt tokens + ", req.max_tokens(), " > ", ctx));
+    }
+    const v1::SamplingParams& s = req.sampling();
+    if (!std::isfinite(s.temperature()) || s.temperature() < 0) {
+      return Invalid(absl::StrCat("temperature must be >= 0, got ", s.temperature()));
+    }
+    if (s.top_k() < 0) return Invalid(absl::StrCat("top_k must be >= 0, got ", s.top_k()));
+    if (!std::isfinite(s.top_p()) || s.top_p() < 0 || s.top_p() > 1) {
+      return Invalid(absl::StrCat("top_p must be in [0, 1], got ", s.top_p()));
+    }
+    if (req.stop_size() > 16) return Invalid("at most 16 stop strings");
+    for (const std::string& stop : req.stop()) {
+      if (stop.empty() || stop.size() > 256)
+        return Invalid("stop strings must have 1 to 256 bytes");
+    }
+    if (req.stop_token_ids_size() > 64) return Invalid("at most 64 stop token ids");
+    for (int32_t t : req.stop_token_ids()) {
+      if (t < 0 || t >= w->vocab_size()) {
+        return Invalid(absl::StrCat("stop token id ", t, " is outside the vocabulary [0, ",
+                                    w->vocab_size(), ")"));
+      }
+    }
+    *prompt = std::move(*ids);
+    return grpc::Status::OK;
+  }
+
+  Registry& r_;
+  const Tokenizer& tok_;
+  std::atomic<uint64_t> next_id_{0};
+};
+
+class RouterImpl : public Router {
+ public:
+  static absl::StatusOr<std::unique_ptr<Router>> Start(const RouterOptions& o) {
+    auto r = std::unique_ptr<RouterImpl>(new RouterImpl(o));
+    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(o.model);
+    if (!file.ok()) return file.status();
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**file);
+    if (!tok.ok()) return tok.status();
+    r->tokenizer_ = std::move(*tok);
+    r->pdq_ = std::make_unique<PdqService>(r->registry_, *r->tokenizer_);
+    r->registry_service_ = std::make_unique<RegistryService>(r->registry_, o);
+    absl::StatusOr<server::GrpcServer> g =
+        server::StartGrpcServer(o.listen, {r->pdq_.get(), r->registry_service_.get()});
+    if (!g.ok()) return g.status();
+    r->grpc_ = std::move(*g);
+    return r;
+  }
+  ~RouterImpl() override {
+    grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  }
+  const std::string& address() const override { return grpc_.address; }
+  int live_workers() const override { return registry_.live(); }
+
+ private:
+  explicit RouterImpl(const RouterOptions& o) : registry_(o) {}
+  Registry registry_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<PdqService> pdq_;
+  std::unique_ptr<RegistryService> registry_service_;
+  server::GrpcServer grpc_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Router>> Router::Start(const RouterOptions& options) {
+  return RouterImpl::Start(options);
+}
+
+}  // namespace pdq::router

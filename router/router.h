@@ -1,0 +1,37 @@
+// pdq-router as a library: the public pdq.v1.Pdq service and the Registry
+// workers register with. It tokenizes and validates (linking the tokenizer,
+// not the kernels), reserves KV on a decode worker, starts the prefill and the
+// decode stream together, retries a prefill that failed before any token was
+// sent once elsewhere, and relays tokens to the client. A test can start one
+// in-process on port 0.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace pdq::router {
+
+struct RouterOptions {
+  std::string listen = "127.0.0.1:0";
+  std::string model;  // GGUF file whose tokenizer and chat template the router uses
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // A worker that misses this many heartbeats leaves rotation.
+  int missed_heartbeats_allowed = 3;
+};
+
+class Router {
+ public:
+  static absl::StatusOr<std::unique_ptr<Router>> Start(const RouterOptions& options);
+  // Stops accepting calls; those in flight are cancelled after a grace period.
+  virtual ~Router() = default;
+  virtual const std::string& address() const = 0;
+  // Workers in rotation (registered and heartbeating).
+  virtual int live_workers() const = 0;
+};
+
+int RouterMain(int argc, char** argv);
+
+}  // namespace pdq::router

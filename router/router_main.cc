@@ -1,0 +1,63 @@
+// The router process: flags, the tokenizer, the server; stops on SIGINT or
+// SIGTERM.
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "router/router.h"
+#include "server/server.h"
+#include "tools/flags.h"
+
+namespace pdq::router {
+
+int RouterMain(int argc, char** argv) {
+  server::BlockStopSignals();
+  LogProcessName() = "pdq-router";
+  const char* env_model = std::getenv("PDQ_MODEL");
+  std::string listen = "127.0.0.1:0",
+              model = env_model ? env_model : "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+              address_file;
+  int64_t heartbeat_ms = 500, missed = 3;
+  FlagParser flags("pdq-router",
+                   "The pdq router: serves pdq.v1.Pdq (Generate, Tokenize, GetModelInfo) and the "
+                   "worker Registry, with health and reflection.");
+  flags.String("listen", &listen, "gRPC host:port; port 0 picks a free one");
+  flags.String("model", &model, "GGUF file the workers serve (the router reads its tokenizer)");
+  flags.String("address-file", &address_file, "write the gRPC address here once serving");
+  flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
+  flags.Int("missed-heartbeats", &missed, 1, 100,
+            "heartbeats a worker may miss before it leaves rotation");
+  absl::Status parsed = flags.Parse(argc, argv, 1);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "pdq-router: error: %s\n", std::string(parsed.message()).c_str());
+    return 2;
+  }
+  RouterOptions o;
+  o.listen = listen;
+  o.model = model;
+  o.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+  o.missed_heartbeats_allowed = (int)missed;
+  absl::StatusOr<std::unique_ptr<Router>> router = Router::Start(o);
+  if (!router.ok()) {
+    std::fprintf(stderr, "pdq-router: error: %s\n", std::string(router.status().message()).c_str());
+    return 1;
+  }
+  LogLine(absl::StrCat("serving pdq.v1.Pdq on ", (*router)->address()));
+  if (!address_file.empty()) {
+    const std::string tmp = address_file + ".tmp";
+    std::ofstream(tmp) << (*router)->address() << "\n";
+    std::rename(tmp.c_str(), address_file.c_str());
+  }
+  const std::string sig = server::WaitForStopSignal();
+  LogLine(absl::StrCat(sig, ": stopping"));
+  router->reset();
+  LogLine("stopped");
+  return 0;
+}
+
+}  // namespace pdq::router

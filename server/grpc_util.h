@@ -1,0 +1,33 @@
+// Small conversions at the gRPC boundary: statuses (codes map one to one)
+// and deadlines.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace pdq::server {
+
+inline grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+inline absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+// The call's deadline; InfiniteFuture when it has none.
+inline absl::Time DeadlineOf(const grpc::ServerContextBase& ctx) {
+  const auto d = ctx.deadline();
+  if (d >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(d);
+}
+
+}  // namespace pdq::server

@@ -1,0 +1,35 @@
+// What every pdq server process shares: a gRPC server with grpc.health.v1 and
+// reflection, bounded message sizes and a resolved address; and the signals
+// that stop it.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pdq::server {
+
+struct GrpcServer {
+  std::unique_ptr<grpc::Server> server;
+  std::string address;  // host:port, the port resolved
+};
+
+// Largest request a server accepts; a bigger one gets RESOURCE_EXHAUSTED.
+constexpr int kMaxRequestBytes = 4 << 20;
+
+// Starts serving `services` on `listen` ("host:port", port 0: a free one),
+// plus the standard health service (reporting SERVING) and reflection.
+absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
+                                           const std::vector<grpc::Service*>& services);
+
+// Blocks SIGINT and SIGTERM in this thread and every thread it starts
+// later; call first thing in main.
+void BlockStopSignals();
+// Waits for SIGINT or SIGTERM (blocked by BlockStopSignals); returns its name.
+std::string WaitForStopSignal();
+
+}  // namespace pdq::server

@@ -1,0 +1,260 @@
+// `pdq up --config FILE`: starts pdq-router and the configured workers on
+// this machine (precision, threads and CPU pinning per worker), waits until
+// every worker is registered, prints the address, and stops them all on
+// SIGINT or SIGTERM, or when any of them exits.
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "pdq/v1/pdq.grpc.pb.h"
+#include "server/server.h"
+#include "tools/commands.h"
+
+namespace pdq {
+namespace {
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  std::string address_file;
+};
+
+absl::StatusOr<std::vector<int>> ParseCpus(const std::string& list) {
+  std::vector<int> cpus;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    std::vector<std::string> range = absl::StrSplit(part, '-');
+    int a, b;
+    if (range.size() > 2 || !absl::SimpleAtoi(range[0], &a) ||
+        !absl::SimpleAtoi(range.back(), &b) || a < 0 || b < a || b >= CPU_SETSIZE) {
+      return absl::InvalidArgumentError(absl::StrCat("bad cpu list '", list, "' (want 0-3,6)"));
+    }
+    for (int c = a; c <= b; ++c) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Starts `argv` with its output prefixed by nothing (the children log with
+// their own names) and, when `cpus` is not empty, pinned to them.
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::vector<int>& cpus) {
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    if (!cpus.empty()) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      for (int c : cpus) CPU_SET(c, &set);
+      sched_setaffinity(0, sizeof set, &set);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "pdq up: cannot run %s\n", args[0]);
+    _exit(127);
+  }
+  return pid;
+}
+
+// Waits for a file a child writes once it serves; false when the child
+// exited first or the time ran out.
+bool WaitForFile(const Child& c, std::chrono::seconds limit, std::string* content) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    std::ifstream in(c.address_file);
+    if (in && std::getline(in, *content) && !content->empty()) return true;
+    int status;
+    if (waitpid(c.pid, &status, WNOHANG) == c.pid) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+void StopAll(std::vector<Child>& children) {
+  // Workers first (they deregister), the router last.
+  for (auto it = children.rbegin(); it != children.rend(); ++it) {
+    if (it->pid > 0) kill(it->pid, SIGTERM);
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  for (Child& c : children) {
+    while (c.pid > 0) {
+      int status;
+      const pid_t r = waitpid(c.pid, &status, WNOHANG);
+      if (r == c.pid || r < 0) {
+        c.pid = -1;
+      } else if (std::chrono::steady_clock::now() > end) {
+        std::fprintf(stderr, "pdq up: %s did not stop in 15 s; killing it\n", c.name.c_str());
+        kill(c.pid, SIGKILL);
+        waitpid(c.pid, &status, 0);
+        c.pid = -1;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int UpCommand(int argc, char** argv) {
+  std::string config_path, address_file;
+  FlagParser flags("up",
+                   "Starts pdq-router and the workers of a config (deploy/local/*.json), waits "
+                   "until all are registered, prints the router's address, and stops them all "
+                   "on Ctrl-C or SIGTERM.");
+  flags.String("config", &config_path, "the deployment (JSON; see deploy/local/)");
+  flags.String("address-file", &address_file, "also write the router's address here when ready");
+  if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (config_path.empty()) return Fail("up", absl::InvalidArgumentError("--config is required"));
+  absl::StatusOr<std::string> text = ReadTextFile(config_path, "config");
+  if (!text.ok()) return Fail("up", text.status());
+  nlohmann::json cfg = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (cfg.is_discarded() || !cfg.is_object() || !cfg.contains("workers") ||
+      !cfg["workers"].is_array() || cfg["workers"].empty()) {
+    return Fail("up", absl::InvalidArgumentError(absl::StrCat(
+                          config_path, ": want a JSON object with a non-empty \"workers\" list")));
+  }
+  server::BlockStopSignals();
+  const std::string bin = std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  const std::string model = cfg.value("model", DefaultModelPath());
+  const std::string transport = cfg.value("kv_transport", std::string("tcp"));
+  const std::string host = cfg.value("host", std::string("127.0.0.1"));
+  char dir_template[] = "/tmp/pdq-up-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::vector<Child> children;
+  auto fail = [&](const std::string& why) {
+    StopAll(children);
+    std::filesystem::remove_all(dir);
+    return Fail("up", absl::UnavailableError(why));
+  };
+
+  Child router{"pdq-router", -1, dir + "/router"};
+  std::vector<std::string> rargs = {bin + "/pdq-router",
+                                    "--model",
+                                    model,
+                                    "--listen",
+                                    cfg.value("listen", host + ":50051"),
+                                    "--address-file",
+                                    router.address_file};
+  absl::StatusOr<pid_t> pid = Spawn(rargs, {});
+  if (!pid.ok()) return fail(std::string(pid.status().message()));
+  router.pid = *pid;
+  children.push_back(router);
+  std::string router_address;
+  if (!WaitForFile(children[0], std::chrono::seconds(30), &router_address)) {
+    return fail("the router did not start (see its log above)");
+  }
+
+  int index = 0;
+  for (const nlohmann::json& w : cfg["workers"]) {
+    if (!w.is_object()) return fail("each worker must be a JSON object");
+    const std::string role = w.value("role", std::string("both"));
+    Child c{absl::StrCat("worker ", index, " (", role, ")"), -1,
+            absl::StrCat(dir, "/worker", index)};
+    std::vector<std::string> args = {bin + (role == "prefill" ? "/pdq-prefill" : "/pdq-decode"),
+                                     "--role",
+                                     role,
+                                     "--model",
+                                     model,
+                                     "--precision",
+                                     w.value("precision", std::string("fp16")),
+                                     "--router",
+                                     router_address,
+                                     "--listen",
+                                     host + ":0",
+                                     "--kv-transport",
+                                     transport,
+                                     "--address-file",
+                                     c.address_file,
+                                     "--worker-id",
+                                     w.value("id", absl::StrCat(role, "-", index)),
+                                     "--threads",
+                                     std::to_string(w.value("threads", 0))};
+    if (w.contains("prefill_precision")) {
+      args.push_back("--prefill-precision");
+      args.push_back(w["prefill_precision"].get<std::string>());
+    }
+    if (w.contains("args") && w["args"].is_array()) {
+      for (const auto& a : w["args"]) args.push_back(a.get<std::string>());
+    }
+    absl::StatusOr<std::vector<int>> cpus = ParseCpus(w.value("cpus", std::string()));
+    if (!cpus.ok()) return fail(std::string(cpus.status().message()));
+    pid = Spawn(args, *cpus);
+    if (!pid.ok()) return fail(std::string(pid.status().message()));
+    c.pid = *pid;
+    children.push_back(c);
+    ++index;
+  }
+  for (size_t i = 1; i < children.size(); ++i) {
+    std::string addr;
+    if (!WaitForFile(children[i], std::chrono::seconds(600), &addr)) {
+      return fail(absl::StrCat(children[i].name, " did not start (see its log above)"));
+    }
+  }
+  // Every worker registered with the router.
+  auto stub = pdq::v1::Pdq::NewStub(
+      grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()));
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    pdq::v1::ModelInfo info;
+    if (stub->GetModelInfo(&ctx, {}, &info).ok() &&
+        info.live_workers() == (int)children.size() - 1) {
+      break;
+    }
+    if (std::chrono::steady_clock::now() > end) return fail("the workers did not all register");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("pdq up: serving on %s (%zu workers); Ctrl-C stops everything\n",
+              router_address.c_str(), children.size() - 1);
+  std::fflush(stdout);
+  if (!address_file.empty()) {
+    std::ofstream(address_file + ".tmp") << router_address << "\n";
+    std::rename((address_file + ".tmp").c_str(), address_file.c_str());
+  }
+
+  // Until a signal, or until a child exits on its own.
+  auto signalled = std::make_shared<std::atomic<bool>>(false);
+  std::thread([signalled] {
+    server::WaitForStopSignal();
+    *signalled = true;
+  }).detach();
+  for (;;) {
+    bool exited = false;
+    for (Child& c : children) {
+      int status;
+      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+        std::fprintf(stderr, "pdq up: %s exited (status %d); stopping the rest\n", c.name.c_str(),
+                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        c.pid = -1;
+        exited = true;
+      }
+    }
+    if (exited || *signalled) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  StopAll(children);
+  std::filesystem::remove_all(dir);
+  if (!address_file.empty()) std::filesystem::remove(address_file);
+  std::printf("pdq up: stopped\n");
+  return 0;
+}
+
+}  // namespace pdq

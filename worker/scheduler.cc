@@ -1,0 +1,623 @@
+#include "worker/scheduler.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/check.h"
+#include "common/log.h"
+#include "worker/text_stream.h"
+
+namespace pdq::worker {
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kPrefill:
+      return "prefill";
+    case Role::kDecode:
+      return "decode";
+    case Role::kBoth:
+      return "both";
+  }
+  return "?";
+}
+
+absl::StatusOr<Role> ParseRole(const std::string& name) {
+  if (name == "prefill") return Role::kPrefill;
+  if (name == "decode") return Role::kDecode;
+  if (name == "both") return Role::kBoth;
+  return absl::InvalidArgumentError(
+      absl::StrCat("role must be prefill, decode or both, not '", name, "'"));
+}
+
+namespace {
+
+enum class Kind { kPrefillOnly, kDecodeReservation, kBoth };
+enum class Stage { kQueued, kAwaitingKv, kSending, kDecoding };
+
+const char* ReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kContextFull:
+      return "context_full";
+  }
+  return "?";
+}
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+}  // namespace
+
+struct Scheduler::Sequence {
+  uint64_t key = 0;  // names the sequence in transport callbacks
+  Kind kind = Kind::kBoth;
+  Stage stage = Stage::kQueued;
+  std::string request_id;
+  SeqId seq = 0;
+  absl::Time arrival, deadline = absl::InfiniteFuture();
+
+  // Prefill.
+  std::vector<int32_t> prompt;
+  int64_t prompt_tokens = 0;
+  int64_t prefilled = 0;
+  SamplingParams first_sampling;
+  std::unique_ptr<kvtransfer::Outbound> outbound;
+  std::shared_ptr<PrefillCall> call;
+  absl::Time compute_start, compute_end;
+  int32_t first_token = -1;
+
+  // Decode.
+  std::string reservation_id;
+  absl::Time lease_end = absl::InfiniteFuture();
+  std::unique_ptr<kvtransfer::Inbound> inbound;
+  bool kv_landed = false;
+  kvtransfer::KvNotice notice;
+  std::shared_ptr<TokenStream> stream;
+  GenerationParams params;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TextStream> text;
+  int32_t last_token = -1;
+  int64_t generated = 0;
+  absl::Time first_token_time, last_token_time;
+  absl::Time paused_since = absl::InfiniteFuture();
+  bool finished = false;
+};
+
+Scheduler::Scheduler(const SchedulerOptions& options, Context* prefill, Context* decode,
+                     std::unique_ptr<KvCache> kv, kvtransfer::Transport* transport)
+    : options_(options),
+      prefill_(prefill),
+      decode_(decode),
+      kv_(std::move(kv)),
+      transport_(transport) {
+  PDQ_CHECK(options_.role == Role::kDecode || prefill_ != nullptr);
+  PDQ_CHECK(options_.role == Role::kPrefill || decode_ != nullptr);
+  PDQ_CHECK(options_.role == Role::kBoth || transport_ != nullptr);
+  std::random_device rd;
+  id_salt_ = ((uint64_t)rd() << 32) ^ rd();
+  UpdateLoad();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Scheduler::Post(std::function<void()> command) {
+  {
+    std::lock_guard lock(mu_);
+    commands_.push_back(std::move(command));
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::Wake() {
+  {
+    std::lock_guard lock(mu_);
+    wake_ = true;
+  }
+  cv_.notify_all();
+}
+
+SchedulerLoad Scheduler::load() const {
+  SchedulerLoad l;
+  l.queued_prompt_tokens = queued_prompt_tokens_.load();
+  l.kv_blocks_free = kv_blocks_free_.load();
+  l.kv_blocks_total = kv_->num_blocks();
+  l.active_sequences = active_.load();
+  l.reservations = reservations_.load();
+  return l;
+}
+
+std::string Scheduler::NewId() {
+  std::mt19937_64 rng(id_salt_ ^ (++next_id_ * 0x9e3779b97f4a7c15ull));
+  return absl::StrFormat("%016x%016x", rng(), rng());
+}
+
+// ---- Commands ---------------------------------------------------------------
+
+void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Reservation>)> done) {
+  Post([this, args = std::move(args), done = std::move(done)] {
+    const int64_t ctx = decode_->model().config().max_context;
+    const int64_t tokens = std::min(ctx, args.prompt_tokens + args.max_tokens);
+    absl::StatusOr<SeqId> seq = kv_->ImportSequence(args.sender, tokens);
+    if (!seq.ok()) {
+      LogLine(absl::StrCat("request ", args.request_id,
+                           ": reservation refused: ", seq.status().message()));
+      done(seq.status());
+      return;
+    }
+    auto s = std::make_unique<Sequence>();
+    s->key = ++next_id_;
+    s->kind = Kind::kDecodeReservation;
+    s->stage = Stage::kAwaitingKv;
+    s->request_id = args.request_id;
+    s->seq = *seq;
+    s->arrival = absl::Now();
+    s->deadline = args.deadline;
+    s->prompt_tokens = args.prompt_tokens;
+    s->lease_end = std::min(args.deadline, s->arrival + options_.reservation_lease);
+    s->reservation_id = NewId();
+    Reservation r{s->reservation_id, NewId(), options_.reservation_lease};
+    kvtransfer::InboundSpec spec;
+    spec.token = r.transfer_token;
+    spec.tokens = args.prompt_tokens;
+    for (int l = 0; l < kv_->layout().num_layers; ++l) {
+      spec.layers.push_back(*kv_->LayerSpans(s->seq, l, args.prompt_tokens));
+    }
+    spec.done = [this, key = s->key](absl::Status st, const kvtransfer::KvNotice& n) {
+      Post([this, key, st, n] {
+        for (auto& s : sequences_) {
+          if (s->key != key || s->finished) continue;
+          s->inbound.reset();
+          if (!st.ok()) {
+            FinishSequence(*s, absl::UnavailableError(absl::StrCat(
+                                   "KV transfer from prefill failed: ", st.message())));
+          } else {
+            s->kv_landed = true;
+            s->notice = n;
+            if (s->stream) {
+              PDQ_CHECK(kv_->SetLength(s->seq, s->prompt_tokens).ok());
+              s->stage = Stage::kDecoding;
+              EmitToken(*s, n.first_token);
+            }
+          }
+        }
+      });
+    };
+    absl::StatusOr<std::unique_ptr<kvtransfer::Inbound>> in = transport_->Expect(std::move(spec));
+    if (!in.ok()) {
+      PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
+      done(in.status());
+      return;
+    }
+    s->inbound = std::move(*in);
+    LogLine(absl::StrCat("request ", s->request_id, ": reserved ", tokens, " tokens of KV for a ",
+                         args.prompt_tokens, "-token prompt"));
+    sequences_.push_back(std::move(s));
+    done(r);
+  });
+}
+
+void Scheduler::Release(std::string reservation_id, std::function<void(absl::Status)> done) {
+  Post([this, id = std::move(reservation_id), done = std::move(done)] {
+    for (auto& s : sequences_) {
+      if (s->reservation_id == id && !s->finished) {
+        FinishSequence(*s, absl::CancelledError("the reservation was released"));
+        done(absl::OkStatus());
+        return;
+      }
+    }
+    done(absl::NotFoundError(absl::StrCat("no reservation '", id, "'")));
+  });
+}
+
+void Scheduler::Decode(std::string reservation_id, GenerationParams params,
+                       std::shared_ptr<TokenStream> stream) {
+  Post([this, id = std::move(reservation_id), params = std::move(params),
+        stream = std::move(stream)]() mutable {
+    for (auto& s : sequences_) {
+      if (s->reservation_id != id || s->finished) continue;
+      if (s->stream) {
+        stream->Finish(absl::FailedPreconditionError("the reservation is already decoding"), {});
+        return;
+      }
+      s->stream = std::move(stream);
+      s->params = std::move(params);
+      s->deadline = std::min(s->deadline, s->params.deadline);
+      s->sampler = std::make_unique<Sampler>(s->params.sampling);
+      s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
+      s->arrival = absl::Now();
+      if (s->kv_landed) {
+        PDQ_CHECK(kv_->SetLength(s->seq, s->prompt_tokens).ok());
+        s->stage = Stage::kDecoding;
+        EmitToken(*s, s->notice.first_token);
+      }
+      return;
+    }
+    stream->Finish(absl::NotFoundError(
+                       absl::StrCat("no reservation '", id, "' (expired, released or never made)")),
+                   {});
+  });
+}
+
+void Scheduler::Generate(std::vector<int32_t> prompt, GenerationParams params,
+                         std::shared_ptr<TokenStream> stream) {
+  Post([this, prompt = std::move(prompt), params = std::move(params),
+        stream = std::move(stream)]() mutable {
+    if (queued_prompt_tokens_.load() + (int64_t)prompt.size() > options_.max_queued_prompt_tokens) {
+      stream->Finish(absl::ResourceExhaustedError("the prefill queue is full"), {});
+      return;
+    }
+    const int64_t ctx = prefill_->model().config().max_context;
+    const SeqId seq = kv_->AddSequence();
+    const int64_t tokens = std::min(ctx, (int64_t)prompt.size() + params.max_tokens);
+    if (absl::Status r = kv_->Reserve(seq, tokens); !r.ok()) {
+      PDQ_CHECK(kv_->RemoveSequence(seq).ok());
+      stream->Finish(r, {});
+      return;
+    }
+    auto s = std::make_unique<Sequence>();
+    s->key = ++next_id_;
+    s->kind = Kind::kBoth;
+    s->request_id = params.request_id;
+    s->seq = seq;
+    s->arrival = absl::Now();
+    s->deadline = params.deadline;
+    s->prompt_tokens = (int64_t)prompt.size();
+    s->prompt = std::move(prompt);
+    s->first_sampling = params.sampling;
+    s->stream = std::move(stream);
+    s->params = std::move(params);
+    s->sampler = std::make_unique<Sampler>(s->params.sampling);
+    s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
+    queued_prompt_tokens_ += s->prompt_tokens;
+    LogLine(absl::StrCat("request ", s->request_id, ": queued ", s->prompt_tokens,
+                         " prompt tokens (prefill and decode here)"));
+    sequences_.push_back(std::move(s));
+  });
+}
+
+void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
+  Post([this, args = std::move(args), call = std::move(call)]() mutable {
+    if (queued_prompt_tokens_.load() + (int64_t)args.prompt.size() >
+        options_.max_queued_prompt_tokens) {
+      call->Finish(absl::ResourceExhaustedError("the prefill queue is full"));
+      return;
+    }
+    const SeqId seq = kv_->AddSequence();
+    if (absl::Status r = kv_->Reserve(seq, (int64_t)args.prompt.size()); !r.ok()) {
+      PDQ_CHECK(kv_->RemoveSequence(seq).ok());
+      call->Finish(r);
+      return;
+    }
+    auto s = std::make_unique<Sequence>();
+    s->key = ++next_id_;
+    s->kind = Kind::kPrefillOnly;
+    s->request_id = args.request_id;
+    s->seq = seq;
+    s->arrival = absl::Now();
+    s->deadline = args.deadline;
+    s->prompt_tokens = (int64_t)args.prompt.size();
+    s->prompt = std::move(args.prompt);
+    s->first_sampling = args.sampling;
+    s->call = std::move(call);
+    // The connection and handshake run while the prompt waits and computes.
+    s->outbound = transport_->Connect(
+        args.kv_address, args.transfer_token, args.deadline, [this, key = s->key](absl::Status st) {
+          Post([this, key, st] {
+            for (auto& s : sequences_) {
+              if (s->key != key || s->finished) continue;
+              if (!st.ok()) {
+                FinishSequence(*s, absl::UnavailableError(absl::StrCat(
+                                       "KV transfer to decode failed: ", st.message())));
+              } else {
+                FinishSequence(*s, absl::OkStatus());
+              }
+            }
+          });
+        });
+    queued_prompt_tokens_ += s->prompt_tokens;
+    LogLine(absl::StrCat("request ", s->request_id, ": queued ", s->prompt_tokens,
+                         " prompt tokens for prefill, KV to ", args.kv_address));
+    sequences_.push_back(std::move(s));
+  });
+}
+
+// ---- The loop ---------------------------------------------------------------
+
+void Scheduler::Loop() {
+  absl::Time next_wake = absl::InfiniteFuture();
+  bool busy = false;
+  for (;;) {
+    std::deque<std::function<void()>> commands;
+    bool stopping;
+    {
+      std::unique_lock lock(mu_);
+      auto ready = [&] { return stopping_ || wake_ || !commands_.empty(); };
+      if (!busy) {
+        if (next_wake == absl::InfiniteFuture()) {
+          cv_.wait(lock, ready);
+        } else {
+          cv_.wait_until(lock, absl::ToChronoTime(next_wake), ready);
+        }
+      }
+      commands.swap(commands_);
+      wake_ = false;
+      stopping = stopping_;
+    }
+    for (auto& c : commands) c();
+    if (stopping) break;
+    next_wake = absl::InfiniteFuture();
+    Housekeeping(absl::Now(), &next_wake);
+    PrefillStep();
+    DecodeStep();
+    std::erase_if(sequences_, [](const auto& s) { return s->finished; });
+    busy = false;
+    for (const auto& s : sequences_) {
+      busy |= s->stage == Stage::kQueued ||
+              (s->stage == Stage::kDecoding && s->paused_since == absl::InfiniteFuture());
+    }
+    UpdateLoad();
+  }
+  for (;;) {
+    for (auto& s : sequences_) {
+      if (!s->finished) FinishSequence(*s, absl::UnavailableError("the worker is shutting down"));
+    }
+    sequences_.clear();
+    // Transport callbacks may still have queued commands; answer them too.
+    std::deque<std::function<void()>> commands;
+    {
+      std::lock_guard lock(mu_);
+      commands.swap(commands_);
+    }
+    if (commands.empty()) break;
+    for (auto& c : commands) c();
+  }
+}
+
+void Scheduler::Housekeeping(absl::Time now, absl::Time* next_wake) {
+  for (auto& sp : sequences_) {
+    Sequence& s = *sp;
+    if (s.finished) continue;
+    if ((s.stream && s.stream->Cancelled()) || (s.call && s.call->Cancelled())) {
+      FinishSequence(s, absl::CancelledError("the request was cancelled"));
+      continue;
+    }
+    if (now >= s.deadline) {
+      FinishSequence(s, absl::DeadlineExceededError("the request's deadline passed"));
+      continue;
+    }
+    if (s.stage == Stage::kAwaitingKv && !s.kv_landed && now >= s.lease_end) {
+      FinishSequence(
+          s, absl::UnavailableError("the KV did not arrive within the reservation's lease"));
+      continue;
+    }
+    if (s.stage == Stage::kAwaitingKv && s.kv_landed && !s.stream && now >= s.lease_end) {
+      FinishSequence(s, absl::UnavailableError("no Decode call came for the reservation"));
+      continue;
+    }
+    if (s.stage == Stage::kDecoding) {
+      if (s.stream->Unsent() >= options_.max_unsent_tokens) {
+        if (s.paused_since == absl::InfiniteFuture()) s.paused_since = now;
+        if (now - s.paused_since >= options_.stalled_stream_timeout) {
+          FinishSequence(s, absl::ResourceExhaustedError(absl::StrCat(
+                                "the client took no tokens for ",
+                                absl::FormatDuration(options_.stalled_stream_timeout))));
+          continue;
+        }
+        *next_wake = std::min(*next_wake, s.paused_since + options_.stalled_stream_timeout);
+      } else {
+        s.paused_since = absl::InfiniteFuture();
+      }
+    }
+    *next_wake = std::min(*next_wake, s.deadline);
+    if (s.stage == Stage::kAwaitingKv) *next_wake = std::min(*next_wake, s.lease_end);
+  }
+}
+
+void Scheduler::PrefillStep() {
+  struct Chunk {
+    Sequence* s;
+    int64_t n;
+    bool last;
+  };
+  std::vector<Chunk> chunks;
+  int64_t budget = options_.prefill_token_budget;
+  for (auto& sp : sequences_) {
+    Sequence& s = *sp;
+    if (s.finished || s.stage != Stage::kQueued || budget <= 0) continue;
+    const int64_t n = std::min(budget, s.prompt_tokens - s.prefilled);
+    chunks.push_back({&s, n, s.prefilled + n == s.prompt_tokens});
+    budget -= n;
+  }
+  if (chunks.empty()) return;
+  std::vector<BatchEntry> batch;
+  for (const Chunk& c : chunks) {
+    if (c.s->prefilled == 0) c.s->compute_start = absl::Now();
+    batch.push_back({c.s->seq, std::span<const int32_t>(c.s->prompt).subspan(c.s->prefilled, c.n),
+                     c.last ? 1 : 0});
+  }
+  // Each finished layer of a prompt's last chunk goes to its decode worker
+  // while the next layers compute.
+  prefill_->SetLayerObserver([&](int layer) {
+    for (const Chunk& c : chunks) {
+      if (c.last && c.s->outbound) {
+        c.s->outbound->PostLayer(layer, *kv_->LayerSpans(c.s->seq, layer, c.s->prompt_tokens));
+      }
+    }
+  });
+  const absl::Status all = prefill_->Forward(*kv_, batch, &logits_);
+  prefill_->SetLayerObserver(nullptr);
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Sequence& s = *chunks[i].s;
+    const absl::Status& st = all.ok() ? logits_.status[i] : all;
+    if (!st.ok()) {
+      FinishSequence(s, st);
+      continue;
+    }
+    s.prefilled += chunks[i].n;
+    queued_prompt_tokens_ -= chunks[i].n;
+    if (!chunks[i].last) continue;
+    s.compute_end = absl::Now();
+    Sampler first(s.first_sampling);
+    const int32_t token = s.kind == Kind::kBoth
+                              ? s.sampler->Sample(logits_.Row(i, 0), logits_.vocab_size)
+                              : first.Sample(logits_.Row(i, 0), logits_.vocab_size);
+    if (s.kind == Kind::kPrefillOnly) {
+      s.first_token = token;
+      s.stage = Stage::kSending;
+      s.outbound->PostDone({token, s.prompt_tokens, 0});
+    } else {
+      s.stage = Stage::kDecoding;
+      EmitToken(s, token);
+    }
+  }
+}
+
+void Scheduler::DecodeStep() {
+  std::vector<Sequence*> run;
+  for (auto& sp : sequences_) {
+    Sequence& s = *sp;
+    if (s.finished || s.stage != Stage::kDecoding || s.paused_since != absl::InfiniteFuture()) {
+      continue;
+    }
+    if ((int)run.size() == options_.max_decode_batch) break;
+    run.push_back(&s);
+  }
+  if (run.empty()) return;
+  // The ones that ran go to the back, so a full batch rotates fairly.
+  std::stable_partition(sequences_.begin(), sequences_.end(), [&](const auto& s) {
+    return std::find(run.begin(), run.end(), s.get()) == run.end();
+  });
+  step_tokens_.resize(run.size());
+  std::vector<BatchEntry> batch(run.size());
+  for (size_t i = 0; i < run.size(); ++i) {
+    step_tokens_[i] = run[i]->last_token;
+    batch[i] = {run[i]->seq, {&step_tokens_[i], 1}, 1};
+  }
+  const absl::Status all = decode_->Forward(*kv_, batch, &logits_);
+  for (size_t i = 0; i < run.size(); ++i) {
+    const absl::Status& st = all.ok() ? logits_.status[i] : all;
+    if (!st.ok()) {
+      FinishSequence(*run[i], st);
+      continue;
+    }
+    EmitToken(*run[i], run[i]->sampler->Sample(logits_.Row(i, 0), logits_.vocab_size));
+  }
+}
+
+void Scheduler::EmitToken(Sequence& s, int32_t token) {
+  const absl::Time now = absl::Now();
+  if (s.generated == 0) s.first_token_time = now;
+  const Tokenizer& tok = decode_->model().tokenizer();
+  const GenerationParams& p = s.params;
+  FinishReason reason = FinishReason::kLength;
+  bool done = false;
+  if ((!p.ignore_eos && tok.IsEndOfGeneration(token)) ||
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
+          p.stop_token_ids.end()) {
+    reason =
+        tok.IsEndOfGeneration(token) && !p.ignore_eos ? FinishReason::kEos : FinishReason::kStop;
+    done = true;
+  } else {
+    ++s.generated;
+    s.last_token = token;
+    s.last_token_time = now;
+    absl::StatusOr<std::string> text = s.text->Push(token);
+    if (!text.ok()) {
+      FinishSequence(s, text.status());
+      return;
+    }
+    std::string piece = std::move(*text);
+    if (s.text->stopped()) {
+      reason = FinishReason::kStop;
+      done = true;
+    } else if (s.generated >= p.max_tokens) {
+      reason = FinishReason::kLength;
+      done = true;
+    } else if (*kv_->Length(s.seq) + 1 > decode_->model().config().max_context) {
+      reason = FinishReason::kContextFull;
+      done = true;
+    }
+    if (done && !s.text->stopped()) piece += s.text->Finish();
+    s.stream->Send({token}, piece);
+  }
+  if (!done) return;
+  Summary sum;
+  sum.reason = reason;
+  sum.prompt_tokens = s.prompt_tokens;
+  sum.output_tokens = s.generated;
+  sum.ttft_seconds = Seconds(s.first_token_time - s.arrival);
+  sum.mean_tpot_seconds =
+      s.generated > 1 ? Seconds(s.last_token_time - s.first_token_time) / (s.generated - 1) : 0.0;
+  LogLine(
+      absl::StrFormat("request %s: finished (%s), %d prompt + %d output tokens, ttft %.1f ms, "
+                      "tpot %.1f ms",
+                      s.request_id, ReasonName(reason), s.prompt_tokens, s.generated,
+                      sum.ttft_seconds * 1e3, sum.mean_tpot_seconds * 1e3));
+  s.stream->Finish(absl::OkStatus(), sum);
+  s.stream = nullptr;
+  FinishSequence(s, absl::OkStatus());
+}
+
+void Scheduler::FinishSequence(Sequence& s, const absl::Status& status) {
+  if (s.finished) return;
+  s.finished = true;
+  if (s.stage == Stage::kQueued) queued_prompt_tokens_ -= s.prompt_tokens - s.prefilled;
+  // Abort transfers first: once the handles are gone nothing touches the
+  // blocks, and only then do they return to the pool.
+  s.inbound.reset();
+  s.outbound.reset();
+  if (s.stream) {
+    LogLine(absl::StrCat("request ", s.request_id, ": ", status.ToString()));
+    s.stream->Finish(status.ok() ? absl::InternalError("finished without a summary") : status, {});
+    s.stream = nullptr;
+  }
+  if (s.call) {
+    if (status.ok()) {
+      PrefillResult r;
+      r.first_token = s.first_token;
+      r.prompt_tokens = s.prompt_tokens;
+      r.prefill_seconds = Seconds(s.compute_end - s.compute_start);
+      r.transfer_seconds = Seconds(absl::Now() - s.compute_end);
+      LogLine(absl::StrFormat(
+          "request %s: prefilled %d tokens in %.1f ms, KV acknowledged %.1f ms "
+          "after compute",
+          s.request_id, s.prompt_tokens, r.prefill_seconds * 1e3, r.transfer_seconds * 1e3));
+      s.call->Finish(r);
+    } else {
+      LogLine(absl::StrCat("request ", s.request_id, ": prefill failed: ", status.ToString()));
+      s.call->Finish(status);
+    }
+    s.call = nullptr;
+  } else if (s.kind == Kind::kDecodeReservation && !status.ok()) {
+    LogLine(absl::StrCat("request ", s.request_id, ": reservation freed: ", status.message()));
+  }
+  PDQ_CHECK(kv_->RemoveSequence(s.seq).ok());
+}
+
+void Scheduler::UpdateLoad() {
+  kv_blocks_free_ = kv_->num_free_blocks();
+  int64_t active = 0, reservations = 0;
+  for (const auto& s : sequences_) {
+    if (s->finished) continue;
+    active += s->stage == Stage::kDecoding;
+    reservations += s->kind == Kind::kDecodeReservation && s->stage == Stage::kAwaitingKv;
+  }
+  active_ = active;
+  reservations_ = reservations;
+}
+
+}  // namespace pdq::worker

@@ -1,0 +1,161 @@
+// The worker process: parses flags, loads the model(s), creates the KV cache
+// and its transport, starts the scheduler and the gRPC server, and stops
+// cleanly on SIGINT or SIGTERM.
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "worker/worker_server.h"
+
+namespace pdq::worker {
+namespace {
+
+pdq::v1::Precision ToProto(Precision p) {
+  switch (p) {
+    case Precision::kFp16:
+      return pdq::v1::PRECISION_FP16;
+    case Precision::kW8A8:
+      return pdq::v1::PRECISION_W8A8;
+    case Precision::kW4A16:
+      return pdq::v1::PRECISION_W4A16;
+  }
+  return pdq::v1::PRECISION_UNSPECIFIED;
+}
+
+}  // namespace
+
+int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
+  server::BlockStopSignals();
+  LogProcessName() = program;
+  ModelFlags model_flags;
+  std::string role_name = RoleName(default_role), listen = "127.0.0.1:0", router, advertise,
+              kv_transport = "tcp", kv_listen, prefill_precision, address_file, worker_id;
+  int64_t kv_tokens = 65536, block_tokens = 16, budget = 2048, max_batch = 64, lease_s = 30,
+          stall_s = 30, max_unsent = 64;
+  FlagParser flags(program,
+                   absl::StrCat("A pdq ", RoleName(default_role),
+                                " worker: serves the DecodeWorker and PrefillWorker gRPC services "
+                                "(with health and reflection) and registers with a router."));
+  model_flags.Register(flags);
+  flags.String("role", &role_name,
+               "prefill, decode, or both (one process runs both phases: the monolithic baseline)");
+  flags.String("prefill-precision", &prefill_precision,
+               "role both: the precision prompts are computed at (default: --precision), so "
+               "one process can prefill at W8A8 and decode at W4A16");
+  flags.String("listen", &listen, "gRPC host:port; port 0 picks a free one");
+  flags.String("address-file", &address_file,
+               "write the gRPC address here once serving (for scripts and pdq up)");
+  flags.String("router", &router, "register with the router's gRPC address (host:port)");
+  flags.String("advertise-host", &advertise,
+               "the host the router should use for this worker (default: the --listen host)");
+  flags.String("worker-id", &worker_id, "this worker's name in the router (default: generated)");
+  flags.String("kv-transport", &kv_transport, "how KV caches travel: tcp");
+  flags.String("kv-listen", &kv_listen,
+               "host:port the KV transport listens on (default: the --listen host, port 0)");
+  flags.Int("kv-tokens", &kv_tokens, 16, int64_t{1} << 30,
+            "KV cache size in tokens, shared by all sequences");
+  flags.Int("block-tokens", &block_tokens, 1, 1024, "tokens per KV block");
+  flags.Int("prefill-budget", &budget, 1, 1 << 20,
+            "prompt tokens per prefill step; longer prompts run in chunks");
+  flags.Int("max-batch", &max_batch, 1, 4096, "sequences per decode step");
+  flags.Int("lease-seconds", &lease_s, 1, 3600,
+            "how long a decode reservation waits for its KV and its Decode call");
+  flags.Int("stall-seconds", &stall_s, 1, 3600,
+            "a stream whose client takes no tokens this long is cancelled");
+  flags.Int("max-unsent", &max_unsent, 1, 1 << 20,
+            "tokens a client may leave unread before its sequence pauses");
+  if (absl::Status parsed = flags.Parse(argc, argv, 1); flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  } else if (!parsed.ok()) {
+    std::fprintf(stderr, "%s: error: %s\n", program, std::string(parsed.message()).c_str());
+    return 2;
+  }
+  auto fail = [&](const absl::Status& s) {
+    std::fprintf(stderr, "%s: error: %s\n", program, std::string(s.message()).c_str());
+    return 1;
+  };
+  absl::StatusOr<Role> role = ParseRole(role_name);
+  if (!role.ok()) return fail(WithFlagNames(role.status(), {{"role", "--role"}}));
+  if (!prefill_precision.empty() && *role != Role::kBoth) {
+    return fail(absl::InvalidArgumentError("--prefill-precision needs --role both"));
+  }
+
+  // Models: one, or for role both at two precisions, two sharing one layout.
+  absl::StatusOr<LoadedModel> main_model = model_flags.Load(false);
+  if (!main_model.ok()) return fail(main_model.status());
+  LoadedModel prefill_model;
+  Context* prefill_ctx = main_model->ctx.get();
+  if (!prefill_precision.empty() && prefill_precision != model_flags.precision) {
+    absl::StatusOr<LoadedModel> m = model_flags.Load(false, prefill_precision);
+    if (!m.ok()) return fail(m.status());
+    prefill_model = std::move(*m);
+    prefill_ctx = prefill_model.ctx.get();
+  }
+  const Model& model = *main_model->model;
+  const KvLayout layout = model.kv_layout((int)block_tokens);
+  const int64_t blocks = (kv_tokens + block_tokens - 1) / block_tokens;
+  absl::StatusOr<std::unique_ptr<KvCache>> kv = KvCache::Create({layout, blocks});
+  if (!kv.ok()) return fail(kv.status());
+
+  std::unique_ptr<kvtransfer::Transport> transport;
+  if (*role != Role::kBoth) {
+    kvtransfer::TransportOptions to;
+    to.listen_address = kv_listen.empty() ? listen.substr(0, listen.rfind(':')) + ":0" : kv_listen;
+    to.layout = layout;
+    to.regions = (*kv)->MemoryRegions();
+    absl::StatusOr<std::unique_ptr<kvtransfer::Transport>> t =
+        kvtransfer::CreateTransport(kv_transport, to);
+    if (!t.ok()) return fail(WithFlagNames(t.status(), {{"transport", "--kv-transport"}}));
+    transport = std::move(*t);
+  }
+
+  SchedulerOptions so;
+  so.role = *role;
+  so.prefill_token_budget = budget;
+  so.max_decode_batch = (int)max_batch;
+  so.reservation_lease = absl::Seconds(lease_s);
+  so.stalled_stream_timeout = absl::Seconds(stall_s);
+  so.max_unsent_tokens = max_unsent;
+  Context* decode_ctx = *role == Role::kPrefill ? nullptr : main_model->ctx.get();
+  if (*role == Role::kDecode) prefill_ctx = nullptr;
+  auto scheduler =
+      std::make_unique<Scheduler>(so, prefill_ctx, decode_ctx, std::move(*kv), transport.get());
+
+  WorkerServerOptions wo;
+  wo.listen = listen;
+  wo.router = router;
+  wo.advertise_host = advertise;
+  wo.worker_id = worker_id;
+  wo.role = *role;
+  wo.precision = ToProto(model.precision());
+  wo.model_name = model.config().name;
+  wo.vocab_size = model.config().vocab_size;
+  wo.max_context = (int)model.config().max_context;
+  absl::StatusOr<std::unique_ptr<WorkerServer>> server =
+      WorkerServer::Start(wo, scheduler.get(), transport.get());
+  if (!server.ok()) return fail(WithFlagNames(server.status(), {{"listen", "--listen"}}));
+  LogLine(absl::StrCat(
+      RoleName(*role), " worker serving on ", (*server)->address(),
+      transport ? absl::StrCat(", KV over ", transport->name(), " at ", transport->address())
+                : std::string(),
+      ", ", blocks, " KV blocks of ", block_tokens, " tokens"));
+  if (!address_file.empty()) {
+    const std::string tmp = address_file + ".tmp";
+    std::ofstream(tmp) << (*server)->address() << "\n";
+    std::rename(tmp.c_str(), address_file.c_str());
+  }
+  const std::string sig = server::WaitForStopSignal();
+  LogLine(absl::StrCat(sig, ": stopping"));
+  server->reset();    // deregister, stop accepting, finish calls
+  scheduler.reset();  // fail what is left, free the KV
+  transport.reset();
+  LogLine("stopped");
+  return 0;
+}
+
+}  // namespace pdq::worker

@@ -1,0 +1,394 @@
+#include "worker/worker_server.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "server/grpc_util.h"
+#include "server/response_stream.h"
+
+namespace pdq::worker {
+namespace {
+
+using server::DeadlineOf;
+using server::ToGrpc;
+
+SamplingParams FromProto(const pdq::v1::SamplingParams& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  s.seed = p.seed();
+  return s;
+}
+
+pdq::v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kEos:
+      return pdq::v1::FINISH_REASON_EOS;
+    case FinishReason::kStop:
+      return pdq::v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return pdq::v1::FINISH_REASON_LENGTH;
+    case FinishReason::kContextFull:
+      return pdq::v1::FINISH_REASON_CONTEXT_FULL;
+  }
+  return pdq::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+// The scheduler's view of a gRPC response stream.
+class GrpcTokenStream : public TokenStream {
+ public:
+  GrpcTokenStream(std::shared_ptr<server::ResponseStream> s, std::string request_id)
+      : s_(std::move(s)), request_id_(std::move(request_id)) {}
+  void Send(const std::vector<int32_t>& ids, const std::string& text) override {
+    s_->SendDelta(ids, text);
+  }
+  void Finish(const absl::Status& status, const Summary& summary) override {
+    if (status.ok()) {
+      pdq::v1::GenerateResponse m;
+      pdq::v1::GenerateSummary* sum = m.mutable_summary();
+      sum->set_request_id(request_id_);
+      sum->set_finish_reason(ToProto(summary.reason));
+      sum->set_prompt_tokens((int32_t)summary.prompt_tokens);
+      sum->set_output_tokens((int32_t)summary.output_tokens);
+      sum->set_ttft_seconds(summary.ttft_seconds);
+      sum->set_mean_tpot_seconds(summary.mean_tpot_seconds);
+      s_->Send(std::move(m));
+    }
+    s_->Finish(ToGrpc(status));
+  }
+  int64_t Unsent() const override { return s_->unsent_tokens(); }
+  bool Cancelled() const override { return s_->cancelled(); }
+
+ private:
+  std::shared_ptr<server::ResponseStream> s_;
+  std::string request_id_;
+};
+
+// Checks what the scheduler would otherwise only find out late.
+absl::Status ValidateGeneration(const GenerationParams& p) {
+  if (p.max_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be at least 1, got ", p.max_tokens));
+  }
+  return ValidateSamplingParams(p.sampling);
+}
+
+}  // namespace
+
+class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::CallbackService {
+ public:
+  explicit DecodeService(WorkerServer& w) : w_(w) {}
+
+  grpc::ServerUnaryReactor* Reserve(grpc::CallbackServerContext* ctx,
+                                    const pdq::v1::ReserveRequest* req,
+                                    pdq::v1::ReserveResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (w_.options_.role != Role::kDecode || w_.transport_ == nullptr) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                   absl::StrCat("this is a ", RoleName(w_.options_.role),
+                                                " worker; reservations are for decode workers")));
+      return reactor;
+    }
+    absl::StatusOr<KvLayout> layout = KvLayout::Deserialize(req->kv_layout());
+    if (!layout.ok()) {
+      reactor->Finish(ToGrpc(
+          absl::InvalidArgumentError(absl::StrCat("kv_layout: ", layout.status().message()))));
+      return reactor;
+    }
+    if (req->prompt_tokens() < 1 || req->max_tokens() < 1) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "prompt_tokens and max_tokens must be at least 1"));
+      return reactor;
+    }
+    ReserveArgs args{req->request_id(), req->prompt_tokens(), req->max_tokens(), *layout,
+                     DeadlineOf(*ctx)};
+    w_.scheduler_->Reserve(std::move(args), [this, reactor, resp](absl::StatusOr<Reservation> r) {
+      if (r.ok()) {
+        resp->set_reservation_id(r->id);
+        resp->set_transfer_token(r->transfer_token);
+        resp->set_kv_address(w_.transport_->address());
+        resp->set_kv_transport(w_.transport_->name());
+        resp->set_lease_ms(absl::ToInt64Milliseconds(r->lease));
+      }
+      reactor->Finish(ToGrpc(r.status()));
+    });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Release(grpc::CallbackServerContext* ctx,
+                                    const pdq::v1::ReleaseRequest* req,
+                                    pdq::v1::ReleaseResponse*) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    w_.scheduler_->Release(req->reservation_id(),
+                           [reactor](absl::Status s) { reactor->Finish(ToGrpc(s)); });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* ctx,
+                                    const pdq::v1::GetLoadRequest*,
+                                    pdq::v1::WorkerLoad* resp) override {
+    const SchedulerLoad l = w_.scheduler_->load();
+    resp->set_queued_prompt_tokens(l.queued_prompt_tokens);
+    resp->set_kv_blocks_free(l.kv_blocks_free);
+    resp->set_kv_blocks_total(l.kv_blocks_total);
+    resp->set_active_sequences((int32_t)l.active_sequences);
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+  grpc::ServerWriteReactor<pdq::v1::GenerateResponse>* Decode(
+      grpc::CallbackServerContext* ctx, const pdq::v1::DecodeRequest* req) override {
+    Scheduler* sched = w_.scheduler_;
+    auto [reactor, stream] = server::ResponseStream::Create([sched] { sched->Wake(); });
+    GenerationParams p;
+    p.request_id = req->request_id();
+    p.sampling = FromProto(req->sampling());
+    p.max_tokens = req->max_tokens();
+    p.stop.assign(req->stop().begin(), req->stop().end());
+    p.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
+    p.ignore_eos = req->ignore_eos();
+    p.deadline = DeadlineOf(*ctx);
+    absl::Status valid = ValidateGeneration(p);
+    const bool local = req->prompt_size() > 0;
+    if (valid.ok() && local && w_.options_.role != Role::kBoth) {
+      valid = absl::FailedPreconditionError(
+          absl::StrCat("this is a ", RoleName(w_.options_.role),
+                       " worker; a prompt needs a worker of role both"));
+    }
+    if (valid.ok() && !local && w_.options_.role != Role::kDecode) {
+      valid = absl::FailedPreconditionError(absl::StrCat("this is a ", RoleName(w_.options_.role),
+                                                         " worker; it has no reservations"));
+    }
+    if (!valid.ok()) {
+      stream->Finish(ToGrpc(valid));
+      return reactor;
+    }
+    auto tokens = std::make_shared<GrpcTokenStream>(stream, req->request_id());
+    if (local) {
+      sched->Generate({req->prompt().begin(), req->prompt().end()}, std::move(p), tokens);
+    } else {
+      sched->Decode(req->reservation_id(), std::move(p), tokens);
+    }
+    return reactor;
+  }
+
+ private:
+  WorkerServer& w_;
+};
+
+class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackService {
+ public:
+  explicit PrefillService(WorkerServer& w) : w_(w) {}
+
+  // A unary call the scheduler can see cancelled.
+  class Call : public grpc::ServerUnaryReactor {
+   public:
+    struct State : PrefillCall {
+      std::mutex mu;
+      Call* reactor = nullptr;
+      pdq::v1::PrefillResponse* resp = nullptr;
+      std::atomic<bool> cancelled{false};
+      bool finished = false;
+      void Finish(const absl::StatusOr<PrefillResult>& r) override {
+        Call* call;
+        {
+          std::lock_guard lock(mu);
+          if (finished || reactor == nullptr) return;
+          finished = true;
+          call = reactor;
+          if (r.ok()) {
+            resp->set_first_token(r->first_token);
+            resp->set_prompt_tokens((int32_t)r->prompt_tokens);
+            resp->set_prefill_seconds(r->prefill_seconds);
+            resp->set_transfer_seconds(r->transfer_seconds);
+          }
+        }
+        // Outside the lock: OnDone may run inline, and it cannot run before this.
+        call->Finish(ToGrpc(r.status()));
+      }
+      bool Cancelled() const override { return cancelled.load(); }
+    };
+    Call(Scheduler* sched, pdq::v1::PrefillResponse* resp)
+        : sched_(sched), state_(std::make_shared<State>()) {
+      state_->reactor = this;
+      state_->resp = resp;
+    }
+    std::shared_ptr<State> state() { return state_; }
+    void OnCancel() override {
+      state_->cancelled = true;
+      sched_->Wake();
+    }
+    void OnDone() override {
+      {
+        std::lock_guard lock(state_->mu);
+        state_->reactor = nullptr;
+      }
+      delete this;
+    }
+
+   private:
+    Scheduler* sched_;
+    std::shared_ptr<State> state_;
+  };
+
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* ctx,
+                                    const pdq::v1::PrefillRequest* req,
+                                    pdq::v1::PrefillResponse* resp) override {
+    auto* call = new Call(w_.scheduler_, resp);
+    absl::Status valid;
+    if (w_.options_.role != Role::kPrefill) {
+      valid = absl::FailedPreconditionError(
+          absl::StrCat("this is a ", RoleName(w_.options_.role), " worker, not a prefill worker"));
+    } else if (req->prompt_size() == 0) {
+      valid = absl::InvalidArgumentError("the prompt is empty");
+    } else if (req->decode_kv_address().empty() || req->transfer_token().empty()) {
+      valid = absl::InvalidArgumentError("decode_kv_address and transfer_token are required");
+    } else if (req->decode_kv_transport() != w_.transport_->name()) {
+      valid = absl::FailedPreconditionError(
+          absl::StrCat("the decode worker's KV transport is '", req->decode_kv_transport(),
+                       "'; this worker's is '", w_.transport_->name(), "'"));
+    } else {
+      valid = ValidateSamplingParams(FromProto(req->sampling()));
+    }
+    if (!valid.ok()) {
+      call->state()->Finish(valid);
+      return call;
+    }
+    PrefillArgs args;
+    args.request_id = req->request_id();
+    args.prompt.assign(req->prompt().begin(), req->prompt().end());
+    args.sampling = FromProto(req->sampling());
+    args.kv_address = req->decode_kv_address();
+    args.transfer_token = req->transfer_token();
+    args.deadline = DeadlineOf(*ctx);
+    w_.scheduler_->Prefill(std::move(args), call->state());
+    return call;
+  }
+
+ private:
+  WorkerServer& w_;
+};
+
+absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
+    const WorkerServerOptions& options, Scheduler* scheduler, kvtransfer::Transport* transport) {
+  auto w = std::unique_ptr<WorkerServer>(new WorkerServer());
+  w->options_ = options;
+  w->scheduler_ = scheduler;
+  w->transport_ = transport;
+  if (w->options_.worker_id.empty()) {
+    std::random_device rd;
+    w->options_.worker_id =
+        absl::StrFormat("%s-%08x", RoleName(options.role), ((uint64_t)rd() << 16) ^ rd());
+  }
+  w->decode_ = std::make_unique<DecodeService>(*w);
+  w->prefill_ = std::make_unique<PrefillService>(*w);
+  absl::StatusOr<server::GrpcServer> g =
+      server::StartGrpcServer(options.listen, {w->decode_.get(), w->prefill_.get()});
+  if (!g.ok()) return g.status();
+  w->grpc_ = std::move(*g);
+  w->address_ = w->grpc_.address;
+  if (!options.advertise_host.empty()) {
+    w->address_ = absl::StrCat(options.advertise_host, w->address_.substr(w->address_.rfind(':')));
+  }
+  if (!options.router.empty())
+    w->registration_ = std::thread([p = w.get()] { p->RegistrationLoop(); });
+  return w;
+}
+
+WorkerServer::~WorkerServer() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (registration_.joinable()) registration_.join();
+  grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
+pdq::v1::WorkerInfo WorkerServer::Info() const {
+  pdq::v1::WorkerInfo info;
+  info.set_worker_id(options_.worker_id);
+  info.set_role(options_.role == Role::kPrefill  ? pdq::v1::ROLE_PREFILL
+                : options_.role == Role::kDecode ? pdq::v1::ROLE_DECODE
+                                                 : pdq::v1::ROLE_BOTH);
+  info.set_precision(options_.precision);
+  info.set_address(address_);
+  if (transport_ != nullptr) {
+    info.set_kv_transport(transport_->name());
+    info.set_kv_address(transport_->address());
+  }
+  info.set_kv_layout(scheduler_->kv().layout().Serialize());
+  info.set_kv_blocks_total(scheduler_->kv().num_blocks());
+  info.set_block_tokens(scheduler_->kv().layout().block_tokens);
+  info.set_model_name(options_.model_name);
+  info.set_vocab_size(options_.vocab_size);
+  info.set_max_context(options_.max_context);
+  return info;
+}
+
+void WorkerServer::RegistrationLoop() {
+  auto channel = grpc::CreateChannel(options_.router, grpc::InsecureChannelCredentials());
+  auto stub = pdq::v1::Registry::NewStub(channel);
+  bool registered = false;
+  absl::Duration interval = absl::Seconds(1);
+  std::string last_error;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      if (stopping_) break;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc::Status s;
+    if (!registered) {
+      pdq::v1::RegisterRequest req;
+      *req.mutable_worker() = Info();
+      pdq::v1::RegisterResponse resp;
+      s = stub->Register(&ctx, req, &resp);
+      if (s.ok()) {
+        registered = true;
+        interval = absl::Milliseconds(std::max(50, resp.heartbeat_interval_ms()));
+        LogLine(absl::StrCat("registered with the router at ", options_.router, " as ",
+                             options_.worker_id));
+      }
+    } else {
+      pdq::v1::HeartbeatRequest req;
+      req.set_worker_id(options_.worker_id);
+      const SchedulerLoad l = scheduler_->load();
+      req.mutable_load()->set_queued_prompt_tokens(l.queued_prompt_tokens);
+      req.mutable_load()->set_kv_blocks_free(l.kv_blocks_free);
+      req.mutable_load()->set_active_sequences((int32_t)l.active_sequences);
+      pdq::v1::HeartbeatResponse resp;
+      s = stub->Heartbeat(&ctx, req, &resp);
+      if (s.ok() && !resp.registered()) registered = false;
+    }
+    if (!s.ok() && s.error_message() != last_error) {
+      LogLine(absl::StrCat("router ", options_.router, " unreachable (", s.error_message(),
+                           "); retrying"));
+      last_error = s.error_message();
+      registered = false;
+    } else if (s.ok()) {
+      last_error.clear();
+    }
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::milliseconds(absl::ToInt64Milliseconds(interval)),
+                 [&] { return stopping_; });
+  }
+  if (registered) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    pdq::v1::DeregisterRequest req;
+    req.set_worker_id(options_.worker_id);
+    pdq::v1::DeregisterResponse resp;
+    (void)stub->Deregister(&ctx, req, &resp);
+  }
+}
+
+}  // namespace pdq::worker

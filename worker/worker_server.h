@@ -1,0 +1,70 @@
+// A worker process as a library: the DecodeWorker and PrefillWorker gRPC
+// services over a Scheduler, health and reflection, and registration with a
+// router (heartbeats carry the load). `pdq-prefill` and `pdq-decode` are thin
+// mains over WorkerMain; a test can start one in-process on port 0.
+#pragma once
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "pdq/v1/worker.grpc.pb.h"
+#include "server/server.h"
+#include "worker/scheduler.h"
+
+namespace pdq::worker {
+
+struct WorkerServerOptions {
+  std::string listen = "127.0.0.1:0";  // gRPC
+  // host:port of the router's Registry; empty: do not register.
+  std::string router;
+  // The host the router and peers should use for this worker; empty: the
+  // host of `listen`.
+  std::string advertise_host;
+  std::string worker_id;  // empty: generated
+  Role role = Role::kBoth;
+  pdq::v1::Precision precision = pdq::v1::PRECISION_FP16;
+  std::string model_name;
+  int vocab_size = 0;
+  int max_context = 0;
+};
+
+class WorkerServer {
+ public:
+  // `scheduler` and `transport` (null for role both) must outlive it.
+  static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerServerOptions& options,
+                                                             Scheduler* scheduler,
+                                                             kvtransfer::Transport* transport);
+  // Deregisters, stops accepting calls, cancels those in flight and waits.
+  ~WorkerServer();
+  const std::string& address() const { return address_; }
+
+ private:
+  class DecodeService;
+  class PrefillService;
+  WorkerServer() = default;
+  void RegistrationLoop();
+  pdq::v1::WorkerInfo Info() const;
+
+  WorkerServerOptions options_;
+  Scheduler* scheduler_ = nullptr;
+  kvtransfer::Transport* transport_ = nullptr;
+  std::unique_ptr<DecodeService> decode_;
+  std::unique_ptr<PrefillService> prefill_;
+  server::GrpcServer grpc_;
+  std::string address_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread registration_;
+};
+
+// The whole process: flags, model loading, KV cache, transport, scheduler,
+// server; runs until SIGINT or SIGTERM. `program` is "pdq-prefill" or
+// "pdq-decode", whose default role is `default_role`.
+int WorkerMain(int argc, char** argv, const char* program, Role default_role);
+
+}  // namespace pdq::worker
