@@ -162,14 +162,19 @@ TEST_P(TransportTest, AnUnknownTokenIsRefusedAndATokenIsGoodOnce) {
   ASSERT_TRUE(sent.Wait());
   EXPECT_EQ(sent.status.code(), absl::StatusCode::kPermissionDenied) << sent.status;
 
-  const SeqId dst = to.kv->AddSequence();
-  ASSERT_TRUE(to.kv->Reserve(dst, 4).ok());
+  const SeqId dst = to.kv->AddSequence(), src = from.kv->AddSequence();
+  ASSERT_TRUE(to.kv->Reserve(dst, 4).ok() && from.kv->Reserve(src, 4).ok());
   Outcome received, first, second;
   auto in = ExpectInto(to, dst, 4, "once", received);
   auto a =
       from.transport->Connect(to.transport->address(), "once", absl::Now() + kWait, Record(first));
-  // `a` holds the token now (it has not sent a byte of KV); a second
-  // connection with it is refused.
+  for (int l = 0; l < from.kv->layout().num_layers; ++l) {
+    a->PostLayer(l, *from.kv->LayerSpans(src, l, 4));
+  }
+  a->PostDone({1, 4, 0});
+  ASSERT_TRUE(first.Wait() && received.Wait());
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  // The token was used: a second connection with it is refused.
   auto b =
       from.transport->Connect(to.transport->address(), "once", absl::Now() + kWait, Record(second));
   ASSERT_TRUE(second.Wait());
