@@ -49,9 +49,7 @@ int RouterMain(int argc, char** argv) {
   }
   LogLine(absl::StrCat("serving pdq.v1.Pdq on ", (*router)->address()));
   if (!address_file.empty()) {
-    const std::string tmp = address_file + ".tmp";
-    std::ofstream(tmp) << (*router)->address() << "\n";
-    std::rename(tmp.c_str(), address_file.c_str());
+    server::WriteAddressFile(address_file, (*router)->address());
   }
   const std::string sig = server::WaitForStopSignal();
   LogLine(absl::StrCat(sig, ": stopping"));

@@ -4,6 +4,8 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include <csignal>
+#include <cstdio>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,6 +34,12 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
   out.server->GetHealthCheckService()->SetServingStatus(true);
   out.address = absl::StrCat(listen.substr(0, colon), ":", port);
   return out;
+}
+
+void WriteAddressFile(const std::string& path, const std::string& address) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << address << "\n";
+  std::rename(tmp.c_str(), path.c_str());
 }
 
 void BlockStopSignals() {

@@ -26,6 +26,10 @@ constexpr int kMaxRequestBytes = 4 << 20;
 absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
                                            const std::vector<grpc::Service*>& services);
 
+// Writes "address\n" to `path` through a rename, so a reader polling for the
+// file never sees it half written.
+void WriteAddressFile(const std::string& path, const std::string& address);
+
 // Blocks SIGINT and SIGTERM in this thread and every thread it starts
 // later; call first thing in main.
 void BlockStopSignals();

@@ -226,8 +226,7 @@ int UpCommand(int argc, char** argv) {
               router_address.c_str(), children.size() - 1);
   std::fflush(stdout);
   if (!address_file.empty()) {
-    std::ofstream(address_file + ".tmp") << router_address << "\n";
-    std::rename((address_file + ".tmp").c_str(), address_file.c_str());
+    server::WriteAddressFile(address_file, router_address);
   }
 
   // Until a signal, or until a child exits on its own.

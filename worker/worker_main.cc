@@ -145,9 +145,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
                 : std::string(),
       ", ", blocks, " KV blocks of ", block_tokens, " tokens"));
   if (!address_file.empty()) {
-    const std::string tmp = address_file + ".tmp";
-    std::ofstream(tmp) << (*server)->address() << "\n";
-    std::rename(tmp.c_str(), address_file.c_str());
+    server::WriteAddressFile(address_file, (*server)->address());
   }
   const std::string sig = server::WaitForStopSignal();
   LogLine(absl::StrCat(sig, ": stopping"));
