@@ -23,7 +23,7 @@ inline void LogLine(std::string_view message) {
   gettimeofday(&tv, nullptr);
   tm utc;
   gmtime_r(&tv.tv_sec, &utc);
-  char stamp[40];
+  char stamp[64];
   std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", utc.tm_year + 1900,
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                 (int)(tv.tv_usec / 1000));

@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -13,6 +14,7 @@
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"
 #include "server/grpc_util.h"
+#include "server/metrics.h"
 #include "server/response_stream.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
@@ -103,11 +105,14 @@ class Registry {
     return now - w.last_seen <= options_.heartbeat_interval * options_.missed_heartbeats_allowed;
   }
 
-  int live() const {
+  // Live workers of `role`; of every role when unspecified.
+  int live(v1::Role role = v1::ROLE_UNSPECIFIED) const {
     std::lock_guard lock(mu_);
     int n = 0;
     const absl::Time now = absl::Now();
-    for (const auto& [id, w] : workers_) n += Alive(*w, now);
+    for (const auto& [id, w] : workers_) {
+      n += Alive(*w, now) && (role == v1::ROLE_UNSPECIFIED || w->info.role() == role);
+    }
     return n;
   }
 
@@ -131,8 +136,11 @@ class Registry {
     auto score = [&](const Worker& w) {
       const double work = by_tokens ? (double)w.load.queued_prompt_tokens() + 1000.0 * w.in_flight
                                     : (double)w.load.active_sequences() + (double)w.in_flight;
-      return std::make_tuple(avoid.contains(w.info.worker_id()), work,
-                             -(double)w.load.kv_blocks_free());
+      // A worker whose connection just broke (killed, restarting) is still
+      // "alive" until its heartbeats lapse; use it only if nothing else is.
+      const bool unwanted = avoid.contains(w.info.worker_id()) ||
+                            w.channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
+      return std::make_tuple(unwanted, work, -(double)w.load.kv_blocks_free());
     };
     for (const auto& [id, w] : workers_) {
       if (!Alive(*w, now) || std::find(roles.begin(), roles.end(), w->info.role()) == roles.end()) {
@@ -193,6 +201,22 @@ class RegistryService : public v1::Registry::CallbackService {
 
 // ---- One Generate call ---------------------------------------------------------
 
+// The router's own figures (server/metrics.h has those every process keeps).
+struct RouterMetrics {
+  server::Gauge& in_flight = server::Metrics::Global().GetGauge(
+      "pdq_requests_in_flight", "Generate calls started and not yet answered.");
+  server::Counter& retries = server::Metrics::Global().GetCounter(
+      "pdq_retries_total", "Attempts retried on other workers after a failure before any token.");
+  server::Counter& prompt_tokens = server::Metrics::Global().GetCounter(
+      "pdq_prompt_tokens_total", "Prompt tokens of the requests answered OK.");
+  server::Counter& output_tokens = server::Metrics::Global().GetCounter(
+      "pdq_output_tokens_total", "Tokens streamed to clients.");
+  static RouterMetrics& Get() {
+    static RouterMetrics* m = new RouterMetrics;
+    return *m;
+  }
+};
+
 class GenerateCall;
 
 // One try at serving the request: a decode worker (and, unless it runs both
@@ -207,7 +231,8 @@ struct Attempt {
   v1::PrefillResponse prefill_resp;
   v1::DecodeRequest decode_req;
   bool failed = false;
-  int open_calls = 0;  // worker calls not yet completed
+  bool reserved = false;  // the decode worker holds a reservation for it
+  int open_calls = 0;     // worker calls not yet completed
   // The Reserve call is left to complete: cancelling it could lose a
   // reservation the worker made; OnReserved releases it instead.
   void CancelAll() {
@@ -230,6 +255,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
         start_(absl::Now()) {}
 
   void Start() {
+    RouterMetrics::Get().in_flight.Add(1);
     std::lock_guard lock(mu_);
     StartAttemptLocked();
   }
@@ -238,7 +264,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   void OnClientChange() {
     if (!out_->cancelled()) return;
     std::lock_guard lock(mu_);
-    if (attempt_) attempt_->CancelAll();
+    if (attempt_) AbandonLocked(attempt_);
     FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled"));
   }
 
@@ -320,6 +346,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       FailAttemptLocked(a, s, "decode worker " + a->decode->info.worker_id() + " reserve");
       return;
     }
+    a->reserved = true;
     v1::PrefillRequest& p = a->prefill_req;
     p.set_request_id(request_id_);
     for (int32_t t : prompt_) p.add_prompt(t);
@@ -337,8 +364,17 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     StartDecodeLocked(a);
   }
 
+  // Stops an attempt's worker calls and frees its reservation: a Decode
+  // call cancelled before it reached the worker would leave the
+  // reservation waiting out its lease.
+  void AbandonLocked(const std::shared_ptr<Attempt>& a) {
+    a->CancelAll();
+    if (a->reserved) ReleaseLocked(a);
+    a->reserved = false;
+  }
+
   // Frees a reservation nobody will use (fire and forget: its lease frees
-  // it anyway if this is lost).
+  // it anyway if this is lost; one already gone is NotFound, harmlessly).
   void ReleaseLocked(const std::shared_ptr<Attempt>& a) {
     struct Release {
       grpc::ClientContext ctx;
@@ -382,6 +418,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
         if (output_tokens_ == 0) first_token_ = now;
         last_token_ = now;
         output_tokens_ += n;
+        RouterMetrics::Get().output_tokens.Add(n);
       }
       relayed_ = true;
       out_->SendDelta({m.delta().token_ids().begin(), m.delta().token_ids().end()},
@@ -416,6 +453,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     v1::GenerateResponse m;
     *m.mutable_summary() = sum;
     out_->Send(std::move(m));
+    server::ObserveLatencies(sum.ttft_seconds(), sum.mean_tpot_seconds(), output_tokens_);
+    RouterMetrics::Get().prompt_tokens.Add(sum.prompt_tokens());
     LogLine(absl::StrFormat(
         "request %s: %s, %d prompt + %d output tokens, ttft %.1f ms, "
         "tpot %.2f ms",
@@ -430,12 +469,13 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   void FailAttemptLocked(const std::shared_ptr<Attempt>& a, const grpc::Status& s,
                          const std::string& who) {
     a->failed = true;
-    a->CancelAll();
+    AbandonLocked(a);
     LogLine(absl::StrCat("request ", request_id_, ": ", who, " failed: ", s.error_message(), " (",
                          (int)s.error_code(), ")"));
     const bool retryable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
     if (!relayed_ && retryable && attempts_ < 2 && !out_->cancelled()) {
+      RouterMetrics::Get().retries.Add();
       avoid_.insert(a->decode->info.worker_id());
       if (a->prefill) avoid_.insert(a->prefill->info.worker_id());
       EndAttemptIfIdleLocked(a);
@@ -463,6 +503,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     if (finished_) return;
     finished_ = true;
     if (!s.ok()) LogLine(absl::StrCat("request ", request_id_, ": ", s.error_message()));
+    RouterMetrics::Get().in_flight.Add(-1);
+    server::CountRequest(static_cast<absl::StatusCode>(s.error_code()));
     out_->Finish(s);
   }
 
@@ -485,22 +527,31 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
 
 // ---- The public service ------------------------------------------------------
 
-class PdqService : public v1::Pdq::CallbackService {
+// Generate and Tokenize take their requests raw, so that one protobuf
+// refuses gets a message (server/grpc_util.h).
+using PdqBase = v1::Pdq::WithRawCallbackMethod_Generate<
+    v1::Pdq::WithRawCallbackMethod_Tokenize<v1::Pdq::CallbackService>>;
+
+class PdqService : public PdqBase {
  public:
   PdqService(Registry& r, const Tokenizer& tok) : r_(r), tok_(tok) {}
 
-  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
-      grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) override {
+  server::ResponseStream::Reactor* Generate(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* raw) override {
     auto holder = std::make_shared<std::weak_ptr<GenerateCall>>();
     auto [reactor, out] = server::ResponseStream::Create([holder] {
       if (auto call = holder->lock()) call->OnClientChange();
     });
+    v1::GenerateRequest request;
+    grpc::Status valid = server::ParseRequest(*raw, &request);
+    const v1::GenerateRequest* req = &request;
     std::string id = req->request_id();
     if (id.empty()) id = absl::StrFormat("req-%d", ++next_id_);
     std::vector<int32_t> prompt;
-    grpc::Status valid = Validate(*req, &prompt);
+    if (valid.ok()) valid = Validate(*req, &prompt);
     if (!valid.ok()) {
       LogLine(absl::StrCat("request ", id, ": refused: ", valid.error_message()));
+      server::CountRequest(static_cast<absl::StatusCode>(valid.error_code()));
       out->Finish(valid);
       return reactor;
     }
@@ -513,14 +564,20 @@ class PdqService : public v1::Pdq::CallbackService {
     return reactor;
   }
 
-  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx,
-                                     const v1::TokenizeRequest* req,
-                                     v1::TokenizeResponse* resp) override {
+  grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
+                                     grpc::ByteBuffer* out) override {
     auto* reactor = ctx->DefaultReactor();
+    v1::TokenizeRequest req;
+    if (grpc::Status parsed = server::ParseRequest(*raw, &req); !parsed.ok()) {
+      reactor->Finish(parsed);
+      return reactor;
+    }
     absl::StatusOr<std::vector<int32_t>> ids =
-        req->has_chat() ? EncodeChat(req->chat()) : Encode(req->text());
+        req.has_chat() ? EncodeChat(req.chat()) : Encode(req.text());
     if (ids.ok()) {
-      for (int32_t t : *ids) resp->add_ids(t);
+      v1::TokenizeResponse resp;
+      for (int32_t t : *ids) resp.add_ids(t);
+      *out = server::ToByteBuffer(resp);
     }
     reactor->Finish(ToGrpc(ids.status()));
     return reactor;
@@ -647,9 +704,16 @@ class RouterImpl : public Router {
         server::StartGrpcServer(o.listen, {r->pdq_.get(), r->registry_service_.get()});
     if (!g.ok()) return g.status();
     r->grpc_ = std::move(*g);
+    for (v1::Role role : {v1::ROLE_PREFILL, v1::ROLE_DECODE, v1::ROLE_BOTH}) {
+      server::Metrics::Global().SetGaugeFunction(
+          "pdq_workers_live", "Registered workers that are heartbeating, by role.",
+          [r = r.get(), role] { return r->registry_.live(role); },
+          {{"role", absl::AsciiStrToLower(v1::Role_Name(role).substr(5))}});
+    }
     return r;
   }
   ~RouterImpl() override {
+    server::Metrics::Global().ClearGaugeFunctions("pdq_workers_live");
     grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   }
   const std::string& address() const override { return grpc_.address; }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "router/router.h"
+#include "server/metrics.h"
 #include "server/server.h"
 #include "tools/flags.h"
 
@@ -17,7 +18,7 @@ int RouterMain(int argc, char** argv) {
   const char* env_model = std::getenv("PDQ_MODEL");
   std::string listen = "127.0.0.1:0",
               model = env_model ? env_model : "models/SmolLM2-135M-Instruct.Q4_1.gguf",
-              address_file;
+              address_file, metrics_listen = "127.0.0.1:0", metrics_address_file;
   int64_t heartbeat_ms = 500, missed = 3;
   FlagParser flags("pdq-router",
                    "The pdq router: serves pdq.v1.Pdq (Generate, Tokenize, GetModelInfo) and the "
@@ -25,6 +26,10 @@ int RouterMain(int argc, char** argv) {
   flags.String("listen", &listen, "gRPC host:port; port 0 picks a free one");
   flags.String("model", &model, "GGUF file the workers serve (the router reads its tokenizer)");
   flags.String("address-file", &address_file, "write the gRPC address here once serving");
+  flags.String("metrics-listen", &metrics_listen,
+               "host:port for Prometheus /metrics over HTTP; port 0 picks a free one");
+  flags.String("metrics-address-file", &metrics_address_file,
+               "write the /metrics address here once serving");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
@@ -47,7 +52,18 @@ int RouterMain(int argc, char** argv) {
     std::fprintf(stderr, "pdq-router: error: %s\n", std::string(router.status().message()).c_str());
     return 1;
   }
-  LogLine(absl::StrCat("serving pdq.v1.Pdq on ", (*router)->address()));
+  absl::StatusOr<std::unique_ptr<server::MetricsServer>> metrics =
+      server::ServeMetrics(metrics_listen);
+  if (!metrics.ok()) {
+    std::fprintf(stderr, "pdq-router: error: --metrics-listen: %s\n",
+                 std::string(metrics.status().message()).c_str());
+    return 1;
+  }
+  LogLine(absl::StrCat("serving pdq.v1.Pdq on ", (*router)->address(), ", metrics at http://",
+                       (*metrics)->address(), "/metrics"));
+  if (!metrics_address_file.empty()) {
+    server::WriteAddressFile(metrics_address_file, (*metrics)->address());
+  }
   if (!address_file.empty()) {
     server::WriteAddressFile(address_file, (*router)->address());
   }

@@ -9,6 +9,8 @@ packages=(
   libpcre2-dev nlohmann-json3-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libucx-dev
+  # cpp-httplib: /metrics on every process, the OpenAI-compatible HTTP API.
+  libcpp-httplib-dev
   # oneDNN for bench/onednn_bench. Its CMake config calls
   # find_package(OpenCL REQUIRED); libdnnl-dev only recommends the OpenCL
   # headers and loader, which --no-install-recommends leaves out.

@@ -1,5 +1,10 @@
-// Small conversions at the gRPC boundary: statuses (codes map one to one)
-// and deadlines.
+// Small conversions at the gRPC boundary: statuses (codes map one to one),
+// deadlines, and messages of the methods served raw.
+//
+// The public methods take their request as bytes and parse it here, because
+// gRPC answers a request that protobuf refuses (a string field that is not
+// UTF-8, say) with a bare UNIMPLEMENTED; parsed here, the client learns
+// what is wrong.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -8,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "google/protobuf/message.h"
 
 namespace pdq::server {
 
@@ -29,5 +35,11 @@ inline absl::Time DeadlineOf(const grpc::ServerContextBase& ctx) {
   }
   return absl::FromChrono(d);
 }
+
+// Parses a raw request into `out`; INVALID_ARGUMENT naming the type when
+// it is not one.
+grpc::Status ParseRequest(const grpc::ByteBuffer& in, google::protobuf::Message* out);
+// Serializes a message for a raw method.
+grpc::ByteBuffer ToByteBuffer(const google::protobuf::Message& m);
 
 }  // namespace pdq::server

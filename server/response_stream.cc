@@ -1,5 +1,7 @@
 #include "server/response_stream.h"
 
+#include "server/grpc_util.h"
+
 namespace pdq::server {
 
 class ResponseStream::Impl : public ResponseStream::Reactor {
@@ -87,9 +89,10 @@ void ResponseStream::Pump(std::unique_lock<std::mutex>& lock) {
   Impl* r = reactor_;
   if (r == nullptr || writing_ || finished_) return;
   if (!queue_.empty() && !cancelled_) {
-    in_flight_ = std::move(queue_.front());
+    const pdq::v1::GenerateResponse& next = queue_.front();
+    in_flight_tokens_ = next.has_delta() ? next.delta().token_ids_size() : 0;
+    in_flight_ = ToByteBuffer(next);
     queue_.pop_front();
-    in_flight_tokens_ = in_flight_.has_delta() ? in_flight_.delta().token_ids_size() : 0;
     writing_ = true;
     lock.unlock();
     r->StartWrite(&in_flight_);

@@ -3,7 +3,8 @@
 // OnWriteDone), deltas queued behind a write coalesce into one message,
 // Finish happens once however cancellation and the writer race, and the
 // reactor deletes itself in OnDone while the producer keeps a handle that
-// outlives it.
+// outlives it. The methods it serves are raw (server/grpc_util.h): each
+// message is serialized as it is written.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -22,7 +23,7 @@ namespace pdq::server {
 
 class ResponseStream {
  public:
-  using Reactor = grpc::ServerWriteReactor<pdq::v1::GenerateResponse>;
+  using Reactor = grpc::ServerWriteReactor<grpc::ByteBuffer>;
   // A reactor to return from the handler, and the producer's handle to it.
   // `on_change` runs (on a gRPC thread, must not block) when the client
   // cancels or takes a message.
@@ -49,7 +50,7 @@ class ResponseStream {
   std::mutex mu_;
   Impl* reactor_ = nullptr;  // null after OnDone
   std::deque<pdq::v1::GenerateResponse> queue_;
-  pdq::v1::GenerateResponse in_flight_;
+  grpc::ByteBuffer in_flight_;
   int64_t in_flight_tokens_ = 0;
   bool writing_ = false;
   bool finish_requested_ = false;

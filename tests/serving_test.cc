@@ -1,157 +1,17 @@
 // The served system, as separate processes on this machine: pdq-router,
 // pdq-prefill and pdq-decode started on port 0, talked to over gRPC as a
 // client would. Greedy answers through router + prefill + decode match the
-// monolithic worker token for token; concurrent streams all complete; bad
-// input is refused with a message; cancelled requests return every KV block.
-#include <grpcpp/grpcpp.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
+// monolithic worker token for token over every KV transport; concurrent
+// streams all complete; bad input is refused with a message; cancelled
+// requests return every KV block. (Failures of processes and deadlines:
+// serving_faults_test.cc.)
+#include <tuple>
 
-#include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <thread>
+#include "kvtransfer/transport.h"
+#include "serving_cluster.h"
 
-#include "gtest/gtest.h"
-#include "pdq/v1/pdq.grpc.pb.h"
-#include "pdq/v1/worker.grpc.pb.h"
-
-namespace pdq {
+namespace pdq::testing {
 namespace {
-
-namespace v1 = pdq::v1;
-constexpr char kModel[] = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
-using Clock = std::chrono::steady_clock;
-
-// Processes started for one test, stopped (SIGTERM, then SIGKILL) at the end.
-class Cluster {
- public:
-  Cluster() {
-    char tmpl[] = "/tmp/pdq-serving-test-XXXXXX";
-    dir_ = mkdtemp(tmpl);
-  }
-  ~Cluster() {
-    for (pid_t p : pids_) kill(p, SIGTERM);
-    for (pid_t p : pids_) {
-      const auto end = Clock::now() + std::chrono::seconds(10);
-      int status;
-      while (waitpid(p, &status, WNOHANG) == 0) {
-        if (Clock::now() > end) {
-          ADD_FAILURE() << "process " << p << " did not stop on SIGTERM within 10 s";
-          kill(p, SIGKILL);
-          waitpid(p, &status, 0);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
-    }
-    std::filesystem::remove_all(dir_);
-  }
-
-  // Starts a binary of this build with `args` plus --address-file; returns
-  // its gRPC address once it serves ("" on failure).
-  std::string Start(const std::string& binary, std::vector<std::string> args) {
-    const std::string file = dir_ + "/addr" + std::to_string(pids_.size());
-    args.insert(args.begin(), std::string(PDQ_BIN_DIR) + "/" + binary);
-    args.push_back("--address-file");
-    args.push_back(file);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-    pids_.push_back(pid);
-    const auto end = Clock::now() + std::chrono::seconds(120);
-    while (Clock::now() < end) {
-      std::ifstream in(file);
-      std::string address;
-      if (in && std::getline(in, address) && !address.empty()) return address;
-      int status;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pids_.back() = -pid;
-        ADD_FAILURE() << binary << " exited before serving";
-        return "";
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    ADD_FAILURE() << binary << " did not start within 120 s";
-    return "";
-  }
-
-  std::string Router() { return Start("pdq-router", {"--model", kModel, "--heartbeat-ms", "200"}); }
-  std::string Worker(const std::string& router, const std::string& role,
-                     const std::string& precision, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"--role",    role,   "--precision", precision,
-                                     "--model",   kModel, "--router",    router,
-                                     "--threads", "1",    "--kv-tokens", "32768"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return Start(role == "prefill" ? "pdq-prefill" : "pdq-decode", args);
-  }
-
- private:
-  std::string dir_;
-  std::vector<pid_t> pids_;
-};
-
-std::unique_ptr<v1::Pdq::Stub> Client(const std::string& address) {
-  return v1::Pdq::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-}
-
-// Waits until `n` workers are registered with the router.
-bool WaitForWorkers(v1::Pdq::Stub& stub, int n) {
-  const auto end = Clock::now() + std::chrono::seconds(60);
-  while (Clock::now() < end) {
-    grpc::ClientContext ctx;
-    v1::ModelInfo info;
-    if (stub.GetModelInfo(&ctx, {}, &info).ok() && info.live_workers() == n) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
-
-struct Answer {
-  grpc::Status status;
-  std::vector<int32_t> tokens;
-  std::string text;
-  v1::GenerateSummary summary;
-};
-
-Answer Generate(v1::Pdq::Stub& stub, const v1::GenerateRequest& req, int timeout_s = 120) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
-  auto reader = stub.Generate(&ctx, req);
-  Answer a;
-  v1::GenerateResponse m;
-  while (reader->Read(&m)) {
-    if (m.has_delta()) {
-      a.tokens.insert(a.tokens.end(), m.delta().token_ids().begin(), m.delta().token_ids().end());
-      a.text += m.delta().text();
-    } else {
-      a.summary = m.summary();
-    }
-  }
-  a.status = reader->Finish();
-  return a;
-}
-
-v1::GenerateRequest Chat(const std::string& text, int max_tokens) {
-  v1::GenerateRequest r;
-  v1::ChatMessage* m = r.mutable_chat()->add_messages();
-  m->set_role("user");
-  m->set_content(text);
-  r.set_max_tokens(max_tokens);
-  return r;
-}
-
-const std::vector<std::string> kPrompts = {
-    "What is the capital of France?",
-    "Write a haiku about the sea.",
-    "List three prime numbers and explain why they are prime.",
-};
 
 class ServingTest : public ::testing::Test {
  protected:
@@ -160,27 +20,62 @@ class ServingTest : public ::testing::Test {
   }
 };
 
-// The disaggregated deployment answers exactly as the monolithic one.
+// The disaggregated deployment answers exactly as the monolithic one, over
+// every KV transport; what the processes count in /metrics agrees.
 void ExpectSameAnswers(const std::string& prefill_precision, const std::string& decode_precision) {
   Cluster c;
-  const std::string split = c.Router(), mono = c.Router();
-  ASSERT_FALSE(split.empty() || mono.empty());
-  ASSERT_FALSE(c.Worker(split, "prefill", prefill_precision).empty());
-  ASSERT_FALSE(c.Worker(split, "decode", decode_precision).empty());
-  ASSERT_FALSE(
-      c.Worker(mono, "both", decode_precision, {"--prefill-precision", prefill_precision}).empty());
-  auto a = Client(split), b = Client(mono);
-  ASSERT_TRUE(WaitForWorkers(*a, 2) && WaitForWorkers(*b, 1));
+  const Proc mono = c.Router();
+  ASSERT_TRUE(mono.ok());
+  ASSERT_TRUE(
+      c.Worker(mono.address, "both", decode_precision, {"--prefill-precision", prefill_precision})
+          .ok());
+  auto b = Client(mono.address);
+  ASSERT_TRUE(WaitForWorkers(*b, 1));
+  std::vector<Answer> want;
   for (const std::string& p : kPrompts) {
-    const Answer x = Generate(*a, Chat(p, 24)), y = Generate(*b, Chat(p, 24));
-    ASSERT_TRUE(x.status.ok()) << x.status.error_message();
-    ASSERT_TRUE(y.status.ok()) << y.status.error_message();
-    EXPECT_FALSE(x.tokens.empty());
-    EXPECT_EQ(x.tokens, y.tokens) << p << "\nsplit: " << x.text << "\nmonolithic: " << y.text;
-    EXPECT_EQ(x.text, y.text);
-    EXPECT_EQ(x.summary.finish_reason(), y.summary.finish_reason());
-    EXPECT_EQ(x.summary.output_tokens(), (int)x.tokens.size());
-    EXPECT_GT(x.summary.ttft_seconds(), 0.0);
+    want.push_back(Generate(*b, Chat(p, 24)));
+    ASSERT_TRUE(want.back().status.ok()) << want.back().status.error_message();
+    EXPECT_FALSE(want.back().tokens.empty());
+  }
+  for (const std::string& transport : kvtransfer::TransportNames()) {
+    SCOPED_TRACE("KV over " + transport);
+    const Proc split = c.Router();
+    ASSERT_TRUE(split.ok());
+    const Proc prefill =
+        c.Worker(split.address, "prefill", prefill_precision, {"--kv-transport", transport});
+    const Proc decode =
+        c.Worker(split.address, "decode", decode_precision, {"--kv-transport", transport});
+    ASSERT_TRUE(prefill.ok() && decode.ok());
+    auto a = Client(split.address);
+    ASSERT_TRUE(WaitForWorkers(*a, 2));
+    int64_t output_tokens = 0;
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      const Answer x = Generate(*a, Chat(kPrompts[i], 24));
+      const Answer& y = want[i];
+      ASSERT_TRUE(x.status.ok()) << x.status.error_message();
+      EXPECT_EQ(x.tokens, y.tokens)
+          << kPrompts[i] << "\nsplit: " << x.text << "\nmonolithic: " << y.text;
+      EXPECT_EQ(x.text, y.text);
+      EXPECT_EQ(x.summary.finish_reason(), y.summary.finish_reason());
+      EXPECT_EQ(x.summary.output_tokens(), (int)x.tokens.size());
+      EXPECT_GT(x.summary.ttft_seconds(), 0.0);
+      output_tokens += x.summary.output_tokens();
+    }
+    const int n = (int)kPrompts.size();
+    EXPECT_EQ(Metric(split.metrics, "pdq_requests_total{code=\"OK\"}"), n);
+    EXPECT_EQ(Metric(split.metrics, "pdq_output_tokens_total"), output_tokens);
+    EXPECT_EQ(Metric(split.metrics, "pdq_ttft_seconds_count"), n);
+    EXPECT_EQ(Metric(split.metrics, "pdq_workers_live{role=\"decode\"}"), 1);
+    EXPECT_EQ(Metric(prefill.metrics, "pdq_requests_total{code=\"OK\"}"), n);
+    EXPECT_EQ(Metric(decode.metrics, "pdq_requests_total{code=\"OK\"}"), n);
+    const double sent = Metric(prefill.metrics, "pdq_kv_bytes_sent_total");
+    EXPECT_GT(sent, 0);
+    EXPECT_EQ(Metric(decode.metrics, "pdq_kv_bytes_received_total"), sent);
+    EXPECT_EQ(Metric(prefill.metrics, "pdq_kv_transfer_seconds_count"), n);
+    EXPECT_EQ(Metric(decode.metrics, "pdq_generated_tokens_total"), output_tokens);
+    EXPECT_EQ(Metric(decode.metrics, "pdq_kv_blocks_free"),
+              Metric(decode.metrics, "pdq_kv_blocks_total"));
+    EXPECT_GT(Metric(decode.metrics, "process_resident_memory_bytes"), 0);
   }
 }
 
@@ -196,11 +91,11 @@ TEST_F(ServingTest, W8a8PrefillAndW4a16DecodeMatchOneProcessDoingBoth) {
 // concurrent streams gets exactly its answer alone.
 TEST_F(ServingTest, SixtyFourConcurrentStreamsAllComplete) {
   Cluster c;
-  const std::string router = c.Router();
-  ASSERT_FALSE(router.empty());
-  ASSERT_FALSE(c.Worker(router, "prefill", "w8a8").empty());
-  ASSERT_FALSE(c.Worker(router, "decode", "w4a16").empty());
-  auto stub = Client(router);
+  const Proc router = c.Router();
+  ASSERT_TRUE(router.ok());
+  ASSERT_TRUE(c.Worker(router.address, "prefill", "w8a8").ok());
+  ASSERT_TRUE(c.Worker(router.address, "decode", "w4a16").ok());
+  auto stub = Client(router.address);
   ASSERT_TRUE(WaitForWorkers(*stub, 2));
   std::vector<Answer> alone;
   for (const std::string& p : kPrompts) {
@@ -227,39 +122,12 @@ TEST_F(ServingTest, SixtyFourConcurrentStreamsAllComplete) {
   }
 }
 
-v1::WorkerLoad Load(const std::string& worker) {
-  auto stub =
-      v1::DecodeWorker::NewStub(grpc::CreateChannel(worker, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  v1::WorkerLoad load;
-  EXPECT_TRUE(stub->GetLoad(&ctx, {}, &load).ok());
-  return load;
-}
-
-// Every KV block of the worker comes back (bounded wait: the worker frees
-// them on its own thread after it sees the cancellation).
-void ExpectAllBlocksFree(const std::string& worker, const std::string& what) {
-  const auto end = Clock::now() + std::chrono::seconds(20);
-  v1::WorkerLoad l = Load(worker);
-  while (l.kv_blocks_free() != l.kv_blocks_total() && Clock::now() < end) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    l = Load(worker);
-  }
-  EXPECT_EQ(l.kv_blocks_free(), l.kv_blocks_total()) << what;
-  EXPECT_EQ(l.active_sequences(), 0) << what;
-}
-
 TEST_F(ServingTest, CancelledRequestsReturnEveryKvBlock) {
   Cluster c;
-  const std::string router = c.Router();
-  ASSERT_FALSE(router.empty());
-  const std::string prefill = c.Worker(router, "prefill", "fp16");
-  const std::string decode = c.Worker(router, "decode", "fp16");
-  ASSERT_FALSE(prefill.empty() || decode.empty());
-  auto stub = Client(router);
-  ASSERT_TRUE(WaitForWorkers(*stub, 2));
-  std::string long_text;
-  for (int i = 0; i < 50; ++i) long_text += "The quick brown fox jumps over the lazy dog. ";
+  const Split split = StartSplit(c, "fp16", "fp16");
+  ASSERT_TRUE(split.ok());
+  v1::Pdq::Stub* const stub = split.stub.get();
+  const std::string long_text = LongText(450);
   // Cancel at many points: during the prefill, around the KV transfer and
   // during the decode.
   for (int i = 0; i < 24; ++i) {
@@ -279,20 +147,14 @@ TEST_F(ServingTest, CancelledRequestsReturnEveryKvBlock) {
     const grpc::Status s = reader->Finish();
     EXPECT_TRUE(s.error_code() == grpc::StatusCode::CANCELLED || s.ok()) << s.error_message();
   }
-  ExpectAllBlocksFree(prefill, "prefill worker");
-  ExpectAllBlocksFree(decode, "decode worker");
-  const Answer after = Generate(*stub, Chat(kPrompts[1], 8));
-  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+  ExpectRecovered(split);
 }
 
 TEST_F(ServingTest, BadInputIsRefusedWithAMessageAndTheNextRequestSucceeds) {
   Cluster c;
-  const std::string router = c.Router();
-  ASSERT_FALSE(router.empty());
-  const std::string prefill = c.Worker(router, "prefill", "fp16");
-  const std::string decode = c.Worker(router, "decode", "fp16");
-  auto stub = Client(router);
-  ASSERT_TRUE(WaitForWorkers(*stub, 2));
+  const Split split = StartSplit(c, "fp16", "fp16");
+  ASSERT_TRUE(split.ok());
+  v1::Pdq::Stub* const stub = split.stub.get();
   struct Case {
     std::string what;
     v1::GenerateRequest req;
@@ -328,6 +190,9 @@ TEST_F(ServingTest, BadInputIsRefusedWithAMessageAndTheNextRequestSucceeds) {
   r = Chat("hi", 8);
   r.set_text(std::string(5 << 20, 'a'));
   cases.push_back({"oversized message", r, grpc::StatusCode::RESOURCE_EXHAUSTED, ""});
+  r = Chat("hi", 8);
+  r.set_text("caf\xc3 au lait \xff");  // protobuf sends it, logging an error here
+  cases.push_back({"invalid UTF-8", r, grpc::StatusCode::INVALID_ARGUMENT, "UTF-8"});
   for (const Case& k : cases) {
     const Answer a = Generate(*stub, k.req);
     EXPECT_EQ(a.status.error_code(), k.code) << k.what << ": " << a.status.error_message();
@@ -336,9 +201,29 @@ TEST_F(ServingTest, BadInputIsRefusedWithAMessageAndTheNextRequestSucceeds) {
     const Answer ok = Generate(*stub, Chat(kPrompts[0], 4));
     EXPECT_TRUE(ok.status.ok()) << "after " << k.what << ": " << ok.status.error_message();
   }
-  ExpectAllBlocksFree(prefill, "prefill worker");
-  ExpectAllBlocksFree(decode, "decode worker");
+  // A worker announcing a role or precision this router does not know.
+  auto registry = v1::Registry::NewStub(
+      grpc::CreateChannel(split.router.address, grpc::InsecureChannelCredentials()));
+  for (const auto& [role, precision, message] :
+       {std::tuple{99, (int)v1::PRECISION_FP16, "unknown role 99"},
+        std::tuple{(int)v1::ROLE_DECODE, 42, "unknown precision 42"}}) {
+    v1::RegisterRequest req;
+    v1::WorkerInfo& w = *req.mutable_worker();
+    w.set_worker_id("from-the-future");
+    w.set_role(static_cast<v1::Role>(role));
+    w.set_precision(static_cast<v1::Precision>(precision));
+    w.set_address("127.0.0.1:1");
+    w.set_kv_address("127.0.0.1:2");
+    w.set_vocab_size(49152);
+    w.set_max_context(8192);
+    grpc::ClientContext ctx;
+    v1::RegisterResponse resp;
+    const grpc::Status st = registry->Register(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_NE(st.error_message().find(message), std::string::npos) << st.error_message();
+  }
+  ExpectRecovered(split);
 }
 
 }  // namespace
-}  // namespace pdq
+}  // namespace pdq::testing

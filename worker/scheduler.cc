@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/log.h"
+#include "server/metrics.h"
 #include "worker/text_stream.h"
 
 namespace pdq::worker {
@@ -52,6 +53,44 @@ const char* ReasonName(FinishReason r) {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+int64_t SpanBytes(const std::vector<KvSpan>& spans) {
+  int64_t n = 0;
+  for (const KvSpan& s : spans) n += s.bytes;
+  return n;
+}
+
+// What the scheduler counts for /metrics (the load gauges are read from
+// load() by the server).
+struct WorkMetrics {
+  server::Metrics& m = server::Metrics::Global();
+  server::Counter& prefill_tokens =
+      m.GetCounter("pdq_prefill_tokens_total", "Prompt tokens computed by prefill.");
+  server::Histogram& prefill_seconds = m.GetHistogram(
+      "pdq_prefill_seconds", "Compute time of one prompt, from its first chunk to its last.",
+      server::LatencyBuckets());
+  server::Counter& generated_tokens =
+      m.GetCounter("pdq_generated_tokens_total", "Tokens streamed to callers.");
+  server::Counter& decode_steps = m.GetCounter(
+      "pdq_decode_steps_total", "Decode steps (each advances every running sequence).");
+  server::Counter& decode_step_rows = m.GetCounter("pdq_decode_step_sequences_total",
+                                                   "Sequences advanced, summed over decode steps.");
+  server::Histogram& decode_step_seconds = m.GetHistogram(
+      "pdq_decode_step_seconds", "Time of one decode step.", server::LatencyBuckets());
+  server::Counter& kv_sent =
+      m.GetCounter("pdq_kv_bytes_sent_total", "KV cache bytes posted to decode workers.");
+  server::Counter& kv_received =
+      m.GetCounter("pdq_kv_bytes_received_total", "KV cache bytes received and verified.");
+  server::Histogram& kv_transfer_seconds = m.GetHistogram(
+      "pdq_kv_transfer_seconds",
+      "Prefill side: from the end of a prompt's compute to the decode worker's "
+      "acknowledgement of its KV (the part of the transfer not hidden behind compute).",
+      server::LatencyBuckets());
+  static WorkMetrics& Get() {
+    static WorkMetrics* w = new WorkMetrics;
+    return *w;
+  }
+};
+
 }  // namespace
 
 struct Scheduler::Sequence {
@@ -76,6 +115,7 @@ struct Scheduler::Sequence {
   std::string reservation_id;
   absl::Time lease_end = absl::InfiniteFuture();
   std::unique_ptr<kvtransfer::Inbound> inbound;
+  int64_t kv_bytes = 0;  // what the transfer brings
   bool kv_landed = false;
   kvtransfer::KvNotice notice;
   std::shared_ptr<TokenStream> stream;
@@ -175,6 +215,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     spec.tokens = args.prompt_tokens;
     for (int l = 0; l < kv_->layout().num_layers; ++l) {
       spec.layers.push_back(*kv_->LayerSpans(s->seq, l, args.prompt_tokens));
+      s->kv_bytes += SpanBytes(spec.layers.back());
     }
     spec.done = [this, key = s->key](absl::Status st, const kvtransfer::KvNotice& n) {
       Post([this, key, st, n] {
@@ -185,6 +226,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
             FinishSequence(*s, absl::UnavailableError(absl::StrCat(
                                    "KV transfer from prefill failed: ", st.message())));
           } else {
+            WorkMetrics::Get().kv_received.Add(double(s->kv_bytes));
             s->kv_landed = true;
             s->notice = n;
             if (s->stream) {
@@ -454,7 +496,9 @@ void Scheduler::PrefillStep() {
   prefill_->SetLayerObserver([&](int layer) {
     for (const Chunk& c : chunks) {
       if (c.last && c.s->outbound) {
-        c.s->outbound->PostLayer(layer, *kv_->LayerSpans(c.s->seq, layer, c.s->prompt_tokens));
+        std::vector<KvSpan> spans = *kv_->LayerSpans(c.s->seq, layer, c.s->prompt_tokens);
+        WorkMetrics::Get().kv_sent.Add(double(SpanBytes(spans)));
+        c.s->outbound->PostLayer(layer, std::move(spans));
       }
     }
   });
@@ -469,8 +513,10 @@ void Scheduler::PrefillStep() {
     }
     s.prefilled += chunks[i].n;
     queued_prompt_tokens_ -= chunks[i].n;
+    WorkMetrics::Get().prefill_tokens.Add(double(chunks[i].n));
     if (!chunks[i].last) continue;
     s.compute_end = absl::Now();
+    WorkMetrics::Get().prefill_seconds.Observe(Seconds(s.compute_end - s.compute_start));
     Sampler first(s.first_sampling);
     const int32_t token = s.kind == Kind::kBoth
                               ? s.sampler->Sample(logits_.Row(i, 0), logits_.vocab_size)
@@ -507,7 +553,12 @@ void Scheduler::DecodeStep() {
     step_tokens_[i] = run[i]->last_token;
     batch[i] = {run[i]->seq, {&step_tokens_[i], 1}, 1};
   }
+  const absl::Time start = absl::Now();
   const absl::Status all = decode_->Forward(*kv_, batch, &logits_);
+  WorkMetrics& wm = WorkMetrics::Get();
+  wm.decode_step_seconds.Observe(Seconds(absl::Now() - start));
+  wm.decode_steps.Add();
+  wm.decode_step_rows.Add(double(run.size()));
   for (size_t i = 0; i < run.size(); ++i) {
     const absl::Status& st = all.ok() ? logits_.status[i] : all;
     if (!st.ok()) {
@@ -553,6 +604,7 @@ void Scheduler::EmitToken(Sequence& s, int32_t token) {
     }
     if (done && !s.text->stopped()) piece += s.text->Finish();
     s.stream->Send({token}, piece);
+    WorkMetrics::Get().generated_tokens.Add();
   }
   if (!done) return;
   Summary sum;
@@ -592,6 +644,7 @@ void Scheduler::FinishSequence(Sequence& s, const absl::Status& status) {
       r.prompt_tokens = s.prompt_tokens;
       r.prefill_seconds = Seconds(s.compute_end - s.compute_start);
       r.transfer_seconds = Seconds(absl::Now() - s.compute_end);
+      WorkMetrics::Get().kv_transfer_seconds.Observe(r.transfer_seconds);
       LogLine(absl::StrFormat(
           "request %s: prefilled %d tokens in %.1f ms, KV acknowledged %.1f ms "
           "after compute",

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "kernels/cpu/thread_pool.h"
+#include "server/metrics.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "worker/worker_server.h"
@@ -33,7 +34,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   LogProcessName() = program;
   ModelFlags model_flags;
   std::string role_name = RoleName(default_role), listen = "127.0.0.1:0", router, advertise,
-              kv_transport = "tcp", kv_listen, prefill_precision, address_file, worker_id;
+              kv_transport = "tcp", kv_listen, prefill_precision, address_file, worker_id,
+              metrics_listen = "127.0.0.1:0", metrics_address_file;
   int64_t kv_tokens = 65536, block_tokens = 16, budget = 2048, max_batch = 64, lease_s = 30,
           stall_s = 30, max_unsent = 64;
   FlagParser flags(program,
@@ -49,6 +51,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   flags.String("listen", &listen, "gRPC host:port; port 0 picks a free one");
   flags.String("address-file", &address_file,
                "write the gRPC address here once serving (for scripts and pdq up)");
+  flags.String("metrics-listen", &metrics_listen,
+               "host:port for Prometheus /metrics over HTTP; port 0 picks a free one");
+  flags.String("metrics-address-file", &metrics_address_file,
+               "write the /metrics address here once serving");
   flags.String("router", &router, "register with the router's gRPC address (host:port)");
   flags.String("advertise-host", &advertise,
                "the host the router should use for this worker (default: the --listen host)");
@@ -136,6 +142,12 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   wo.model_name = model.config().name;
   wo.vocab_size = model.config().vocab_size;
   wo.max_context = (int)model.config().max_context;
+  absl::StatusOr<std::unique_ptr<server::MetricsServer>> metrics =
+      server::ServeMetrics(metrics_listen);
+  if (!metrics.ok()) {
+    return fail(absl::Status(metrics.status().code(),
+                             absl::StrCat("--metrics-listen: ", metrics.status().message())));
+  }
   absl::StatusOr<std::unique_ptr<WorkerServer>> server =
       WorkerServer::Start(wo, scheduler.get(), transport.get());
   if (!server.ok()) return fail(WithFlagNames(server.status(), {{"listen", "--listen"}}));
@@ -143,7 +155,11 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
       RoleName(*role), " worker serving on ", (*server)->address(),
       transport ? absl::StrCat(", KV over ", transport->name(), " at ", transport->address())
                 : std::string(),
-      ", ", blocks, " KV blocks of ", block_tokens, " tokens"));
+      ", ", blocks, " KV blocks of ", block_tokens, " tokens, metrics at http://",
+      (*metrics)->address(), "/metrics"));
+  if (!metrics_address_file.empty()) {
+    server::WriteAddressFile(metrics_address_file, (*metrics)->address());
+  }
   if (!address_file.empty()) {
     server::WriteAddressFile(address_file, (*server)->address());
   }

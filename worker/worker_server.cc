@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "server/grpc_util.h"
+#include "server/metrics.h"
 #include "server/response_stream.h"
 
 namespace pdq::worker {
@@ -49,7 +50,10 @@ class GrpcTokenStream : public TokenStream {
     s_->SendDelta(ids, text);
   }
   void Finish(const absl::Status& status, const Summary& summary) override {
+    server::CountRequest(status.code());
     if (status.ok()) {
+      server::ObserveLatencies(summary.ttft_seconds, summary.mean_tpot_seconds,
+                               summary.output_tokens);
       pdq::v1::GenerateResponse m;
       pdq::v1::GenerateSummary* sum = m.mutable_summary();
       sum->set_request_id(request_id_);
@@ -81,7 +85,9 @@ absl::Status ValidateGeneration(const GenerationParams& p) {
 
 }  // namespace
 
-class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::CallbackService {
+// Decode writes through server::ResponseStream, which serves raw methods.
+class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbackMethod_Decode<
+                                        pdq::v1::DecodeWorker::CallbackService> {
  public:
   explicit DecodeService(WorkerServer& w) : w_(w) {}
 
@@ -143,10 +149,16 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::CallbackServic
     return reactor;
   }
 
-  grpc::ServerWriteReactor<pdq::v1::GenerateResponse>* Decode(
-      grpc::CallbackServerContext* ctx, const pdq::v1::DecodeRequest* req) override {
+  server::ResponseStream::Reactor* Decode(grpc::CallbackServerContext* ctx,
+                                          const grpc::ByteBuffer* raw) override {
     Scheduler* sched = w_.scheduler_;
     auto [reactor, stream] = server::ResponseStream::Create([sched] { sched->Wake(); });
+    pdq::v1::DecodeRequest request;
+    if (grpc::Status parsed = server::ParseRequest(*raw, &request); !parsed.ok()) {
+      stream->Finish(parsed);
+      return reactor;
+    }
+    const pdq::v1::DecodeRequest* req = &request;
     GenerationParams p;
     p.request_id = req->request_id();
     p.sampling = FromProto(req->sampling());
@@ -210,6 +222,7 @@ class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackServ
             resp->set_transfer_seconds(r->transfer_seconds);
           }
         }
+        server::CountRequest(r.status().code());
         // Outside the lock: OnDone may run inline, and it cannot run before this.
         call->Finish(ToGrpc(r.status()));
       }
@@ -297,12 +310,50 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   if (!options.advertise_host.empty()) {
     w->address_ = absl::StrCat(options.advertise_host, w->address_.substr(w->address_.rfind(':')));
   }
+  w->ExportLoad();
   if (!options.router.empty())
     w->registration_ = std::thread([p = w.get()] { p->RegistrationLoop(); });
   return w;
 }
 
+namespace {
+
+// What the autoscalers and the evaluation harness read, taken from the
+// scheduler when scraped.
+struct LoadGauge {
+  const char* name;
+  const char* help;
+  double (*read)(const SchedulerLoad&);
+};
+constexpr LoadGauge kLoadGauges[] = {
+    {"pdq_queued_prompt_tokens", "Prompt tokens waiting for prefill.",
+     [](const SchedulerLoad& l) { return double(l.queued_prompt_tokens); }},
+    {"pdq_kv_blocks_free", "KV cache blocks free.",
+     [](const SchedulerLoad& l) { return double(l.kv_blocks_free); }},
+    {"pdq_kv_blocks_total", "KV cache blocks in all.",
+     [](const SchedulerLoad& l) { return double(l.kv_blocks_total); }},
+    {"pdq_kv_blocks_used_ratio",
+     "Fraction of the KV cache's blocks held by sequences or reservations.",
+     [](const SchedulerLoad& l) {
+       return l.kv_blocks_total > 0 ? 1.0 - double(l.kv_blocks_free) / l.kv_blocks_total : 0.0;
+     }},
+    {"pdq_active_sequences", "Sequences decoding.",
+     [](const SchedulerLoad& l) { return double(l.active_sequences); }},
+    {"pdq_reservations", "Decode reservations waiting for their KV.",
+     [](const SchedulerLoad& l) { return double(l.reservations); }},
+};
+
+}  // namespace
+
+void WorkerServer::ExportLoad() {
+  for (const LoadGauge& g : kLoadGauges) {
+    server::Metrics::Global().SetGaugeFunction(
+        g.name, g.help, [s = scheduler_, read = g.read] { return read(s->load()); });
+  }
+}
+
 WorkerServer::~WorkerServer() {
+  for (const LoadGauge& g : kLoadGauges) server::Metrics::Global().ClearGaugeFunctions(g.name);
   {
     std::lock_guard lock(mu_);
     stopping_ = true;

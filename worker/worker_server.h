@@ -47,6 +47,8 @@ class WorkerServer {
   class PrefillService;
   WorkerServer() = default;
   void RegistrationLoop();
+  // Publishes the scheduler's load as /metrics gauges (cleared on destruction).
+  void ExportLoad();
   pdq::v1::WorkerInfo Info() const;
 
   WorkerServerOptions options_;
