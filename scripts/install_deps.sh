@@ -11,6 +11,8 @@ packages=(
   libucx-dev
   # cpp-httplib: /metrics on every process, the OpenAI-compatible HTTP API.
   libcpp-httplib-dev
+  # tests/netns_test: network namespaces joined by veth links.
+  iproute2
   # oneDNN for bench/onednn_bench. Its CMake config calls
   # find_package(OpenCL REQUIRED); libdnnl-dev only recommends the OpenCL
   # headers and loader, which --no-install-recommends leaves out.
