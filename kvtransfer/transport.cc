@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "common/hash.h"
 #include "kvtransfer/tcp/tcp_transport.h"
+#include "kvtransfer/ucx/ucx_transport.h"
 
 namespace pdq::kvtransfer {
 namespace {
@@ -15,6 +16,7 @@ struct Backend {
 };
 constexpr Backend kBackends[] = {
     {"tcp", &TcpTransport::Create},
+    {"ucx", &UcxTransport::Create},
 };
 
 }  // namespace

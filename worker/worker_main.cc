@@ -59,7 +59,9 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   flags.String("advertise-host", &advertise,
                "the host the router should use for this worker (default: the --listen host)");
   flags.String("worker-id", &worker_id, "this worker's name in the router (default: generated)");
-  flags.String("kv-transport", &kv_transport, "how KV caches travel: tcp");
+  flags.String(
+      "kv-transport", &kv_transport,
+      "how KV caches travel: tcp, or ucx (IPv4; keep its port on a network only workers reach)");
   flags.String("kv-listen", &kv_listen,
                "host:port the KV transport listens on (default: the --listen host, port 0)");
   flags.Int("kv-tokens", &kv_tokens, 16, int64_t{1} << 30,

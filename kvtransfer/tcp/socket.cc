@@ -38,10 +38,10 @@ struct AddrInfoDeleter {
   void operator()(addrinfo* a) const { freeaddrinfo(a); }
 };
 
-absl::StatusOr<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(const HostPort& hp,
-                                                                   bool passive) {
+absl::StatusOr<std::unique_ptr<addrinfo, AddrInfoDeleter>> Resolve(const HostPort& hp, bool passive,
+                                                                   int family = AF_UNSPEC) {
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
+  hints.ai_family = family;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = passive ? AI_PASSIVE : 0;
   addrinfo* res = nullptr;
@@ -110,16 +110,35 @@ absl::StatusOr<Fd> Listen(const std::string& address, int backlog) {
   return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", last));
 }
 
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
+}
+
+int PortOf(const sockaddr_storage& address) {
+  return address.ss_family == AF_INET6
+             ? ntohs(reinterpret_cast<const sockaddr_in6*>(&address)->sin6_port)
+             : ntohs(reinterpret_cast<const sockaddr_in*>(&address)->sin_port);
+}
+
+absl::StatusOr<SocketAddress> ResolveAddress(const std::string& address, bool passive, int family) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(address);
+  if (!hp.ok()) return hp.status();
+  auto ai = Resolve(*hp, passive, family);
+  if (!ai.ok()) return ai.status();
+  SocketAddress sa;
+  std::memcpy(&sa.storage, (*ai)->ai_addr, (*ai)->ai_addrlen);
+  sa.length = (*ai)->ai_addrlen;
+  return sa;
+}
+
 absl::StatusOr<std::string> LocalAddress(int fd, const std::string& host) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
     return absl::InternalError(absl::StrCat("getsockname: ", Errno()));
   }
-  const int port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                                            : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  const bool v6 = host.find(':') != std::string::npos;
-  return absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", port);
+  return JoinHostPort(host, PortOf(ss));
 }
 
 absl::StatusOr<Fd> ConnectTo(const std::string& address, absl::Time deadline) {

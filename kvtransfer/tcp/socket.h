@@ -3,6 +3,7 @@
 // shutdown() from another thread wakes the waiter at once.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <cstdint>
@@ -42,6 +43,20 @@ struct HostPort {
 };
 // "host:port", "[v6]:port". InvalidArgument naming the address otherwise.
 absl::StatusOr<HostPort> ParseHostPort(const std::string& address);
+
+// "host:port", the host in brackets when it is an IPv6 address.
+std::string JoinHostPort(const std::string& host, int port);
+// The port of an IPv4 or IPv6 socket address.
+int PortOf(const sockaddr_storage& address);
+// The first socket address of `family` (AF_UNSPEC: any) that `address`
+// ("host:port") resolves to; passive: an address to listen on (an empty host
+// is any). Unavailable naming the host.
+struct SocketAddress {
+  sockaddr_storage storage{};
+  socklen_t length = 0;
+};
+absl::StatusOr<SocketAddress> ResolveAddress(const std::string& address, bool passive,
+                                             int family = AF_UNSPEC);
 
 // A listening socket bound to `address` (port 0: any free port).
 absl::StatusOr<Fd> Listen(const std::string& address, int backlog);

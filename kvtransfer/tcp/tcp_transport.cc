@@ -2,16 +2,8 @@
 // connection on each side (bounded by max_connections), blocking I/O with
 // deadlines through poll(). The receiver reads each layer straight into the
 // reserved KV blocks and the sender writes straight from its own (writev),
-// so no byte is copied in user space.
-//
-// Wire format (little-endian), after connect:
-//   sender   hello: "PDQKVTCP", u32 version, KvLayout (40 bytes),
-//            u32 token length, token
-//   receiver reply: u32 status code, u32 message length, message
-//   sender   frames of 32 bytes: u32 type, i32 layer, i64 count, u64 checksum,
-//            i32 first token, u32 zero; a layer frame (count = bytes) is
-//            followed by the layer's spans; the done frame carries the notice
-//   receiver reply to the done frame, as above
+// so no byte is copied in user space. The bytes on the wire are
+// kvtransfer/wire.h's, with the magic "PDQKVTCP".
 #include "kvtransfer/tcp/tcp_transport.h"
 
 #include <fcntl.h>
@@ -19,9 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <bit>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -31,45 +21,26 @@
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
 #include "kvtransfer/tcp/socket.h"
+#include "kvtransfer/wire.h"
 
 namespace pdq::kvtransfer {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
-
-constexpr char kMagic[8] = {'P', 'D', 'Q', 'K', 'V', 'T', 'C', 'P'};
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHelloBytes = 8 + 4 + KvLayout::kSerializedBytes + 4;
-constexpr uint32_t kMaxToken = 256;
-constexpr uint32_t kMaxMessage = 4096;
-enum FrameType : uint32_t { kLayerFrame = 1, kDoneFrame = 2 };
-
-struct Frame {
-  uint32_t type = 0;
-  int32_t layer = 0;
-  int64_t count = 0;
-  uint64_t checksum = 0;
-  int32_t first_token = -1;
-  uint32_t zero = 0;
-};
-static_assert(sizeof(Frame) == 32);
+using wire::Frame;
+constexpr std::string_view kMagic = "PDQKVTCP";
 
 absl::Status SendStatus(int fd, const absl::Status& s, absl::Time deadline) {
-  const std::string msg(s.message().substr(0, kMaxMessage));
-  uint32_t head[2] = {(uint32_t)s.code(), (uint32_t)msg.size()};
-  iovec v[2] = {{head, sizeof head}, {const_cast<char*>(msg.data()), msg.size()}};
-  return WriteFull(fd, v, 2, deadline);
+  const std::string bytes = wire::EncodeStatus(s);
+  return WriteFull(fd, bytes.data(), bytes.size(), deadline);
 }
 
 absl::Status ReadStatus(int fd, absl::Time deadline) {
-  uint32_t head[2];
-  if (absl::Status r = ReadFull(fd, head, sizeof head, deadline); !r.ok()) return r;
-  if (head[0] > (uint32_t)absl::StatusCode::kUnauthenticated || head[1] > kMaxMessage) {
-    return absl::DataLossError("malformed reply from the KV peer");
-  }
-  std::string msg(head[1], '\0');
-  if (absl::Status r = ReadFull(fd, msg.data(), msg.size(), deadline); !r.ok()) return r;
-  return absl::Status((absl::StatusCode)head[0], msg);
+  char head[wire::kStatusHeadBytes];
+  PDQ_RETURN_IF_ERROR(ReadFull(fd, head, sizeof head, deadline));
+  PDQ_ASSIGN_OR_RETURN(const uint32_t message_bytes, wire::StatusMessageBytes(head));
+  std::string message(message_bytes, '\0');
+  PDQ_RETURN_IF_ERROR(ReadFull(fd, message.data(), message.size(), deadline));
+  return wire::DecodeStatus(head, std::move(message));
 }
 
 }  // namespace
@@ -95,8 +66,7 @@ class TcpTransport::TcpInbound : public Inbound {
       if (s_->fd >= 0) shutdown(s_->fd, SHUT_RDWR);
       s_->cv.wait(lock, [&] { return !s_->active; });
     }
-    std::lock_guard lock(t_->mu_);
-    t_->expected_.erase(s_->spec.token);
+    t_->expected_.Forget(*s_);
   }
 
  private:
@@ -136,29 +106,9 @@ TcpTransport::~TcpTransport() {
 }
 
 absl::StatusOr<std::unique_ptr<Inbound>> TcpTransport::Expect(InboundSpec spec) {
-  if (spec.token.empty() || spec.token.size() > kMaxToken) {
-    return absl::InvalidArgumentError("a KV transfer token must have 1 to 256 bytes");
-  }
-  if ((int)spec.layers.size() != options_.layout.num_layers || spec.tokens <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a KV transfer needs spans for all ",
-                                                   options_.layout.num_layers,
-                                                   " layers and at least one token"));
-  }
-  for (const auto& layer : spec.layers) {
-    for (const KvSpan& s : layer) {
-      if (s.region < 0 || s.region >= (int)options_.regions.size() || s.offset < 0 || s.bytes < 0 ||
-          s.offset + s.bytes > options_.regions[s.region].bytes) {
-        return absl::InvalidArgumentError("a KV span lies outside the registered regions");
-      }
-    }
-  }
-  auto state = std::make_shared<InboundState>();
-  state->spec = std::move(spec);
-  std::lock_guard lock(mu_);
-  if (!expected_.try_emplace(state->spec.token, state).second) {
-    return absl::InvalidArgumentError("this KV transfer token is already expected");
-  }
-  return std::unique_ptr<Inbound>(new TcpInbound(this, state));
+  PDQ_ASSIGN_OR_RETURN(std::shared_ptr<InboundState> state,
+                       expected_.Add(std::move(spec), options_));
+  return std::unique_ptr<Inbound>(new TcpInbound(this, std::move(state)));
 }
 
 void TcpTransport::AcceptLoop() {
@@ -184,38 +134,19 @@ void TcpTransport::AcceptLoop() {
 
 void TcpTransport::ServeConnection(int fd) {
   auto deadline = [&] { return absl::Now() + options_.io_timeout; };
-  // Hello.
-  char hello[kHelloBytes];
-  if (!ReadFull(fd, hello, sizeof hello, deadline()).ok()) return;
-  uint32_t version, token_len;
-  std::memcpy(&version, hello + 8, 4);
-  std::memcpy(&token_len, hello + 12 + KvLayout::kSerializedBytes, 4);
-  if (std::memcmp(hello, kMagic, 8) != 0 || version != kVersion || token_len == 0 ||
-      token_len > kMaxToken) {
-    (void)SendStatus(fd, absl::InvalidArgumentError("not a pdq KV transfer (tcp, version 1)"),
-                     deadline());
+  char hello_bytes[wire::kHelloBytes];
+  if (!ReadFull(fd, hello_bytes, sizeof hello_bytes, deadline()).ok()) return;
+  absl::StatusOr<wire::Hello> hello = wire::ParseHello(kMagic, "tcp", hello_bytes, options_.layout);
+  if (!hello.ok()) {
+    (void)SendStatus(fd, hello.status(), deadline());
     return;
   }
-  std::string token(token_len, '\0');
+  std::string token(hello->token_bytes, '\0');
   if (!ReadFull(fd, token.data(), token.size(), deadline()).ok()) return;
-  absl::Status layout_ok;
-  if (absl::StatusOr<KvLayout> theirs =
-          KvLayout::Deserialize(std::string_view(hello + 12, KvLayout::kSerializedBytes));
-      !theirs.ok()) {
-    layout_ok = theirs.status();
-  } else {
-    layout_ok = CheckKvCompatible(options_.layout, *theirs);
-  }
+  const absl::Status layout_ok = hello->layout;
 
   // Claim the transfer the token names; a token is good for one connection.
-  std::shared_ptr<InboundState> s;
-  {
-    std::lock_guard lock(mu_);
-    if (auto it = expected_.find(token); it != expected_.end()) {
-      s = it->second.lock();
-      expected_.erase(it);
-    }
-  }
+  std::shared_ptr<InboundState> s = expected_.Claim(token);
   if (s == nullptr) {
     (void)SendStatus(fd, absl::PermissionDeniedError("no KV transfer is expected for this token"),
                      deadline());
@@ -253,43 +184,19 @@ void TcpTransport::ServeConnection(int fd) {
 }
 
 absl::Status TcpTransport::ReceiveFrames(int fd, InboundState& s, KvNotice* notice) {
-  const InboundSpec& spec = s.spec;
-  std::vector<bool> received(spec.layers.size(), false);
-  uint64_t checksum = 0;
+  wire::FrameChecker checker(s.spec, options_.regions);
   for (;;) {
     Frame f;
     PDQ_RETURN_IF_ERROR(ReadFull(fd, &f, sizeof f, absl::Now() + options_.io_timeout));
-    if (f.type == kLayerFrame) {
-      if (f.layer < 0 || f.layer >= (int)spec.layers.size() || received[f.layer]) {
-        return absl::DataLossError(absl::StrCat("KV layer ", f.layer, " unexpected"));
-      }
-      const std::vector<KvSpan>& spans = spec.layers[f.layer];
-      int64_t bytes = 0;
-      for (const KvSpan& sp : spans) bytes += sp.bytes;
-      if (f.count != bytes) {
-        return absl::DataLossError(
-            absl::StrCat("KV layer ", f.layer, " has ", f.count, " bytes; ", bytes, " expected"));
-      }
-      for (const KvSpan& sp : spans) {
+    if (f.type == wire::kLayerFrame) {
+      PDQ_ASSIGN_OR_RETURN(const std::vector<KvSpan>* spans, checker.BeginLayer(f));
+      for (const KvSpan& sp : *spans) {
         std::byte* dst = options_.regions[sp.region].data + sp.offset;
         PDQ_RETURN_IF_ERROR(ReadFull(fd, dst, (size_t)sp.bytes, absl::Now() + options_.io_timeout));
       }
-      checksum = ChecksumSpans(options_.regions, spans, checksum);
-      received[f.layer] = true;
-    } else if (f.type == kDoneFrame) {
-      for (size_t l = 0; l < received.size(); ++l) {
-        if (!received[l]) {
-          return absl::DataLossError(absl::StrCat("KV done before layer ", l, " arrived"));
-        }
-      }
-      if (f.count != spec.tokens) {
-        return absl::DataLossError(
-            absl::StrCat("the sender sent ", f.count, " tokens of KV; ", spec.tokens, " expected"));
-      }
-      if (f.checksum != checksum) return absl::DataLossError("KV checksum mismatch");
-      notice->first_token = f.first_token;
-      notice->tokens = f.count;
-      notice->checksum = checksum;
+      checker.Landed(f.layer);
+    } else if (f.type == wire::kDoneFrame) {
+      PDQ_ASSIGN_OR_RETURN(*notice, checker.Done(f));
       return absl::OkStatus();
     } else {
       return absl::DataLossError("malformed KV frame");
@@ -320,18 +227,12 @@ class TcpTransport::TcpOutbound : public Outbound {
     thread_.join();
   }
   void PostLayer(int layer, std::vector<KvSpan> spans) override {
-    Post({kLayerFrame, layer, std::move(spans), {}});
+    Post({wire::kLayerFrame, layer, std::move(spans), {}});
   }
-  void PostDone(const KvNotice& notice) override { Post({kDoneFrame, 0, {}, notice}); }
+  void PostDone(const KvNotice& notice) override { Post({wire::kDoneFrame, 0, {}, notice}); }
 
  private:
-  struct Item {
-    FrameType type;
-    int layer;
-    std::vector<KvSpan> spans;
-    KvNotice notice;
-  };
-  void Post(Item item) {
+  void Post(wire::Posted item) {
     {
       std::lock_guard lock(mu_);
       queue_.push_back(std::move(item));
@@ -360,21 +261,14 @@ class TcpTransport::TcpOutbound : public Outbound {
       fd_ = fd->get();
     }
     auto io_deadline = [&] { return std::min(deadline_, absl::Now() + t_.options_.io_timeout); };
-    char hello[kHelloBytes];
-    std::memcpy(hello, kMagic, 8);
-    std::memcpy(hello + 8, &kVersion, 4);
-    const std::string layout = t_.options_.layout.Serialize();
-    std::memcpy(hello + 12, layout.data(), layout.size());
-    const uint32_t token_len = (uint32_t)token_.size();
-    std::memcpy(hello + 12 + layout.size(), &token_len, 4);
-    iovec hv[2] = {{hello, sizeof hello}, {token_.data(), token_.size()}};
-    PDQ_RETURN_IF_ERROR(WriteFull(fd->get(), hv, 2, io_deadline()));
+    const std::string hello = wire::EncodeHello(kMagic, t_.options_.layout, token_);
+    PDQ_RETURN_IF_ERROR(WriteFull(fd->get(), hello.data(), hello.size(), io_deadline()));
     PDQ_RETURN_IF_ERROR(ReadStatus(fd->get(), io_deadline()));
 
-    uint64_t checksum = 0;
+    wire::FrameMaker frames(t_.options_.regions);
     std::vector<iovec> iov;
     for (;;) {
-      Item item;
+      wire::Posted item;
       {
         std::unique_lock lock(mu_);
         // The sender's own compute paces the posts, so this wait is bounded
@@ -387,21 +281,15 @@ class TcpTransport::TcpOutbound : public Outbound {
         item = std::move(queue_.front());
         queue_.pop_front();
       }
-      Frame f;
-      f.type = item.type;
-      f.layer = item.layer;
-      if (item.type == kLayerFrame) {
+      if (item.type == wire::kLayerFrame) {
+        Frame f = frames.Layer(item.layer, item.spans);
         iov.assign(1, iovec{&f, sizeof f});
         for (const KvSpan& sp : item.spans) {
-          f.count += sp.bytes;
           iov.push_back({t_.options_.regions[sp.region].data + sp.offset, (size_t)sp.bytes});
         }
-        checksum = ChecksumSpans(t_.options_.regions, item.spans, checksum);
         PDQ_RETURN_IF_ERROR(WriteFull(fd->get(), iov.data(), (int)iov.size(), io_deadline()));
       } else {
-        f.count = item.notice.tokens;
-        f.checksum = checksum;
-        f.first_token = item.notice.first_token;
+        const Frame f = frames.Done(item.notice);
         PDQ_RETURN_IF_ERROR(WriteFull(fd->get(), &f, sizeof f, io_deadline()));
         return ReadStatus(fd->get(), io_deadline());
       }
@@ -415,7 +303,7 @@ class TcpTransport::TcpOutbound : public Outbound {
   std::function<void(absl::Status)> done_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Item> queue_;
+  std::deque<wire::Posted> queue_;
   bool aborted_ = false;
   int fd_ = -1;
   std::thread thread_;

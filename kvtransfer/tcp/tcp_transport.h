@@ -7,9 +7,9 @@
 #include <string>
 #include <thread>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "kvtransfer/expected_transfers.h"
 #include "kvtransfer/tcp/socket.h"
 #include "kvtransfer/transport.h"
 
@@ -45,10 +45,10 @@ class TcpTransport : public Transport {
   std::thread listener_;
   std::mutex mu_;
   std::condition_variable connections_done_;
-  absl::flat_hash_map<std::string, std::weak_ptr<InboundState>> expected_;  // guarded by mu_
-  absl::flat_hash_set<int> connection_fds_;                                 // guarded by mu_
-  int connections_ = 0;                                                     // guarded by mu_
-  bool stopping_ = false;                                                   // guarded by mu_
+  ExpectedTransfers<InboundState> expected_;
+  absl::flat_hash_set<int> connection_fds_;  // guarded by mu_
+  int connections_ = 0;                      // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
 };
 
 }  // namespace pdq::kvtransfer
