@@ -46,8 +46,9 @@ nlohmann::json LastJson(const std::string& out) {
 }
 
 TEST(CliTest, EveryCommandHasHelp) {
-  for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help",
-                          "drift --help", "quantize --help"}) {
+  for (const char* cmd :
+       {"--help", "generate --help", "perplexity --help", "bench-engine --help", "drift --help",
+        "quantize --help", "up --help", "client --help", "bench --help"}) {
     Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;

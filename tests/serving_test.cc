@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "kvtransfer/transport.h"
+#include "nlohmann/json.hpp"
 #include "serving_cluster.h"
 
 namespace pdq::testing {
@@ -147,6 +148,45 @@ TEST_F(ServingTest, CancelledRequestsReturnEveryKvBlock) {
     const grpc::Status s = reader->Finish();
     EXPECT_TRUE(s.error_code() == grpc::StatusCode::CANCELLED || s.ok()) << s.error_message();
   }
+  ExpectRecovered(split);
+}
+
+// pdq bench against a real deployment: exact prompt and output lengths,
+// every request recorded.
+TEST_F(ServingTest, PdqBenchSendsExactLengthsAndRecordsEveryRequest) {
+  Cluster c;
+  const Split split = StartSplit(c);
+  ASSERT_TRUE(split.ok());
+  char tmpl[] = "/tmp/pdq-bench-test-XXXXXX";
+  const std::string dir = mkdtemp(tmpl), json = dir + "/bench.json", text = dir + "/text.txt";
+  {
+    std::ofstream t(text);
+    for (int i = 0; i < 200; ++i) t << "Paris is the capital of France, and caf\u00e9 is French. ";
+  }
+  const std::string cmd = std::string(PDQ_BIN_DIR) + "/pdq bench --router " + split.router.address +
+                          " --concurrency 1,3 --requests 6 --warmup 1 --input-tokens 40"
+                          " --output-tokens 5 --text " +
+                          text + " --json " + json + " >" + dir + "/out.txt 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << json;
+  ASSERT_EQ(j["levels"].size(), 2u);
+  EXPECT_EQ(j["levels"][1]["concurrency"], 3);
+  // 2 levels x 6 counted requests, each exactly 40 in and 5 out.
+  ASSERT_EQ(j["requests"].size(), 12u);
+  for (const nlohmann::json& r : j["requests"]) {
+    EXPECT_TRUE(r["ok"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["prompt_tokens"], 40);
+    EXPECT_EQ(r["output_tokens"], 5);
+    EXPECT_EQ(r["gaps_s"].size(), 4u);
+    EXPECT_GT(r["ttft_s"].get<double>(), 0.0);
+  }
+  for (const nlohmann::json& l : j["levels"]) {
+    EXPECT_EQ(l["requests_ok"], 6);
+    EXPECT_GT(l["output_tokens_per_s"].get<double>(), 0.0);
+  }
+  std::filesystem::remove_all(dir);
   ExpectRecovered(split);
 }
 

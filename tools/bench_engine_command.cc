@@ -11,8 +11,8 @@
 #include "bench/roofline.h"
 #include "common/check.h"
 #include "engine/sampler.h"
-#include "kernels/cpu/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
 
@@ -53,8 +53,12 @@ std::vector<int32_t> BenchTokens(int64_t n, int vocab) {
 // One model's pp and tg runs over its own KV cache.
 class Runner {
  public:
-  Runner(Context& ctx, std::unique_ptr<KvCache> kv, std::vector<int32_t> prompt)
-      : ctx_(ctx), kv_(std::move(kv)), prompt_(std::move(prompt)) {}
+  Runner(Context& ctx, std::unique_ptr<KvCache> kv, std::vector<int32_t> prompt,
+         int64_t decode_context)
+      : ctx_(ctx),
+        kv_(std::move(kv)),
+        prompt_(std::move(prompt)),
+        decode_context_(decode_context) {}
 
   absl::Status Warmup() {
     const SeqId seq = kv_->AddSequence();
@@ -77,7 +81,8 @@ class Runner {
   }
 
   // `batch` sequences decode together, one token each per step, from an
-  // empty context (like llama-bench's tg); returns total tokens/s.
+  // empty context (like llama-bench's tg) or from --decode-context tokens;
+  // returns total tokens/s.
   absl::StatusOr<double> Decode(int64_t batch, int64_t gen_tokens) {
     const int vocab = ctx_.model().config().vocab_size;
     std::vector<SeqId> seqs(batch);
@@ -88,6 +93,14 @@ class Runner {
       tokens[b] = prompt_[b % prompt_.size()];
     }
     absl::Status s;
+    // Each sequence first holds decode_context_ tokens of KV (untimed), so
+    // the steps read as much KV as a server's do mid-answer.
+    std::vector<int32_t> history(decode_context_);
+    for (int64_t b = 0; b < batch && s.ok() && decode_context_ > 0; ++b) {
+      for (int64_t i = 0; i < decode_context_; ++i) history[i] = prompt_[(b + i) % prompt_.size()];
+      BatchEntry e{seqs[b], history, 1};
+      s = ctx_.ForwardAll(*kv_, {&e, 1}, &logits_);
+    }
     const auto t0 = Clock::now();
     for (int64_t i = 0; i < gen_tokens && s.ok(); ++i) {
       for (int64_t b = 0; b < batch; ++b) entries[b] = BatchEntry{seqs[b], {&tokens[b], 1}, 1};
@@ -104,6 +117,7 @@ class Runner {
   Context& ctx_;
   std::unique_ptr<KvCache> kv_;
   std::vector<int32_t> prompt_;
+  int64_t decode_context_ = 0;
   Logits logits_;
 };
 
@@ -122,7 +136,7 @@ int BenchEngineCommand(int argc, char** argv) {
                    "so the speed ratios come from one run.");
   ModelFlags mf;
   mf.Register(flags);
-  int64_t prompt_tokens = 512, gen_tokens = 128, reps = 3, batch = 1;
+  int64_t prompt_tokens = 512, gen_tokens = 128, reps = 3, batch = 1, decode_context = 0;
   bool json = false;
   std::string baseline;
   flags.Int("prompt-tokens", &prompt_tokens, 1, 1 << 20, "prompt length for the prefill test");
@@ -131,6 +145,9 @@ int BenchEngineCommand(int argc, char** argv) {
   flags.Int("batch", &batch, 1, 1024,
             "sequences decoding together in the decode test (tokens/s counts all of them);\n"
             "above 1, batch-1 decode is also measured for the batch speedup");
+  flags.Int("decode-context", &decode_context, 0, 1 << 20,
+            "tokens of KV each decoding sequence holds before the timed steps (0: none,\n"
+            "like llama-bench's tg; a server mid-answer reads more)");
   flags.String("baseline", &baseline,
                "also run this precision (fp16, w8a8 or w4a16; no --weights) and report\n"
                "speedups against it");
@@ -145,18 +162,19 @@ int BenchEngineCommand(int argc, char** argv) {
   if (!loaded.ok()) return Fail("bench-engine", loaded.status());
   Model& model = *loaded->model;
   const ModelConfig& c = model.config();
-  if (prompt_tokens > c.max_context || gen_tokens > c.max_context) {
+  if (prompt_tokens > c.max_context || decode_context + gen_tokens > c.max_context) {
     return Fail("bench-engine", absl::OutOfRangeError("test longer than the model's context"));
   }
   const std::vector<int32_t> prompt = BenchTokens(prompt_tokens, c.vocab_size);
-  const int64_t kv_tokens = std::max(prompt_tokens, gen_tokens * batch + 16 * batch);
+  const int64_t kv_tokens =
+      std::max(prompt_tokens, (decode_context + gen_tokens) * batch + 16 * batch);
   LoadedModel base;
   std::vector<Runner> runners;  // [0]: the model, [1]: the baseline
   runners.reserve(2);
   {
     auto kv = model.NewKvCache(kv_tokens);
     if (!kv.ok()) return Fail("bench-engine", kv.status());
-    runners.emplace_back(*loaded->ctx, std::move(*kv), prompt);
+    runners.emplace_back(*loaded->ctx, std::move(*kv), prompt, decode_context);
   }
   if (!baseline.empty()) {
     ModelFlags bf = mf;
@@ -167,7 +185,7 @@ int BenchEngineCommand(int argc, char** argv) {
     base = std::move(*b);
     auto kv = base.model->NewKvCache(kv_tokens);
     if (!kv.ok()) return Fail("bench-engine", kv.status());
-    runners.emplace_back(*base.ctx, std::move(*kv), prompt);
+    runners.emplace_back(*base.ctx, std::move(*kv), prompt, decode_context);
   }
 
   std::fprintf(stderr, "pdq: warming up\n");
@@ -241,8 +259,10 @@ int BenchEngineCommand(int argc, char** argv) {
   j["prefill_flops_per_token"] = flops_per_token;
   if (base.model) {
     nlohmann::json b = report(*base.model, series[1]);
-    j["prefill_speedup"] = j["prefill_tokens_per_s"].get<double>() / b["prefill_tokens_per_s"].get<double>();
-    j["decode_speedup"] = j["decode_tokens_per_s"].get<double>() / b["decode_tokens_per_s"].get<double>();
+    j["prefill_speedup"] =
+        j["prefill_tokens_per_s"].get<double>() / b["prefill_tokens_per_s"].get<double>();
+    j["decode_speedup"] =
+        j["decode_tokens_per_s"].get<double>() / b["decode_tokens_per_s"].get<double>();
     j["baseline"] = b;
   }
   if (json) {
@@ -257,11 +277,12 @@ int BenchEngineCommand(int argc, char** argv) {
     std::printf("  pp%-6lld %8.1f ± %.1f tokens/s  %6.1f GFLOP/s = %.1f%% of the FMA peak\n",
                 (long long)prompt_tokens, pp, r["prefill_tokens_per_s_stddev"].get<double>(),
                 pp * flops_per_token / 1e9, 100 * r["prefill_roofline_fraction"].get<double>());
-    std::printf("  tg%-6lld %8.1f ± %.1f tokens/s  %6.1f GB/s   = %.1f%% of the read bandwidth"
-                " (batch %lld)\n",
-                (long long)gen_tokens, tg, r["decode_tokens_per_s_stddev"].get<double>(),
-                tg / (double)batch * r["decode_weight_bytes_per_token"].get<double>() / 1e9,
-                100 * r["decode_roofline_fraction"].get<double>(), (long long)batch);
+    std::printf(
+        "  tg%-6lld %8.1f ± %.1f tokens/s  %6.1f GB/s   = %.1f%% of the read bandwidth"
+        " (batch %lld)\n",
+        (long long)gen_tokens, tg, r["decode_tokens_per_s_stddev"].get<double>(),
+        tg / (double)batch * r["decode_weight_bytes_per_token"].get<double>() / 1e9,
+        100 * r["decode_roofline_fraction"].get<double>(), (long long)batch);
     if (r.contains("batch_speedup")) {
       std::printf("  batch %lld decodes %.2fx the batch-1 rate (%.1f tokens/s)\n", (long long)batch,
                   r["batch_speedup"].get<double>(), r["decode_batch1_tokens_per_s"].get<double>());

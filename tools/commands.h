@@ -20,6 +20,7 @@ int DriftCommand(int argc, char** argv);
 int QuantizeCommand(int argc, char** argv);
 int ClientCommand(int argc, char** argv);
 int UpCommand(int argc, char** argv);
+int BenchCommand(int argc, char** argv);
 
 // A loaded model with a context on the command's thread pool.
 struct LoadedModel {

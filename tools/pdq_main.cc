@@ -17,6 +17,7 @@ constexpr char kUsage[] =
     "  quantize      write quantized weights (w8a8, w4a16) for workers to load\n"
     "  up            start a router and its workers from a config (deploy/local/)\n"
     "  client        stream an answer from a router\n"
+    "  bench         load-test a router: TTFT, TPOT, throughput, goodput\n"
     "\n"
     "Run `pdq <command> --help` for its flags. The default model is\n"
     "models/SmolLM2-135M-Instruct.Q4_1.gguf (override with --model or PDQ_MODEL).\n";
@@ -37,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "quantize") return pdq::QuantizeCommand(argc, argv);
   if (command == "client") return pdq::ClientCommand(argc, argv);
   if (command == "up") return pdq::UpCommand(argc, argv);
+  if (command == "bench") return pdq::BenchCommand(argc, argv);
   std::fprintf(stderr, "pdq: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -151,7 +151,9 @@ int UpCommand(int argc, char** argv) {
                                     "--listen",
                                     cfg.value("listen", host + ":50051"),
                                     "--address-file",
-                                    router.address_file};
+                                    router.address_file,
+                                    "--metrics-address-file",
+                                    router.address_file + ".metrics"};
   absl::StatusOr<pid_t> pid = Spawn(rargs, {});
   if (!pid.ok()) return fail(std::string(pid.status().message()));
   router.pid = *pid;
@@ -182,6 +184,8 @@ int UpCommand(int argc, char** argv) {
                                      transport,
                                      "--address-file",
                                      c.address_file,
+                                     "--metrics-address-file",
+                                     c.address_file + ".metrics",
                                      "--worker-id",
                                      w.value("id", absl::StrCat(role, "-", index)),
                                      "--threads",
@@ -224,6 +228,14 @@ int UpCommand(int argc, char** argv) {
   }
   std::printf("pdq up: serving on %s (%zu workers); Ctrl-C stops everything\n",
               router_address.c_str(), children.size() - 1);
+  // Each process wrote its /metrics address before its gRPC address.
+  for (const Child& c : children) {
+    std::string metrics;
+    std::ifstream in(c.address_file + ".metrics");
+    if (in && std::getline(in, metrics)) {
+      std::printf("pdq up: %s metrics at http://%s/metrics\n", c.name.c_str(), metrics.c_str());
+    }
+  }
   std::fflush(stdout);
   if (!address_file.empty()) {
     server::WriteAddressFile(address_file, router_address);
