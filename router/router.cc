@@ -29,6 +29,12 @@ grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
+// "prefill" for ROLE_PREFILL; "w4a16" for PRECISION_W4A16.
+std::string RoleLabel(v1::Role r) { return absl::AsciiStrToLower(v1::Role_Name(r).substr(5)); }
+std::string PrecisionLabel(v1::Precision p) {
+  return absl::AsciiStrToLower(v1::Precision_Name(p).substr(10));
+}
+
 // ---- Registry ----------------------------------------------------------------
 
 struct Worker {
@@ -114,6 +120,27 @@ class Registry {
       n += Alive(*w, now) && (role == v1::ROLE_UNSPECIFIED || w->info.role() == role);
     }
     return n;
+  }
+
+  // Every live worker, as last heard from.
+  std::vector<v1::WorkerStatus> Statuses() const {
+    std::lock_guard lock(mu_);
+    std::vector<v1::WorkerStatus> out;
+    const absl::Time now = absl::Now();
+    for (const auto& [id, w] : workers_) {
+      if (!Alive(*w, now)) continue;
+      v1::WorkerStatus& st = out.emplace_back();
+      st.set_worker_id(id);
+      st.set_role(RoleLabel(w->info.role()));
+      st.set_precision(PrecisionLabel(w->info.precision()));
+      st.set_address(w->info.address());
+      st.set_metrics_address(w->info.metrics_address());
+      st.set_kv_blocks_free(w->load.kv_blocks_free());
+      st.set_kv_blocks_total(w->load.kv_blocks_total());
+      st.set_queued_prompt_tokens(w->load.queued_prompt_tokens());
+      st.set_active_sequences(w->load.active_sequences());
+    }
+    return out;
   }
 
   // Any live worker's description of the model.
@@ -597,6 +624,7 @@ class PdqService : public PdqBase {
     resp->set_max_context(w->max_context());
     resp->set_kv_layout(w->kv_layout());
     resp->set_live_workers(r_.live());
+    for (v1::WorkerStatus& st : r_.Statuses()) *resp->add_workers() = std::move(st);
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -708,7 +736,7 @@ class RouterImpl : public Router {
       server::Metrics::Global().SetGaugeFunction(
           "pdq_workers_live", "Registered workers that are heartbeating, by role.",
           [r = r.get(), role] { return r->registry_.live(role); },
-          {{"role", absl::AsciiStrToLower(v1::Role_Name(role).substr(5))}});
+          {{"role", RoleLabel(role)}});
     }
     return r;
   }

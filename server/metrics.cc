@@ -260,6 +260,39 @@ class HttpMetricsServer : public MetricsServer {
 
 }  // namespace
 
+absl::StatusOr<std::map<std::string, double>> ScrapeMetrics(const std::string& address,
+                                                            int timeout_seconds) {
+  const size_t colon = address.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+    return absl::InvalidArgumentError(absl::StrCat("'", address, "' is not host:port"));
+  }
+  httplib::Client client(address.substr(0, colon), port);
+  client.set_connection_timeout(timeout_seconds);
+  client.set_read_timeout(timeout_seconds);
+  httplib::Result r = client.Get("/metrics");
+  if (!r || r->status != 200) {
+    return absl::UnavailableError(absl::StrCat(
+        "GET http://", address, "/metrics: ",
+        r ? absl::StrCat("status ", r->status) : httplib::to_string(r.error())));
+  }
+  std::map<std::string, double> samples;
+  size_t start = 0;
+  while (start < r->body.size()) {
+    size_t end = r->body.find('\n', start);
+    if (end == std::string::npos) end = r->body.size();
+    const std::string_view line(r->body.data() + start, end - start);
+    start = end + 1;
+    const size_t space = line.rfind(' ');
+    if (line.empty() || line[0] == '#' || space == std::string_view::npos) continue;
+    double v = 0;
+    if (absl::SimpleAtod(std::string(line.substr(space + 1)), &v)) {
+      samples[std::string(line.substr(0, space))] = v;
+    }
+  }
+  return samples;
+}
+
 absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(const std::string& listen) {
   auto server = std::make_unique<HttpMetricsServer>();
   if (absl::Status s = server->Start(listen); !s.ok()) return s;

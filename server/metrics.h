@@ -124,4 +124,10 @@ class MetricsServer {
 // it cannot.
 absl::StatusOr<std::unique_ptr<MetricsServer>> ServeMetrics(const std::string& listen);
 
+// Fetches http://address/metrics and returns every sample by its series
+// as written ("pdq_requests_total{code=\"OK\"}"). Unavailable when the
+// process does not answer within `timeout_seconds`.
+absl::StatusOr<std::map<std::string, double>> ScrapeMetrics(const std::string& address,
+                                                            int timeout_seconds = 10);
+
 }  // namespace pdq::server

@@ -80,6 +80,15 @@ TEST(MetricsTest, ServesMetricsAndHealthOverHttp) {
   r = client.Get("/nothing-here");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404);
+
+  // And read back by the scraper pdq bench uses.
+  absl::StatusOr<std::map<std::string, double>> samples = ScrapeMetrics(address);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ((*samples)["test_http_total"], 42);
+  EXPECT_GT((*samples)["process_resident_memory_bytes"], 0);
+  server->reset();
+  EXPECT_EQ(ScrapeMetrics(address, 2).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(ScrapeMetrics("no-port").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(MetricsTest, BadOrTakenAddressesAreClearErrors) {

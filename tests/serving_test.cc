@@ -152,7 +152,8 @@ TEST_F(ServingTest, CancelledRequestsReturnEveryKvBlock) {
 }
 
 // pdq bench against a real deployment: exact prompt and output lengths,
-// every request recorded.
+// every request recorded, an open loop at a rate, and the alternating
+// pattern's recovery checks passing.
 TEST_F(ServingTest, PdqBenchSendsExactLengthsAndRecordsEveryRequest) {
   Cluster c;
   const Split split = StartSplit(c);
@@ -186,6 +187,27 @@ TEST_F(ServingTest, PdqBenchSendsExactLengthsAndRecordsEveryRequest) {
     EXPECT_EQ(l["requests_ok"], 6);
     EXPECT_GT(l["output_tokens_per_s"].get<double>(), 0.0);
   }
+
+  // An open loop at a Poisson rate, then the alternating pattern's checks.
+  const std::string base = std::string(PDQ_BIN_DIR) + "/pdq bench --router " +
+                           split.router.address + " --input-tokens 24 --output-tokens 4 --text " +
+                           text;
+  const std::string rate =
+      base + " --rate 4 --requests 6 --warmup 0 --json " + json + " >" + dir + "/rate.txt 2>&1";
+  ASSERT_EQ(std::system(rate.c_str()), 0) << rate;
+  std::ifstream rate_in(json);
+  const nlohmann::json r = nlohmann::json::parse(rate_in, nullptr, false);
+  ASSERT_FALSE(r.is_discarded());
+  EXPECT_EQ(r["requests"].size(), 6u);
+  EXPECT_EQ(r["levels"][0]["rate"], 4.0);
+  const std::string alternate =
+      base + " --pattern alternate --cycles 2 --high 3 --low 1 >" + dir + "/alternate.txt 2>&1";
+  EXPECT_EQ(std::system(alternate.c_str()), 0) << alternate;
+  std::ifstream alt_in(dir + "/alternate.txt");
+  std::stringstream alt;
+  alt << alt_in.rdbuf();
+  EXPECT_NE(alt.str().find("cycle 2: every KV block back"), std::string::npos) << alt.str();
+  EXPECT_NE(alt.str().find("\nPASS\n"), std::string::npos) << alt.str();
   std::filesystem::remove_all(dir);
   ExpectRecovered(split);
 }

@@ -16,15 +16,19 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "pdq/v1/pdq.grpc.pb.h"
+#include "server/metrics.h"
 #include "tools/commands.h"
 
 namespace pdq {
@@ -112,11 +116,12 @@ Record RunOne(v1::Pdq::Stub& stub, const std::vector<int32_t>& prompt, int64_t o
   while (reader->Read(&m)) {
     if (!m.has_delta() || m.delta().token_ids_size() == 0) continue;
     const Clock::time_point now = Clock::now();
+    const int n = m.delta().token_ids_size();
     if (r.output_tokens == 0) {
       r.ttft = Since(start, now);
+      r.gaps.insert(r.gaps.end(), n - 1, 0.0);  // tokens that came with the first
     } else {
       // Tokens that arrive together share the gap.
-      const int n = m.delta().token_ids_size();
       for (int k = 0; k < n; ++k) r.gaps.push_back(Since(last, now) / n);
     }
     r.output_tokens += m.delta().token_ids_size();
@@ -179,9 +184,12 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
 }
 
 void PrintSummary(const nlohmann::json& s) {
+  // The first column: the concurrency, or the arrival rate of an open loop.
+  const std::string level = s.contains("rate") ? absl::StrFormat("%.3g/s", s["rate"].get<double>())
+                                               : absl::StrCat(s["concurrency"].get<int>());
   auto ms = [&](const char* k, const char* p) { return s[k][p].get<double>() * 1e3; };
-  std::printf("%5d %4lld/%-4lld %8.1f %8.1f %8.1f %7.2f %7.2f %7.2f %8.2f %9.1f %9.1f %8.2f\n",
-              s["concurrency"].get<int>(), (long long)s["requests_ok"].get<int64_t>(),
+  std::printf("%5s %4lld/%-4lld %8.1f %8.1f %8.1f %7.2f %7.2f %7.2f %8.2f %9.1f %9.1f %8.2f\n",
+              level.c_str(), (long long)s["requests_ok"].get<int64_t>(),
               (long long)(s["requests_ok"].get<int64_t>() + s["requests_failed"].get<int64_t>()),
               ms("ttft_s", "p50"), ms("ttft_s", "p90"), ms("ttft_s", "p99"), ms("tpot_s", "p50"),
               ms("tpot_s", "p90"), ms("tpot_s", "p99"), s["requests_per_s"].get<double>(),
@@ -190,30 +198,268 @@ void PrintSummary(const nlohmann::json& s) {
   std::fflush(stdout);
 }
 
+struct Workload {
+  const char* name;
+  int64_t input, output;
+};
+// The evaluation's three standard shapes; "custom" takes the flags.
+constexpr Workload kWorkloads[] = {
+    {"chat", 128, 512}, {"summarize", 2048, 32}, {"analysis", 2048, 512}};
+
+// Runs requests against one router and keeps their records.
+class Driver {
+ public:
+  Driver(v1::Pdq::Stub& stub, std::vector<std::vector<int32_t>> prompts, int64_t output_tokens,
+         int64_t timeout_s)
+      : stub_(stub),
+        prompts_(std::move(prompts)),
+        output_tokens_(output_tokens),
+        timeout_s_(timeout_s) {}
+
+  // `total` requests from `concurrency` clients sending back to back (rate
+  // 0), or arriving as a Poisson process of `rate` per second. The first
+  // `warmup` to finish are dropped; `seconds` is the counted span.
+  std::vector<Record> Run(int concurrency, double rate, int total, int warmup, const char* label,
+                          double* seconds) {
+    std::vector<Record> records(total);
+    std::atomic<int> next{0}, done{0};
+    const Clock::time_point start = Clock::now();
+    std::atomic<int64_t> counted_from_ns{0};
+    auto one = [&](int i) {
+      records[i] = RunOne(stub_, prompts_[(serial_ + i) % prompts_.size()], output_tokens_,
+                          timeout_s_, absl::StrCat("bench-", label, "-", serial_ + i), start);
+      records[i].level = concurrency;
+      if (++done == warmup) {
+        counted_from_ns =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+      }
+    };
+    std::vector<std::thread> threads;
+    if (rate > 0) {
+      // Open loop: arrivals do not wait for answers.
+      std::mt19937_64 rng(serial_ + 1);
+      std::exponential_distribution<double> gap(rate);
+      Clock::time_point at = start;
+      for (int i = 0; i < total; ++i) {
+        std::this_thread::sleep_until(at);
+        threads.emplace_back(one, i);
+        at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
+      }
+    } else {
+      for (int c = 0; c < concurrency; ++c) {
+        threads.emplace_back([&] {
+          for (int i; (i = next++) < total;) one(i);
+        });
+      }
+    }
+    Progress(done, total, label);
+    for (std::thread& t : threads) t.join();
+    serial_ += total;
+    *seconds = Since(start, Clock::now()) - counted_from_ns.load() * 1e-9;
+    // The warm-up requests are the ones that finished first.
+    std::sort(records.begin(), records.end(),
+              [](const Record& a, const Record& b) { return a.start + a.e2e < b.start + b.e2e; });
+    records.erase(records.begin(), records.begin() + std::min<int>(warmup, records.size()));
+    return records;
+  }
+
+ private:
+  // A line rewritten in place on a terminal, a line every 10 s in a log.
+  static void Progress(const std::atomic<int>& done, int total, const char* label) {
+    const bool tty = isatty(STDERR_FILENO);
+    for (int tick = 1; done.load() < total; ++tick) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      if (tty || tick % 20 == 0) {
+        std::fprintf(stderr, "%spdq bench: %s: %d/%d requests%s", tty ? "\r" : "", label,
+                     done.load(), total, tty ? "" : "\n");
+      }
+    }
+    if (tty) std::fprintf(stderr, "\n");
+  }
+
+  v1::Pdq::Stub& stub_;
+  const std::vector<std::vector<int32_t>> prompts_;
+  const int64_t output_tokens_, timeout_s_;
+  int serial_ = 0;
+};
+
+// One worker's figures that must come back after load.
+struct WorkerState {
+  std::string id, metrics;
+  double kv_free = 0, kv_total = 0, rss = 0;
+};
+
+absl::StatusOr<std::vector<WorkerState>> ReadWorkers(v1::Pdq::Stub& stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ModelInfo info;
+  if (grpc::Status s = stub.GetModelInfo(&ctx, {}, &info); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("GetModelInfo: ", s.error_message()));
+  }
+  std::vector<WorkerState> out;
+  for (const v1::WorkerStatus& w : info.workers()) {
+    if (w.metrics_address().empty()) continue;  // an older worker
+    absl::StatusOr<std::map<std::string, double>> m = server::ScrapeMetrics(w.metrics_address());
+    if (!m.ok()) return m.status();
+    out.push_back({w.worker_id(), w.metrics_address(), (*m)["pdq_kv_blocks_free"],
+                   (*m)["pdq_kv_blocks_total"], (*m)["process_resident_memory_bytes"]});
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  return out;
+}
+
+// The greedy answer to a fixed prompt: it must not change between cycles.
+absl::StatusOr<std::vector<int32_t>> Probe(v1::Pdq::Stub& stub, int64_t timeout_s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+  v1::GenerateRequest req;
+  req.set_request_id("bench-probe");
+  v1::ChatMessage* m = req.mutable_chat()->add_messages();
+  m->set_role("user");
+  m->set_content("Explain in three sentences why the sky is blue.");
+  req.set_max_tokens(48);
+  req.set_ignore_eos(true);
+  auto reader = stub.Generate(&ctx, req);
+  std::vector<int32_t> ids;
+  v1::GenerateResponse r;
+  while (reader->Read(&r))
+    ids.insert(ids.end(), r.delta().token_ids().begin(), r.delta().token_ids().end());
+  if (grpc::Status s = reader->Finish(); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("the probe failed: ", s.error_message()));
+  }
+  return ids;
+}
+
+struct AlternateOptions {
+  int cycles = 3, high = 8, low = 1;
+  double max_rss_growth_mib = 256;
+  int64_t timeout_s = 600;
+};
+
+// High and low concurrency in turn; after every low phase, every worker's
+// KV blocks are back, resident memory has not grown past the bound, nothing
+// hung, and the probe answers as in the first cycle. "" when all held, else
+// the first reason it did not.
+std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOptions& o,
+                      const Targets& targets, nlohmann::json* out) {
+  absl::StatusOr<std::vector<WorkerState>> start = ReadWorkers(stub);
+  if (!start.ok()) return std::string(start.status().message());
+  if (start->empty()) return "no worker reports a metrics address (workers older than the router?)";
+  absl::StatusOr<std::vector<int32_t>> probe0 = Probe(stub, o.timeout_s);
+  if (!probe0.ok()) return std::string(probe0.status().message());
+  for (int cycle = 1; cycle <= o.cycles; ++cycle) {
+    for (int level : {o.high, o.low}) {
+      double seconds = 0;
+      const std::string label = absl::StrCat("cycle ", cycle, " concurrency ", level);
+      std::vector<Record> records =
+          driver.Run(level, 0, std::max(4, 2 * level), 0, label.c_str(), &seconds);
+      nlohmann::json s = Summarize(level, records, seconds, targets);
+      s["cycle"] = cycle;
+      PrintSummary(s);
+      (*out)["levels"].push_back(s);
+      for (const Record& r : records) {
+        if (!r.ok) return absl::StrCat("cycle ", cycle, ": a request failed or hung: ", r.error);
+      }
+    }
+    // Blocks come back once the workers have seen every request end.
+    absl::StatusOr<std::vector<WorkerState>> now = ReadWorkers(stub);
+    for (int wait = 0; now.ok() && wait < 300; ++wait) {
+      bool back = now->size() == start->size();
+      for (size_t i = 0; back && i < now->size(); ++i)
+        back = (*now)[i].kv_free == (*start)[i].kv_free;
+      if (back) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      now = ReadWorkers(stub);
+    }
+    if (!now.ok()) return std::string(now.status().message());
+    if (now->size() != start->size())
+      return absl::StrCat("cycle ", cycle, ": workers came or went");
+    std::string rss_note;
+    for (size_t i = 0; i < now->size(); ++i) {
+      const WorkerState &a = (*start)[i], &b = (*now)[i];
+      if (b.kv_free != a.kv_free) {
+        return absl::StrFormat(
+            "cycle %d: worker %s has %.0f of %.0f KV blocks free, %.0f at the start", cycle, b.id,
+            b.kv_free, b.kv_total, a.kv_free);
+      }
+      const double growth = (b.rss - a.rss) / 1048576;
+      if (growth > o.max_rss_growth_mib) {
+        return absl::StrFormat(
+            "cycle %d: worker %s grew by %.0f MiB of resident memory (bound %.0f)", cycle, b.id,
+            growth, o.max_rss_growth_mib);
+      }
+      absl::StrAppendFormat(&rss_note, "%s%s %+.1f MiB", i ? ", " : "", b.id, growth);
+    }
+    absl::StatusOr<std::vector<int32_t>> probe = Probe(stub, o.timeout_s);
+    if (!probe.ok()) return std::string(probe.status().message());
+    if (*probe != *probe0) {
+      size_t at = 0;
+      while (at < probe->size() && at < probe0->size() && (*probe)[at] == (*probe0)[at]) ++at;
+      return absl::StrCat("cycle ", cycle, ": the probe's greedy answer changed at token ", at);
+    }
+    std::printf("cycle %d: every KV block back, resident memory %s, probe identical\n", cycle,
+                rss_note.c_str());
+    std::fflush(stdout);
+  }
+  return "";
+}
+
 }  // namespace
 
 int BenchCommand(int argc, char** argv) {
-  std::string router = "127.0.0.1:50051", levels_flag = "1",
+  std::string router = "127.0.0.1:50051", levels_flag = "1", workload = "custom", pattern,
               text_path = "../shared/data/wikitext-2-raw/wiki.test.raw", json_path;
-  int64_t input_tokens = 128, output_tokens = 128, requests = 0, warmup = 1, timeout_s = 600;
-  double ttft_target_ms = 0, tpot_target_ms = 0;
+  int64_t input_tokens = 128, output_tokens = 128, requests = 0, warmup = 1, timeout_s = 600,
+          cycles = 3, high = 8, low = 1;
+  double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256;
   FlagParser flags("bench",
                    "Load-tests a pdq router with streaming requests of real text at fixed "
-                   "input and output lengths, at one or more concurrency levels, and prints "
-                   "TTFT, TPOT, throughput and goodput per level.");
+                   "input and output lengths, at concurrency levels or a Poisson arrival rate, "
+                   "and prints TTFT, TPOT, throughput and goodput; --pattern alternate checks "
+                   "that the deployment recovers fully between bursts.");
   flags.String("router", &router, "the router's gRPC address (host:port)");
+  flags.String("workload", &workload,
+               "chat (128 in, 512 out), summarize (2048, 32), analysis (2048, 512), or custom "
+               "(--input-tokens, --output-tokens)");
+  flags.Int("input-tokens", &input_tokens, 1, 1 << 20, "custom: prompt length in tokens");
+  flags.Int("output-tokens", &output_tokens, 1, 1 << 20, "custom: tokens generated per request");
   flags.String("concurrency", &levels_flag, "concurrency levels, comma-separated (1,2,4,8)");
+  flags.Float("rate", &rate, 0, 1e6,
+              "requests per second arriving as a Poisson process, instead of --concurrency");
   flags.Int("requests", &requests, 0, 1 << 20,
-            "requests counted per level (default: 4 x the level, at least 8)");
+            "requests counted per level (default: 4 x the level, at least 8; with --rate, 32)");
   flags.Int("warmup", &warmup, 0, 1 << 20, "requests per level run first and not counted");
-  flags.Int("input-tokens", &input_tokens, 1, 1 << 20, "prompt length in tokens");
-  flags.Int("output-tokens", &output_tokens, 1, 1 << 20, "tokens generated per request");
   flags.String("text", &text_path, "where prompts come from (plain text)");
   flags.Float("ttft-target-ms", &ttft_target_ms, 0, 1e9, "goodput counts requests within this");
   flags.Float("tpot-target-ms", &tpot_target_ms, 0, 1e9, "...and within this TPOT");
+  flags.String("pattern", &pattern,
+               "alternate: --cycles of --high then --low concurrency, checking after each low "
+               "phase that KV blocks and memory are back and a greedy probe is unchanged");
+  flags.Int("cycles", &cycles, 1, 10000, "alternate: cycles");
+  flags.Int("high", &high, 1, 4096, "alternate: the high concurrency");
+  flags.Int("low", &low, 1, 4096, "alternate: the low concurrency");
+  flags.Float("max-rss-growth-mib", &max_rss_growth_mib, 0, 1e9,
+              "alternate: how much a worker's resident memory may grow");
   flags.Int("timeout", &timeout_s, 1, 86400, "deadline of each request in seconds");
   flags.String("json", &json_path, "write the summaries and every request's record here");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (workload != "custom") {
+    const Workload* w = nullptr;
+    for (const Workload& k : kWorkloads) {
+      if (workload == k.name) w = &k;
+    }
+    if (w == nullptr) {
+      return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
+                               "--workload must be chat, summarize, analysis or custom, not '",
+                               workload, "'")));
+    }
+    input_tokens = w->input;
+    output_tokens = w->output;
+  }
+  if (!pattern.empty() && pattern != "alternate") {
+    return Fail("bench", absl::InvalidArgumentError(
+                             absl::StrCat("--pattern must be alternate, not '", pattern, "'")));
+  }
   std::vector<int> levels;
   for (absl::string_view l : absl::StrSplit(levels_flag, ',')) {
     int n = 0;
@@ -223,6 +469,7 @@ int BenchCommand(int argc, char** argv) {
     }
     levels.push_back(n);
   }
+  if (rate > 0) levels = {0};  // one open-loop run
   absl::StatusOr<std::string> text = ReadTextFile(text_path, "--text");
   if (!text.ok()) return Fail("bench", text.status());
 
@@ -237,18 +484,25 @@ int BenchCommand(int argc, char** argv) {
                   absl::UnavailableError(absl::StrCat("router ", router, ": ", s.error_message())));
     }
     if (input_tokens + output_tokens > info.max_context()) {
-      return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
-                               "--input-tokens + --output-tokens must fit the context of ",
-                               info.max_context())));
+      return Fail("bench",
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "input + output tokens must fit the context of ", info.max_context())));
     }
-    std::fprintf(stderr, "pdq bench: %s at %s, %d live workers; %lld in, %lld out\n",
-                 info.name().c_str(), router.c_str(), info.live_workers(), (long long)input_tokens,
-                 (long long)output_tokens);
+    std::fprintf(stderr, "pdq bench: %s at %s, %d live workers; %s: %lld in, %lld out\n",
+                 info.name().c_str(), router.c_str(), info.live_workers(), workload.c_str(),
+                 (long long)input_tokens, (long long)output_tokens);
   }
+  absl::StatusOr<std::vector<std::vector<int32_t>>> prompts =
+      MakePrompts(*stub, *text, input_tokens, 64);
+  if (!prompts.ok()) return Fail("bench", prompts.status());
+  Driver driver(*stub, std::move(*prompts), output_tokens, timeout_s);
+  const Targets targets{ttft_target_ms / 1e3, tpot_target_ms / 1e3};
 
   nlohmann::json out = {{"router", router},
+                        {"workload", workload},
                         {"input_tokens", input_tokens},
                         {"output_tokens", output_tokens},
+                        {"rate", rate},
                         {"ttft_target_ms", ttft_target_ms},
                         {"tpot_target_ms", tpot_target_ms},
                         {"levels", nlohmann::json::array()},
@@ -256,82 +510,49 @@ int BenchCommand(int argc, char** argv) {
   std::printf("%5s %9s %8s %8s %8s %7s %7s %7s %8s %9s %9s %8s\n", "conc", "ok/all", "ttft p50",
               "p90", "p99", "tpot50", "p90", "p99", "req/s", "out tok/s", "tot tok/s", "goodput");
   std::printf("%5s %9s %8s %8s %8s %7s %7s %7s\n", "", "", "ms", "ms", "ms", "ms", "ms", "ms");
-  int failed_total = 0;
-  for (int level : levels) {
-    const int counted = requests > 0 ? (int)requests : std::max(8, 4 * level);
-    const int total = counted + (int)warmup;
-    absl::StatusOr<std::vector<std::vector<int32_t>>> prompts =
-        MakePrompts(*stub, *text, input_tokens, std::min(total, 64));
-    if (!prompts.ok()) return Fail("bench", prompts.status());
-    std::vector<Record> records(total);
-    std::atomic<int> next{0}, done{0};
-    const Clock::time_point level_start = Clock::now();
-    Clock::time_point counted_start = level_start;
-    std::mutex mu;
-    std::vector<std::thread> clients;
-    for (int c = 0; c < level; ++c) {
-      clients.emplace_back([&] {
-        for (int i; (i = next++) < total;) {
-          records[i] = RunOne(*stub, (*prompts)[i % prompts->size()], output_tokens, timeout_s,
-                              absl::StrCat("bench-", level, "-", i), level_start);
-          records[i].level = level;
-          if (++done == (int)warmup) {
-            std::lock_guard lock(mu);
-            counted_start = Clock::now();
-          }
+  int exit_code = 0;
+  if (pattern == "alternate") {
+    AlternateOptions o{(int)cycles, (int)high, (int)low, max_rss_growth_mib, timeout_s};
+    const std::string why = Alternate(*stub, driver, o, targets, &out);
+    out["pattern"] = {{"name", "alternate"}, {"pass", why.empty()}, {"reason", why}};
+    std::printf("%s%s\n", why.empty() ? "PASS" : "FAIL: ", why.c_str());
+    exit_code = why.empty() ? 0 : 1;
+  } else {
+    for (int level : levels) {
+      const int counted = requests > 0 ? (int)requests : rate > 0 ? 32 : std::max(8, 4 * level);
+      const std::string label =
+          rate > 0 ? absl::StrCat("rate ", rate, "/s") : absl::StrCat("concurrency ", level);
+      double seconds = 0;
+      std::vector<Record> kept =
+          driver.Run(level, rate, counted + (int)warmup, (int)warmup, label.c_str(), &seconds);
+      for (const Record& r : kept) {
+        if (!r.ok) {
+          exit_code = 1;
+          std::fprintf(stderr, "pdq bench: a request failed: %s\n", r.error.c_str());
         }
-      });
-    }
-    // Progress on stderr while the level runs: a line rewritten in place on
-    // a terminal, a line every 10 s in a log.
-    const bool tty = isatty(STDERR_FILENO);
-    for (int tick = 1; done.load() < total; ++tick) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      if (tty || tick % 20 == 0) {
-        std::fprintf(stderr, "%spdq bench: concurrency %d: %d/%d requests%s", tty ? "\r" : "",
-                     level, done.load(), total, tty ? "" : "\n");
+        out["requests"].push_back({{"concurrency", r.level},
+                                   {"ok", r.ok},
+                                   {"error", r.error},
+                                   {"start_s", r.start},
+                                   {"prompt_tokens", r.prompt_tokens},
+                                   {"output_tokens", r.output_tokens},
+                                   {"ttft_s", r.ttft},
+                                   {"tpot_s", r.tpot},
+                                   {"e2e_s", r.e2e},
+                                   {"gaps_s", r.gaps}});
       }
+      nlohmann::json s = Summarize(level, kept, seconds, targets);
+      if (rate > 0) s["rate"] = rate;
+      PrintSummary(s);
+      out["levels"].push_back(std::move(s));
     }
-    if (tty) std::fprintf(stderr, "\n");
-    for (std::thread& t : clients) t.join();
-    const double seconds = Since(warmup > 0 ? counted_start : level_start, Clock::now());
-    // The warm-up requests are the ones that finished first.
-    std::vector<Record> kept;
-    std::vector<const Record*> by_end;
-    for (const Record& r : records) by_end.push_back(&r);
-    std::sort(by_end.begin(), by_end.end(), [](const Record* a, const Record* b) {
-      return a->start + a->e2e < b->start + b->e2e;
-    });
-    for (size_t i = warmup; i < by_end.size(); ++i) kept.push_back(*by_end[i]);
-    for (const Record& r : kept) {
-      if (!r.ok) {
-        ++failed_total;
-        std::fprintf(stderr, "pdq bench: a request failed: %s\n", r.error.c_str());
-      }
-      out["requests"].push_back({{"concurrency", r.level},
-                                 {"ok", r.ok},
-                                 {"error", r.error},
-                                 {"start_s", r.start},
-                                 {"prompt_tokens", r.prompt_tokens},
-                                 {"output_tokens", r.output_tokens},
-                                 {"ttft_s", r.ttft},
-                                 {"tpot_s", r.tpot},
-                                 {"e2e_s", r.e2e},
-                                 {"gaps_s", r.gaps}});
-    }
-    nlohmann::json s =
-        Summarize(level, kept, seconds, {ttft_target_ms / 1e3, tpot_target_ms / 1e3});
-    PrintSummary(s);
-    out["levels"].push_back(std::move(s));
   }
   if (!json_path.empty()) {
     std::ofstream f(json_path);
     f << out.dump(1) << "\n";
-    if (!f) {
-      return Fail("bench", absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
-    }
+    if (!f) return Fail("bench", absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
   }
-  return failed_total == 0 ? 0 : 1;
+  return exit_code;
 }
 
 }  // namespace pdq

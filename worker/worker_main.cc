@@ -150,6 +150,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
     return fail(absl::Status(metrics.status().code(),
                              absl::StrCat("--metrics-listen: ", metrics.status().message())));
   }
+  wo.metrics_address = (*metrics)->address();
+  if (!advertise.empty()) {
+    wo.metrics_address = advertise + wo.metrics_address.substr(wo.metrics_address.rfind(':'));
+  }
   absl::StatusOr<std::unique_ptr<WorkerServer>> server =
       WorkerServer::Start(wo, scheduler.get(), transport.get());
   if (!server.ok()) return fail(WithFlagNames(server.status(), {{"listen", "--listen"}}));

@@ -381,6 +381,7 @@ pdq::v1::WorkerInfo WorkerServer::Info() const {
   info.set_model_name(options_.model_name);
   info.set_vocab_size(options_.vocab_size);
   info.set_max_context(options_.max_context);
+  info.set_metrics_address(options_.metrics_address);
   return info;
 }
 

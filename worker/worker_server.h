@@ -30,6 +30,7 @@ struct WorkerServerOptions {
   std::string model_name;
   int vocab_size = 0;
   int max_context = 0;
+  std::string metrics_address;  // host:port of /metrics, as peers reach it
 };
 
 class WorkerServer {
