@@ -136,7 +136,7 @@ class Registry {
       st.set_address(w->info.address());
       st.set_metrics_address(w->info.metrics_address());
       st.set_kv_blocks_free(w->load.kv_blocks_free());
-      st.set_kv_blocks_total(w->load.kv_blocks_total());
+      st.set_kv_blocks_total(w->info.kv_blocks_total());
       st.set_queued_prompt_tokens(w->load.queued_prompt_tokens());
       st.set_active_sequences(w->load.active_sequences());
     }

@@ -48,12 +48,34 @@ nlohmann::json LastJson(const std::string& out) {
 TEST(CliTest, EveryCommandHasHelp) {
   for (const char* cmd :
        {"--help", "generate --help", "perplexity --help", "bench-engine --help", "drift --help",
-        "quantize --help", "up --help", "client --help", "bench --help"}) {
+        "quantize --help", "up --help", "client --help", "bench --help", "status --help"}) {
     Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
   }
   EXPECT_NE(RunPdq("generate --help").out.find("--max-tokens"), std::string::npos);
+}
+
+// The serving clients: a router that is not there, and bad arguments, are
+// one clear line and exit status 1, never a hang.
+TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
+  for (const char* cmd :
+       {"status --router 127.0.0.1:1 --timeout 2", "bench --router 127.0.0.1:1 --text README.md"}) {
+    const Result r = RunPdq(cmd);
+    EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("router 127.0.0.1:1: failed to connect"), std::string::npos) << r.out;
+  }
+  Result r = RunPdq("bench --workload poetry --text README.md");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--workload must be chat, summarize, analysis or custom"), std::string::npos)
+      << r.out;
+  r = RunPdq("bench --concurrency 2,zero --text README.md");
+  EXPECT_NE(r.out.find("--concurrency: 'zero' is not a level"), std::string::npos) << r.out;
+  r = RunPdq("bench --text /nonexistent/words.txt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("/nonexistent/words.txt"), std::string::npos) << r.out;
+  r = RunPdq("bench --pattern zigzag --text README.md");
+  EXPECT_NE(r.out.find("--pattern must be alternate"), std::string::npos) << r.out;
 }
 
 TEST(CliTest, UnknownCommandsAndFlagsFail) {

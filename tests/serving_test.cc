@@ -152,9 +152,10 @@ TEST_F(ServingTest, CancelledRequestsReturnEveryKvBlock) {
 }
 
 // pdq bench against a real deployment: exact prompt and output lengths,
-// every request recorded, an open loop at a rate, and the alternating
-// pattern's recovery checks passing.
-TEST_F(ServingTest, PdqBenchSendsExactLengthsAndRecordsEveryRequest) {
+// every request recorded with each worker's resources, an open loop at a
+// rate, and the alternating pattern's recovery checks passing; then pdq
+// status.
+TEST_F(ServingTest, PdqBenchAndPdqStatusAgainstARealDeployment) {
   Cluster c;
   const Split split = StartSplit(c);
   ASSERT_TRUE(split.ok());
@@ -186,6 +187,17 @@ TEST_F(ServingTest, PdqBenchSendsExactLengthsAndRecordsEveryRequest) {
   for (const nlohmann::json& l : j["levels"]) {
     EXPECT_EQ(l["requests_ok"], 6);
     EXPECT_GT(l["output_tokens_per_s"].get<double>(), 0.0);
+    // Each worker's resources over the level, from its /metrics.
+    ASSERT_EQ(l["workers"].size(), 2u) << l.dump();
+    for (const nlohmann::json& w : l["workers"]) {
+      EXPECT_GT(w["peak_resident_bytes"].get<double>(), 1e6) << w.dump();
+      EXPECT_GT(w["cpu_cores_busy"].get<double>(), 0.0) << w.dump();
+      const char* util =
+          w["role"] == "prefill" ? "prefill_compute_utilization" : "decode_bandwidth_utilization";
+      ASSERT_TRUE(w.contains(util)) << w.dump();
+      EXPECT_GT(w[util].get<double>(), 0.0);
+      EXPECT_LT(w[util].get<double>(), 2.0);  // a fraction of a measured peak
+    }
   }
 
   // An open loop at a Poisson rate, then the alternating pattern's checks.
@@ -208,6 +220,18 @@ TEST_F(ServingTest, PdqBenchSendsExactLengthsAndRecordsEveryRequest) {
   alt << alt_in.rdbuf();
   EXPECT_NE(alt.str().find("cycle 2: every KV block back"), std::string::npos) << alt.str();
   EXPECT_NE(alt.str().find("\nPASS\n"), std::string::npos) << alt.str();
+
+  // pdq status lists both workers, healthy, with their KV blocks.
+  const std::string status = std::string(PDQ_BIN_DIR) + "/pdq status --router " +
+                             split.router.address + " >" + dir + "/status.txt 2>&1";
+  EXPECT_EQ(std::system(status.c_str()), 0) << status;
+  std::ifstream status_in(dir + "/status.txt");
+  std::stringstream st;
+  st << status_in.rdbuf();
+  for (const char* want :
+       {"2 live workers", "prefill  fp16   serving", "decode   fp16   serving", "2048/2048"}) {
+    EXPECT_NE(st.str().find(want), std::string::npos) << want << " in\n" << st.str();
+  }
   std::filesystem::remove_all(dir);
   ExpectRecovered(split);
 }

@@ -330,6 +330,89 @@ absl::StatusOr<std::vector<int32_t>> Probe(v1::Pdq::Stub& stub, int64_t timeout_
   return ids;
 }
 
+// Every live worker's /metrics at one moment.
+struct Snapshot {
+  Clock::time_point at;
+  std::vector<v1::WorkerStatus> workers;
+  std::vector<std::map<std::string, double>> samples;  // by worker; empty if unreadable
+};
+
+Snapshot TakeSnapshot(v1::Pdq::Stub& stub) {
+  Snapshot s;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ModelInfo info;
+  if (stub.GetModelInfo(&ctx, {}, &info).ok()) {
+    for (const v1::WorkerStatus& w : info.workers()) {
+      absl::StatusOr<std::map<std::string, double>> m =
+          w.metrics_address().empty() ? absl::NotFoundError("")
+                                      : server::ScrapeMetrics(w.metrics_address());
+      s.workers.push_back(w);
+      s.samples.push_back(m.ok() ? std::move(*m) : std::map<std::string, double>{});
+    }
+  }
+  s.at = Clock::now();
+  return s;
+}
+
+// What each worker did between two snapshots: peak resident memory, CPU
+// cores busy, and while computing, prefill operations against the
+// machine's peak for its precision and decode bytes read against the read
+// bandwidth (both measured by the worker at start-up).
+nlohmann::json Resources(const Snapshot& a, const Snapshot& b) {
+  nlohmann::json out = nlohmann::json::array();
+  const double wall = Since(a.at, b.at);
+  for (size_t j = 0; j < b.workers.size(); ++j) {
+    const std::map<std::string, double>& after = b.samples[j];
+    std::map<std::string, double> before;
+    for (size_t i = 0; i < a.workers.size(); ++i) {
+      if (a.workers[i].worker_id() == b.workers[j].worker_id()) before = a.samples[i];
+    }
+    auto get = [](const std::map<std::string, double>& m, const char* k) {
+      auto it = m.find(k);
+      return it == m.end() ? 0.0 : it->second;
+    };
+    auto delta = [&](const char* k) { return get(after, k) - get(before, k); };
+    nlohmann::json w = {
+        {"worker_id", b.workers[j].worker_id()},
+        {"role", b.workers[j].role()},
+        {"precision", b.workers[j].precision()},
+        {"peak_resident_bytes", get(after, "process_peak_resident_memory_bytes")},
+        {"cpu_cores_busy", wall > 0 ? delta("process_cpu_seconds_total") / wall : 0}};
+    const double prefill_s = delta("pdq_prefill_busy_seconds_total"),
+                 peak = get(after, "pdq_machine_peak_ops_per_second");
+    if (prefill_s > 0 && peak > 0) {
+      w["prefill_compute_utilization"] = delta("pdq_prefill_ops_total") / prefill_s / peak;
+    }
+    const double decode_s = delta("pdq_decode_step_seconds_sum"),
+                 bw = get(after, "pdq_machine_read_bytes_per_second");
+    if (decode_s > 0 && bw > 0) {
+      w["decode_bandwidth_utilization"] = delta("pdq_decode_bytes_read_total") / decode_s / bw;
+    }
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+void PrintResources(const nlohmann::json& workers) {
+  for (const nlohmann::json& w : workers) {
+    std::string line = absl::StrFormat(
+        "      %s (%s %s): peak RSS %.0f MiB, %.2f cores busy", w["worker_id"].get<std::string>(),
+        w["role"].get<std::string>(), w["precision"].get<std::string>(),
+        w["peak_resident_bytes"].get<double>() / 1048576, w["cpu_cores_busy"].get<double>());
+    if (w.contains("prefill_compute_utilization")) {
+      absl::StrAppendFormat(&line, ", prefill at %.2f of peak ops",
+                            w["prefill_compute_utilization"].get<double>());
+    }
+    if (w.contains("decode_bandwidth_utilization")) {
+      absl::StrAppendFormat(&line, ", decode at %.2f of read bandwidth",
+                            w["decode_bandwidth_utilization"].get<double>());
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  std::fflush(stdout);
+}
+
 struct AlternateOptions {
   int cycles = 3, high = 8, low = 1;
   double max_rss_growth_mib = 256;
@@ -523,8 +606,10 @@ int BenchCommand(int argc, char** argv) {
       const std::string label =
           rate > 0 ? absl::StrCat("rate ", rate, "/s") : absl::StrCat("concurrency ", level);
       double seconds = 0;
+      const Snapshot before = TakeSnapshot(*stub);
       std::vector<Record> kept =
           driver.Run(level, rate, counted + (int)warmup, (int)warmup, label.c_str(), &seconds);
+      const nlohmann::json resources = Resources(before, TakeSnapshot(*stub));
       for (const Record& r : kept) {
         if (!r.ok) {
           exit_code = 1;
@@ -543,7 +628,9 @@ int BenchCommand(int argc, char** argv) {
       }
       nlohmann::json s = Summarize(level, kept, seconds, targets);
       if (rate > 0) s["rate"] = rate;
+      s["workers"] = resources;
       PrintSummary(s);
+      PrintResources(resources);
       out["levels"].push_back(std::move(s));
     }
   }

@@ -21,6 +21,7 @@ int QuantizeCommand(int argc, char** argv);
 int ClientCommand(int argc, char** argv);
 int UpCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
+int StatusCommand(int argc, char** argv);
 
 // A loaded model with a context on the command's thread pool.
 struct LoadedModel {

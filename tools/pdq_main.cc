@@ -18,6 +18,7 @@ constexpr char kUsage[] =
     "  up            start a router and its workers from a config (deploy/local/)\n"
     "  client        stream an answer from a router\n"
     "  bench         load-test a router: TTFT, TPOT, throughput, goodput\n"
+    "  status        a router's workers: role, precision, health, queue, KV blocks\n"
     "\n"
     "Run `pdq <command> --help` for its flags. The default model is\n"
     "models/SmolLM2-135M-Instruct.Q4_1.gguf (override with --model or PDQ_MODEL).\n";
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   if (command == "client") return pdq::ClientCommand(argc, argv);
   if (command == "up") return pdq::UpCommand(argc, argv);
   if (command == "bench") return pdq::BenchCommand(argc, argv);
+  if (command == "status") return pdq::StatusCommand(argc, argv);
   std::fprintf(stderr, "pdq: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

@@ -65,6 +65,17 @@ struct WorkMetrics {
   server::Metrics& m = server::Metrics::Global();
   server::Counter& prefill_tokens =
       m.GetCounter("pdq_prefill_tokens_total", "Prompt tokens computed by prefill.");
+  server::Counter& prefill_ops = m.GetCounter(
+      "pdq_prefill_ops_total",
+      "Arithmetic operations of the prefill forward passes (2 per multiply-add), for compute "
+      "utilization against pdq_machine_peak_ops_per_second.");
+  server::Counter& prefill_busy = m.GetCounter(
+      "pdq_prefill_busy_seconds_total",
+      "Time spent in prefill forward passes (batched prompts count once).");
+  server::Counter& decode_bytes = m.GetCounter(
+      "pdq_decode_bytes_read_total",
+      "Weight and KV bytes the decode steps read, for bandwidth utilization against "
+      "pdq_machine_read_bytes_per_second.");
   server::Histogram& prefill_seconds = m.GetHistogram(
       "pdq_prefill_seconds", "Compute time of one prompt, from its first chunk to its last.",
       server::LatencyBuckets());
@@ -502,8 +513,15 @@ void Scheduler::PrefillStep() {
       }
     }
   });
+  const absl::Time start = absl::Now();
   const absl::Status all = prefill_->Forward(*kv_, batch, &logits_);
   prefill_->SetLayerObserver(nullptr);
+  WorkMetrics::Get().prefill_busy.Add(Seconds(absl::Now() - start));
+  double ops = 0;
+  for (const Chunk& c : chunks) {
+    ops += prefill_->model().config().ForwardFlops(c.s->prefilled, c.n, c.last ? 1 : 0);
+  }
+  WorkMetrics::Get().prefill_ops.Add(ops);
   for (size_t i = 0; i < chunks.size(); ++i) {
     Sequence& s = *chunks[i].s;
     const absl::Status& st = all.ok() ? logits_.status[i] : all;
@@ -553,9 +571,16 @@ void Scheduler::DecodeStep() {
     step_tokens_[i] = run[i]->last_token;
     batch[i] = {run[i]->seq, {&step_tokens_[i], 1}, 1};
   }
+  // What the step reads: the weights once, and every running sequence's KV.
+  const KvLayout& layout = kv_->layout();
+  const double kv_bytes_per_token =
+      double(layout.block_bytes()) / layout.block_tokens * layout.num_layers;
+  double bytes = double(decode_->model().weight_bytes_per_token());
+  for (Sequence* s : run) bytes += kv_bytes_per_token * double(*kv_->Length(s->seq) + 1);
   const absl::Time start = absl::Now();
   const absl::Status all = decode_->Forward(*kv_, batch, &logits_);
   WorkMetrics& wm = WorkMetrics::Get();
+  wm.decode_bytes.Add(bytes);
   wm.decode_step_seconds.Observe(Seconds(absl::Now() - start));
   wm.decode_steps.Add();
   wm.decode_step_rows.Add(double(run.size()));

@@ -5,6 +5,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/roofline.h"
 #include "common/log.h"
 #include "kernels/cpu/thread_pool.h"
 #include "server/metrics.h"
@@ -25,6 +27,26 @@ pdq::v1::Precision ToProto(Precision p) {
       return pdq::v1::PRECISION_W4A16;
   }
   return pdq::v1::PRECISION_UNSPECIFIED;
+}
+
+// The machine's rooflines, once before serving, so /metrics can express
+// prefill compute and decode bandwidth as fractions of them: the peak that
+// matches the prefill's arithmetic (int8 multiply-adds for W8A8, FP32 FMA
+// otherwise) and the read bandwidth of all threads.
+void MeasurePeaks(ThreadPool& pool, Precision prefill) {
+  double gops = prefill == Precision::kW8A8 ? MeasureIntPeakGops(pool, /*int8=*/true) : 0;
+  if (gops <= 0) gops = MeasureFmaPeakGflops(pool);
+  const double gbps = MeasureReadBandwidthGBps(pool, int64_t{128} << 20);
+  server::Metrics& m = server::Metrics::Global();
+  m.GetGauge("pdq_machine_peak_ops_per_second",
+             "Peak arithmetic rate of this worker's threads for its prefill precision, measured "
+             "at start-up.")
+      .Set(gops * 1e9);
+  m.GetGauge("pdq_machine_read_bytes_per_second",
+             "Read bandwidth of this worker's threads, measured at start-up.")
+      .Set(gbps * 1e9);
+  LogLine(absl::StrFormat("machine peaks: %.1f G ops/s (%s prefill), %.1f GB/s read", gops,
+                          PrecisionName(prefill), gbps));
 }
 
 }  // namespace
@@ -76,6 +98,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
             "a stream whose client takes no tokens this long is cancelled");
   flags.Int("max-unsent", &max_unsent, 1, 1 << 20,
             "tokens a client may leave unread before its sequence pauses");
+  bool skip_peaks = false;
+  flags.Bool("skip-peaks", &skip_peaks,
+             "do not measure the machine's compute peak and read bandwidth at start-up (about "
+             "a second); /metrics then has no utilization baselines");
   if (absl::Status parsed = flags.Parse(argc, argv, 1); flags.help_requested()) {
     std::fputs(flags.Help().c_str(), stdout);
     return 0;
@@ -105,6 +131,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
     prefill_ctx = prefill_model.ctx.get();
   }
   const Model& model = *main_model->model;
+  if (!skip_peaks) MeasurePeaks(model_flags.pool(), prefill_ctx->model().precision());
   const KvLayout layout = model.kv_layout((int)block_tokens);
   const int64_t blocks = (kv_tokens + block_tokens - 1) / block_tokens;
   absl::StatusOr<std::unique_ptr<KvCache>> kv = KvCache::Create({layout, blocks});
