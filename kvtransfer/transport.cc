@@ -38,7 +38,9 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateTransport(const std::string& na
 
 uint64_t ChecksumSpans(const std::vector<KvRegion>& regions, const std::vector<KvSpan>& spans,
                        uint64_t seed) {
-  for (const KvSpan& s : spans) seed = Hash64(regions[s.region].data + s.offset, s.bytes, seed);
+  for (const KvSpan& s : spans) {
+    seed = Hash64Lanes(regions[s.region].data + s.offset, s.bytes, seed);
+  }
   return seed;
 }
 

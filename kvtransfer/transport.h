@@ -32,7 +32,7 @@ namespace pdq::kvtransfer {
 struct KvNotice {
   int32_t first_token = -1;  // sampled by the prefill
   int64_t tokens = 0;        // prompt tokens whose K/V were sent
-  uint64_t checksum = 0;     // Hash64 chained over every span in send order
+  uint64_t checksum = 0;     // Hash64Lanes chained over every span in send order
 };
 
 struct TransportOptions {
@@ -107,7 +107,7 @@ absl::StatusOr<std::unique_ptr<Transport>> CreateTransport(const std::string& na
                                                            const TransportOptions& options);
 std::vector<std::string> TransportNames();
 
-// Hash64 chained over the spans, as senders and receivers compute it.
+// Hash64Lanes chained over the spans, as senders and receivers compute it.
 uint64_t ChecksumSpans(const std::vector<KvRegion>& regions, const std::vector<KvSpan>& spans,
                        uint64_t seed);
 

@@ -346,5 +346,25 @@ TEST(TransportRegistryTest, UnknownNamesListTheKnownOnes) {
   EXPECT_NE(t.status().message().find("tcp"), std::string::npos) << t.status();
 }
 
+// The checksum a receiver verifies: any flipped byte of any span, at any
+// offset (lanes, tail), changes it, and so does the order of the spans.
+TEST(ChecksumTest, AnyFlippedByteOrSwappedSpanChangesIt) {
+  std::vector<std::byte> memory(1000);
+  for (size_t i = 0; i < memory.size(); ++i) memory[i] = std::byte(i * 7 + 3);
+  const std::vector<KvRegion> regions = {{memory.data(), (int64_t)memory.size()}};
+  const std::vector<KvSpan> spans = {{0, 0, 517}, {0, 600, 77}};
+  const uint64_t sum = ChecksumSpans(regions, spans, 1);
+  EXPECT_EQ(ChecksumSpans(regions, spans, 1), sum);
+  EXPECT_NE(ChecksumSpans(regions, spans, 2), sum);
+  EXPECT_NE(ChecksumSpans(regions, {spans[1], spans[0]}, 1), sum);
+  for (const KvSpan& sp : spans) {
+    for (int64_t at = sp.offset; at < sp.offset + sp.bytes; ++at) {
+      memory[at] ^= std::byte(0x10);
+      EXPECT_NE(ChecksumSpans(regions, spans, 1), sum) << "byte " << at;
+      memory[at] ^= std::byte(0x10);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pdq::kvtransfer

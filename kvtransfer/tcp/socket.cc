@@ -171,17 +171,41 @@ absl::StatusOr<Fd> ConnectTo(const std::string& address, absl::Time deadline) {
 }
 
 absl::Status ReadFull(int fd, void* data, size_t n, absl::Time deadline) {
-  auto* p = static_cast<char*>(data);
-  while (n > 0) {
-    if (absl::Status w = WaitFor(fd, POLLIN, deadline); !w.ok()) return w;
-    const ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+  iovec one{data, n};
+  return ReadFull(fd, &one, 1, deadline);
+}
+
+absl::Status ReadFull(int fd, iovec* iov, int iovcnt, absl::Time deadline) {
+  while (iovcnt > 0) {
+    if (iov->iov_len == 0) {
+      ++iov;
+      --iovcnt;
+      continue;
+    }
+    // Read first and wait only when nothing is there: one system call per
+    // burst instead of two.
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)std::min(iovcnt, 1024);
+    const ssize_t r = recvmsg(fd, &msg, MSG_DONTWAIT);
     if (r == 0) return absl::UnavailableError("KV peer disconnected");
     if (r < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("KV peer connection: ", Errno()));
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN)
+        return absl::UnavailableError(absl::StrCat("KV peer connection: ", Errno()));
+      if (absl::Status w = WaitFor(fd, POLLIN, deadline); !w.ok()) return w;
+      continue;
     }
-    p += r;
-    n -= (size_t)r;
+    size_t got = (size_t)r;
+    while (iovcnt > 0 && got >= iov->iov_len) {
+      got -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<char*>(iov->iov_base) + got;
+      iov->iov_len -= got;
+    }
   }
   return absl::OkStatus();
 }

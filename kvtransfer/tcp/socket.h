@@ -68,6 +68,8 @@ absl::StatusOr<Fd> ConnectTo(const std::string& address, absl::Time deadline);
 // Reads exactly n bytes by `deadline`: Unavailable when the peer closed,
 // DeadlineExceeded when it stalled.
 absl::Status ReadFull(int fd, void* data, size_t n, absl::Time deadline);
+// The same into every buffer of the vector in order (modifies `iov`).
+absl::Status ReadFull(int fd, iovec* iov, int iovcnt, absl::Time deadline);
 // Writes every byte of the vector by `deadline` (modifies `iov`).
 absl::Status WriteFull(int fd, iovec* iov, int iovcnt, absl::Time deadline);
 inline absl::Status WriteFull(int fd, const void* data, size_t n, absl::Time deadline) {

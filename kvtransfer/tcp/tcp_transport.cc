@@ -190,10 +190,15 @@ absl::Status TcpTransport::ReceiveFrames(int fd, InboundState& s, KvNotice* noti
     PDQ_RETURN_IF_ERROR(ReadFull(fd, &f, sizeof f, absl::Now() + options_.io_timeout));
     if (f.type == wire::kLayerFrame) {
       PDQ_ASSIGN_OR_RETURN(const std::vector<KvSpan>* spans, checker.BeginLayer(f));
+      // The whole layer in as few reads as the socket allows, straight into
+      // the blocks (one recv per 6 KiB span capped loopback near 1 GB/s).
+      std::vector<iovec> iov;
+      iov.reserve(spans->size());
       for (const KvSpan& sp : *spans) {
-        std::byte* dst = options_.regions[sp.region].data + sp.offset;
-        PDQ_RETURN_IF_ERROR(ReadFull(fd, dst, (size_t)sp.bytes, absl::Now() + options_.io_timeout));
+        iov.push_back({options_.regions[sp.region].data + sp.offset, (size_t)sp.bytes});
       }
+      PDQ_RETURN_IF_ERROR(
+          ReadFull(fd, iov.data(), (int)iov.size(), absl::Now() + options_.io_timeout));
       checker.Landed(f.layer);
     } else if (f.type == wire::kDoneFrame) {
       PDQ_ASSIGN_OR_RETURN(*notice, checker.Done(f));
