@@ -31,6 +31,10 @@ int32_t Argmax(const float* logits, int vocab) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+void Sampler::SkipSamples(int n) {
+  if (params_.temperature != 0.0f && params_.top_k != 1) rng_.discard(n);
+}
+
 int32_t Sampler::Sample(const float* logits, int vocab) {
   if (params_.temperature == 0.0f || params_.top_k == 1) return Argmax(logits, vocab);
   candidates_.resize(vocab);
@@ -64,8 +68,10 @@ int32_t Sampler::Sample(const float* logits, int vocab) {
     sum = 0.0;
     for (size_t i = 0; i < n; ++i) sum += candidates_[i].first;
   }
-  std::uniform_real_distribution<double> uniform(0.0, sum);
-  const double r = uniform(rng_);
+  // One 64-bit draw (generate_canonical needs ceil(53 / 64) of them), the
+  // same value uniform_real_distribution(0, sum) gives; SkipSamples relies
+  // on the count.
+  const double r = std::generate_canonical<double, 53>(rng_) * sum;
   double acc = 0.0;
   for (size_t i = 0; i < n; ++i) {
     acc += candidates_[i].first;

@@ -24,8 +24,12 @@ class Sampler {
   // params must have passed ValidateSamplingParams.
   explicit Sampler(const SamplingParams& params);
   // Picks a token from `vocab` logits. Deterministic for a given seed and
-  // sequence of calls.
+  // sequence of calls: a sampled (not greedy) pick takes exactly one draw.
   int32_t Sample(const float* logits, int vocab);
+  // Continues a stream whose first `n` picks another Sampler with the same
+  // parameters made (a prefill worker samples the first token, the decode
+  // worker the rest), so a split deployment samples what one process would.
+  void SkipSamples(int n);
 
  private:
   SamplingParams params_;

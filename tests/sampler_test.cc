@@ -1,6 +1,7 @@
 // Sampling: greedy, seeded reproducibility, top-k/top-p restrict the support.
 #include "engine/sampler.h"
 
+#include <cmath>
 #include <set>
 #include <vector>
 
@@ -51,6 +52,29 @@ TEST(SamplerTest, RejectsOutOfRangeParams) {
   EXPECT_FALSE(ValidateSamplingParams({1.0f, 0, 0.0f, 0}).ok());
   EXPECT_FALSE(ValidateSamplingParams({1.0f, 0, 1.5f, 0}).ok());
   EXPECT_TRUE(ValidateSamplingParams({0.7f, 40, 0.9f, 1}).ok());
+}
+
+// A prefill worker samples the first token with a fresh Sampler; the decode
+// worker's Sampler skips that draw and continues the stream one Sampler
+// would have made, whatever the logits of each step.
+TEST(SamplerTest, SkippingTheFirstSampleContinuesTheSameStream) {
+  const SamplingParams p{0.8f, 0, 0.9f, 1234};
+  std::vector<std::vector<float>> steps(6, std::vector<float>(50));
+  for (size_t t = 0; t < steps.size(); ++t) {
+    for (size_t i = 0; i < 50; ++i) steps[t][i] = std::sin(0.3f * i + t) * 2.0f;
+  }
+  Sampler one(p);
+  std::vector<int32_t> want;
+  for (auto& l : steps) want.push_back(one.Sample(l.data(), 50));
+  Sampler first(p), rest(p);
+  std::vector<int32_t> got = {first.Sample(steps[0].data(), 50)};
+  rest.SkipSamples(1);
+  for (size_t t = 1; t < steps.size(); ++t) got.push_back(rest.Sample(steps[t].data(), 50));
+  EXPECT_EQ(got, want);
+  Sampler unskipped(p);  // without the skip the stream is another one
+  std::vector<int32_t> other = {want[0]};
+  for (size_t t = 1; t < steps.size(); ++t) other.push_back(unskipped.Sample(steps[t].data(), 50));
+  EXPECT_NE(other, want);
 }
 
 }  // namespace

@@ -32,12 +32,21 @@ void ExpectSameAnswers(const std::string& prefill_precision, const std::string& 
           .ok());
   auto b = Client(mono.address);
   ASSERT_TRUE(WaitForWorkers(*b, 1));
+  // The prompts greedy, then one sampled: the prefill worker draws the
+  // first token and the decode worker continues the same random stream.
+  std::vector<v1::GenerateRequest> requests;
+  for (const std::string& p : kPrompts) requests.push_back(Chat(p, 24));
+  requests.push_back(Chat(kPrompts[0], 24));
+  requests.back().mutable_sampling()->set_temperature(0.9f);
+  requests.back().mutable_sampling()->set_top_p(0.95f);
+  requests.back().mutable_sampling()->set_seed(42);
   std::vector<Answer> want;
-  for (const std::string& p : kPrompts) {
-    want.push_back(Generate(*b, Chat(p, 24)));
+  for (const v1::GenerateRequest& r : requests) {
+    want.push_back(Generate(*b, r));
     ASSERT_TRUE(want.back().status.ok()) << want.back().status.error_message();
     EXPECT_FALSE(want.back().tokens.empty());
   }
+  EXPECT_NE(want.back().tokens, want[0].tokens) << "the sampled request answered greedily";
   for (const std::string& transport : kvtransfer::TransportNames()) {
     SCOPED_TRACE("KV over " + transport);
     const Proc split = c.Router();
@@ -50,19 +59,19 @@ void ExpectSameAnswers(const std::string& prefill_precision, const std::string& 
     auto a = Client(split.address);
     ASSERT_TRUE(WaitForWorkers(*a, 2));
     int64_t output_tokens = 0;
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-      const Answer x = Generate(*a, Chat(kPrompts[i], 24));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const Answer x = Generate(*a, requests[i]);
       const Answer& y = want[i];
       ASSERT_TRUE(x.status.ok()) << x.status.error_message();
       EXPECT_EQ(x.tokens, y.tokens)
-          << kPrompts[i] << "\nsplit: " << x.text << "\nmonolithic: " << y.text;
+          << requests[i].ShortDebugString() << "\nsplit: " << x.text << "\nmonolithic: " << y.text;
       EXPECT_EQ(x.text, y.text);
       EXPECT_EQ(x.summary.finish_reason(), y.summary.finish_reason());
       EXPECT_EQ(x.summary.output_tokens(), (int)x.tokens.size());
       EXPECT_GT(x.summary.ttft_seconds(), 0.0);
       output_tokens += x.summary.output_tokens();
     }
-    const int n = (int)kPrompts.size();
+    const int n = (int)requests.size();
     EXPECT_EQ(Metric(split.metrics, "pdq_requests_total{code=\"OK\"}"), n);
     EXPECT_EQ(Metric(split.metrics, "pdq_output_tokens_total"), output_tokens);
     EXPECT_EQ(Metric(split.metrics, "pdq_ttft_seconds_count"), n);

@@ -290,6 +290,7 @@ void Scheduler::Decode(std::string reservation_id, GenerationParams params,
       s->params = std::move(params);
       s->deadline = std::min(s->deadline, s->params.deadline);
       s->sampler = std::make_unique<Sampler>(s->params.sampling);
+      s->sampler->SkipSamples(1);  // the prefill worker drew the first token
       s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
       s->arrival = absl::Now();
       if (s->kv_landed) {
