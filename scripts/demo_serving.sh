@@ -1,7 +1,8 @@
 #!/bin/sh
 # make demo's serving part: starts the 1 prefill (W8A8) + 1 decode (W4A16)
 # deployment with `pdq up`, sends a few chat prompts through the router,
-# prints each answer with its TTFT and TPOT, and stops everything.
+# prints each answer with its TTFT and TPOT, shows the workers (pdq
+# status), runs a small load test (pdq bench), and stops everything.
 set -eu
 BUILD=${1:-build}
 PDQ="$BUILD/bin/pdq"
@@ -29,4 +30,11 @@ for p in "What is the capital of France?" \
   echo; echo "> $p"
   "$PDQ" client --router "$addr" --chat --max-tokens 64 --prompt "$p"
 done
+echo; echo "== pdq status =="
+"$PDQ" status --router "$addr"
+text=../shared/data/wikitext-2-raw/wiki.test.raw
+[ -f "$text" ] || text=README.md
+echo; echo "== pdq bench: 128-token prompts of $text, 32 tokens out, 1 and 4 clients =="
+"$PDQ" bench --router "$addr" --concurrency 1,4 --requests 8 --warmup 1 \
+  --input-tokens 128 --output-tokens 32 --text "$text" 2>/dev/null
 echo; echo "== worker and router logs =="; cat "$dir/up.log"

@@ -57,8 +57,11 @@ int StatusCommand(int argc, char** argv) {
                 absl::UnavailableError(absl::StrCat("router ", router, ": ", s.error_message(),
                                                     " (", s.error_code(), ")")));
   }
-  std::printf("router %s: %s, vocabulary %d, context %d, %d live workers\n", router.c_str(),
-              info.name().c_str(), info.vocab_size(), info.max_context(), info.live_workers());
+  std::printf(
+      "router %s: %s, vocabulary %d, context %d, %d live workers (load as of each one's last "
+      "heartbeat; health asked now)\n",
+      router.c_str(), info.name().c_str(), info.vocab_size(), info.max_context(),
+      info.live_workers());
   std::printf("%-22s %-8s %-6s %-9s %8s %15s %7s  %-21s %s\n", "worker", "role", "prec", "health",
               "queued", "KV free/total", "active", "address", "metrics");
   int unhealthy = 0;
