@@ -112,20 +112,15 @@ int Main(int argc, char** argv) {
   std::string tokens_list = "512,2048,8192";
   int64_t reps = 5, layers = 30, kv_heads = 3, head_dim = 64, block_tokens = 16;
   FlagParser flags("kv_transfer_bench",
-                   "KV transfer throughput of each transport against memcpy, in one run.");
+                   "KV transfer throughput of each transport against memcpy, in one run.",
+                   /*program=*/true);
   flags.String("tokens", &tokens_list, "prompt lengths to send, comma-separated");
   flags.Int("reps", &reps, 1, 1000, "transfers per length and transport (the median is shown)");
   flags.Int("layers", &layers, 1, 1024, "layers of the KV layout");
   flags.Int("kv-heads", &kv_heads, 1, 1024, "KV heads");
   flags.Int("head-dim", &head_dim, 1, 1024, "head size");
   flags.Int("block-tokens", &block_tokens, 1, 1024, "tokens per KV block");
-  if (absl::Status s = flags.Parse(argc, argv, 1); flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  } else if (!s.ok()) {
-    std::fprintf(stderr, "kv_transfer_bench: error: %s\n", std::string(s.message()).c_str());
-    return 2;
-  }
+  if (int rc = ParseOrExit(flags, argc, argv, 1, "kv_transfer_bench"); rc >= 0) return rc;
   std::vector<int64_t> lengths;
   for (absl::string_view t : absl::StrSplit(tokens_list, ',')) {
     int64_t n = 0;

@@ -22,7 +22,8 @@ int RouterMain(int argc, char** argv) {
   int64_t heartbeat_ms = 500, missed = 3;
   FlagParser flags("pdq-router",
                    "The pdq router: serves pdq.v1.Pdq (Generate, Tokenize, GetModelInfo) and the "
-                   "worker Registry, with health and reflection.");
+                   "worker Registry, with health and reflection.",
+                   /*program=*/true);
   flags.String("listen", &listen, "gRPC host:port; port 0 picks a free one");
   flags.String("model", &model, "GGUF file the workers serve (the router reads its tokenizer)");
   flags.String("address-file", &address_file, "write the gRPC address here once serving");
@@ -33,15 +34,7 @@ int RouterMain(int argc, char** argv) {
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
-  absl::Status parsed = flags.Parse(argc, argv, 1);
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  if (!parsed.ok()) {
-    std::fprintf(stderr, "pdq-router: error: %s\n", std::string(parsed.message()).c_str());
-    return 2;
-  }
+  if (int rc = ParseOrExit(flags, argc, argv, 1, "pdq-router"); rc >= 0) return rc;
   RouterOptions o;
   o.listen = listen;
   o.model = model;

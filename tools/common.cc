@@ -179,16 +179,7 @@ int Fail(const std::string& command, const absl::Status& status) {
 }
 
 int ParseOrExit(FlagParser& flags, int argc, char** argv) {
-  absl::Status s = flags.Parse(argc, argv, 2);
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  if (!s.ok()) {
-    std::fprintf(stderr, "pdq %s: error: %s\n", argv[1], std::string(s.message()).c_str());
-    return 2;
-  }
-  return -1;
+  return ParseOrExit(flags, argc, argv, 2, std::string("pdq ") + argv[1]);
 }
 
 }  // namespace pdq

@@ -2,6 +2,7 @@
 #include "tools/flags.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -57,8 +58,8 @@ absl::Status FlagParser::Set(Flag& flag, const std::string& value) {
       }
       if ((double)v < flag.min || (double)v > flag.max) {
         return absl::InvalidArgumentError(absl::StrCat("--", flag.name, " must be in [",
-                                                       (int64_t)flag.min, ", ",
-                                                       (int64_t)flag.max, "], got ", v));
+                                                       (int64_t)flag.min, ", ", (int64_t)flag.max,
+                                                       "], got ", v));
       }
       *static_cast<int64_t*>(flag.target) = v;
       return absl::OkStatus();
@@ -71,8 +72,8 @@ absl::Status FlagParser::Set(Flag& flag, const std::string& value) {
             absl::StrCat("--", flag.name, " takes a number, got '", value, "'"));
       }
       if (v < flag.min || v > flag.max) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", flag.name, " must be in [", flag.min, ", ", flag.max, "], got ", v));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", flag.name, " must be in [", flag.min, ", ", flag.max, "], got ", v));
       }
       *static_cast<double*>(flag.target) = v;
       return absl::OkStatus();
@@ -89,8 +90,8 @@ absl::Status FlagParser::Parse(int argc, char** argv, int first) {
       continue;
     }
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected argument '", arg, "' (see pdq ", command_, " --help)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument '", arg, "' (see ", command_, " --help)"));
     }
     std::string name = arg.substr(2), value;
     bool has_value = false;
@@ -105,7 +106,7 @@ absl::Status FlagParser::Parse(int argc, char** argv, int first) {
     }
     if (flag == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " (see pdq ", command_, " --help)"));
+          absl::StrCat("unknown flag --", name, " (see ", command_, " --help)"));
     }
     if (!has_value) {
       if (flag->kind == Kind::kBool) {
@@ -122,7 +123,7 @@ absl::Status FlagParser::Parse(int argc, char** argv, int first) {
 }
 
 std::string FlagParser::Help() const {
-  std::string out = absl::StrCat("usage: pdq ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
+  std::string out = absl::StrCat("usage: ", command_, " [flags]\n\n", summary_, "\n\nflags:\n");
   for (const Flag& f : flags_) {
     std::string left = absl::StrCat("  --", f.name, f.kind == Kind::kBool ? "" : " VALUE");
     absl::StrAppendFormat(&out, "%-26s %s", left, f.help);
@@ -133,6 +134,19 @@ std::string FlagParser::Help() const {
   }
   absl::StrAppend(&out, "  --help                     show this help\n");
   return out;
+}
+
+int ParseOrExit(FlagParser& flags, int argc, char** argv, int first, const std::string& program) {
+  const absl::Status s = flags.Parse(argc, argv, first);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: error: %s\n", program.c_str(), std::string(s.message()).c_str());
+    return 2;
+  }
+  return -1;
 }
 
 }  // namespace pdq

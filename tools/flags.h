@@ -12,14 +12,15 @@ namespace pdq {
 
 class FlagParser {
  public:
-  FlagParser(std::string command, std::string summary)
-      : command_(std::move(command)), summary_(std::move(summary)) {}
+  // `command` is a pdq subcommand ("bench": shown as "pdq bench"), or with
+  // `program` true an executable of its own ("pdq-router").
+  FlagParser(std::string command, std::string summary, bool program = false)
+      : command_(program ? command : "pdq " + command), summary_(std::move(summary)) {}
 
   void String(const std::string& name, std::string* out, const std::string& help);
   void Int(const std::string& name, int64_t* out, int64_t min, int64_t max,
            const std::string& help);
-  void Float(const std::string& name, double* out, double min, double max,
-             const std::string& help);
+  void Float(const std::string& name, double* out, double min, double max, const std::string& help);
   void Bool(const std::string& name, bool* out, const std::string& help);
 
   // Parses argv[first..argc). InvalidArgument names the offending flag.
@@ -46,5 +47,9 @@ class FlagParser {
   std::vector<Flag> flags_;
   bool help_ = false;
 };
+
+// Parses argv[first..argc) for `program` (as errors name it): -1 to go on,
+// 0 after printing --help, 2 after printing the error.
+int ParseOrExit(FlagParser& flags, int argc, char** argv, int first, const std::string& program);
 
 }  // namespace pdq

@@ -63,7 +63,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   FlagParser flags(program,
                    absl::StrCat("A pdq ", RoleName(default_role),
                                 " worker: serves the DecodeWorker and PrefillWorker gRPC services "
-                                "(with health and reflection) and registers with a router."));
+                                "(with health and reflection) and registers with a router."),
+                   /*program=*/true);
   model_flags.Register(flags);
   flags.String("role", &role_name,
                "prefill, decode, or both (one process runs both phases: the monolithic baseline)");
@@ -102,13 +103,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   flags.Bool("skip-peaks", &skip_peaks,
              "do not measure the machine's compute peak and read bandwidth at start-up (about "
              "a second); /metrics then has no utilization baselines");
-  if (absl::Status parsed = flags.Parse(argc, argv, 1); flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  } else if (!parsed.ok()) {
-    std::fprintf(stderr, "%s: error: %s\n", program, std::string(parsed.message()).c_str());
-    return 2;
-  }
+  if (int rc = ParseOrExit(flags, argc, argv, 1, program); rc >= 0) return rc;
   auto fail = [&](const absl::Status& s) {
     std::fprintf(stderr, "%s: error: %s\n", program, std::string(s.message()).c_str());
     return 1;
