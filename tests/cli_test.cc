@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -46,9 +47,9 @@ nlohmann::json LastJson(const std::string& out) {
 }
 
 TEST(CliTest, EveryCommandHasHelp) {
-  for (const char* cmd :
-       {"--help", "generate --help", "perplexity --help", "bench-engine --help", "drift --help",
-        "quantize --help", "up --help", "client --help", "bench --help", "status --help"}) {
+  for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help",
+                          "drift --help", "quantize --help", "up --help", "client --help",
+                          "bench --help", "status --help", "plan --help"}) {
     Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
@@ -76,6 +77,47 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   EXPECT_NE(r.out.find("/nonexistent/words.txt"), std::string::npos) << r.out;
   r = RunPdq("bench --pattern zigzag --text README.md");
   EXPECT_NE(r.out.find("--pattern must be alternate"), std::string::npos) << r.out;
+}
+
+// pdq plan's arithmetic on a bench file whose figures are known: prefill
+// 3000 tokens in 6 busy seconds; TPOT p90 within 40 ms up to 4 streams.
+TEST(CliTest, PlanCountsWorkersAndTargetsFromABenchFile) {
+  nlohmann::json bench = {{"input_tokens", 100},
+                          {"output_tokens", 50},
+                          {"ttft_target_ms", 2000},
+                          {"tpot_target_ms", 40},
+                          {"levels", nlohmann::json::array()}};
+  for (const auto& [c, p50, p90] :
+       {std::tuple{1, 0.018, 0.02}, std::tuple{4, 0.03, 0.035}, std::tuple{8, 0.05, 0.06}}) {
+    bench["levels"].push_back(
+        {{"concurrency", c},
+         {"requests_ok", 8},
+         {"tpot_s", {{"p50", p50}, {"p90", p90}}},
+         {"workers",
+          {{{"role", "prefill"}, {"prefill_tokens", 1000}, {"prefill_busy_seconds", 2}},
+           {{"role", "decode"}, {"kv_blocks_total", 1000}}}}});
+  }
+  const std::string in = ::testing::TempDir() + "/cli_test_plan_bench.json",
+                    out = ::testing::TempDir() + "/cli_test_plan.json";
+  std::ofstream(in) << bench.dump();
+  const Result r = RunPdq("plan --bench " + in + " --rate 10 --headroom 0.5 --json " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream f(out);
+  const nlohmann::json plan = nlohmann::json::parse(f);
+  EXPECT_DOUBLE_EQ(plan["prefill_tokens_per_s"].get<double>(), 500);
+  EXPECT_EQ(plan["decode_streams_per_worker"], 4);
+  EXPECT_EQ(plan["prefill_workers"], 4);  // 10 x 100 tokens/s over 500 x 0.5
+  EXPECT_EQ(plan["decode_workers"], 8);   // 10 x 50 x 0.03 = 15 streams over 4 x 0.5
+  EXPECT_DOUBLE_EQ(plan["hpa_prefill_queued_prompt_tokens"].get<double>(), 500);
+  EXPECT_DOUBLE_EQ(plan["hpa_decode_kv_blocks_used_ratio"].get<double>(), 0.04);
+  // A target no level met, and a missing file, are explained.
+  Result bad = RunPdq("plan --bench " + in + " --rate 10 --tpot-target-ms 10");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.out.find("kept TPOT p90 within 10 ms"), std::string::npos) << bad.out;
+  bad = RunPdq("plan --bench /nonexistent.json --rate 1");
+  EXPECT_NE(bad.out.find("/nonexistent.json"), std::string::npos) << bad.out;
+  bad = RunPdq("plan --bench " + in);
+  EXPECT_NE(bad.out.find("--rate is required"), std::string::npos) << bad.out;
 }
 
 TEST(CliTest, UnknownCommandsAndFlagsFail) {

@@ -373,7 +373,14 @@ nlohmann::json Resources(const Snapshot& a, const Snapshot& b) {
       return it == m.end() ? 0.0 : it->second;
     };
     auto delta = [&](const char* k) { return get(after, k) - get(before, k); };
+    // Raw deltas too, for pdq plan: capacity while busy, and what was done.
     nlohmann::json w = {
+        {"wall_seconds", wall},
+        {"prefill_tokens", delta("pdq_prefill_tokens_total")},
+        {"prefill_busy_seconds", delta("pdq_prefill_busy_seconds_total")},
+        {"generated_tokens", delta("pdq_generated_tokens_total")},
+        {"decode_step_seconds", delta("pdq_decode_step_seconds_sum")},
+        {"kv_blocks_total", get(after, "pdq_kv_blocks_total")},
         {"worker_id", b.workers[j].worker_id()},
         {"role", b.workers[j].role()},
         {"precision", b.workers[j].precision()},

@@ -22,6 +22,7 @@ int ClientCommand(int argc, char** argv);
 int UpCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int StatusCommand(int argc, char** argv);
+int PlanCommand(int argc, char** argv);
 
 // A loaded model with a context on the command's thread pool.
 struct LoadedModel {

@@ -19,6 +19,7 @@ constexpr char kUsage[] =
     "  client        stream an answer from a router\n"
     "  bench         load-test a router: TTFT, TPOT, throughput, goodput\n"
     "  status        a router's workers: role, precision, health, queue, KV blocks\n"
+    "  plan          worker counts and autoscaler targets for a rate, from pdq bench\n"
     "\n"
     "Run `pdq <command> --help` for its flags. The default model is\n"
     "models/SmolLM2-135M-Instruct.Q4_1.gguf (override with --model or PDQ_MODEL).\n";
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   if (command == "up") return pdq::UpCommand(argc, argv);
   if (command == "bench") return pdq::BenchCommand(argc, argv);
   if (command == "status") return pdq::StatusCommand(argc, argv);
+  if (command == "plan") return pdq::PlanCommand(argc, argv);
   std::fprintf(stderr, "pdq: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }
