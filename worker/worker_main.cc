@@ -35,7 +35,11 @@ pdq::v1::Precision ToProto(Precision p) {
 // otherwise) and the read bandwidth of all threads.
 void MeasurePeaks(ThreadPool& pool, Precision prefill) {
   double gops = prefill == Precision::kW8A8 ? MeasureIntPeakGops(pool, /*int8=*/true) : 0;
-  if (gops <= 0) gops = MeasureFmaPeakGflops(pool);
+  const char* kind = "int8 multiply-adds";
+  if (gops <= 0) {
+    gops = MeasureFmaPeakGflops(pool);
+    kind = "fp32 FMA";
+  }
   const double gbps = MeasureReadBandwidthGBps(pool, int64_t{128} << 20);
   server::Metrics& m = server::Metrics::Global();
   m.GetGauge("pdq_machine_peak_ops_per_second",
@@ -45,8 +49,7 @@ void MeasurePeaks(ThreadPool& pool, Precision prefill) {
   m.GetGauge("pdq_machine_read_bytes_per_second",
              "Read bandwidth of this worker's threads, measured at start-up.")
       .Set(gbps * 1e9);
-  LogLine(absl::StrFormat("machine peaks: %.1f G ops/s (%s prefill), %.1f GB/s read", gops,
-                          PrecisionName(prefill), gbps));
+  LogLine(absl::StrFormat("machine peaks: %.1f G ops/s (%s), %.1f GB/s read", gops, kind, gbps));
 }
 
 }  // namespace
