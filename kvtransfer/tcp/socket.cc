@@ -175,69 +175,52 @@ absl::Status ReadFull(int fd, void* data, size_t n, absl::Time deadline) {
   return ReadFull(fd, &one, 1, deadline);
 }
 
-absl::Status ReadFull(int fd, iovec* iov, int iovcnt, absl::Time deadline) {
+// Moves every byte of the vector through `io` (a recvmsg or sendmsg of the
+// message, returning its result), trying first and waiting for `events`
+// only when the socket would block: one system call per burst.
+template <typename Io>
+absl::Status TransferAll(int fd, iovec* iov, int iovcnt, short events, absl::Time deadline, Io io) {
   while (iovcnt > 0) {
     if (iov->iov_len == 0) {
       ++iov;
       --iovcnt;
       continue;
     }
-    // Read first and wait only when nothing is there: one system call per
-    // burst instead of two.
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = (size_t)std::min(iovcnt, 1024);
-    const ssize_t r = recvmsg(fd, &msg, MSG_DONTWAIT);
+    const ssize_t r = io(msg);
     if (r == 0) return absl::UnavailableError("KV peer disconnected");
     if (r < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN)
+      if (errno != EAGAIN) {
         return absl::UnavailableError(absl::StrCat("KV peer connection: ", Errno()));
-      if (absl::Status w = WaitFor(fd, POLLIN, deadline); !w.ok()) return w;
+      }
+      if (absl::Status w = WaitFor(fd, events, deadline); !w.ok()) return w;
       continue;
     }
-    size_t got = (size_t)r;
-    while (iovcnt > 0 && got >= iov->iov_len) {
-      got -= iov->iov_len;
+    size_t done = (size_t)r;
+    while (iovcnt > 0 && done >= iov->iov_len) {
+      done -= iov->iov_len;
       ++iov;
       --iovcnt;
     }
     if (iovcnt > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + got;
-      iov->iov_len -= got;
+      iov->iov_base = static_cast<char*>(iov->iov_base) + done;
+      iov->iov_len -= done;
     }
   }
   return absl::OkStatus();
 }
 
+absl::Status ReadFull(int fd, iovec* iov, int iovcnt, absl::Time deadline) {
+  return TransferAll(fd, iov, iovcnt, POLLIN, deadline,
+                     [fd](msghdr& m) { return recvmsg(fd, &m, MSG_DONTWAIT); });
+}
+
 absl::Status WriteFull(int fd, iovec* iov, int iovcnt, absl::Time deadline) {
-  while (iovcnt > 0) {
-    if (iov->iov_len == 0) {
-      ++iov;
-      --iovcnt;
-      continue;
-    }
-    if (absl::Status w = WaitFor(fd, POLLOUT, deadline); !w.ok()) return w;
-    msghdr msg{};
-    msg.msg_iov = iov;
-    msg.msg_iovlen = (size_t)std::min(iovcnt, 1024);
-    const ssize_t r = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (r < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("KV peer connection: ", Errno()));
-    }
-    size_t left = (size_t)r;
-    while (iovcnt > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --iovcnt;
-    }
-    if (iovcnt > 0) {
-      iov->iov_base = static_cast<char*>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
-  }
-  return absl::OkStatus();
+  return TransferAll(fd, iov, iovcnt, POLLOUT, deadline,
+                     [fd](msghdr& m) { return sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL); });
 }
 
 }  // namespace pdq::kvtransfer
