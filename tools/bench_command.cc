@@ -283,26 +283,53 @@ class Driver {
   int serial_ = 0;
 };
 
-// One worker's figures that must come back after load.
-struct WorkerState {
-  std::string id, metrics;
-  double kv_free = 0, kv_total = 0, rss = 0;
+// Every live worker's /metrics at one moment.
+struct Snapshot {
+  Clock::time_point at;
+  std::vector<v1::WorkerStatus> workers;
+  std::vector<absl::StatusOr<std::map<std::string, double>>> samples;  // by worker
 };
 
-absl::StatusOr<std::vector<WorkerState>> ReadWorkers(v1::Pdq::Stub& stub) {
+// Unavailable only when the router does not answer; a worker that does not
+// has its own error in `samples`.
+absl::StatusOr<Snapshot> TakeSnapshot(v1::Pdq::Stub& stub) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ModelInfo info;
   if (grpc::Status s = stub.GetModelInfo(&ctx, {}, &info); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("GetModelInfo: ", s.error_message()));
   }
-  std::vector<WorkerState> out;
+  Snapshot snap;
   for (const v1::WorkerStatus& w : info.workers()) {
-    if (w.metrics_address().empty()) continue;  // an older worker
-    absl::StatusOr<std::map<std::string, double>> m = server::ScrapeMetrics(w.metrics_address());
-    if (!m.ok()) return m.status();
-    out.push_back({w.worker_id(), w.metrics_address(), (*m)["pdq_kv_blocks_free"],
-                   (*m)["pdq_kv_blocks_total"], (*m)["process_resident_memory_bytes"]});
+    snap.workers.push_back(w);
+    snap.samples.push_back(w.metrics_address().empty()
+                               ? absl::NotFoundError(absl::StrCat("worker ", w.worker_id(),
+                                                                  " reports no metrics address"))
+                               : server::ScrapeMetrics(w.metrics_address()));
+  }
+  snap.at = Clock::now();
+  return snap;
+}
+
+// One worker's figures that must come back after load.
+struct WorkerState {
+  std::string id, metrics;
+  double kv_free = 0, kv_total = 0, rss = 0;
+};
+
+// The workers that report metrics (older ones do not), by id; the error of
+// one that reports an address and does not answer.
+absl::StatusOr<std::vector<WorkerState>> ReadWorkers(v1::Pdq::Stub& stub) {
+  absl::StatusOr<Snapshot> snap = TakeSnapshot(stub);
+  if (!snap.ok()) return snap.status();
+  std::vector<WorkerState> out;
+  for (size_t i = 0; i < snap->workers.size(); ++i) {
+    const v1::WorkerStatus& w = snap->workers[i];
+    if (w.metrics_address().empty()) continue;
+    if (!snap->samples[i].ok()) return snap->samples[i].status();
+    std::map<std::string, double>& m = *snap->samples[i];
+    out.push_back({w.worker_id(), w.metrics_address(), m["pdq_kv_blocks_free"],
+                   m["pdq_kv_blocks_total"], m["process_resident_memory_bytes"]});
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.id < b.id; });
   return out;
@@ -330,31 +357,6 @@ absl::StatusOr<std::vector<int32_t>> Probe(v1::Pdq::Stub& stub, int64_t timeout_
   return ids;
 }
 
-// Every live worker's /metrics at one moment.
-struct Snapshot {
-  Clock::time_point at;
-  std::vector<v1::WorkerStatus> workers;
-  std::vector<std::map<std::string, double>> samples;  // by worker; empty if unreadable
-};
-
-Snapshot TakeSnapshot(v1::Pdq::Stub& stub) {
-  Snapshot s;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::ModelInfo info;
-  if (stub.GetModelInfo(&ctx, {}, &info).ok()) {
-    for (const v1::WorkerStatus& w : info.workers()) {
-      absl::StatusOr<std::map<std::string, double>> m =
-          w.metrics_address().empty() ? absl::NotFoundError("")
-                                      : server::ScrapeMetrics(w.metrics_address());
-      s.workers.push_back(w);
-      s.samples.push_back(m.ok() ? std::move(*m) : std::map<std::string, double>{});
-    }
-  }
-  s.at = Clock::now();
-  return s;
-}
-
 // What each worker did between two snapshots: peak resident memory, CPU
 // cores busy, and while computing, prefill operations against the
 // machine's peak for its precision and decode bytes read against the read
@@ -363,10 +365,13 @@ nlohmann::json Resources(const Snapshot& a, const Snapshot& b) {
   nlohmann::json out = nlohmann::json::array();
   const double wall = Since(a.at, b.at);
   for (size_t j = 0; j < b.workers.size(); ++j) {
-    const std::map<std::string, double>& after = b.samples[j];
+    if (!b.samples[j].ok()) continue;  // a worker that did not answer has no figures
+    const std::map<std::string, double>& after = *b.samples[j];
     std::map<std::string, double> before;
     for (size_t i = 0; i < a.workers.size(); ++i) {
-      if (a.workers[i].worker_id() == b.workers[j].worker_id()) before = a.samples[i];
+      if (a.workers[i].worker_id() == b.workers[j].worker_id() && a.samples[i].ok()) {
+        before = *a.samples[i];
+      }
     }
     auto get = [](const std::map<std::string, double>& m, const char* k) {
       auto it = m.find(k);
@@ -633,10 +638,12 @@ int BenchCommand(int argc, char** argv) {
       const std::string label =
           rate > 0 ? absl::StrCat("rate ", rate, "/s") : absl::StrCat("concurrency ", level);
       double seconds = 0;
-      const Snapshot before = TakeSnapshot(*stub);
+      const absl::StatusOr<Snapshot> before = TakeSnapshot(*stub);
       std::vector<Record> kept =
           driver.Run(level, rate, counted + (int)warmup, (int)warmup, label.c_str(), &seconds);
-      const nlohmann::json resources = Resources(before, TakeSnapshot(*stub));
+      const absl::StatusOr<Snapshot> after = TakeSnapshot(*stub);
+      const nlohmann::json resources =
+          before.ok() && after.ok() ? Resources(*before, *after) : nlohmann::json::array();
       for (const Record& r : kept) {
         if (!r.ok) {
           exit_code = 1;
