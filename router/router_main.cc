@@ -54,12 +54,8 @@ int RouterMain(int argc, char** argv) {
   }
   LogLine(absl::StrCat("serving pdq.v1.Pdq on ", (*router)->address(), ", metrics at http://",
                        (*metrics)->address(), "/metrics"));
-  if (!metrics_address_file.empty()) {
-    server::WriteAddressFile(metrics_address_file, (*metrics)->address());
-  }
-  if (!address_file.empty()) {
-    server::WriteAddressFile(address_file, (*router)->address());
-  }
+  server::WriteAddressFiles(address_file, (*router)->address(), metrics_address_file,
+                            (*metrics)->address());
   const std::string sig = server::WaitForStopSignal();
   LogLine(absl::StrCat(sig, ": stopping"));
   router->reset();

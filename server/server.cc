@@ -42,6 +42,12 @@ void WriteAddressFile(const std::string& path, const std::string& address) {
   std::rename(tmp.c_str(), path.c_str());
 }
 
+void WriteAddressFiles(const std::string& path, const std::string& address,
+                       const std::string& metrics_path, const std::string& metrics_address) {
+  if (!metrics_path.empty()) WriteAddressFile(metrics_path, metrics_address);
+  if (!path.empty()) WriteAddressFile(path, address);
+}
+
 void BlockStopSignals() {
   sigset_t set;
   sigemptyset(&set);

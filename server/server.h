@@ -29,6 +29,11 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
 // Writes "address\n" to `path` through a rename, so a reader polling for the
 // file never sees it half written.
 void WriteAddressFile(const std::string& path, const std::string& address);
+// A ready server's two address files, each where a path is given: /metrics
+// first, then gRPC, since readers (pdq up, the tests) wait for the gRPC file
+// and then read the other.
+void WriteAddressFiles(const std::string& path, const std::string& address,
+                       const std::string& metrics_path, const std::string& metrics_address);
 
 // Blocks SIGINT and SIGTERM in this thread and every thread it starts
 // later; call first thing in main.
