@@ -246,15 +246,23 @@ class HttpMetricsServer : public MetricsServer {
                                                  " (address in use or not local?)"));
     }
     address_ = absl::StrCat(host, ":", port);
-    thread_ = std::thread([this] { http_.listen_after_bind(); });
+    thread_ = std::thread([this] {
+      http_.listen_after_bind();
+      loop_ended_ = true;
+    });
     // stop() before the loop runs would be lost; wait until it runs.
-    while (!http_.is_running()) std::this_thread::yield();
+    // (A loop that ends at once, failing, must not leave this spinning.)
+    while (!http_.is_running() && !loop_ended_) std::this_thread::yield();
+    if (loop_ended_) {
+      return absl::UnavailableError(absl::StrCat("serving /metrics on ", address_, " failed"));
+    }
     return absl::OkStatus();
   }
 
  private:
   httplib::Server http_;
   std::string address_;
+  std::atomic<bool> loop_ended_{false};
   std::thread thread_;
 };
 
