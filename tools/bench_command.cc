@@ -224,15 +224,19 @@ class Driver {
     std::vector<Record> records(total);
     std::atomic<int> next{0}, done{0};
     const Clock::time_point start = Clock::now();
-    std::atomic<int64_t> counted_from_ns{0};
+    // The counted span: from the end of the warm-up to the last answer
+    // (not to when the progress loop next looks).
+    std::atomic<int64_t> counted_from_ns{0}, last_end_ns{0};
     auto one = [&](int i) {
       records[i] = RunOne(stub_, prompts_[(serial_ + i) % prompts_.size()], output_tokens_,
                           timeout_s_, absl::StrCat("bench-", label, "-", serial_ + i), start);
       records[i].level = concurrency;
-      if (++done == warmup) {
-        counted_from_ns =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+      const int64_t now_ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+      int64_t seen = last_end_ns.load();
+      while (seen < now_ns && !last_end_ns.compare_exchange_weak(seen, now_ns)) {
       }
+      if (++done == warmup) counted_from_ns = now_ns;
     };
     std::vector<std::thread> threads;
     if (rate > 0) {
@@ -255,7 +259,7 @@ class Driver {
     Progress(done, total, label);
     for (std::thread& t : threads) t.join();
     serial_ += total;
-    *seconds = Since(start, Clock::now()) - counted_from_ns.load() * 1e-9;
+    *seconds = (last_end_ns.load() - counted_from_ns.load()) * 1e-9;
     // The warm-up requests are the ones that finished first.
     std::sort(records.begin(), records.end(),
               [](const Record& a, const Record& b) { return a.start + a.e2e < b.start + b.e2e; });
