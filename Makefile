@@ -6,7 +6,7 @@ WIKITEXT ?= ../shared/data/wikitext-2-raw/wiki.test.raw
 PDQ := $(BUILD)/bin/pdq
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build model test test-cpu demo bench bench-quant fuzz tsan clean
+.PHONY: all deps configure build model pyenv test test-cpu demo bench bench-quant fuzz tsan clean
 
 all: build
 
@@ -24,8 +24,12 @@ build: deps configure
 model:
 	@scripts/fetch_model.sh models || echo "make: continuing without the model"
 
+# The Python environment of the tests that drive real clients (openai, ...).
+pyenv:
+	@scripts/python_env.sh $(BUILD)/pyenv
+
 # Every test; GPU tests (label gpu) skip with a message where no GPU exists.
-test: build model
+test: build model pyenv
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1500
 
 test-cpu: build model

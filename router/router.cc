@@ -1,6 +1,7 @@
 #include "router/router.h"
 
 #include <cmath>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 
@@ -13,6 +14,7 @@
 #include "gguf/gguf.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"
+#include "router/openai_http.h"
 #include "server/grpc_util.h"
 #include "server/metrics.h"
 #include "server/response_stream.h"
@@ -732,6 +734,16 @@ class RouterImpl : public Router {
         server::StartGrpcServer(o.listen, {r->pdq_.get(), r->registry_service_.get()});
     if (!g.ok()) return g.status();
     r->grpc_ = std::move(*g);
+    if (!o.http_listen.empty()) {
+      OpenAiHttpOptions http;
+      http.listen = o.http_listen;
+      http.max_connections = o.http_max_connections;
+      http.model_id = std::filesystem::path(o.model).stem().string();
+      absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> h =
+          ServeOpenAiHttp(http, r->grpc_.server->InProcessChannel(grpc::ChannelArguments()));
+      if (!h.ok()) return h.status();
+      r->http_ = std::move(*h);
+    }
     for (v1::Role role : {v1::ROLE_PREFILL, v1::ROLE_DECODE, v1::ROLE_BOTH}) {
       server::Metrics::Global().SetGaugeFunction(
           "pdq_workers_live", "Registered workers that are heartbeating, by role.",
@@ -743,8 +755,15 @@ class RouterImpl : public Router {
   ~RouterImpl() override {
     server::Metrics::Global().ClearGaugeFunctions("pdq_workers_live");
     grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    // HTTP requests are calls on the gRPC server, which has now ended them
+    // all, so its threads can be joined.
+    http_.reset();
   }
   const std::string& address() const override { return grpc_.address; }
+  const std::string& http_address() const override {
+    static const std::string none;
+    return http_ ? http_->address() : none;
+  }
   int live_workers() const override { return registry_.live(); }
 
  private:
@@ -754,6 +773,7 @@ class RouterImpl : public Router {
   std::unique_ptr<PdqService> pdq_;
   std::unique_ptr<RegistryService> registry_service_;
   server::GrpcServer grpc_;
+  std::unique_ptr<OpenAiHttpServer> http_;
 };
 
 }  // namespace

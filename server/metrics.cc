@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/check.h"
+#include "server/http_server.h"
 
 namespace pdq::server {
 namespace {
@@ -210,60 +211,21 @@ namespace {
 
 class HttpMetricsServer : public MetricsServer {
  public:
-  ~HttpMetricsServer() override {
-    http_.stop();
-    if (thread_.joinable()) thread_.join();
-  }
-  std::string address() const override { return address_; }
+  std::string address() const override { return server_.address(); }
 
   absl::Status Start(const std::string& listen) {
-    const size_t colon = listen.rfind(':');
-    int port = -1;
-    if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
-        port < 0 || port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("metrics address '", listen, "' is not host:port"));
-    }
-    const std::string host = listen.substr(0, colon);
-    // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let
-    // a second process bind the same port and steal half the scrapes.
-    http_.set_socket_options([](int sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
-    // Scrapes are rare and small: two threads are plenty.
-    http_.new_task_queue = [] { return new httplib::ThreadPool(2); };
-    http_.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+    server_.http().Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(Metrics::Global().Render(), "text/plain; version=0.0.4; charset=utf-8");
     });
-    http_.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    server_.http().Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
     });
-    const bool bound =
-        port == 0 ? (port = http_.bind_to_any_port(host)) > 0 : http_.bind_to_port(host, port);
-    if (!bound) {
-      return absl::UnavailableError(absl::StrCat("cannot listen for /metrics on ", listen,
-                                                 " (address in use or not local?)"));
-    }
-    address_ = absl::StrCat(host, ":", port);
-    thread_ = std::thread([this] {
-      http_.listen_after_bind();
-      loop_ended_ = true;
-    });
-    // stop() before the loop runs would be lost; wait until it runs.
-    // (A loop that ends at once, failing, must not leave this spinning.)
-    while (!http_.is_running() && !loop_ended_) std::this_thread::yield();
-    if (loop_ended_) {
-      return absl::UnavailableError(absl::StrCat("serving /metrics on ", address_, " failed"));
-    }
-    return absl::OkStatus();
+    // Scrapes are rare and small: two threads are plenty.
+    return server_.Start(listen, 2, "/metrics");
   }
 
  private:
-  httplib::Server http_;
-  std::string address_;
-  std::atomic<bool> loop_ended_{false};
-  std::thread thread_;
+  HttpServer server_;
 };
 
 }  // namespace

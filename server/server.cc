@@ -43,8 +43,10 @@ void WriteAddressFile(const std::string& path, const std::string& address) {
 }
 
 void WriteAddressFiles(const std::string& path, const std::string& address,
-                       const std::string& metrics_path, const std::string& metrics_address) {
-  if (!metrics_path.empty()) WriteAddressFile(metrics_path, metrics_address);
+                       const std::vector<AddressFile>& others) {
+  for (const AddressFile& f : others) {
+    if (!f.path.empty()) WriteAddressFile(f.path, f.address);
+  }
   if (!path.empty()) WriteAddressFile(path, address);
 }
 
@@ -54,6 +56,7 @@ void BlockStopSignals() {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
 }
 
 std::string WaitForStopSignal() {

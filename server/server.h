@@ -29,14 +29,18 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
 // Writes "address\n" to `path` through a rename, so a reader polling for the
 // file never sees it half written.
 void WriteAddressFile(const std::string& path, const std::string& address);
-// A ready server's two address files, each where a path is given: /metrics
-// first, then gRPC, since readers (pdq up, the tests) wait for the gRPC file
-// and then read the other.
+// A ready server's address files, each where a path is given: the others
+// (/metrics, HTTP) first, then gRPC, since readers (pdq up, the tests) wait
+// for the gRPC file and then read the others.
+struct AddressFile {
+  std::string path, address;
+};
 void WriteAddressFiles(const std::string& path, const std::string& address,
-                       const std::string& metrics_path, const std::string& metrics_address);
+                       const std::vector<AddressFile>& others);
 
 // Blocks SIGINT and SIGTERM in this thread and every thread it starts
-// later; call first thing in main.
+// later, and ignores SIGPIPE (a peer that hangs up mid-response must fail
+// that write, not end the process); call first thing in main.
 void BlockStopSignals();
 // Waits for SIGINT or SIGTERM (blocked by BlockStopSignals); returns its name.
 std::string WaitForStopSignal();

@@ -77,6 +77,14 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   EXPECT_NE(r.out.find("/nonexistent/words.txt"), std::string::npos) << r.out;
   r = RunPdq("bench --pattern zigzag --text README.md");
   EXPECT_NE(r.out.find("--pattern must be alternate"), std::string::npos) << r.out;
+  // The OpenAI-compatible target.
+  r = RunPdq("bench --openai http://127.0.0.1:1/v1 --text README.md");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("GET http://127.0.0.1:1/v1/models: Connection"), std::string::npos) << r.out;
+  r = RunPdq("bench --openai https://example.com/v1 --text README.md");
+  EXPECT_NE(r.out.find("must start with http://"), std::string::npos) << r.out;
+  r = RunPdq("bench --openai http://127.0.0.1:1/v1 --pattern alternate --text README.md");
+  EXPECT_NE(r.out.find("it needs --router"), std::string::npos) << r.out;
 }
 
 // pdq plan's arithmetic on a bench file whose figures are known: prefill

@@ -1,8 +1,9 @@
-// `pdq bench`: a streaming load generator against a pdq router. Prompts are
-// real text (WikiText-2 by default) cut to exactly --input-tokens tokens by
-// the router's own tokenizer; generation runs to exactly --output-tokens
-// (ignore_eos). At each concurrency level, that many clients send requests
-// back to back; the first --warmup answers of a level are not counted.
+// `pdq bench`: a streaming load generator against a pdq router (--router)
+// or any OpenAI-compatible server (--openai; tools/bench_target.h). Prompts
+// are real text (WikiText-2 by default) cut to exactly --input-tokens tokens
+// by the router's own tokenizer (for --openai, by --model's); generation
+// runs to exactly --output-tokens (ignore_eos). At each concurrency level, that many clients send
+// requests back to back; the first --warmup answers of a level are not counted.
 //
 // Per level: TTFT, TPOT (each request's mean gap after its first token),
 // every inter-token gap, end-to-end latency (p50/p90/p99), requests/s,
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -26,9 +28,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "gguf/gguf.h"
 #include "nlohmann/json.hpp"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "server/metrics.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/bench_target.h"
 #include "tools/commands.h"
 
 namespace pdq {
@@ -41,15 +46,7 @@ double Since(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-struct Record {
-  int level = 0;
-  bool ok = false;
-  std::string error;
-  int prompt_tokens = 0, output_tokens = 0;
-  double start = 0;  // seconds since the level began
-  double ttft = 0, tpot = 0, e2e = 0;
-  std::vector<double> gaps;  // between consecutive tokens after the first
-};
+using Record = BenchRecord;
 
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -60,12 +57,16 @@ double Percentile(std::vector<double> v, double p) {
   return v[lo] + (v[hi] - v[lo]) * (rank - lo);
 }
 
+using Tokenize = std::function<absl::StatusOr<std::vector<int32_t>>(const std::string&)>;
+using Detokenize = std::function<absl::StatusOr<std::string>(const std::vector<int32_t>&)>;
+
 // Prompts of exactly `tokens` tokens from `text`, starting at spread-out
-// offsets, tokenized by the router.
-absl::StatusOr<std::vector<std::vector<int32_t>>> MakePrompts(v1::Pdq::Stub& stub,
-                                                              const std::string& text,
-                                                              int64_t tokens, int count) {
-  std::vector<std::vector<int32_t>> prompts;
+// offsets, with the text of those tokens.
+absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
+                                                     const Detokenize& detokenize,
+                                                     const std::string& text, int64_t tokens,
+                                                     int count) {
+  std::vector<BenchPrompt> prompts;
   size_t chars = (size_t)tokens * 6 + 64;  // English runs about 4 characters per token
   for (int i = 0; i < count; ++i) {
     for (int attempt = 0;; ++attempt) {
@@ -79,17 +80,15 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> MakePrompts(v1::Pdq::Stub& stu
       auto continuation = [&](size_t k) { return k < text.size() && (text[k] & 0xC0) == 0x80; };
       while (continuation(at)) ++at;
       while (end > at && continuation(end)) --end;
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-      v1::TokenizeRequest req;
-      req.set_text(text.substr(at, end - at));
-      v1::TokenizeResponse resp;
-      const grpc::Status s = stub.Tokenize(&ctx, req, &resp);
-      if (!s.ok()) {
-        return absl::UnavailableError(absl::StrCat("Tokenize failed: ", s.error_message()));
-      }
-      if (resp.ids_size() >= tokens) {
-        prompts.emplace_back(resp.ids().begin(), resp.ids().begin() + tokens);
+      absl::StatusOr<std::vector<int32_t>> ids = tokenize(text.substr(at, end - at));
+      if (!ids.ok()) return ids.status();
+      if ((int64_t)ids->size() >= tokens) {
+        BenchPrompt p;
+        p.ids.assign(ids->begin(), ids->begin() + tokens);
+        absl::StatusOr<std::string> piece = detokenize(p.ids);
+        if (!piece.ok()) return piece.status();
+        p.text = std::move(*piece);
+        prompts.push_back(std::move(p));
         break;
       }
       chars *= 2;
@@ -98,43 +97,50 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> MakePrompts(v1::Pdq::Stub& stu
   return prompts;
 }
 
-Record RunOne(v1::Pdq::Stub& stub, const std::vector<int32_t>& prompt, int64_t output_tokens,
-              int64_t timeout_s, const std::string& id, Clock::time_point level_start) {
-  Record r;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
-  v1::GenerateRequest req;
-  req.set_request_id(id);
-  for (int32_t t : prompt) req.mutable_tokens()->add_ids(t);
-  req.set_max_tokens((int32_t)output_tokens);
-  req.set_ignore_eos(true);
-  const Clock::time_point start = Clock::now();
-  r.start = Since(level_start, start);
-  auto reader = stub.Generate(&ctx, req);
-  v1::GenerateResponse m;
-  Clock::time_point last = start;
-  while (reader->Read(&m)) {
-    if (!m.has_delta() || m.delta().token_ids_size() == 0) continue;
-    const Clock::time_point now = Clock::now();
-    const int n = m.delta().token_ids_size();
-    if (r.output_tokens == 0) {
-      r.ttft = Since(start, now);
-      r.gaps.insert(r.gaps.end(), n - 1, 0.0);  // tokens that came with the first
-    } else {
-      // Tokens that arrive together share the gap.
-      for (int k = 0; k < n; ++k) r.gaps.push_back(Since(last, now) / n);
+// pdq's own API: token-id prompts over gRPC.
+class PdqTarget : public BenchTarget {
+ public:
+  explicit PdqTarget(v1::Pdq::Stub& stub) : stub_(stub) {}
+  Record Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
+             const std::string& id) override {
+    Record r;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+    v1::GenerateRequest req;
+    req.set_request_id(id);
+    for (int32_t t : prompt.ids) req.mutable_tokens()->add_ids(t);
+    req.set_max_tokens((int32_t)output_tokens);
+    req.set_ignore_eos(true);
+    const Clock::time_point start = Clock::now();
+    auto reader = stub_.Generate(&ctx, req);
+    v1::GenerateResponse m;
+    Clock::time_point last = start;
+    while (reader->Read(&m)) {
+      if (!m.has_delta() || m.delta().token_ids_size() == 0) continue;
+      const Clock::time_point now = Clock::now();
+      const int n = m.delta().token_ids_size();
+      if (r.output_tokens == 0) {
+        r.ttft = Since(start, now);
+        r.gaps.insert(r.gaps.end(), n - 1, 0.0);  // tokens that came with the first
+      } else {
+        // Tokens that arrive together share the gap.
+        for (int k = 0; k < n; ++k) r.gaps.push_back(Since(last, now) / n);
+      }
+      r.output_tokens += m.delta().token_ids_size();
+      last = now;
     }
-    r.output_tokens += m.delta().token_ids_size();
-    last = now;
+    const grpc::Status s = reader->Finish();
+    r.e2e = Since(start, Clock::now());
+    r.prompt_tokens = (int)prompt.ids.size();
+    r.ok = s.ok();
+    if (!s.ok()) r.error = absl::StrCat(s.error_code(), ": ", s.error_message());
+    if (r.output_tokens > 1) r.tpot = Since(start, last) - r.ttft, r.tpot /= r.output_tokens - 1;
+    return r;
   }
-  const grpc::Status s = reader->Finish();
-  r.e2e = Since(start, Clock::now());
-  r.prompt_tokens = (int)prompt.size();
-  r.ok = s.ok();
-  if (!s.ok()) r.error = absl::StrCat(s.error_code(), ": ", s.error_message());
-  if (r.output_tokens > 1) r.tpot = Since(start, last) - r.ttft, r.tpot /= r.output_tokens - 1;
-  return r;
-}
+
+ private:
+  v1::Pdq::Stub& stub_;
+};
 
 struct Targets {
   double ttft = 0, tpot = 0;  // seconds; 0: none
@@ -209,9 +215,9 @@ constexpr Workload kWorkloads[] = {
 // Runs requests against one router and keeps their records.
 class Driver {
  public:
-  Driver(v1::Pdq::Stub& stub, std::vector<std::vector<int32_t>> prompts, int64_t output_tokens,
+  Driver(BenchTarget& target, std::vector<BenchPrompt> prompts, int64_t output_tokens,
          int64_t timeout_s)
-      : stub_(stub),
+      : target_(target),
         prompts_(std::move(prompts)),
         output_tokens_(output_tokens),
         timeout_s_(timeout_s) {}
@@ -228,8 +234,10 @@ class Driver {
     // (not to when the progress loop next looks).
     std::atomic<int64_t> counted_from_ns{0}, last_end_ns{0};
     auto one = [&](int i) {
-      records[i] = RunOne(stub_, prompts_[(serial_ + i) % prompts_.size()], output_tokens_,
-                          timeout_s_, absl::StrCat("bench-", label, "-", serial_ + i), start);
+      const double begun = Since(start, Clock::now());
+      records[i] = target_.Run(prompts_[(serial_ + i) % prompts_.size()], output_tokens_,
+                               timeout_s_, absl::StrCat("bench-", label, "-", serial_ + i));
+      records[i].start = begun;
       records[i].level = concurrency;
       const int64_t now_ns =
           std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
@@ -281,8 +289,8 @@ class Driver {
     if (tty) std::fprintf(stderr, "\n");
   }
 
-  v1::Pdq::Stub& stub_;
-  const std::vector<std::vector<int32_t>> prompts_;
+  BenchTarget& target_;
+  const std::vector<BenchPrompt> prompts_;
   const int64_t output_tokens_, timeout_s_;
   int serial_ = 0;
 };
@@ -527,7 +535,9 @@ std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOption
 
 int BenchCommand(int argc, char** argv) {
   std::string router = "127.0.0.1:50051", levels_flag = "1", workload = "custom", pattern,
-              text_path = "../shared/data/wikitext-2-raw/wiki.test.raw", json_path;
+              text_path = "../shared/data/wikitext-2-raw/wiki.test.raw", json_path, openai_url,
+              openai_model, api_key, model_path = DefaultModelPath();
+  if (const char* k = std::getenv("OPENAI_API_KEY")) api_key = k;
   int64_t input_tokens = 128, output_tokens = 128, requests = 0, warmup = 1, timeout_s = 600,
           cycles = 3, high = 8, low = 1;
   double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256;
@@ -537,6 +547,15 @@ int BenchCommand(int argc, char** argv) {
                    "and prints TTFT, TPOT, throughput and goodput; --pattern alternate checks "
                    "that the deployment recovers fully between bursts.");
   flags.String("router", &router, "the router's gRPC address (host:port)");
+  flags.String("openai", &openai_url,
+               "instead of --router: an OpenAI-compatible server's base URL "
+               "(http://host:port/v1), measured through streamed /completions");
+  flags.String("openai-model", &openai_model,
+               "--openai: the model to ask for (default: the first of GET /models)");
+  flags.String("api-key", &api_key, "--openai: sent as a bearer token (default: $OPENAI_API_KEY)");
+  flags.String("model", &model_path,
+               "--openai: the GGUF whose tokenizer cuts prompts to --input-tokens (the served "
+               "model's)");
   flags.String("workload", &workload,
                "chat (128 in, 512 out), summarize (2048, 32), analysis (2048, 512), or custom "
                "(--input-tokens, --output-tokens)");
@@ -592,8 +611,37 @@ int BenchCommand(int argc, char** argv) {
   absl::StatusOr<std::string> text = ReadTextFile(text_path, "--text");
   if (!text.ok()) return Fail("bench", text.status());
 
-  auto stub = v1::Pdq::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
-  {
+  std::unique_ptr<v1::Pdq::Stub> stub;  // --router only
+  std::unique_ptr<BenchTarget> target;
+  std::unique_ptr<Tokenizer> tokenizer;  // --openai only
+  Tokenize tokenize;
+  Detokenize detokenize;
+  if (!openai_url.empty()) {
+    if (pattern == "alternate") {
+      return Fail("bench",
+                  absl::InvalidArgumentError(
+                      "--pattern alternate reads the workers' metrics: it needs --router"));
+    }
+    std::string model_used;
+    absl::StatusOr<std::unique_ptr<BenchTarget>> t =
+        OpenAiBenchTarget(openai_url, openai_model, api_key, &model_used);
+    if (!t.ok()) return Fail("bench", t.status());
+    target = std::move(*t);
+    router = openai_url;
+    absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(model_path);
+    if (!file.ok()) return Fail("bench", WithFlagNames(file.status(), {{"path", "--model"}}));
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**file);
+    if (!tok.ok()) return Fail("bench", tok.status());
+    tokenizer = std::move(*tok);
+    tokenize = [&](const std::string& t) {
+      return tokenizer->Encode(t, /*add_bos=*/false, /*parse_special=*/false);
+    };
+    detokenize = [&](const std::vector<int32_t>& ids) { return tokenizer->Decode(ids); };
+    std::fprintf(stderr, "pdq bench: %s at %s; %s: %lld in, %lld out\n", model_used.c_str(),
+                 openai_url.c_str(), workload.c_str(), (long long)input_tokens,
+                 (long long)output_tokens);
+  } else {
+    stub = v1::Pdq::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ModelInfo info;
@@ -610,14 +658,30 @@ int BenchCommand(int argc, char** argv) {
     std::fprintf(stderr, "pdq bench: %s at %s, %d live workers; %s: %lld in, %lld out\n",
                  info.name().c_str(), router.c_str(), info.live_workers(), workload.c_str(),
                  (long long)input_tokens, (long long)output_tokens);
+    tokenize = [&](const std::string& t) -> absl::StatusOr<std::vector<int32_t>> {
+      grpc::ClientContext c;
+      c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      v1::TokenizeRequest req;
+      req.set_text(t);
+      v1::TokenizeResponse resp;
+      if (const grpc::Status st = stub->Tokenize(&c, req, &resp); !st.ok()) {
+        return absl::UnavailableError(absl::StrCat("Tokenize failed: ", st.error_message()));
+      }
+      return std::vector<int32_t>(resp.ids().begin(), resp.ids().end());
+    };
+    detokenize = [](const std::vector<int32_t>&) -> absl::StatusOr<std::string> {
+      return std::string();  // pdq takes the ids
+    };
+    target = std::make_unique<PdqTarget>(*stub);
   }
-  absl::StatusOr<std::vector<std::vector<int32_t>>> prompts =
-      MakePrompts(*stub, *text, input_tokens, 64);
+  absl::StatusOr<std::vector<BenchPrompt>> prompts =
+      MakePrompts(tokenize, detokenize, *text, input_tokens, 64);
   if (!prompts.ok()) return Fail("bench", prompts.status());
-  Driver driver(*stub, std::move(*prompts), output_tokens, timeout_s);
+  Driver driver(*target, std::move(*prompts), output_tokens, timeout_s);
   const Targets targets{ttft_target_ms / 1e3, tpot_target_ms / 1e3};
 
   nlohmann::json out = {{"router", router},
+                        {"target", openai_url.empty() ? "pdq" : "openai"},
                         {"workload", workload},
                         {"input_tokens", input_tokens},
                         {"output_tokens", output_tokens},
@@ -642,10 +706,13 @@ int BenchCommand(int argc, char** argv) {
       const std::string label =
           rate > 0 ? absl::StrCat("rate ", rate, "/s") : absl::StrCat("concurrency ", level);
       double seconds = 0;
-      const absl::StatusOr<Snapshot> before = TakeSnapshot(*stub);
+      // Worker resources only where the target is a pdq router.
+      const absl::StatusOr<Snapshot> before =
+          stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
       std::vector<Record> kept =
           driver.Run(level, rate, counted + (int)warmup, (int)warmup, label.c_str(), &seconds);
-      const absl::StatusOr<Snapshot> after = TakeSnapshot(*stub);
+      const absl::StatusOr<Snapshot> after =
+          stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
       const nlohmann::json resources =
           before.ok() && after.ok() ? Resources(*before, *after) : nlohmann::json::array();
       for (const Record& r : kept) {

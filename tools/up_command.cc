@@ -113,13 +113,16 @@ void StopAll(std::vector<Child>& children) {
 }  // namespace
 
 int UpCommand(int argc, char** argv) {
-  std::string config_path, address_file;
+  std::string config_path, address_file, http_address_file;
   FlagParser flags("up",
                    "Starts pdq-router and the workers of a config (deploy/local/*.json), waits "
                    "until all are registered, prints the router's address, and stops them all "
                    "on Ctrl-C or SIGTERM.");
   flags.String("config", &config_path, "the deployment (JSON; see deploy/local/)");
   flags.String("address-file", &address_file, "also write the router's address here when ready");
+  flags.String("http-address-file", &http_address_file,
+               "also write the router's OpenAI-compatible HTTP address here (before "
+               "--address-file)");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (config_path.empty()) return Fail("up", absl::InvalidArgumentError("--config is required"));
   absl::StatusOr<std::string> text = ReadTextFile(config_path, "config");
@@ -153,7 +156,11 @@ int UpCommand(int argc, char** argv) {
                                     "--address-file",
                                     router.address_file,
                                     "--metrics-address-file",
-                                    router.address_file + ".metrics"};
+                                    router.address_file + ".metrics",
+                                    "--http-listen",
+                                    cfg.value("http_listen", host + ":0"),
+                                    "--http-address-file",
+                                    router.address_file + ".http"};
   absl::StatusOr<pid_t> pid = Spawn(rargs, {});
   if (!pid.ok()) return fail(std::string(pid.status().message()));
   router.pid = *pid;
@@ -236,7 +243,15 @@ int UpCommand(int argc, char** argv) {
       std::printf("pdq up: %s metrics at http://%s/metrics\n", c.name.c_str(), metrics.c_str());
     }
   }
+  std::string http_address;
+  if (std::ifstream in(router.address_file + ".http"); in && std::getline(in, http_address)) {
+    std::printf("pdq up: OpenAI-compatible API at http://%s/v1\n", http_address.c_str());
+  }
   std::fflush(stdout);
+  // The HTTP address first: readers wait for the gRPC one.
+  if (!http_address_file.empty() && !http_address.empty()) {
+    server::WriteAddressFile(http_address_file, http_address);
+  }
   if (!address_file.empty()) {
     server::WriteAddressFile(address_file, router_address);
   }

@@ -188,8 +188,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
                 : std::string(),
       ", ", blocks, " KV blocks of ", block_tokens, " tokens, metrics at http://",
       (*metrics)->address(), "/metrics"));
-  server::WriteAddressFiles(address_file, (*server)->address(), metrics_address_file,
-                            (*metrics)->address());
+  server::WriteAddressFiles(address_file, (*server)->address(),
+                            {{metrics_address_file, (*metrics)->address()}});
   const std::string sig = server::WaitForStopSignal();
   LogLine(absl::StrCat(sig, ": stopping"));
   server->reset();    // deregister, stop accepting, finish calls

@@ -1,0 +1,51 @@
+// What `pdq bench` sends requests to: a pdq router (gRPC) or any
+// OpenAI-compatible completions endpoint (HTTP, Server-Sent Events), behind
+// one interface so the same load and the same figures apply to both.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pdq {
+
+// One prompt in both forms: token ids (sent to pdq) and the text they
+// decode to (sent to an OpenAI-compatible server, which tokenizes itself).
+struct BenchPrompt {
+  std::vector<int32_t> ids;
+  std::string text;
+};
+
+// One request as the client saw it.
+struct BenchRecord {
+  int level = 0;
+  bool ok = false;
+  std::string error;
+  int prompt_tokens = 0, output_tokens = 0;
+  double start = 0;  // seconds since the level began
+  double ttft = 0, tpot = 0, e2e = 0;
+  std::vector<double> gaps;  // between consecutive tokens after the first
+};
+
+class BenchTarget {
+ public:
+  virtual ~BenchTarget() = default;
+  // Streams one answer of exactly `output_tokens` tokens (where the server
+  // honours ignore_eos) and times it; thread-safe.
+  virtual BenchRecord Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
+                          const std::string& request_id) = 0;
+};
+
+// An OpenAI-compatible server at `base_url` (http://host:port/v1): POST
+// {base_url}/completions with stream, ignore_eos (vLLM's and pdq's
+// extension) and stream_options.include_usage. `model` empty: the first of
+// GET {base_url}/models. `api_key`, when given, goes in the Authorization
+// header.
+absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(const std::string& base_url,
+                                                               const std::string& model,
+                                                               const std::string& api_key,
+                                                               std::string* model_used);
+
+}  // namespace pdq

@@ -1,0 +1,201 @@
+#include <httplib.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tools/bench_target.h"
+
+namespace pdq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+double Since(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Url {
+  std::string host, path;  // path without a trailing slash
+  int port = 80;
+};
+
+absl::StatusOr<Url> ParseUrl(const std::string& url) {
+  if (!absl::StartsWith(url, "http://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--openai '", url, "' must start with http:// (https is not supported)"));
+  }
+  std::string rest = url.substr(7);
+  Url u;
+  const size_t slash = rest.find('/');
+  std::string hostport = rest.substr(0, slash);
+  u.path = slash == std::string::npos ? "" : rest.substr(slash);
+  while (!u.path.empty() && u.path.back() == '/') u.path.pop_back();
+  const size_t colon = hostport.rfind(':');
+  u.host = hostport.substr(0, colon);
+  if (colon != std::string::npos && !absl::SimpleAtoi(hostport.substr(colon + 1), &u.port)) {
+    return absl::InvalidArgumentError(absl::StrCat("--openai '", url, "': bad port"));
+  }
+  if (u.host.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--openai '", url, "': no host"));
+  return u;
+}
+
+class OpenAiTarget : public BenchTarget {
+ public:
+  OpenAiTarget(Url url, std::string model, std::string api_key)
+      : url_(std::move(url)), model_(std::move(model)), api_key_(std::move(api_key)) {}
+
+  httplib::Headers Headers() const {
+    httplib::Headers h;
+    if (!api_key_.empty()) h.emplace("Authorization", "Bearer " + api_key_);
+    return h;
+  }
+
+  BenchRecord Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
+                  const std::string& request_id) override {
+    BenchRecord r;
+    httplib::Client client(url_.host, url_.port);
+    client.set_connection_timeout(10);
+    client.set_read_timeout((time_t)timeout_s);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = url_.path + "/completions";
+    req.headers = Headers();
+    req.headers.emplace("X-Request-Id", request_id);
+    req.headers.emplace("Content-Type", "application/json");
+    req.body = json({{"model", model_},
+                     {"prompt", prompt.text},
+                     {"max_tokens", output_tokens},
+                     {"temperature", 0},
+                     {"stream", true},
+                     {"ignore_eos", true},
+                     {"stream_options", {{"include_usage", true}}}})
+                   .dump();
+    const Clock::time_point start = Clock::now();
+    Clock::time_point last = start;
+    std::string pending, body;
+    int status = 0, chunks = 0;
+    bool done = false;
+    req.response_handler = [&](const httplib::Response& res) {
+      status = res.status;
+      return true;
+    };
+    // Events are separated by a blank line; each chunk with text is a token.
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      if (status != 200) {
+        body.append(data, n);
+        return true;
+      }
+      pending.append(data, n);
+      for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+        const std::string event = pending.substr(0, end);
+        pending.erase(0, end + 2);
+        if (!absl::StartsWith(event, "data: ")) continue;  // comments (keep-alives)
+        const std::string payload = event.substr(6);
+        if (payload == "[DONE]") {
+          done = true;
+          continue;
+        }
+        const json j = json::parse(payload, nullptr, false);
+        if (j.is_discarded()) continue;
+        if (j.contains("error")) {
+          r.error = j["error"].value("message", j["error"].dump());
+          continue;
+        }
+        if (j.contains("usage") && j["usage"].is_object()) {
+          r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
+          r.output_tokens = j["usage"].value("completion_tokens", 0);
+        }
+        if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
+        const json& c = j["choices"][0];
+        if (!c.contains("text") || !c["text"].is_string() || c["text"].get<std::string>().empty()) {
+          continue;
+        }
+        const Clock::time_point now = Clock::now();
+        if (chunks == 0) {
+          r.ttft = Since(start, now);
+        } else {
+          r.gaps.push_back(Since(last, now));
+        }
+        ++chunks;
+        last = now;
+      }
+      return true;
+    };
+    httplib::Result res = client.send(req);
+    r.e2e = Since(start, Clock::now());
+    if (r.output_tokens == 0) r.output_tokens = chunks;  // no usage block
+    if (r.prompt_tokens == 0) r.prompt_tokens = (int)prompt.ids.size();
+    if (!res) {
+      r.error = absl::StrCat("POST ", req.path, ": ", httplib::to_string(res.error()));
+    } else if (status != 200) {
+      const json j = json::parse(body, nullptr, false);
+      r.error = absl::StrCat(
+          "HTTP ", status, ": ",
+          !j.is_discarded() && j.contains("error") ? j["error"].value("message", body) : body);
+    } else if (r.error.empty() && !done) {
+      r.error = "the stream ended without [DONE]";
+    }
+    r.ok = r.error.empty();
+    if (chunks > 1) r.tpot = Since(start, last) - r.ttft, r.tpot /= chunks - 1;
+    return r;
+  }
+
+ private:
+  const Url url_;
+  const std::string model_, api_key_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(const std::string& base_url,
+                                                               const std::string& model,
+                                                               const std::string& api_key,
+                                                               std::string* model_used) {
+  absl::StatusOr<Url> url = ParseUrl(base_url);
+  if (!url.ok()) return url.status();
+  auto target = std::make_unique<OpenAiTarget>(*url, model, api_key);
+  // Reach the server once: an unreachable one fails here, not 100 times.
+  httplib::Client client(url->host, url->port);
+  client.set_connection_timeout(10);
+  client.set_read_timeout(10);
+  httplib::Result res = client.Get(url->path + "/models", target->Headers());
+  if (!res) {
+    return absl::UnavailableError(
+        absl::StrCat("GET ", base_url, "/models: ", httplib::to_string(res.error())));
+  }
+  if (res->status != 200) {
+    return absl::UnavailableError(
+        absl::StrCat("GET ", base_url, "/models: HTTP ", res->status, ": ", res->body));
+  }
+  const json j = json::parse(res->body, nullptr, false);
+  if (j.is_discarded() || !j.contains("data") || !j["data"].is_array()) {
+    return absl::UnavailableError(
+        absl::StrCat("GET ", base_url, "/models did not answer an OpenAI model list"));
+  }
+  std::string chosen = model, listed;
+  bool found = false;
+  for (const json& m : j["data"]) {
+    if (!m.contains("id") || !m["id"].is_string()) continue;
+    absl::StrAppend(&listed, listed.empty() ? "" : ", ", m["id"].get<std::string>());
+    found = found || m["id"] == model;
+  }
+  if (!model.empty() && !found) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(base_url, " does not serve the model '", model, "' (it lists: ", listed, ")"));
+  }
+  if (chosen.empty()) {
+    if (j["data"].empty() || !j["data"][0].contains("id")) {
+      return absl::UnavailableError(absl::StrCat(base_url, " serves no model"));
+    }
+    chosen = j["data"][0]["id"].get<std::string>();
+  }
+  *model_used = chosen;
+  return std::make_unique<OpenAiTarget>(*url, chosen, api_key);
+}
+
+}  // namespace pdq
