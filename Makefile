@@ -49,6 +49,11 @@ demo: build model
 	  echo; echo "== pdq perplexity (WikiText-2 test, first 8 windows of 512) =="; \
 	  $(PDQ) perplexity --text "$(WIKITEXT)" --ctx 512 --chunks 8; \
 	else echo "(WikiText-2 not found at $(WIKITEXT); perplexity skipped)"; fi
+	@echo
+	@echo "== pdq eval (a short evaluation: deploy/eval/smoke.json; the full one is deploy/eval/cpu-2core.json) =="
+	@if [ -f "$(WIKITEXT)" ]; then \
+	  rm -rf $(BUILD)/eval-demo && $(PDQ) eval --config deploy/eval/smoke.json --out $(BUILD)/eval-demo; \
+	else echo "(WikiText-2 not found at $(WIKITEXT); the evaluation's prompts come from it: skipped)"; fi
 
 bench: build model
 	$(PDQ) bench-engine --json

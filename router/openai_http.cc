@@ -21,6 +21,10 @@ namespace {
 
 using json = nlohmann::json;
 
+// Model text is valid UTF-8 (deltas never split a character), but nothing
+// here may throw on a byte that is not: it is replaced.
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
 // ---- Errors in OpenAI's shape ------------------------------------------------
 
 struct HttpError {
@@ -43,7 +47,7 @@ json ErrorJson(const HttpError& e) {
 
 void SendError(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
-  res.set_content(ErrorJson(e).dump(), "application/json");
+  res.set_content(Dump(ErrorJson(e)), "application/json");
 }
 
 HttpError FromGrpc(const grpc::Status& s) {
@@ -394,7 +398,7 @@ class Server : public OpenAiHttpServer {
       HttpError e{res.status, "invalid_request_error",
                   absl::StrCat("no route for ", req.method, " ", req.path), "", "unknown_url"};
       if (res.status == 413) e.message = "the request body is larger than 4 MiB";
-      res.set_content(ErrorJson(e).dump(), "application/json");
+      res.set_content(Dump(ErrorJson(e)), "application/json");
     });
     return server_.Start(o_.listen, o_.max_connections, "the HTTP API");
   }
@@ -434,9 +438,9 @@ class Server : public OpenAiHttpServer {
             res, {404, "invalid_request_error", absl::StrCat("the model '", id, "' does not exist"),
                   "model", "model_not_found"});
       }
-      return res.set_content(model.dump(), "application/json");
+      return res.set_content(Dump(model), "application/json");
     }
-    res.set_content(json({{"object", "list"}, {"data", json::array({model})}}).dump(),
+    res.set_content(Dump(json({{"object", "list"}, {"data", json::array({model})}})),
                     "application/json");
   }
 
@@ -460,7 +464,8 @@ class Server : public OpenAiHttpServer {
     if (rid.empty() || rid.size() > 100) rid = RandomHex(24);
     p->req.set_request_id(rid);
     if (chat && !p->max_tokens_given) {
-      // OpenAI's default for chat: as long as the context allows.
+      // OpenAI's default for chat is as long as the context allows; pdq
+      // reserves KV for prompt + max_tokens up front, so it is capped.
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
       v1::TokenizeRequest treq;
@@ -468,7 +473,9 @@ class Server : public OpenAiHttpServer {
       v1::TokenizeResponse tresp;
       grpc::Status s = stub_->Tokenize(&ctx, treq, &tresp);
       if (!s.ok()) return SendError(res, FromGrpc(s));
-      p->req.set_max_tokens(std::max<int32_t>(1, info->max_context() - tresp.ids_size()));
+      p->req.set_max_tokens(std::max<int32_t>(
+          1,
+          std::min<int32_t>(o_.default_chat_max_tokens, info->max_context() - tresp.ids_size())));
     }
     const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", rid);
     LogLine(
@@ -535,13 +542,13 @@ class Server : public OpenAiHttpServer {
         json::array({reply.Choice(text, FinishReason(summary.finish_reason()), false)});
     out["usage"] = Reply::Usage(summary);
     res.set_header("X-Request-Id", summary.request_id());
-    res.set_content(out.dump(), "application/json");
+    res.set_content(Dump(out), "application/json");
   }
 
   bool StreamEvents(GenerateStream& stream, const Parsed& p, const Reply& reply,
                     httplib::DataSink& sink) {
     auto send = [&](const json& event) {
-      const std::string s = absl::StrCat("data: ", event.dump(), "\n\n");
+      const std::string s = absl::StrCat("data: ", Dump(event), "\n\n");
       return sink.write(s.data(), s.size());
     };
     auto gone = [&] {

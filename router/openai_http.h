@@ -24,6 +24,9 @@ struct OpenAiHttpOptions {
   // Connections served at once (one thread each); more wait in the accept
   // queue.
   int max_connections = 128;
+  // A chat request without max_tokens gets the rest of the context, at most
+  // this (the decode worker reserves KV for prompt + max_tokens up front).
+  int default_chat_max_tokens = 1024;
   // The deadline of each generation.
   absl::Duration request_timeout = absl::Minutes(10);
   // While a streamed answer waits for its first token (the prefill), an SSE

@@ -765,6 +765,29 @@ class RouterImpl : public Router {
     return http_ ? http_->address() : none;
   }
   int live_workers() const override { return registry_.live(); }
+  bool Drain(absl::Duration timeout) override {
+    grpc_.server->GetHealthCheckService()->SetServingStatus(false);
+    const absl::Time start = absl::Now(), end = start + timeout;
+    absl::Time next_log = start;
+    for (;;) {
+      const double n = RouterMetrics::Get().in_flight.value();
+      const absl::Time now = absl::Now();
+      if (n <= 0) {
+        LogLine(absl::StrFormat("drained in %.1f s", absl::ToDoubleSeconds(now - start)));
+        return true;
+      }
+      if (now >= end) {
+        LogLine(absl::StrFormat("not drained after %.0f s: %.0f requests in flight; ending them",
+                                absl::ToDoubleSeconds(timeout), n));
+        return false;
+      }
+      if (now >= next_log) {
+        LogLine(absl::StrFormat("draining: %.0f requests in flight", n));
+        next_log = now + absl::Seconds(5);
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
 
  private:
   explicit RouterImpl(const RouterOptions& o) : registry_(o) {}

@@ -36,6 +36,10 @@ class Router {
   virtual const std::string& http_address() const = 0;
   // Workers in rotation (registered and heartbeating).
   virtual int live_workers() const = 0;
+  // Reports NOT_SERVING on grpc.health.v1 (so load balancers stop sending)
+  // while still serving, and waits up to `timeout` until no request is in
+  // flight. Returns whether that happened in time.
+  virtual bool Drain(absl::Duration timeout) = 0;
 };
 
 int RouterMain(int argc, char** argv);

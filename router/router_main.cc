@@ -20,7 +20,7 @@ int RouterMain(int argc, char** argv) {
               model = env_model ? env_model : "models/SmolLM2-135M-Instruct.Q4_1.gguf",
               address_file, metrics_listen = "127.0.0.1:0", metrics_address_file, http_listen,
               http_address_file;
-  int64_t heartbeat_ms = 500, missed = 3, http_connections = 128;
+  int64_t heartbeat_ms = 500, missed = 3, http_connections = 128, drain_seconds = 30;
   FlagParser flags("pdq-router",
                    "The pdq router: serves pdq.v1.Pdq (Generate, Tokenize, GetModelInfo) and the "
                    "worker Registry, with health and reflection.",
@@ -39,6 +39,9 @@ int RouterMain(int argc, char** argv) {
                "write the HTTP API's address here once serving");
   flags.Int("http-max-connections", &http_connections, 1, 4096,
             "HTTP connections served at once (one thread each; streamed answers hold one)");
+  flags.Int("drain-seconds", &drain_seconds, 0, 3600,
+            "on SIGTERM, report NOT_SERVING and let requests in flight finish for up to this "
+            "long before ending them (0: end them at once)");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
@@ -70,7 +73,8 @@ int RouterMain(int argc, char** argv) {
                             {{metrics_address_file, (*metrics)->address()},
                              {http.empty() ? "" : http_address_file, http}});
   const std::string sig = server::WaitForStopSignal();
-  LogLine(absl::StrCat(sig, ": stopping"));
+  LogLine(absl::StrCat(sig, ": stopping", drain_seconds > 0 ? ", draining first" : ""));
+  if (drain_seconds > 0) (*router)->Drain(absl::Seconds(drain_seconds));
   router->reset();
   LogLine("stopped");
   return 0;

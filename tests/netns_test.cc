@@ -8,100 +8,24 @@
 // Needs root (CAP_NET_ADMIN) and `ip`; skips with a message otherwise. The
 // namespaces are this test's own (named after its pid) and removed at the
 // end; nothing is added to the machine's own namespace.
-#include <fcntl.h>
-#include <sched.h>
-
-#include <cstdlib>
-
 #include "kvtransfer/transport.h"
+#include "netns_hosts.h"
 #include "serving_cluster.h"
 
 namespace pdq::testing {
 namespace {
 
-// Runs a command through the shell; its exit status.
-int Run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
-
-class Hosts {
- public:
-  // Hosts r (router), p (prefill), d (decode), c (client) at 10.77.0.1-4.
-  Hosts() : prefix_("pdq" + std::to_string(getpid()) + "-") {
-    if (geteuid() != 0) {
-      why_ = "needs root to create network namespaces";
-      return;
-    }
-    if (Run("ip -V") != 0) {
-      why_ = "iproute2 ('ip') is not installed";
-      return;
-    }
-    const std::string sw = Name("sw");
-    if (Run("ip netns add " + sw) != 0) {
-      why_ = "cannot create a network namespace here (ip netns add failed)";
-      return;
-    }
-    created_.push_back(sw);
-    bool ok = Run("ip -n " + sw + " link add br0 type bridge") == 0 &&
-              Run("ip -n " + sw + " link set br0 up") == 0;
-    const char* hosts[] = {"r", "p", "d", "c"};
-    for (int i = 0; i < 4 && ok; ++i) {
-      const std::string ns = Name(hosts[i]), peer = std::string("v") + hosts[i];
-      ok = Run("ip netns add " + ns) == 0;
-      if (ok) created_.push_back(ns);
-      ok = ok &&
-           Run("ip link add eth0 netns " + ns + " type veth peer name " + peer + " netns " + sw) ==
-               0 &&
-           Run("ip -n " + sw + " link set " + peer + " master br0 up") == 0 &&
-           Run("ip -n " + ns + " addr add " + Address(hosts[i]) + "/24 dev eth0") == 0 &&
-           Run("ip -n " + ns + " link set eth0 up") == 0 &&
-           Run("ip -n " + ns + " link set lo up") == 0;
-    }
-    if (!ok) why_ = "setting up veth links and addresses failed";
-  }
-  ~Hosts() {
-    for (const std::string& ns : created_) Run("ip netns del " + ns);
-  }
-
-  const std::string& why_not() const { return why_; }
-  std::string Name(const std::string& host) const { return prefix_ + host; }
-  static std::string Address(const std::string& host) {
-    return std::string("10.77.0.") + (host == "r"   ? "1"
-                                      : host == "p" ? "2"
-                                      : host == "d" ? "3"
-                                                    : "4");
-  }
-  std::vector<std::string> On(const std::string& host) const {
-    return {"ip", "netns", "exec", Name(host)};
-  }
-  // Moves the calling thread (and the threads it starts later) into the
-  // host's namespace.
-  bool Enter(const std::string& host) const {
-    const int fd = open(("/var/run/netns/" + Name(host)).c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    const bool ok = setns(fd, CLONE_NEWNET) == 0;
-    close(fd);
-    return ok;
-  }
-
- private:
-  std::string prefix_, why_;
-  std::vector<std::string> created_;
-};
-
 // This binary's only test: it moves its thread into the client's namespace
 // before any gRPC thread exists, so the client's calls cross the bridge too.
 TEST(CrossHostTest, RouterPrefillAndDecodeOnSeparateHostsMatchTheMonolithicWorker) {
   if (!std::filesystem::exists(kModel)) GTEST_SKIP() << kModel << " not found (make model)";
-  Hosts hosts;
+  Hosts hosts({"r", "p", "d", "c"});
   if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
   ASSERT_TRUE(hosts.Enter("c"));
   Cluster c;
   // gRPC and /metrics on the host's own address (loopback is per namespace).
-  auto on = [](const std::string& host, std::vector<std::string> args) {
-    for (const char* flag : {"--listen", "--metrics-listen"}) {
-      args.push_back(flag);
-      args.push_back(Hosts::Address(host) + ":0");
-    }
-    return args;
+  auto on = [&hosts](const std::string& host, std::vector<std::string> args) {
+    return hosts.Listening(host, std::move(args));
   };
 
   // The reference: one process doing both, on the decode host.
@@ -122,7 +46,7 @@ TEST(CrossHostTest, RouterPrefillAndDecodeOnSeparateHostsMatchTheMonolithicWorke
     SCOPED_TRACE("KV over " + transport);
     const Proc router = c.Router(on("r", {}), hosts.On("r"));
     ASSERT_TRUE(router.ok());
-    EXPECT_EQ(router.address.rfind(Hosts::Address("r") + ":", 0), 0u) << router.address;
+    EXPECT_EQ(router.address.rfind(hosts.Address("r") + ":", 0), 0u) << router.address;
     const Proc prefill = c.Worker(router.address, "prefill", "w8a8",
                                   on("p", {"--kv-transport", transport}), hosts.On("p"));
     const Proc decode = c.Worker(router.address, "decode", "w4a16",

@@ -108,15 +108,18 @@ class Cluster {
 
   Proc Router(const std::vector<std::string>& extra = {},
               const std::vector<std::string>& prefix = {}) {
-    std::vector<std::string> args = {"--model", kModel, "--heartbeat-ms", "200"};
+    // A short drain keeps every test's teardown within its 10 s bound even
+    // when a request is still in flight (a later --drain-seconds wins).
+    std::vector<std::string> args = {"--model",         kModel, "--heartbeat-ms", "200",
+                                     "--drain-seconds", "3"};
     args.insert(args.end(), extra.begin(), extra.end());
     return Start("pdq-router", args, prefix);
   }
   Proc Worker(const std::string& router, const std::string& role, const std::string& precision,
               std::vector<std::string> extra = {}, const std::vector<std::string>& prefix = {}) {
-    std::vector<std::string> args = {"--role",    role,   "--precision", precision,
-                                     "--model",   kModel, "--router",    router,
-                                     "--threads", "1",    "--kv-tokens", "32768"};
+    std::vector<std::string> args = {
+        "--role",    role, "--precision", precision, "--model",         kModel, "--router", router,
+        "--threads", "1",  "--kv-tokens", "32768",   "--drain-seconds", "3"};
     args.insert(args.end(), extra.begin(), extra.end());
     return Start(role == "prefill" ? "pdq-prefill" : "pdq-decode", args, prefix);
   }

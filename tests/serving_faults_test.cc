@@ -77,30 +77,60 @@ TEST_F(ServingFaultsTest, KillingThePrefillWorkerMidRequestFailsFastAndFreesTheR
   EXPECT_TRUE(after.status.ok()) << after.status.error_message();
 }
 
+// A router, a prefill worker and two decode workers (each with
+// `decode_args`), and one greedy stream of `max_tokens` that has begun:
+// `busy` is the decode worker serving it, `idle` the other.
+struct StreamOnTwoDecoders {
+  Proc router, prefill, d1, d2;
+  const Proc* busy = nullptr;
+  const Proc* idle = nullptr;
+  std::unique_ptr<v1::Pdq::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
+  int tokens = 0;  // read so far
+
+  // False (with the failure recorded) when the cluster or the stream did
+  // not start.
+  bool Start(Cluster& c, const std::vector<std::string>& decode_args, int max_tokens) {
+    router = c.Router();
+    if (!router.ok()) return false;
+    prefill = c.Worker(router.address, "prefill", "fp16");
+    d1 = c.Worker(router.address, "decode", "fp16", decode_args);
+    d2 = c.Worker(router.address, "decode", "fp16", decode_args);
+    if (!prefill.ok() || !d1.ok() || !d2.ok()) return false;
+    stub = Client(router.address);
+    if (!WaitForWorkers(*stub, 3)) {
+      ADD_FAILURE() << "the workers did not register";
+      return false;
+    }
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    v1::GenerateRequest r = Chat(kPrompts[2], max_tokens);
+    r.set_ignore_eos(true);
+    reader = stub->Generate(&ctx, r);
+    v1::GenerateResponse m;
+    while (tokens < 4 && reader->Read(&m)) tokens += m.delta().token_ids_size();
+    if (tokens != 4) {
+      ADD_FAILURE() << "the stream ended early";
+      return false;
+    }
+    const bool first = Load(d1.address).active_sequences() > 0;
+    busy = first ? &d1 : &d2;
+    idle = first ? &d2 : &d1;
+    return true;
+  }
+};
+
 TEST_F(ServingFaultsTest, KillingTheDecodeWorkerMidStreamIsNeverATruncatedOk) {
   Cluster c;
-  const Proc router = c.Router();
-  ASSERT_TRUE(router.ok());
-  const Proc prefill = c.Worker(router.address, "prefill", "fp16");
-  const Proc d1 = c.Worker(router.address, "decode", "fp16");
-  const Proc d2 = c.Worker(router.address, "decode", "fp16");
-  ASSERT_TRUE(prefill.ok() && d1.ok() && d2.ok());
-  auto stub = Client(router.address);
-  ASSERT_TRUE(WaitForWorkers(*stub, 3));
-
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  v1::GenerateRequest r = Chat(kPrompts[2], 400);
-  r.set_ignore_eos(true);
-  auto reader = stub->Generate(&ctx, r);
+  StreamOnTwoDecoders t;
+  ASSERT_TRUE(t.Start(c, {}, 400));
+  auto& reader = t.reader;
+  auto& stub = t.stub;
+  const Proc& prefill = t.prefill;
   v1::GenerateResponse m;
-  int tokens = 0;
-  while (tokens < 4 && reader->Read(&m)) tokens += m.delta().token_ids_size();
-  ASSERT_EQ(tokens, 4) << "the stream ended early";
   // The one decoding this stream dies.
-  const bool first = Load(d1.address).active_sequences() > 0;
-  const Proc& victim = first ? d1 : d2;
-  const Proc& survivor = first ? d2 : d1;
+  const Proc& victim = *t.busy;
+  const Proc& survivor = *t.idle;
   c.Kill(victim);
   const auto killed = Clock::now();
   bool got_summary = false;
@@ -119,6 +149,47 @@ TEST_F(ServingFaultsTest, KillingTheDecodeWorkerMidStreamIsNeverATruncatedOk) {
     EXPECT_TRUE(after.status.ok()) << after.status.error_message();
   }
   ExpectAllBlocksFree(survivor.address, "the surviving decode worker");
+}
+
+// SIGTERM is a drain, not a kill: the decode worker asked to stop
+// mid-stream leaves rotation (new requests go to the other one), finishes
+// the stream it serves, and only then exits, with status 0.
+TEST_F(ServingFaultsTest, SigtermDrainsADecodeWorkerWithoutFailingItsStream) {
+  Cluster c;
+  StreamOnTwoDecoders t;
+  ASSERT_TRUE(t.Start(c, {"--drain-seconds", "60"}, 300));
+  auto& reader = t.reader;
+  auto& stub = t.stub;
+  const Proc& prefill = t.prefill;
+  v1::GenerateResponse m;
+  int tokens = t.tokens;
+  const Proc& draining = *t.busy;
+  const Proc& other = *t.idle;
+  ASSERT_EQ(::kill(draining.pid, SIGTERM), 0);
+  // It leaves rotation at once: requests meanwhile are served by the other.
+  ASSERT_TRUE(WaitForWorkers(*stub, 2));
+  for (int i = 0; i < 2; ++i) {
+    const Answer a = Generate(*stub, Chat(kPrompts[i], 8));
+    EXPECT_TRUE(a.status.ok()) << a.status.error_message();
+  }
+  bool got_summary = false;
+  while (reader->Read(&m)) {
+    tokens += m.delta().token_ids_size();
+    got_summary |= m.has_summary();
+  }
+  const grpc::Status s = reader->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(got_summary);
+  EXPECT_EQ(tokens, 300);
+  // Then it exits by itself, cleanly.
+  int status = -1;
+  const auto end = Clock::now() + std::chrono::seconds(20);
+  while (waitpid(draining.pid, &status, WNOHANG) == 0 && Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  ExpectAllBlocksFree(other.address, "the decode worker left");
+  ExpectAllBlocksFree(prefill.address, "the prefill worker");
 }
 
 TEST_F(ServingFaultsTest, ADeadlineShorterThanThePrefillIsDeadlineExceededAndFreesTheKv) {

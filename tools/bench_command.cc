@@ -165,6 +165,7 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
     good += (targets.ttft <= 0 || r.ttft <= targets.ttft) &&
             (targets.tpot <= 0 || r.output_tokens < 2 || r.tpot <= targets.tpot);
   }
+  auto per_second = [&](int64_t n) { return seconds > 0 ? n / seconds : 0.0; };
   auto pct = [](const std::vector<double>& v) {
     return nlohmann::json{{"p50", Percentile(v, 50)},
                           {"p90", Percentile(v, 90)},
@@ -183,10 +184,10 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
           {"tpot_s", pct(tpot)},
           {"itl_s", pct(gaps)},
           {"e2e_s", pct(e2e)},
-          {"requests_per_s", ok / seconds},
-          {"output_tokens_per_s", out_tokens / seconds},
-          {"total_tokens_per_s", (out_tokens + in_tokens) / seconds},
-          {"goodput_requests_per_s", good / seconds}};
+          {"requests_per_s", per_second(ok)},
+          {"output_tokens_per_s", per_second(out_tokens)},
+          {"total_tokens_per_s", per_second(out_tokens + in_tokens)},
+          {"goodput_requests_per_s", per_second(good)}};
 }
 
 void PrintSummary(const nlohmann::json& s) {
@@ -224,27 +225,21 @@ class Driver {
 
   // `total` requests from `concurrency` clients sending back to back (rate
   // 0), or arriving as a Poisson process of `rate` per second. The first
-  // `warmup` to finish are dropped; `seconds` is the counted span.
+  // `warmup` to finish are dropped; `seconds` is the counted span: from the
+  // first counted request's start to the last one's answer (a span from the
+  // warm-up's end was near zero when every request ran at once).
   std::vector<Record> Run(int concurrency, double rate, int total, int warmup, const char* label,
                           double* seconds) {
     std::vector<Record> records(total);
     std::atomic<int> next{0}, done{0};
     const Clock::time_point start = Clock::now();
-    // The counted span: from the end of the warm-up to the last answer
-    // (not to when the progress loop next looks).
-    std::atomic<int64_t> counted_from_ns{0}, last_end_ns{0};
     auto one = [&](int i) {
       const double begun = Since(start, Clock::now());
       records[i] = target_.Run(prompts_[(serial_ + i) % prompts_.size()], output_tokens_,
                                timeout_s_, absl::StrCat("bench-", label, "-", serial_ + i));
       records[i].start = begun;
       records[i].level = concurrency;
-      const int64_t now_ns =
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-      int64_t seen = last_end_ns.load();
-      while (seen < now_ns && !last_end_ns.compare_exchange_weak(seen, now_ns)) {
-      }
-      if (++done == warmup) counted_from_ns = now_ns;
+      ++done;
     };
     std::vector<std::thread> threads;
     if (rate > 0) {
@@ -267,11 +262,16 @@ class Driver {
     Progress(done, total, label);
     for (std::thread& t : threads) t.join();
     serial_ += total;
-    *seconds = (last_end_ns.load() - counted_from_ns.load()) * 1e-9;
     // The warm-up requests are the ones that finished first.
     std::sort(records.begin(), records.end(),
               [](const Record& a, const Record& b) { return a.start + a.e2e < b.start + b.e2e; });
     records.erase(records.begin(), records.begin() + std::min<int>(warmup, records.size()));
+    double first = 1e300, last = 0;
+    for (const Record& r : records) {
+      first = std::min(first, r.start);
+      last = std::max(last, r.start + r.e2e);
+    }
+    *seconds = records.empty() ? 0 : last - first;
     return records;
   }
 
@@ -517,6 +517,14 @@ std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOption
       }
       absl::StrAppendFormat(&rss_note, "%s%s %+.1f MiB", i ? ", " : "", b.id, growth);
     }
+    nlohmann::json state = {{"cycle", cycle}, {"workers", nlohmann::json::array()}};
+    for (const WorkerState& w : *now) {
+      state["workers"].push_back({{"worker_id", w.id},
+                                  {"resident_bytes", w.rss},
+                                  {"kv_blocks_free", w.kv_free},
+                                  {"kv_blocks_total", w.kv_total}});
+    }
+    (*out)["cycles"].push_back(std::move(state));
     absl::StatusOr<std::vector<int32_t>> probe = Probe(stub, o.timeout_s);
     if (!probe.ok()) return std::string(probe.status().message());
     if (*probe != *probe0) {
@@ -538,8 +546,8 @@ int BenchCommand(int argc, char** argv) {
               text_path = "../shared/data/wikitext-2-raw/wiki.test.raw", json_path, openai_url,
               openai_model, api_key, model_path = DefaultModelPath();
   if (const char* k = std::getenv("OPENAI_API_KEY")) api_key = k;
-  int64_t input_tokens = 128, output_tokens = 128, requests = 0, warmup = 1, timeout_s = 600,
-          cycles = 3, high = 8, low = 1;
+  int64_t input_tokens = 128, output_tokens = 128, requests = 0, per_client = 0, warmup = 1,
+          timeout_s = 600, cycles = 3, high = 8, low = 1;
   double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256;
   FlagParser flags("bench",
                    "Load-tests a pdq router with streaming requests of real text at fixed "
@@ -566,6 +574,8 @@ int BenchCommand(int argc, char** argv) {
               "requests per second arriving as a Poisson process, instead of --concurrency");
   flags.Int("requests", &requests, 0, 1 << 20,
             "requests counted per level (default: 4 x the level, at least 8; with --rate, 32)");
+  flags.Int("requests-per-client", &per_client, 0, 1 << 20,
+            "instead of --requests: this many per concurrent client (level x N counted)");
   flags.Int("warmup", &warmup, 0, 1 << 20, "requests per level run first and not counted");
   flags.String("text", &text_path, "where prompts come from (plain text)");
   flags.Float("ttft-target-ms", &ttft_target_ms, 0, 1e9, "goodput counts requests within this");
@@ -702,9 +712,18 @@ int BenchCommand(int argc, char** argv) {
     exit_code = why.empty() ? 0 : 1;
   } else {
     for (int level : levels) {
-      const int counted = requests > 0 ? (int)requests : rate > 0 ? 32 : std::max(8, 4 * level);
+      const int counted = requests > 0     ? (int)requests
+                          : rate > 0       ? 32
+                          : per_client > 0 ? (int)per_client * level
+                                           : std::max(8, 4 * level);
       const std::string label =
           rate > 0 ? absl::StrCat("rate ", rate, "/s") : absl::StrCat("concurrency ", level);
+      if (rate <= 0 && counted + warmup < level) {
+        std::fprintf(stderr,
+                     "pdq bench: warning: %d requests at concurrency %d: the level never has %d "
+                     "in flight (--requests-per-client keeps them proportional)\n",
+                     counted + (int)warmup, level, level);
+      }
       double seconds = 0;
       // Worker resources only where the target is a pdq router.
       const absl::StatusOr<Snapshot> before =

@@ -23,6 +23,9 @@ int UpCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int StatusCommand(int argc, char** argv);
 int PlanCommand(int argc, char** argv);
+int EvalCommand(int argc, char** argv);
+int BlindAbCommand(int argc, char** argv);  // pdq eval blind-ab
+int TallyCommand(int argc, char** argv);    // pdq eval tally
 
 // A loaded model with a context on the command's thread pool.
 struct LoadedModel {

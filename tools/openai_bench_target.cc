@@ -74,7 +74,9 @@ class OpenAiTarget : public BenchTarget {
                      {"stream", true},
                      {"ignore_eos", true},
                      {"stream_options", {{"include_usage", true}}}})
-                   .dump();
+                   // A prompt cut at a token count may end inside a UTF-8
+                   // character: that byte is replaced, not thrown on.
+                   .dump(-1, ' ', false, json::error_handler_t::replace);
     const Clock::time_point start = Clock::now();
     Clock::time_point last = start;
     std::string pending, body;

@@ -20,6 +20,8 @@ constexpr char kUsage[] =
     "  bench         load-test a router: TTFT, TPOT, throughput, goodput\n"
     "  status        a router's workers: role, precision, health, queue, KV blocks\n"
     "  plan          worker counts and autoscaler targets for a rate, from pdq bench\n"
+    "  eval          the whole evaluation of deployments (speed, stability, accuracy) and its "
+    "report\n"
     "\n"
     "Run `pdq <command> --help` for its flags. The default model is\n"
     "models/SmolLM2-135M-Instruct.Q4_1.gguf (override with --model or PDQ_MODEL).\n";
@@ -43,6 +45,7 @@ int main(int argc, char** argv) {
   if (command == "bench") return pdq::BenchCommand(argc, argv);
   if (command == "status") return pdq::StatusCommand(argc, argv);
   if (command == "plan") return pdq::PlanCommand(argc, argv);
+  if (command == "eval") return pdq::EvalCommand(argc, argv);
   std::fprintf(stderr, "pdq: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;
 }

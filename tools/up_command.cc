@@ -86,12 +86,14 @@ bool WaitForFile(const Child& c, std::chrono::seconds limit, std::string* conten
   return false;
 }
 
-void StopAll(std::vector<Child>& children) {
+// The processes drain for up to `drain_s` (--drain-seconds) before they
+// stop; any still running 15 s after that is killed.
+void StopAll(std::vector<Child>& children, int drain_s) {
   // Workers first (they deregister), the router last.
   for (auto it = children.rbegin(); it != children.rend(); ++it) {
     if (it->pid > 0) kill(it->pid, SIGTERM);
   }
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(drain_s + 15);
   for (Child& c : children) {
     while (c.pid > 0) {
       int status;
@@ -99,7 +101,8 @@ void StopAll(std::vector<Child>& children) {
       if (r == c.pid || r < 0) {
         c.pid = -1;
       } else if (std::chrono::steady_clock::now() > end) {
-        std::fprintf(stderr, "pdq up: %s did not stop in 15 s; killing it\n", c.name.c_str());
+        std::fprintf(stderr, "pdq up: %s did not stop in %d s; killing it\n", c.name.c_str(),
+                     drain_s + 15);
         kill(c.pid, SIGKILL);
         waitpid(c.pid, &status, 0);
         c.pid = -1;
@@ -138,11 +141,21 @@ int UpCommand(int argc, char** argv) {
   const std::string model = cfg.value("model", DefaultModelPath());
   const std::string transport = cfg.value("kv_transport", std::string("tcp"));
   const std::string host = cfg.value("host", std::string("127.0.0.1"));
+  // How long each process lets requests in flight finish when stopped.
+  int drain_s = 10;
+  if (cfg.contains("drain_seconds")) {
+    if (!cfg["drain_seconds"].is_number_integer() || cfg["drain_seconds"].get<int>() < 0 ||
+        cfg["drain_seconds"].get<int>() > 3600) {
+      return Fail("up", absl::InvalidArgumentError(
+                            absl::StrCat(config_path, ": drain_seconds must be 0..3600")));
+    }
+    drain_s = cfg["drain_seconds"].get<int>();
+  }
   char dir_template[] = "/tmp/pdq-up-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   std::vector<Child> children;
   auto fail = [&](const std::string& why) {
-    StopAll(children);
+    StopAll(children, drain_s);
     std::filesystem::remove_all(dir);
     return Fail("up", absl::UnavailableError(why));
   };
@@ -160,7 +173,9 @@ int UpCommand(int argc, char** argv) {
                                     "--http-listen",
                                     cfg.value("http_listen", host + ":0"),
                                     "--http-address-file",
-                                    router.address_file + ".http"};
+                                    router.address_file + ".http",
+                                    "--drain-seconds",
+                                    std::to_string(drain_s)};
   absl::StatusOr<pid_t> pid = Spawn(rargs, {});
   if (!pid.ok()) return fail(std::string(pid.status().message()));
   router.pid = *pid;
@@ -196,7 +211,9 @@ int UpCommand(int argc, char** argv) {
                                      "--worker-id",
                                      w.value("id", absl::StrCat(role, "-", index)),
                                      "--threads",
-                                     std::to_string(w.value("threads", 0))};
+                                     std::to_string(w.value("threads", 0)),
+                                     "--drain-seconds",
+                                     std::to_string(drain_s)};
     if (w.contains("prefill_precision")) {
       args.push_back("--prefill-precision");
       args.push_back(w["prefill_precision"].get<std::string>());
@@ -276,7 +293,7 @@ int UpCommand(int argc, char** argv) {
     if (exited || *signalled) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  StopAll(children);
+  StopAll(children, drain_s);
   std::filesystem::remove_all(dir);
   if (!address_file.empty()) std::filesystem::remove(address_file);
   std::printf("pdq up: stopped\n");

@@ -62,7 +62,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
               kv_transport = "tcp", kv_listen, prefill_precision, address_file, worker_id,
               metrics_listen = "127.0.0.1:0", metrics_address_file;
   int64_t kv_tokens = 65536, block_tokens = 16, budget = 2048, max_batch = 64, lease_s = 30,
-          stall_s = 30, max_unsent = 64;
+          stall_s = 30, max_unsent = 64, drain_seconds = 30;
   FlagParser flags(program,
                    absl::StrCat("A pdq ", RoleName(default_role),
                                 " worker: serves the DecodeWorker and PrefillWorker gRPC services "
@@ -102,6 +102,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
             "a stream whose client takes no tokens this long is cancelled");
   flags.Int("max-unsent", &max_unsent, 1, 1 << 20,
             "tokens a client may leave unread before its sequence pauses");
+  flags.Int("drain-seconds", &drain_seconds, 0, 3600,
+            "on SIGTERM, leave the router's rotation and let requests in flight finish for up "
+            "to this long before ending them (0: end them at once); keep it below the "
+            "orchestrator's grace period; the exit status is 3 when the time ran out");
   bool skip_peaks = false;
   flags.Bool("skip-peaks", &skip_peaks,
              "do not measure the machine's compute peak and read bandwidth at start-up (about "
@@ -191,12 +195,14 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   server::WriteAddressFiles(address_file, (*server)->address(),
                             {{metrics_address_file, (*metrics)->address()}});
   const std::string sig = server::WaitForStopSignal();
-  LogLine(absl::StrCat(sig, ": stopping"));
+  LogLine(absl::StrCat(sig, ": stopping", drain_seconds > 0 ? ", draining first" : ""));
+  // Exit status 3: the drain ran out of time and requests were ended.
+  const bool drained = drain_seconds == 0 || (*server)->Drain(absl::Seconds(drain_seconds));
   server->reset();    // deregister, stop accepting, finish calls
   scheduler.reset();  // fail what is left, free the KV
   transport.reset();
   LogLine("stopped");
-  return 0;
+  return drained ? 0 : 3;
 }
 
 }  // namespace pdq::worker

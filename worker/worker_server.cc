@@ -352,14 +352,48 @@ void WorkerServer::ExportLoad() {
   }
 }
 
-WorkerServer::~WorkerServer() {
-  for (const LoadGauge& g : kLoadGauges) server::Metrics::Global().ClearGaugeFunctions(g.name);
+void WorkerServer::StopRegistration() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  if (registration_.joinable()) registration_.join();
+  if (registration_.joinable()) registration_.join();  // it deregisters
+}
+
+bool WorkerServer::Drain(absl::Duration timeout) {
+  StopRegistration();
+  grpc_.server->GetHealthCheckService()->SetServingStatus(false);
+  const absl::Time start = absl::Now(), end = start + timeout;
+  absl::Time next_log = start;
+  for (;;) {
+    const SchedulerLoad l = scheduler_->load();
+    if (l.queued_prompt_tokens == 0 && l.kv_blocks_free == l.kv_blocks_total) {
+      LogLine(absl::StrFormat("drained in %.1f s", absl::ToDoubleSeconds(absl::Now() - start)));
+      return true;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= end) {
+      LogLine(absl::StrFormat(
+          "not drained after %.0f s: %d sequences decoding, %d reservations, %d prompt tokens "
+          "queued, %d KV blocks held; ending them",
+          absl::ToDoubleSeconds(timeout), l.active_sequences, l.reservations,
+          l.queued_prompt_tokens, l.kv_blocks_total - l.kv_blocks_free));
+      return false;
+    }
+    if (now >= next_log) {
+      LogLine(absl::StrFormat(
+          "draining: %d sequences decoding, %d reservations, %d prompt tokens queued",
+          l.active_sequences, l.reservations, l.queued_prompt_tokens));
+      next_log = now + absl::Seconds(5);
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+WorkerServer::~WorkerServer() {
+  for (const LoadGauge& g : kLoadGauges) server::Metrics::Global().ClearGaugeFunctions(g.name);
+  StopRegistration();
   grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 

@@ -39,6 +39,11 @@ class WorkerServer {
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerServerOptions& options,
                                                              Scheduler* scheduler,
                                                              kvtransfer::Transport* transport);
+  // Leaves rotation (deregisters from the router, health NOT_SERVING) and
+  // waits up to `timeout` until this worker holds no request: nothing queued
+  // and every KV block free, so the streams it serves finish and the
+  // reservations it holds are used. Returns whether it drained in time.
+  bool Drain(absl::Duration timeout);
   // Deregisters, stops accepting calls, cancels those in flight and waits.
   ~WorkerServer();
   const std::string& address() const { return address_; }
@@ -48,6 +53,7 @@ class WorkerServer {
   class PrefillService;
   WorkerServer() = default;
   void RegistrationLoop();
+  void StopRegistration();
   // Publishes the scheduler's load as /metrics gauges (cleared on destruction).
   void ExportLoad();
   pdq::v1::WorkerInfo Info() const;

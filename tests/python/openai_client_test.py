@@ -3,7 +3,6 @@ Python client: completions and chat, streamed and not, the usage block, bad
 requests in OpenAI's error shape, and a client that leaves mid-stream (its
 KV blocks come back). One prefill (W8A8) and one decode (W4A16) worker."""
 
-import argparse
 import json
 import os
 import subprocess
@@ -14,7 +13,7 @@ import unittest
 
 import openai
 
-from pdq_cluster import SKIP, PdqUp, scrape
+from pdq_cluster import PdqUp, main, scrape
 
 ARGS = None
 UP = None
@@ -175,11 +174,4 @@ class OpenAiClientTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pdq", required=True, help="the pdq executable")
-    parser.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
-    ARGS, rest = parser.parse_known_args()
-    if not os.path.exists(ARGS.model):
-        print(f"SKIPPED: the model {ARGS.model} is missing (make model)")
-        sys.exit(SKIP)
-    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+    main(__doc__)

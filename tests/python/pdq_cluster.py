@@ -9,6 +9,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import sys
 import urllib.request
 
 SKIP = 77  # ctest's SKIP_RETURN_CODE for these tests
@@ -79,3 +80,24 @@ def scrape(address):
             name, _, value = line.rpartition(" ")
             samples[name] = float(value)
     return samples
+
+
+def main(doc, extra=lambda parser: None, check=lambda args: None):
+    """A Python test's entry point: parses --pdq and --model (plus `extra`
+    arguments), skips (exit 77) without the model or where `check(args)`
+    names something missing, then runs the module's unittest cases with
+    the arguments in the module's ARGS."""
+    import argparse
+    import unittest
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("--pdq", required=True, help="the pdq executable")
+    parser.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    extra(parser)
+    args, rest = parser.parse_known_args()
+    missing = None if os.path.exists(args.model) else f"the model {args.model} is missing (make model)"
+    missing = missing or check(args)
+    if missing:
+        print(f"SKIPPED: {missing}")
+        sys.exit(SKIP)
+    sys.modules["__main__"].ARGS = args
+    unittest.main(module="__main__", argv=[sys.argv[0]] + rest, verbosity=2)

@@ -1,0 +1,383 @@
+// `pdq eval`: the evaluation harness in one command. For each deployment of
+// a config (deploy/eval/*.json) it starts `pdq up`, runs `pdq bench` for the
+// standard workloads over a concurrency sweep and, where asked, the
+// alternating-load stability test; then the accuracy suite (`pdq perplexity`
+// on several texts and `pdq drift`) for each precision pair against FP16;
+// then writes report.md with tables and plots (tools/eval_report.h).
+//
+// Every step is a child process writing one JSON file under OUT/raw/, kept
+// as soon as it is complete: an interrupted run keeps what it measured and
+// its report is written from that, and running the same command again
+// resumes, skipping the steps whose files exist.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "tools/commands.h"
+#include "tools/eval_report.h"
+#include "tools/local_run.h"
+
+namespace pdq {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// Keeps `tmp` as `final` only when the step finished and wrote JSON.
+bool Keep(const std::string& tmp, const std::string& final) {
+  std::ifstream in(tmp);
+  const json j = json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    fs::remove(tmp);
+    return false;
+  }
+  fs::rename(tmp, final);
+  return true;
+}
+
+std::string Levels(const json& levels) {
+  std::vector<std::string> v;
+  for (const json& l : levels) v.push_back(std::to_string(l.get<int>()));
+  return absl::StrJoin(v, ",");
+}
+
+absl::Status CheckConfig(const json& c) {
+  if (!c.is_object()) return absl::InvalidArgumentError("the config must be a JSON object");
+  if (!c.contains("deployments") || !c["deployments"].is_array() || c["deployments"].empty()) {
+    return absl::InvalidArgumentError("the config needs a non-empty 'deployments' array");
+  }
+  std::set<std::string> names;
+  for (const json& d : c["deployments"]) {
+    if (!d.is_object() || !d.contains("name") || !d["name"].is_string() || !d.contains("workers") ||
+        !d["workers"].is_array() || d["workers"].empty()) {
+      return absl::InvalidArgumentError(
+          "each deployment needs a 'name' and a non-empty 'workers' array (as in deploy/local/)");
+    }
+    const std::string name = d["name"];
+    if (name.empty() || name.find_first_of("/ ") != std::string::npos ||
+        !names.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("deployment names must be unique, without '/' or spaces: '", name, "'"));
+    }
+    for (const char* k : {"prefill_precision", "decode_precision"}) {
+      if (!d.contains(k) || !d[k].is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat("deployment ", name, " needs '", k,
+                                                       "' (its precision pair, for accuracy)"));
+      }
+    }
+  }
+  if (c.contains("stability")) {
+    const std::string d = c["stability"].value("deployment", "");
+    if (!names.count(d)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stability.deployment '", d, "' is not one of the deployments"));
+    }
+  }
+  if (c.contains("workloads")) {
+    if (!c["workloads"].is_object())
+      return absl::InvalidArgumentError("'workloads' must be an object");
+    for (const auto& [w, spec] : c["workloads"].items()) {
+      if (w != "chat" && w != "summarize" && w != "analysis") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("workload '", w, "' is not chat, summarize or analysis"));
+      }
+      if (!spec.is_object() || !spec.contains("concurrency") || !spec["concurrency"].is_array() ||
+          spec["concurrency"].empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("workload ", w, " needs a 'concurrency' array"));
+      }
+      for (const json& l : spec["concurrency"]) {
+        if (!l.is_number_integer() || l.get<int>() < 1) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("workload ", w, ": concurrency levels are integers >= 1"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+int Progress(int step, int steps, const std::string& what) {
+  std::fprintf(stderr, "pdq eval: [%d/%d] %s\n", step, steps, what.c_str());
+  return step;
+}
+
+int RunEval(int argc, char** argv) {
+  std::string config_path, out_dir, only;
+  bool skip_accuracy = false, skip_stability = false, skip_serving = false;
+  FlagParser flags("eval",
+                   "Runs the evaluation of a config (deploy/eval/*.json): every deployment under "
+                   "the standard workloads, the stability test, and the accuracy suite against "
+                   "FP16, then writes OUT/report.md with tables and plots. Each step's JSON is "
+                   "kept under OUT/raw/ as soon as it completes; an interrupted run keeps them, "
+                   "and running again resumes.\n\n"
+                   "Also: pdq eval report --config F --out DIR (rewrite the report), pdq eval "
+                   "blind-ab ..., pdq eval tally ... (each with --help).");
+  flags.String("config", &config_path, "the evaluation (JSON; see deploy/eval/)");
+  flags.String("out", &out_dir, "where raw/, plots/ and report.md go");
+  flags.String("only", &only, "comma-separated deployment names to run (default: all)");
+  flags.Bool("skip-serving", &skip_serving, "no deployments: only accuracy (and the report)");
+  flags.Bool("skip-accuracy", &skip_accuracy, "no perplexity, KL or drift");
+  flags.Bool("skip-stability", &skip_stability, "no alternating-load test");
+  if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (config_path.empty() || out_dir.empty()) {
+    return Fail("eval", absl::InvalidArgumentError("--config and --out are required"));
+  }
+  absl::StatusOr<std::string> text = ReadTextFile(config_path, "--config");
+  if (!text.ok()) return Fail("eval", text.status());
+  const json config = json::parse(*text, nullptr, false);
+  if (config.is_discarded()) {
+    return Fail("eval", absl::InvalidArgumentError(absl::StrCat(config_path, " is not JSON")));
+  }
+  if (absl::Status s = CheckConfig(config); !s.ok()) {
+    return Fail("eval", absl::InvalidArgumentError(absl::StrCat(config_path, ": ", s.message())));
+  }
+  std::set<std::string> selected;
+  for (absl::string_view n : absl::StrSplit(only, ',', absl::SkipEmpty())) {
+    selected.insert(std::string(n));
+  }
+  for (const std::string& n : selected) {
+    bool found = false;
+    for (const json& d : config["deployments"]) found = found || d["name"] == n;
+    if (!found) {
+      return Fail("eval", absl::InvalidArgumentError(
+                              absl::StrCat("--only: no deployment named '", n, "'")));
+    }
+  }
+  const std::string model = config.value("model", DefaultModelPath());
+  const std::string bench_text =
+      config.value("text", std::string("../shared/data/wikitext-2-raw/wiki.test.raw"));
+  const std::string raw = out_dir + "/raw";
+  std::error_code ec;
+  fs::create_directories(raw + "/accuracy", ec);
+  if (ec) {
+    return Fail("eval",
+                absl::UnavailableError(absl::StrCat("cannot create ", raw, ": ", ec.message())));
+  }
+  std::ofstream(out_dir + "/config.json") << config.dump(1) << "\n";
+  CatchInterrupts();
+
+  const json workloads = config.value("workloads", json::object());
+  const json stability = config.value("stability", json::object());
+  const json accuracy = config.value("accuracy", json::object());
+  // The steps, counted first so progress can say "[k/n]".
+  int steps = 0, step = 0;
+  for (const json& d : config["deployments"]) {
+    if (skip_serving || (!selected.empty() && !selected.count(d["name"]))) continue;
+    steps += (int)workloads.size();
+    if (!skip_stability && stability.value("deployment", "") == d["name"]) ++steps;
+  }
+  std::set<std::pair<std::string, std::string>> pairs;
+  for (const json& d : config["deployments"]) {
+    pairs.insert(
+        {d["prefill_precision"].get<std::string>(), d["decode_precision"].get<std::string>()});
+  }
+  const json texts = accuracy.value("texts", json::array({bench_text}));
+  if (!skip_accuracy) steps += (int)pairs.size() * ((int)texts.size() + 1);
+
+  int failures = 0;
+  for (const json& d : config["deployments"]) {
+    const std::string name = d["name"];
+    if (skip_serving || (!selected.empty() && !selected.count(name))) continue;
+    const std::string dir = raw + "/" + name;
+    fs::create_directories(dir, ec);
+    // What this deployment still has to run.
+    std::vector<std::string> todo;
+    for (const auto& [w, spec] : workloads.items()) {
+      if (!fs::exists(dir + "/bench-" + w + ".json")) todo.push_back(w);
+    }
+    const bool stable = !skip_stability && stability.value("deployment", "") == name;
+    const bool stability_todo = stable && !fs::exists(dir + "/stability.json");
+    if (todo.empty() && !stability_todo) {
+      step += (int)workloads.size() + (stable ? 1 : 0);
+      std::fprintf(stderr, "pdq eval: %s: measured already (%s)\n", name.c_str(), dir.c_str());
+      continue;
+    }
+    json up = {{"model", model},
+               {"listen", "127.0.0.1:0"},
+               {"kv_transport", d.value("kv_transport", config.value("kv_transport", "tcp"))},
+               {"workers", d["workers"]}};
+    std::fprintf(stderr, "pdq eval: %s: starting (%zu workers)\n", name.c_str(),
+                 d["workers"].size());
+    LocalDeployment dep;
+    if (absl::Status s = dep.Start(up, dir); !s.ok()) {
+      std::fprintf(stderr, "pdq eval: %s: %s\n", name.c_str(), std::string(s.message()).c_str());
+      ++failures;
+      if (interrupted()) break;
+      continue;
+    }
+    for (const auto& [w, spec] : workloads.items()) {
+      if (interrupted()) break;
+      const std::string file = dir + "/bench-" + w + ".json";
+      if (fs::exists(file)) {
+        ++step;
+        continue;
+      }
+      Progress(++step, steps,
+               absl::StrCat(name, ": ", w, " at concurrency ", Levels(spec["concurrency"])));
+      std::vector<std::string> args = {
+          SelfPath(),         "bench",
+          "--router",         dep.address(),
+          "--workload",       w,
+          "--text",           bench_text,
+          "--concurrency",    Levels(spec["concurrency"]),
+          "--warmup",         std::to_string(spec.value("warmup", 1)),
+          "--ttft-target-ms", std::to_string(spec.value("ttft_target_ms", 0.0)),
+          "--tpot-target-ms", std::to_string(spec.value("tpot_target_ms", 0.0)),
+          "--json",           file + ".tmp"};
+      if (spec.contains("input_tokens") || spec.contains("output_tokens")) {
+        // The workload's name with other lengths (a short demo).
+        args[5] = "custom";
+        args.insert(args.end(),
+                    {"--input-tokens", std::to_string(spec.value("input_tokens", 128)),
+                     "--output-tokens", std::to_string(spec.value("output_tokens", 128))});
+      }
+      if (spec.contains("requests_per_client")) {
+        args.insert(args.end(), {"--requests-per-client",
+                                 std::to_string(spec["requests_per_client"].get<int>())});
+      } else if (spec.contains("requests")) {
+        args.insert(args.end(), {"--requests", std::to_string(spec["requests"].get<int>())});
+      }
+      RunChild(args);
+      if (!Keep(file + ".tmp", file)) {
+        std::fprintf(stderr, "pdq eval: %s: %s wrote no result\n", name.c_str(), w.c_str());
+        ++failures;
+      }
+    }
+    if (stability_todo && !interrupted()) {
+      Progress(++step, steps,
+               absl::StrCat(name, ": stability, ", stability.value("cycles", 10),
+                            " cycles of alternating load"));
+      const std::string file = dir + "/stability.json";
+      RunChild({SelfPath(),
+                "bench",
+                "--router",
+                dep.address(),
+                "--pattern",
+                "alternate",
+                "--text",
+                bench_text,
+                "--cycles",
+                std::to_string(stability.value("cycles", 10)),
+                "--high",
+                std::to_string(stability.value("high", 8)),
+                "--low",
+                std::to_string(stability.value("low", 1)),
+                "--workload",
+                "custom",
+                "--input-tokens",
+                std::to_string(stability.value("input_tokens", 256)),
+                "--output-tokens",
+                std::to_string(stability.value("output_tokens", 64)),
+                "--max-rss-growth-mib",
+                std::to_string(stability.value("max_rss_growth_mib", 64.0)),
+                "--json",
+                file + ".tmp"});
+      if (!Keep(file + ".tmp", file)) ++failures;
+    }
+    dep.Stop();
+    if (interrupted()) break;
+  }
+
+  if (!skip_accuracy && !interrupted()) {
+    const std::string threads = std::to_string(accuracy.value("threads", 0));
+    std::string prompts = raw + "/accuracy/drift_prompts.txt";
+    if (!fs::exists(prompts)) {
+      // The first drift_prompt_count lines of the prompts file.
+      absl::StatusOr<std::string> all = ReadTextFile(
+          accuracy.value("drift_prompts", std::string("bench/drift_prompts.txt")), "drift_prompts");
+      if (!all.ok()) {
+        std::fprintf(stderr, "pdq eval: %s\n", std::string(all.status().message()).c_str());
+        prompts.clear();  // no drift; the rest goes on
+        ++failures;
+      } else {
+        std::ofstream f(prompts);
+        int n = 0;
+        for (absl::string_view line : absl::StrSplit(*all, '\n', absl::SkipEmpty())) {
+          if (n++ == accuracy.value("drift_prompt_count", 4)) break;
+          f << line << "\n";
+        }
+      }
+    }
+    for (const auto& [p, dprec] : pairs) {
+      const std::string pair = p + "-" + dprec;
+      for (const json& t : texts) {
+        if (interrupted()) break;
+        const std::string path = t.get<std::string>();
+        const std::string file =
+            absl::StrCat(raw, "/accuracy/ppl-", pair, "-", fs::path(path).stem().string(), ".json");
+        if (fs::exists(file)) {
+          ++step;
+          continue;
+        }
+        Progress(++step, steps,
+                 absl::StrCat("perplexity, ", p, " prefill / ", dprec, " decode, ", path));
+        RunChild({SelfPath(), "perplexity", "--model", model, "--threads", threads, "--text", path,
+                  "--ctx", std::to_string(accuracy.value("ctx", 512)), "--chunks",
+                  std::to_string(accuracy.value("chunks", 8)), "--prefill-precision", p,
+                  "--decode-precision", dprec, "--kl-reference", "fp16", "--json"},
+                 file + ".tmp");
+        if (!Keep(file + ".tmp", file)) ++failures;
+      }
+      const std::string file = absl::StrCat(raw, "/accuracy/drift-", pair, ".json");
+      if (interrupted()) break;
+      if (fs::exists(file) || prompts.empty()) {
+        ++step;
+        continue;
+      }
+      Progress(++step, steps, absl::StrCat("drift, ", p, " prefill / ", dprec, " decode"));
+      RunChild(
+          {SelfPath(), "drift", "--model", model, "--threads", threads, "--prompts", prompts,
+           "--chat", "--prefill-precision", p, "--decode-precision", dprec, "--reference", "fp16",
+           "--max-tokens", std::to_string(accuracy.value("drift_tokens", 512)), "--json"},
+          file + ".tmp");
+      if (!Keep(file + ".tmp", file)) ++failures;
+    }
+  }
+
+  absl::StatusOr<std::string> report =
+      WriteEvalReport(config, out_dir, /*command=*/
+                      absl::StrCat("pdq eval --config ", config_path, " --out ", out_dir));
+  if (!report.ok()) return Fail("eval", report.status());
+  std::printf("%s", report->c_str());
+  std::printf("pdq eval: report at %s/report.md%s\n", out_dir.c_str(),
+              interrupted() ? " (interrupted: it holds what was measured; run again to resume)"
+              : failures    ? absl::StrCat(" (", failures, " steps failed; see above)").c_str()
+                            : "");
+  return interrupted() ? 130 : failures ? 1 : 0;
+}
+
+int RewriteReport(int argc, char** argv) {
+  std::string config_path, out_dir;
+  FlagParser flags("eval report", "Rewrites OUT/report.md from the JSON under OUT/raw/.");
+  flags.String("out", &out_dir, "the folder of a pdq eval run");
+  flags.String("config", &config_path, "the config (default: OUT/config.json)");
+  if (int rc = ParseOrExit(flags, argc, argv, 3, "pdq eval report"); rc >= 0) return rc;
+  if (out_dir.empty()) return Fail("eval report", absl::InvalidArgumentError("--out is required"));
+  if (config_path.empty()) config_path = out_dir + "/config.json";
+  absl::StatusOr<std::string> text = ReadTextFile(config_path, "--config");
+  if (!text.ok()) return Fail("eval report", text.status());
+  const json config = json::parse(*text, nullptr, false);
+  if (absl::Status s = CheckConfig(config); !s.ok()) return Fail("eval report", s);
+  absl::StatusOr<std::string> report =
+      WriteEvalReport(config, out_dir, absl::StrCat("pdq eval report --out ", out_dir));
+  if (!report.ok()) return Fail("eval report", report.status());
+  std::printf("%spdq eval: report at %s/report.md\n", report->c_str(), out_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int EvalCommand(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[2]) == "report") return RewriteReport(argc, argv);
+  if (argc > 2 && std::string(argv[2]) == "blind-ab") return BlindAbCommand(argc, argv);
+  if (argc > 2 && std::string(argv[2]) == "tally") return TallyCommand(argc, argv);
+  return RunEval(argc, argv);
+}
+
+}  // namespace pdq

@@ -1,0 +1,698 @@
+#include "tools/eval_report.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace pdq {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json Load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return json();
+  json j = json::parse(in, nullptr, false);
+  return j.is_discarded() ? json() : j;
+}
+
+double Num(const json& j, std::initializer_list<const char*> path) {
+  const json* at = &j;
+  for (const char* k : path) {
+    if (!at->is_object() || !at->contains(k)) return NAN;
+    at = &(*at)[k];
+  }
+  return at->is_number() ? at->get<double>() : NAN;
+}
+
+std::string F(double v, int digits = 2) {
+  return std::isnan(v) ? "–" : absl::StrFormat("%.*f", digits, v);
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+// A deployment's measurements.
+struct Dep {
+  std::string name, prefill, decode;
+  bool baseline = false;
+  json workers;
+  std::map<std::string, json> bench;  // by workload
+  json stability;
+};
+
+// The level with the highest goodput (ties: the lower concurrency).
+const json* BestLevel(const json& bench) {
+  const json* best = nullptr;
+  if (!bench.contains("levels")) return nullptr;
+  for (const json& l : bench["levels"]) {
+    if (best == nullptr ||
+        Num(l, {"goodput_requests_per_s"}) > Num(*best, {"goodput_requests_per_s"})) {
+      best = &l;
+    }
+  }
+  return best;
+}
+
+// The highest concurrency whose p90 TTFT and p90 TPOT are within the targets
+// with no request failed; 0 where none is.
+int MaxConcurrencyWithinTargets(const json& bench) {
+  int best = 0;
+  if (!bench.contains("levels")) return 0;
+  const double ttft = Num(bench, {"ttft_target_ms"}) / 1e3,
+               tpot = Num(bench, {"tpot_target_ms"}) / 1e3;
+  for (const json& l : bench["levels"]) {
+    const bool ok = Num(l, {"requests_failed"}) == 0 &&
+                    (!(ttft > 0) || Num(l, {"ttft_s", "p90"}) <= ttft) &&
+                    (!(tpot > 0) || Num(l, {"tpot_s", "p90"}) <= tpot);
+    if (ok) best = std::max(best, l["concurrency"].get<int>());
+  }
+  return best;
+}
+
+const json* LevelAt(const json& bench, int concurrency) {
+  if (!bench.contains("levels")) return nullptr;
+  for (const json& l : bench["levels"]) {
+    if (l.value("concurrency", -1) == concurrency) return &l;
+  }
+  return nullptr;
+}
+
+double PeakResidentMiB(const Dep& d) {
+  double peak = 0;
+  for (const auto& [w, b] : d.bench) {
+    if (!b.contains("levels")) continue;
+    for (const json& l : b["levels"]) {
+      double sum = 0;
+      for (const json& w : l.value("workers", json::array()))
+        sum += Num(w, {"peak_resident_bytes"});
+      peak = std::max(peak, sum / 1048576);
+    }
+  }
+  return peak > 0 ? peak : NAN;
+}
+
+std::string Processes(const json& workers) {
+  std::vector<std::string> v;
+  for (const json& w : workers) {
+    v.push_back(absl::StrFormat("%s %s (%d thr, cpus %s)", w.value("role", "both"),
+                                w.value("precision", "fp16"), w.value("threads", 0),
+                                w.value("cpus", "any")));
+  }
+  return absl::StrJoin(v, " + ");
+}
+
+// ---- Plots ----------------------------------------------------------------------
+
+class Plotter {
+ public:
+  explicit Plotter(std::string dir) : dir_(std::move(dir)) {
+    fs::create_directories(dir_);
+    have_gnuplot_ = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
+  }
+  bool available() const { return have_gnuplot_; }
+  // Writes NAME.dat and NAME.gp and draws NAME.svg; returns the markdown
+  // image, or a note when gnuplot is missing or failed.
+  std::string Draw(const std::string& name, const std::string& data, const std::string& script,
+                   const std::string& caption) {
+    const std::string base = dir_ + "/" + name;
+    std::ofstream(base + ".dat") << data;
+    std::ofstream(base + ".gp") << "set terminal svg size 820,440 dynamic font 'sans,11'\n"
+                                << "set output '" << base << ".svg'\n"
+                                << "set grid\nset key outside right\n"
+                                << "datafile = '" << base << ".dat'\n"
+                                << script;
+    if (!have_gnuplot_)
+      return absl::StrCat("*(", caption, ": gnuplot is not installed; data in plots/", name,
+                          ".dat)*\n");
+    const std::string cmd = absl::StrCat("gnuplot '", base, ".gp' 2>'", base, ".err'");
+    if (std::system(cmd.c_str()) != 0) {
+      return absl::StrCat("*(", caption, ": gnuplot failed, see plots/", name, ".err)*\n");
+    }
+    fs::remove(base + ".err");
+    return absl::StrCat("![", caption, "](plots/", name, ".svg)\n");
+  }
+
+ private:
+  std::string dir_;
+  bool have_gnuplot_ = false;
+};
+
+std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
+
+// ---- Sections ------------------------------------------------------------------
+
+// Threads that run `phase` ("prefill" or "decode"): its own workers' and
+// those of workers doing both.
+int Threads(const json& workers, const std::string& phase) {
+  int n = 0;
+  for (const json& w : workers) {
+    const std::string role = w.value("role", "both");
+    if (role == phase || role == "both") n += w.value("threads", 0);
+  }
+  return n;
+}
+
+std::string Interpretation(const Dep& d, const Dep& base, const std::string& w) {
+  auto bench = d.bench.find(w);
+  auto bb = base.bench.find(w);
+  if (bench == d.bench.end() || bb == base.bench.end()) return "";
+  // The lowest concurrency both measured: latency without queueing.
+  int level = -1;
+  for (const json& l : bench->second.value("levels", json::array())) {
+    const int c = l.value("concurrency", 0);
+    if (LevelAt(bb->second, c) && (level < 0 || c < level)) level = c;
+  }
+  if (level < 0) return "";
+  const json& a = *LevelAt(bench->second, level);
+  const json& b = *LevelAt(bb->second, level);
+  const double ttft = Num(a, {"ttft_s", "p50"}) / Num(b, {"ttft_s", "p50"});
+  const double tpot = Num(a, {"tpot_s", "p50"}) / Num(b, {"tpot_s", "p50"});
+  auto change = [](double r) {
+    return r < 0.9   ? absl::StrFormat("fell (×%.2f)", r)
+           : r > 1.1 ? absl::StrFormat("rose (×%.2f)", r)
+                     : absl::StrFormat("flat (×%.2f)", r);
+  };
+  std::string reading;
+  if (tpot < 0.9) {
+    reading = "the decode quantization freed memory bandwidth";
+  } else if (ttft < 0.9) {
+    reading = "the prefill strategy works and decode bandwidth is still the limit";
+  } else if (ttft > 1.1) {
+    reading = absl::StrFormat("the prefill is slower here: it runs on %d thread(s) against %d",
+                              Threads(d.workers, "prefill"), Threads(base.workers, "prefill"));
+  } else {
+    reading = "no gain at this concurrency";
+  }
+  return absl::StrFormat("- **%s** at concurrency %d: TTFT p50 %s, TPOT p50 %s: %s.\n", d.name,
+                         level, change(ttft), change(tpot), reading);
+}
+
+std::string ResourceLines(const Dep& d, const std::string& w) {
+  auto it = d.bench.find(w);
+  if (it == d.bench.end() || !it->second.contains("levels") || it->second["levels"].empty())
+    return "";
+  const json& top = it->second["levels"].back();
+  std::string out = absl::StrFormat("| %s | %d |", d.name, top.value("concurrency", 0));
+  std::vector<std::string> parts;
+  for (const json& wk : top.value("workers", json::array())) {
+    std::string p = absl::StrFormat("%s %s: %.2f cores busy", wk.value("role", ""),
+                                    wk.value("precision", ""), Num(wk, {"cpu_cores_busy"}));
+    if (wk.contains("prefill_compute_utilization")) {
+      absl::StrAppendFormat(&p, ", prefill %.0f%% of peak ops",
+                            100 * Num(wk, {"prefill_compute_utilization"}));
+    }
+    if (wk.contains("decode_bandwidth_utilization")) {
+      absl::StrAppendFormat(&p, ", decode %.0f%% of read bandwidth",
+                            100 * Num(wk, {"decode_bandwidth_utilization"}));
+    }
+    parts.push_back(p);
+  }
+  return absl::StrCat(out, " ", absl::StrJoin(parts, "; "), " |\n");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::string& out_dir,
+                                            const std::string& command) {
+  const std::string raw = out_dir + "/raw";
+  std::vector<Dep> deps;
+  for (const json& c : config["deployments"]) {
+    Dep d;
+    d.name = c["name"];
+    d.prefill = c["prefill_precision"];
+    d.decode = c["decode_precision"];
+    d.baseline = c.value("baseline", false);
+    d.workers = c["workers"];
+    for (const char* w : {"chat", "summarize", "analysis"}) {
+      json b = Load(absl::StrCat(raw, "/", d.name, "/bench-", w, ".json"));
+      if (!b.is_null()) d.bench[w] = std::move(b);
+    }
+    d.stability = Load(absl::StrCat(raw, "/", d.name, "/stability.json"));
+    deps.push_back(std::move(d));
+  }
+  const Dep* base = &deps[0];
+  for (const Dep& d : deps) {
+    if (d.baseline) base = &d;
+  }
+  const json workloads = config.value("workloads", json::object());
+  const double cores = config.value("cores", (double)std::thread::hardware_concurrency());
+  const double price = config.value("price_per_core_hour", 0.0);
+  Plotter plot(out_dir + "/plots");
+
+  std::string md, summary;
+  char date[64];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  absl::StrAppend(&md, "# pdq evaluation: does phase-specific quantization pay?\n\n", "Written ",
+                  date, " by `", command, "`.\n\n",
+                  absl::StrFormat("Machine: %s, %d logical CPUs; the deployments share %.0f cores. "
+                                  "Model: `%s`.\n\n",
+                                  CpuModel(), (int)std::thread::hardware_concurrency(), cores,
+                                  config.value("model", std::string("(default)"))));
+
+  // What the config says the reader must know (the model, the machine).
+  for (const json& n : config.value("notes", json::array())) {
+    if (n.is_string()) absl::StrAppend(&md, "> ", n.get<std::string>(), "\n>\n");
+  }
+  if (config.contains("notes")) absl::StrAppend(&md, "\n");
+
+  // -- Deployments
+  absl::StrAppend(&md,
+                  "## Deployments\n\n| deployment | processes | prefill / decode precision | peak "
+                  "resident memory (all processes) |\n| --- | --- | --- | ---: |\n");
+  for (const Dep& d : deps) {
+    absl::StrAppend(&md, "| ", d.name, d.baseline ? " (baseline)" : "", " | ", Processes(d.workers),
+                    " | ", d.prefill, " / ", d.decode, " | ", F(PeakResidentMiB(d), 0), " MiB |\n");
+  }
+  absl::StrAppend(&md, "\n");
+
+  // -- Goodput (the headline)
+  absl::StrAppend(&md, "## Goodput at the latency targets\n\n",
+                  "Goodput: requests per second that met both targets (TTFT and mean TPOT), at "
+                  "the best concurrency level of the sweep; in brackets, the ratio to ",
+                  base->name,
+                  ". \"Max concurrency\" is the highest level whose p90 TTFT and p90 TPOT were "
+                  "within the targets.\n\n| workload | targets |");
+  for (const Dep& d : deps) absl::StrAppend(&md, " ", d.name, " |");
+  absl::StrAppend(&md, "\n| --- | --- |");
+  for (size_t i = 0; i < deps.size(); ++i) absl::StrAppend(&md, " ---: |");
+  absl::StrAppend(&md, "\n");
+  summary += absl::StrFormat("%-10s", "goodput");
+  for (const Dep& d : deps) summary += absl::StrFormat(" %18s", d.name);
+  summary += "\n";
+  for (const auto& [w, spec] : workloads.items()) {
+    absl::StrAppendFormat(&md, "| %s | TTFT ≤ %.0f ms, TPOT ≤ %.0f ms |", w,
+                          spec.value("ttft_target_ms", 0.0), spec.value("tpot_target_ms", 0.0));
+    summary += absl::StrFormat("%-10s", w);
+    auto bb = base->bench.find(w);
+    const json* bbest = bb == base->bench.end() ? nullptr : BestLevel(bb->second);
+    const double bgood = bbest ? Num(*bbest, {"goodput_requests_per_s"}) : NAN;
+    for (const Dep& d : deps) {
+      auto it = d.bench.find(w);
+      const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
+      if (best == nullptr) {
+        absl::StrAppend(&md, " not measured |");
+        summary += absl::StrFormat(" %18s", "-");
+        continue;
+      }
+      const double good = Num(*best, {"goodput_requests_per_s"});
+      const std::string ratio = bgood > 0 ? absl::StrFormat(" (×%.2f)", good / bgood) : "";
+      absl::StrAppendFormat(&md, " %.3f/s%s at c=%d; max concurrency %d |", good, ratio,
+                            best->value("concurrency", 0), MaxConcurrencyWithinTargets(it->second));
+      summary += absl::StrFormat(" %11.3f/s%6s", good,
+                                 bgood > 0 ? absl::StrFormat("x%.2f", good / bgood) : "");
+    }
+    absl::StrAppend(&md, "\n");
+    summary += "\n";
+  }
+  absl::StrAppend(&md, "\n");
+  // The aims the config states: goodput ratios of one deployment to the
+  // baseline, with what bounded it where one was missed.
+  const json aim = config.value("aim", json::object());
+  for (const Dep& d : deps) {
+    if (d.name != aim.value("deployment", "")) continue;
+    const json ratios = aim.value("goodput_ratio", json::object());
+    for (const auto& [w, want] : ratios.items()) {
+      auto it = d.bench.find(w);
+      auto bb = base->bench.find(w);
+      const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
+      const json* bbest = bb == base->bench.end() ? nullptr : BestLevel(bb->second);
+      if (!best || !bbest || !(Num(*bbest, {"goodput_requests_per_s"}) > 0)) {
+        absl::StrAppend(&md, "Aim for ", w, ": not measured.\n\n");
+        continue;
+      }
+      const double ratio =
+          Num(*best, {"goodput_requests_per_s"}) / Num(*bbest, {"goodput_requests_per_s"});
+      absl::StrAppendFormat(&md, "**Aim: %s goodput ≥ %.1f× %s on `%s`: %s (×%.2f).**", d.name,
+                            want.get<double>(), base->name, w,
+                            ratio >= want.get<double>() ? "met" : "missed", ratio);
+      if (ratio < want.get<double>()) {
+        // The busiest process (CPU time against its threads) at that level.
+        std::string busiest;
+        double share = -1;
+        for (const json& wk : best->value("workers", json::array())) {
+          int threads = 1;
+          for (const json& cw : d.workers) {
+            if (cw.value("role", "both") == wk.value("role", ""))
+              threads = std::max(1, cw.value("threads", 1));
+          }
+          const double s = Num(wk, {"cpu_cores_busy"}) / threads;
+          if (s > share) {
+            share = s;
+            busiest = absl::StrFormat(
+                "the %s worker (%s), %.0f%% busy on its %d thread(s)%s", wk.value("role", ""),
+                wk.value("precision", ""), 100 * s, threads,
+                wk.contains("decode_bandwidth_utilization")
+                    ? absl::StrFormat(", decode at %.0f%% of the read bandwidth",
+                                      100 * Num(wk, {"decode_bandwidth_utilization"}))
+                : wk.contains("prefill_compute_utilization")
+                    ? absl::StrFormat(", prefill at %.0f%% of peak ops",
+                                      100 * Num(wk, {"prefill_compute_utilization"}))
+                    : "");
+          }
+        }
+        if (!busiest.empty())
+          absl::StrAppend(&md, " At its best level the bound is ", busiest, ".");
+      }
+      absl::StrAppend(&md, "\n\n");
+    }
+  }
+
+  // -- Cost
+  if (price > 0) {
+    absl::StrAppendFormat(
+        &md,
+        "## Cost per million output tokens\n\nAt $%.3f per core-hour × %.0f cores, "
+        "at the level of best goodput (the throughput a deployment sustains "
+        "within the targets).\n\n| workload |",
+        price, cores);
+    for (const Dep& d : deps) absl::StrAppend(&md, " ", d.name, " |");
+    absl::StrAppend(&md, "\n| --- |");
+    for (size_t i = 0; i < deps.size(); ++i) absl::StrAppend(&md, " ---: |");
+    absl::StrAppend(&md, "\n");
+    for (const auto& [w, spec] : workloads.items()) {
+      absl::StrAppend(&md, "| ", w, " |");
+      for (const Dep& d : deps) {
+        auto it = d.bench.find(w);
+        const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
+        const double tps = best ? Num(*best, {"output_tokens_per_s"}) : NAN;
+        absl::StrAppend(&md, " ",
+                        tps > 0 ? absl::StrFormat("$%.3f", price * cores / 3600 / tps * 1e6) : "–",
+                        " |");
+      }
+      absl::StrAppend(&md, "\n");
+    }
+    absl::StrAppend(&md, "\n");
+  }
+
+  // -- Per workload
+  for (const auto& [w, spec] : workloads.items()) {
+    absl::StrAppend(&md, "## Workload `", w, "`\n\n");
+    std::string data, ttft_cdf, tpot_cdf;
+    std::vector<std::string> curves, cdf_curves;
+    int block = 0, cdf_block = 0;
+    absl::StrAppend(&md,
+                    "| deployment | conc | ok/all | TTFT p50 | p90 | p99 | TPOT p50 | p90 | p99 | "
+                    "E2E p50 | req/s | out tok/s | goodput/s |\n| --- | ---: | ---: | ---: | ---: "
+                    "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    int top_common = 1 << 30;
+    for (const Dep& d : deps) {
+      auto it = d.bench.find(w);
+      if (it == d.bench.end() || !it->second.contains("levels")) continue;
+      int top = 0;
+      absl::StrAppendFormat(&data, "# %s\n", d.name);
+      for (const json& l : it->second["levels"]) {
+        const int c = l.value("concurrency", 0);
+        top = std::max(top, c);
+        absl::StrAppendFormat(&md,
+                              "| %s | %d | %d/%d | %.0f ms | %.0f | %.0f | %.1f ms | %.1f | %.1f | "
+                              "%.2f s | %.3f | %.1f | %.3f |\n",
+                              d.name, c, (int)Num(l, {"requests_ok"}),
+                              (int)(Num(l, {"requests_ok"}) + Num(l, {"requests_failed"})),
+                              1e3 * Num(l, {"ttft_s", "p50"}), 1e3 * Num(l, {"ttft_s", "p90"}),
+                              1e3 * Num(l, {"ttft_s", "p99"}), 1e3 * Num(l, {"tpot_s", "p50"}),
+                              1e3 * Num(l, {"tpot_s", "p90"}), 1e3 * Num(l, {"tpot_s", "p99"}),
+                              Num(l, {"e2e_s", "p50"}), Num(l, {"requests_per_s"}),
+                              Num(l, {"output_tokens_per_s"}), Num(l, {"goodput_requests_per_s"}));
+        absl::StrAppendFormat(&data, "%d %g %g %g\n", c, Num(l, {"output_tokens_per_s"}),
+                              1e3 * Num(l, {"ttft_s", "p50"}), 1e3 * Num(l, {"tpot_s", "p50"}));
+      }
+      absl::StrAppend(&data, "\n\n");
+      curves.push_back(absl::StrCat("datafile index ", block,
+                                    " using 2:COL with linespoints title ", Quote(d.name)));
+      ++block;
+      top_common = std::min(top_common, top);
+    }
+    if (block == 0) {
+      absl::StrAppend(&md, "\nNot measured.\n\n");
+      continue;
+    }
+    // Failed requests, by deployment and reason: a result in themselves.
+    for (const Dep& d : deps) {
+      auto it = d.bench.find(w);
+      if (it == d.bench.end() || !it->second.contains("requests")) continue;
+      std::map<std::pair<int, std::string>, int> failed;
+      for (const json& r : it->second["requests"]) {
+        if (!r.value("ok", true))
+          ++failed[{r.value("concurrency", 0), r.value("error", std::string())}];
+      }
+      for (const auto& [key, n] : failed) {
+        absl::StrAppendFormat(&md, "\n**%d request(s) of %s failed at concurrency %d**: %s\n", n,
+                              d.name, key.first, key.second);
+      }
+    }
+    // Distributions at the highest level every deployment measured.
+    for (const Dep& d : deps) {
+      auto it = d.bench.find(w);
+      if (it == d.bench.end() || !it->second.contains("requests")) continue;
+      std::vector<double> t, p;
+      for (const json& r : it->second["requests"]) {
+        if (r.value("concurrency", 0) != top_common || !r.value("ok", false)) continue;
+        t.push_back(1e3 * r.value("ttft_s", 0.0));
+        if (r.value("output_tokens", 0) > 1) p.push_back(1e3 * r.value("tpot_s", 0.0));
+      }
+      std::sort(t.begin(), t.end());
+      std::sort(p.begin(), p.end());
+      absl::StrAppendFormat(&ttft_cdf, "# %s\n", d.name);
+      for (size_t i = 0; i < t.size(); ++i)
+        absl::StrAppendFormat(&ttft_cdf, "%g %g\n", t[i], (i + 1.0) / t.size());
+      absl::StrAppend(&ttft_cdf, "\n\n");
+      absl::StrAppendFormat(&tpot_cdf, "# %s\n", d.name);
+      for (size_t i = 0; i < p.size(); ++i)
+        absl::StrAppendFormat(&tpot_cdf, "%g %g\n", p[i], (i + 1.0) / p.size());
+      absl::StrAppend(&tpot_cdf, "\n\n");
+      cdf_curves.push_back(absl::StrCat("datafile index ", cdf_block++,
+                                        " using 1:2 with steps title ", Quote(d.name)));
+    }
+    std::string lines = absl::StrJoin(curves, ", ");
+    auto col = [&](int c) {
+      std::string s = lines;
+      for (size_t at; (at = s.find("COL")) != std::string::npos;)
+        s.replace(at, 3, std::to_string(c));
+      return s;
+    };
+    absl::StrAppend(
+        &md, "\n",
+        plot.Draw(
+            w + "-latency-throughput", data,
+            absl::StrCat(
+                "set multiplot layout 1,2 title 'Workload ", w,
+                ": latency against throughput (points: concurrency levels)'\n"
+                "set xlabel 'output tokens/s'\nset ylabel 'TTFT p50 (ms)'\nset key top left\nplot ",
+                col(3), "\nset ylabel 'TPOT p50 (ms)'\nplot ", col(4), "\nunset multiplot\n"),
+            absl::StrCat(w, ": latency against throughput")),
+        "\n");
+    const std::string cdfs = absl::StrJoin(cdf_curves, ", ");
+    absl::StrAppend(&md,
+                    plot.Draw(w + "-ttft-cdf", ttft_cdf,
+                              absl::StrCat("set title 'Workload ", w,
+                                           ": TTFT distribution at concurrency ", top_common,
+                                           "'\nset xlabel 'TTFT (ms)'\nset ylabel 'fraction of "
+                                           "requests'\nset key bottom right\nplot ",
+                                           cdfs, "\n"),
+                              absl::StrCat(w, ": TTFT distribution")),
+                    "\n",
+                    plot.Draw(w + "-tpot-cdf", tpot_cdf,
+                              absl::StrCat("set title 'Workload ", w,
+                                           ": TPOT distribution at concurrency ", top_common,
+                                           "'\nset xlabel 'mean TPOT per request (ms)'\nset ylabel "
+                                           "'fraction of requests'\nset key bottom right\nplot ",
+                                           cdfs, "\n"),
+                              absl::StrCat(w, ": TPOT distribution")),
+                    "\n");
+    absl::StrAppend(&md, "Against ", base->name, ", at the lowest concurrency both measured:\n\n");
+    for (const Dep& d : deps) {
+      if (&d != base) absl::StrAppend(&md, Interpretation(d, *base, w));
+    }
+    absl::StrAppend(
+        &md,
+        "\nWhat bounds each deployment at its highest level (from the workers' own counters: CPU "
+        "time, prefill operations against the peak measured at start-up, decode bytes against the "
+        "measured read bandwidth):\n\n| deployment | conc | per process |\n| --- | ---: | --- |\n");
+    for (const Dep& d : deps) absl::StrAppend(&md, ResourceLines(d, w));
+    absl::StrAppend(&md, "\n");
+  }
+
+  // -- Stability
+  absl::StrAppend(&md, "## Stability under alternating load\n\n");
+  bool any_stability = false;
+  for (const Dep& d : deps) {
+    if (!d.stability.is_object()) continue;
+    any_stability = true;
+    const json& p = d.stability.value("pattern", json::object());
+    absl::StrAppendFormat(
+        &md, "%s: **%s**%s.\n\n", d.name, p.value("pass", false) ? "PASS" : "FAIL",
+        p.value("pass", false)
+            ? absl::StrFormat(" over %d cycles (KV blocks back, resident memory within the bound, "
+                              "the greedy probe identical, no request failed)",
+                              (int)d.stability.value("cycles", json::array()).size())
+            : ": " + p.value("reason", std::string()));
+    std::string mem, kv;
+    std::map<std::string, std::string> mem_rows, kv_rows;
+    for (const json& c : d.stability.value("cycles", json::array())) {
+      for (const json& w : c["workers"]) {
+        absl::StrAppendFormat(&mem_rows[w["worker_id"]], "%d %g\n", c["cycle"].get<int>(),
+                              w.value("resident_bytes", 0.0) / 1048576);
+        absl::StrAppendFormat(
+            &kv_rows[w["worker_id"]], "%d %g\n", c["cycle"].get<int>(),
+            w.value("kv_blocks_free", 0.0) / std::max(1.0, w.value("kv_blocks_total", 1.0)));
+      }
+    }
+    std::vector<std::string> mc, kc;
+    int i = 0;
+    for (const auto& [id, rows] : mem_rows) {
+      absl::StrAppend(&mem, "# ", id, "\n", rows, "\n\n", kv_rows[id], "\n\n");
+      mc.push_back(absl::StrCat("datafile index ", 2 * i,
+                                " using 1:2 axes x1y1 with linespoints title ",
+                                Quote(id + " resident MiB")));
+      kc.push_back(absl::StrCat("datafile index ", 2 * i + 1,
+                                " using 1:2 axes x1y2 with linespoints dt 2 title ",
+                                Quote(id + " KV free (fraction)")));
+      ++i;
+    }
+    if (i > 0) {
+      absl::StrAppend(
+          &md,
+          plot.Draw(d.name + "-stability", mem,
+                    "set title 'Resident memory and free KV blocks after each low phase'\n"
+                    "set xlabel 'cycle'\nset ylabel 'resident MiB'\nset y2label 'KV blocks free "
+                    "(fraction)'\n"
+                    "set y2range [0:1.05]\nset ytics nomirror\nset y2tics\nplot " +
+                        absl::StrJoin(mc, ", ") + ", " + absl::StrJoin(kc, ", ") + "\n",
+                    d.name + ": stability"),
+          "\n");
+    }
+  }
+  if (!any_stability) absl::StrAppend(&md, "Not measured.\n\n");
+
+  // -- Accuracy
+  absl::StrAppend(
+      &md, "## Accuracy against FP16\n\n",
+      "Perplexity by llama.cpp's method (windows of the config's ctx, the second half "
+      "scored), the first half prefilled at the prefill precision and the second "
+      "decoded token by token at the decode precision, reading the prefill's KV cache; "
+      "KL divergence and top-1 agreement against FP16 on the same tokens. Drift: greedy "
+      "generations (chat prompts) with both models following FP16's tokens.\n\n"
+      "| prefill / decode | text | perplexity | vs FP16 | KL mean | KL p99 | top-1 agreement |\n| "
+      "--- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  const json acc = config.value("accuracy", json::object());
+  const json texts =
+      acc.value("texts", json::array({config.value("text", std::string("wiki.test.raw"))}));
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const Dep& d : deps) {
+    if (std::find(pairs.begin(), pairs.end(), std::make_pair(d.prefill, d.decode)) == pairs.end()) {
+      pairs.push_back({d.prefill, d.decode});
+    }
+  }
+  std::string ppl_data, kl_data, drift_data;
+  std::vector<std::string> drift_curves;
+  int drift_block = 0;
+  for (const json& t : texts) {
+    const std::string stem = fs::path(t.get<std::string>()).stem().string();
+    const json ref = Load(absl::StrCat(raw, "/accuracy/ppl-fp16-fp16-", stem, ".json"));
+    for (const auto& [p, dprec] : pairs) {
+      const json j = Load(absl::StrCat(raw, "/accuracy/ppl-", p, "-", dprec, "-", stem, ".json"));
+      if (j.is_null()) {
+        absl::StrAppend(&md, "| ", p, " / ", dprec, " | ", stem, " | not measured | | | | |\n");
+        continue;
+      }
+      const double ppl = Num(j, {"ppl"}), r = Num(ref, {"ppl"});
+      absl::StrAppendFormat(
+          &md, "| %s / %s | %s | %.3f | %s | %.5f | %.4f | %.2f%% |\n", p, dprec, stem, ppl,
+          r > 0 ? absl::StrFormat("%+.2f%%", 100 * (ppl / r - 1)) : "–", Num(j, {"kl_mean"}),
+          Num(j, {"kl_p99"}), 100 * Num(j, {"top1_agreement"}));
+      absl::StrAppendFormat(&ppl_data, "\"%s/%s %s\" %g %g\n", p, dprec, stem, ppl,
+                            Num(j, {"kl_mean"}));
+    }
+  }
+  absl::StrAppend(&md,
+                  "\n| prefill / decode | drift: generated tokens | KL mean | argmax agreement | "
+                  "first divergence (mean position) |\n| --- | ---: | ---: | ---: | ---: |\n");
+  for (const auto& [p, dprec] : pairs) {
+    const json j = Load(absl::StrCat(raw, "/accuracy/drift-", p, "-", dprec, ".json"));
+    if (j.is_null()) {
+      absl::StrAppend(&md, "| ", p, " / ", dprec, " | not measured | | | |\n");
+      continue;
+    }
+    double first = 0;
+    int n = 0;
+    for (const json& f : j.value("first_divergence", json::array())) {
+      if (f.is_number() && f.get<int>() >= 0) first += f.get<int>(), ++n;
+    }
+    absl::StrAppendFormat(&md, "| %s / %s | %d × %d prompts | %.5f | %.2f%% | %s |\n", p, dprec,
+                          j.value("max_tokens", 0), j.value("prompts", 0), Num(j, {"kl_mean"}),
+                          100 * Num(j, {"agreement"}), n ? F(first / n, 0) : "never diverged");
+    absl::StrAppendFormat(&drift_data, "# %s/%s\n", p, dprec);
+    const json& kl = j.value("kl_by_position", json::array());
+    // A running mean over 16 positions: one position's KL is noisy.
+    for (size_t i = 0; i < kl.size(); ++i) {
+      double s = 0;
+      int m = 0;
+      for (size_t k = i >= 15 ? i - 15 : 0; k <= i; ++k) s += kl[k].get<double>(), ++m;
+      absl::StrAppendFormat(&drift_data, "%zu %g\n", i, s / m);
+    }
+    absl::StrAppend(&drift_data, "\n\n");
+    drift_curves.push_back(absl::StrCat("datafile index ", drift_block++,
+                                        " using 1:2 with lines title ", Quote(p + " / " + dprec)));
+  }
+  absl::StrAppend(&md, "\n");
+  if (!ppl_data.empty()) {
+    absl::StrAppend(
+        &md,
+        plot.Draw(
+            "accuracy-bars", ppl_data,
+            "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30\n"
+            "set multiplot layout 1,2 title 'Perplexity and KL divergence against FP16'\n"
+            "set ylabel 'perplexity'\nplot datafile using 0:2:xtic(1) with boxes notitle\n"
+            "set ylabel 'KL mean (nats)'\nplot datafile using 0:3:xtic(1) with boxes notitle\n"
+            "unset multiplot\n",
+            "perplexity and KL bars"),
+        "\n");
+  }
+  if (!drift_curves.empty()) {
+    absl::StrAppend(
+        &md,
+        plot.Draw("drift-kl-by-position", drift_data,
+                  "set title 'KL against FP16 by generated position (running mean of 16)'\n"
+                  "set xlabel 'generated token'\nset ylabel 'KL (nats)'\nplot " +
+                      absl::StrJoin(drift_curves, ", ") + "\n",
+                  "KL by generated position"),
+        "\n");
+  }
+
+  absl::StrAppend(
+      &md,
+      "## Raw data\n\nEvery step's JSON is under `raw/` (per deployment: `bench-<workload>.json` "
+      "with every request's record and per-level worker resources, `stability.json`, the `pdq up` "
+      "config and log; `accuracy/`: `pdq perplexity` and `pdq drift` output). `pdq eval report "
+      "--out DIR` rewrites this file from them.\n");
+  if (!plot.available()) {
+    absl::StrAppend(&md,
+                    "\nPlots were not drawn: gnuplot is not installed (scripts/install_deps.sh "
+                    "installs gnuplot-nox); their data and scripts are in plots/.\n");
+  }
+  std::ofstream f(out_dir + "/report.md");
+  f << md;
+  if (!f) return absl::UnavailableError(absl::StrCat("cannot write ", out_dir, "/report.md"));
+  return summary;
+}
+
+}  // namespace pdq

@@ -1,0 +1,44 @@
+// Child processes of the `pdq` executable for the commands that orchestrate
+// others (pdq eval, pdq eval blind-ab): run a step to its end, or hold a
+// deployment started with `pdq up` while it is measured. SIGINT and SIGTERM
+// set interrupted() and stop the running step, so the caller can keep what
+// it has and clean up.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace pdq {
+
+// This executable's path (children run `pdq <command>` with it).
+std::string SelfPath();
+// Catches SIGINT and SIGTERM from here on (see interrupted()).
+void CatchInterrupts();
+bool interrupted();
+
+// Runs `args` (args[0]: the program) to its end, stdout to `stdout_path`
+// when given; its exit status, or -1 when it was signalled or could not run.
+int RunChild(const std::vector<std::string>& args, const std::string& stdout_path = "");
+
+// A `pdq up` of `config` (its JSON), logging to DIR/up.log; stopped (SIGTERM,
+// then SIGKILL after 60 s) by Stop or the destructor.
+class LocalDeployment {
+ public:
+  LocalDeployment() = default;
+  LocalDeployment(const LocalDeployment&) = delete;
+  LocalDeployment& operator=(const LocalDeployment&) = delete;
+  ~LocalDeployment() { Stop(); }
+  // Starts it and waits (up to 15 minutes) until every worker registered.
+  absl::Status Start(const nlohmann::json& config, const std::string& dir);
+  const std::string& address() const { return address_; }  // the router's gRPC address
+  void Stop();
+
+ private:
+  int pid_ = -1;
+  std::string address_;
+};
+
+}  // namespace pdq
