@@ -23,6 +23,7 @@ def config(model):
                                                "threads": threads, "args": ["--skip-peaks"]}
     return {
         "model": model,
+        "text": "README.md",  # prompts from any real text (WikiText may be absent)
         "cores": 2,
         "price_per_core_hour": 0.04,
         "workloads": {"chat": {"concurrency": [1, 2], "requests": 2, "warmup": 0,

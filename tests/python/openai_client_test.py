@@ -133,7 +133,8 @@ class OpenAiClientTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "bench.json")
             subprocess.run([ARGS.pdq, "bench", "--openai", f"http://{UP.http}/v1",
-                            "--model", ARGS.model, "--concurrency", "2", "--requests", "4",
+                            "--model", ARGS.model, "--text", "README.md",
+                            "--concurrency", "2", "--requests", "4",
                             "--input-tokens", "48", "--output-tokens", "12", "--json", out],
                            check=True, capture_output=True, text=True)
             with open(out) as f:
