@@ -56,6 +56,14 @@ struct InboundSpec {
   // DataLoss: checksum or sizes; Unavailable: the sender disconnected;
   // DeadlineExceeded: the sender stalled).
   std::function<void(absl::Status, const KvNotice&)> done;
+  // Called once, on a transport thread, when a sender presented the token
+  // and the layouts matched, before any layer (optional).
+  std::function<void()> connected;
+  // A sender connects when its prompt is queued, so its first layer may
+  // come long after the handshake: until this time the receiver waits for
+  // it without the I/O timeout (which applies again from the first layer
+  // on). The default, the infinite past, leaves only the I/O timeout.
+  absl::Time first_layer_deadline = absl::InfinitePast();
 };
 
 // One request's incoming KV. Destroying it aborts the transfer.

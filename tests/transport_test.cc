@@ -279,6 +279,48 @@ TEST_P(TransportTest, AStalledSenderTimesOut) {
   EXPECT_EQ(received.status.code(), absl::StatusCode::kDeadlineExceeded) << received.status;
 }
 
+// A prefill worker connects when it queues a prompt, so its first layer may
+// come long after the handshake: the receiver is told the sender connected
+// and, until the spec's first_layer_deadline, waits past its I/O timeout.
+TEST_P(TransportTest, AQueuedSenderMayWaitPastTheIoTimeoutBeforeItsFirstLayer) {
+  Side from = MakeSide(GetParam(), "synthetic:tiny"),
+       to = MakeSide(GetParam(), "synthetic:tiny", 16, absl::Milliseconds(300));
+  ASSERT_TRUE(from.transport && to.transport);
+  const SeqId src = from.kv->AddSequence(), dst = to.kv->AddSequence();
+  ASSERT_TRUE(from.kv->Reserve(src, 8).ok() && to.kv->Reserve(dst, 8).ok());
+  Outcome received, sent;
+  Notification connected;
+  InboundSpec spec;
+  spec.token = "queued";
+  spec.tokens = 8;
+  for (int l = 0; l < to.kv->layout().num_layers; ++l) {
+    spec.layers.push_back(*to.kv->LayerSpans(dst, l, 8));
+  }
+  spec.done = [&received](absl::Status s, const KvNotice& n) {
+    received.status = s;
+    received.notice = n;
+    received.done.Notify();
+  };
+  spec.connected = [&connected] { connected.Notify(); };
+  spec.first_layer_deadline = absl::Now() + kWait;
+  absl::StatusOr<std::unique_ptr<Inbound>> in = to.transport->Expect(std::move(spec));
+  ASSERT_TRUE(in.ok()) << in.status();
+  auto out =
+      from.transport->Connect(to.transport->address(), "queued", absl::Now() + kWait, Record(sent));
+  ASSERT_TRUE(connected.WaitForNotificationWithTimeout(kWait));
+  absl::SleepFor(absl::Milliseconds(1000));  // three I/O timeouts: the prompt is queued
+  EXPECT_FALSE(received.done.HasBeenNotified()) << received.status;
+  for (int l = 0; l < from.kv->layout().num_layers; ++l) {
+    out->PostLayer(l, *from.kv->LayerSpans(src, l, 8));
+  }
+  out->PostDone({7, 8, 0});
+  ASSERT_TRUE(received.Wait());
+  EXPECT_TRUE(received.status.ok()) << received.status;
+  EXPECT_EQ(received.notice.first_token, 7);
+  ASSERT_TRUE(sent.Wait());
+  EXPECT_TRUE(sent.status.ok()) << sent.status;
+}
+
 TEST_P(TransportTest, ConnectionsBeyondTheLimitAreRefused) {
   Side from = MakeSide(GetParam(), "synthetic:tiny"),
        to = MakeSide(GetParam(), "synthetic:tiny", 16, absl::Seconds(10), 0);

@@ -128,6 +128,10 @@ struct Scheduler::Sequence {
   std::unique_ptr<kvtransfer::Inbound> inbound;
   int64_t kv_bytes = 0;  // what the transfer brings
   bool kv_landed = false;
+  // The prefill worker connected for this reservation's KV (it does when
+  // it queues the prompt): from then on its connection, not the lease,
+  // says whether the KV is still coming.
+  bool sender_connected = false;
   kvtransfer::KvNotice notice;
   std::shared_ptr<TokenStream> stream;
   GenerationParams params;
@@ -240,6 +244,8 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
             WorkMetrics::Get().kv_received.Add(double(s->kv_bytes));
             s->kv_landed = true;
             s->notice = n;
+            // The Decode call gets a lease of its own from now.
+            s->lease_end = std::min(s->deadline, absl::Now() + options_.reservation_lease);
             if (s->stream) {
               PDQ_CHECK(kv_->SetLength(s->seq, s->prompt_tokens).ok());
               s->stage = Stage::kDecoding;
@@ -249,6 +255,17 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
         }
       });
     };
+    spec.connected = [this, key = s->key] {
+      Post([this, key] {
+        for (auto& s : sequences_) {
+          if (s->key == key) s->sender_connected = true;
+        }
+      });
+    };
+    // A prompt may wait in the prefill worker's queue: the receiver waits
+    // for its first layer as long as the request may live, at most
+    // max_prefill_wait.
+    spec.first_layer_deadline = std::min(s->deadline, absl::Now() + options_.max_prefill_wait);
     absl::StatusOr<std::unique_ptr<kvtransfer::Inbound>> in = transport_->Expect(std::move(spec));
     if (!in.ok()) {
       PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
@@ -453,7 +470,8 @@ void Scheduler::Housekeeping(absl::Time now, absl::Time* next_wake) {
       FinishSequence(s, absl::DeadlineExceededError("the request's deadline passed"));
       continue;
     }
-    if (s.stage == Stage::kAwaitingKv && !s.kv_landed && now >= s.lease_end) {
+    if (s.stage == Stage::kAwaitingKv && !s.kv_landed && !s.sender_connected &&
+        now >= s.lease_end) {
       FinishSequence(
           s, absl::UnavailableError("the KV did not arrive within the reservation's lease"));
       continue;
@@ -477,7 +495,10 @@ void Scheduler::Housekeeping(absl::Time now, absl::Time* next_wake) {
       }
     }
     *next_wake = std::min(*next_wake, s.deadline);
-    if (s.stage == Stage::kAwaitingKv) *next_wake = std::min(*next_wake, s.lease_end);
+    // (A reservation whose sender is connected waits on the transport.)
+    if (s.stage == Stage::kAwaitingKv && (s.kv_landed || !s.sender_connected)) {
+      *next_wake = std::min(*next_wake, s.lease_end);
+    }
   }
 }
 

@@ -45,8 +45,14 @@ struct SchedulerOptions {
   int64_t max_unsent_tokens = 64;
   // ...and cancelled when it stays paused this long.
   absl::Duration stalled_stream_timeout = absl::Seconds(30);
-  // How long a reservation waits for its KV and its Decode call.
+  // How long a reservation waits for the prefill worker to connect (it
+  // does when it queues the prompt) and, once the KV landed, for its Decode
+  // call. A connected sender is waited for on its connection instead.
   absl::Duration reservation_lease = absl::Seconds(30);
+  // How long a reservation waits for its first layer after the sender
+  // connected (its prompt queued at the prefill worker), at most; the
+  // request's deadline when sooner.
+  absl::Duration max_prefill_wait = absl::Minutes(10);
 };
 
 enum class FinishReason { kEos = 1, kStop = 2, kLength = 3, kContextFull = 4 };

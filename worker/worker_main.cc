@@ -97,7 +97,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
             "prompt tokens per prefill step; longer prompts run in chunks");
   flags.Int("max-batch", &max_batch, 1, 4096, "sequences per decode step");
   flags.Int("lease-seconds", &lease_s, 1, 3600,
-            "how long a decode reservation waits for its KV and its Decode call");
+            "how long a decode reservation waits for the prefill worker to connect (when it "
+            "queues the prompt) and, once the KV landed, for the Decode call");
   flags.Int("stall-seconds", &stall_s, 1, 3600,
             "a stream whose client takes no tokens this long is cancelled");
   flags.Int("max-unsent", &max_unsent, 1, 1 << 20,

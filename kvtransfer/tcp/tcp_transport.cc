@@ -165,6 +165,7 @@ void TcpTransport::ServeConnection(int fd) {
   KvNotice notice;
   absl::Status status = SendStatus(fd, layout_ok, deadline());
   if (status.ok() && layout_ok.ok()) {
+    if (s->spec.connected) s->spec.connected();
     status = ReceiveFrames(fd, *s, &notice);
     if (status.ok() || status.code() == absl::StatusCode::kDataLoss) {
       (void)SendStatus(fd, status, deadline());
@@ -185,9 +186,12 @@ void TcpTransport::ServeConnection(int fd) {
 
 absl::Status TcpTransport::ReceiveFrames(int fd, InboundState& s, KvNotice* notice) {
   wire::FrameChecker checker(s.spec, options_.regions);
-  for (;;) {
+  for (bool first = true;; first = false) {
     Frame f;
-    PDQ_RETURN_IF_ERROR(ReadFull(fd, &f, sizeof f, absl::Now() + options_.io_timeout));
+    // The first frame may wait for the sender's queued prompt.
+    const absl::Time by = absl::Now() + options_.io_timeout;
+    PDQ_RETURN_IF_ERROR(
+        ReadFull(fd, &f, sizeof f, first ? std::max(by, s.spec.first_layer_deadline) : by));
     if (f.type == wire::kLayerFrame) {
       PDQ_ASSIGN_OR_RETURN(const std::vector<KvSpan>* spans, checker.BeginLayer(f));
       // The whole layer in as few reads as the socket allows, straight into

@@ -391,7 +391,14 @@ class UcxTransport::InConn : public Conn {
  private:
   enum class Step { kHello, kToken, kFrame, kLayer };
 
-  absl::Time Deadline() const override { return last_activity_ + t_.options_.io_timeout; }
+  absl::Time Deadline() const override {
+    const absl::Time idle = last_activity_ + t_.options_.io_timeout;
+    // Before the first frame the sender's prompt may still be queued.
+    if (step_ == Step::kFrame && !framed_ && transfer_ != nullptr) {
+      return std::max(idle, transfer_->spec.first_layer_deadline);
+    }
+    return idle;
+  }
   void OnTimeout(absl::Time) override {
     Finish(absl::DeadlineExceededError("KV peer stalled"), false);
   }
@@ -436,6 +443,7 @@ class UcxTransport::InConn : public Conn {
     if (!layout_.ok()) return Answer(layout_);
     SendBytes(wire::EncodeStatus(absl::OkStatus()));
     checker_.emplace(transfer_->spec, t_.options_.regions);
+    if (transfer_->spec.connected) transfer_->spec.connected();
     ReceiveFrame();
   }
 
@@ -445,6 +453,7 @@ class UcxTransport::InConn : public Conn {
   }
 
   void OnFrame() {
+    framed_ = true;
     if (frame_.type == wire::kLayerFrame) {
       absl::StatusOr<const std::vector<KvSpan>*> spans = checker_->BeginLayer(frame_);
       if (!spans.ok()) return Answer(spans.status());
@@ -466,6 +475,7 @@ class UcxTransport::InConn : public Conn {
   }
 
   Step step_ = Step::kHello;
+  bool framed_ = false;  // a frame has arrived
   char hello_[wire::kHelloBytes];
   std::string token_;
   absl::Status layout_;
