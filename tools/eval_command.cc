@@ -187,13 +187,13 @@ int RunEval(int argc, char** argv) {
     const std::string dir = raw + "/" + name;
     fs::create_directories(dir, ec);
     // What this deployment still has to run.
-    std::vector<std::string> todo;
+    bool bench_todo = false;
     for (const auto& [w, spec] : workloads.items()) {
-      if (!fs::exists(dir + "/bench-" + w + ".json")) todo.push_back(w);
+      bench_todo = bench_todo || !fs::exists(dir + "/bench-" + w + ".json");
     }
     const bool stable = !skip_stability && stability.value("deployment", "") == name;
     const bool stability_todo = stable && !fs::exists(dir + "/stability.json");
-    if (todo.empty() && !stability_todo) {
+    if (!bench_todo && !stability_todo) {
       step += (int)workloads.size() + (stable ? 1 : 0);
       std::fprintf(stderr, "pdq eval: %s: measured already (%s)\n", name.c_str(), dir.c_str());
       continue;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -154,6 +156,16 @@ class Plotter {
   std::string dir_;
   bool have_gnuplot_ = false;
 };
+
+// One gnuplot data block: the empirical CDF of `values` (sorted here).
+void AppendCdf(const std::string& name, std::vector<double> values, std::string* out) {
+  std::sort(values.begin(), values.end());
+  absl::StrAppendFormat(out, "# %s\n", name);
+  for (size_t i = 0; i < values.size(); ++i) {
+    absl::StrAppendFormat(out, "%g %g\n", values[i], (i + 1.0) / values.size());
+  }
+  absl::StrAppend(out, "\n\n");
+}
 
 std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
 
@@ -469,16 +481,8 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
         t.push_back(1e3 * r.value("ttft_s", 0.0));
         if (r.value("output_tokens", 0) > 1) p.push_back(1e3 * r.value("tpot_s", 0.0));
       }
-      std::sort(t.begin(), t.end());
-      std::sort(p.begin(), p.end());
-      absl::StrAppendFormat(&ttft_cdf, "# %s\n", d.name);
-      for (size_t i = 0; i < t.size(); ++i)
-        absl::StrAppendFormat(&ttft_cdf, "%g %g\n", t[i], (i + 1.0) / t.size());
-      absl::StrAppend(&ttft_cdf, "\n\n");
-      absl::StrAppendFormat(&tpot_cdf, "# %s\n", d.name);
-      for (size_t i = 0; i < p.size(); ++i)
-        absl::StrAppendFormat(&tpot_cdf, "%g %g\n", p[i], (i + 1.0) / p.size());
-      absl::StrAppend(&tpot_cdf, "\n\n");
+      AppendCdf(d.name, std::move(t), &ttft_cdf);
+      AppendCdf(d.name, std::move(p), &tpot_cdf);
       cdf_curves.push_back(absl::StrCat("datafile index ", cdf_block++,
                                         " using 1:2 with steps title ", Quote(d.name)));
     }
@@ -501,23 +505,18 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
             absl::StrCat(w, ": latency against throughput")),
         "\n");
     const std::string cdfs = absl::StrJoin(cdf_curves, ", ");
-    absl::StrAppend(&md,
-                    plot.Draw(w + "-ttft-cdf", ttft_cdf,
-                              absl::StrCat("set title 'Workload ", w,
-                                           ": TTFT distribution at concurrency ", top_common,
-                                           "'\nset xlabel 'TTFT (ms)'\nset ylabel 'fraction of "
-                                           "requests'\nset key bottom right\nplot ",
-                                           cdfs, "\n"),
-                              absl::StrCat(w, ": TTFT distribution")),
-                    "\n",
-                    plot.Draw(w + "-tpot-cdf", tpot_cdf,
-                              absl::StrCat("set title 'Workload ", w,
-                                           ": TPOT distribution at concurrency ", top_common,
-                                           "'\nset xlabel 'mean TPOT per request (ms)'\nset ylabel "
-                                           "'fraction of requests'\nset key bottom right\nplot ",
-                                           cdfs, "\n"),
-                              absl::StrCat(w, ": TPOT distribution")),
-                    "\n");
+    auto cdf = [&](const char* metric, const char* xlabel, const std::string& data) {
+      return plot.Draw(
+          absl::StrCat(w, "-", absl::AsciiStrToLower(metric), "-cdf"), data,
+          absl::StrCat("set title 'Workload ", w, ": ", metric, " distribution at concurrency ",
+                       top_common, "'\nset xlabel '", xlabel,
+                       "'\nset ylabel 'fraction of requests'\nset key bottom "
+                       "right\nplot ",
+                       cdfs, "\n"),
+          absl::StrCat(w, ": ", metric, " distribution"));
+    };
+    absl::StrAppend(&md, cdf("TTFT", "TTFT (ms)", ttft_cdf), "\n",
+                    cdf("TPOT", "mean TPOT per request (ms)", tpot_cdf), "\n");
     absl::StrAppend(&md, "Against ", base->name, ", at the lowest concurrency both measured:\n\n");
     for (const Dep& d : deps) {
       if (&d != base) absl::StrAppend(&md, Interpretation(d, *base, w));
