@@ -90,9 +90,11 @@ class GenerateStream : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
   enum class Event { kMessage, kTimeout, kDone };
 
-  GenerateStream(v1::Pdq::Stub& stub, v1::GenerateRequest req, absl::Duration timeout)
+  GenerateStream(v1::Pdq::Stub& stub, v1::GenerateRequest req, absl::Duration timeout,
+                 const std::string& authorization)
       : req_(std::move(req)) {
     ctx_.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    if (!authorization.empty()) ctx_.AddMetadata("authorization", authorization);
     stub.async()->Generate(&ctx_, &req_, this);
     AddHold();  // released once reads end: reads may start from the HTTP thread
     reading_ = true;
@@ -373,16 +375,20 @@ std::string RandomHex(int n) {
 class Server : public OpenAiHttpServer {
  public:
   Server(const OpenAiHttpOptions& o, std::shared_ptr<grpc::Channel> channel)
-      : o_(o), stub_(v1::Pdq::NewStub(std::move(channel))) {}
-  const std::string& address() const override { return server_.address(); }
+      : o_(o),
+        stub_(v1::Pdq::NewStub(std::move(channel))),
+        server_(o.tls_cert_path.empty()
+                    ? std::make_unique<server::HttpServer>()
+                    : std::make_unique<server::HttpServer>(o.tls_cert_path, o.tls_key_path)) {}
+  const std::string& address() const override { return server_->address(); }
 
   absl::Status Start() {
-    httplib::Server& http = server_.http();
+    httplib::Server& http = server_->http();
     http.set_payload_max_length(4 << 20);
     http.Get("/v1/models",
-             [this](const httplib::Request&, httplib::Response& res) { Models(res, ""); });
+             [this](const httplib::Request& req, httplib::Response& res) { Models(req, res, ""); });
     http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-      Models(res, req.matches[1]);
+      Models(req, res, req.matches[1]);
     });
     http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
       Complete(req, res, /*chat=*/false);
@@ -400,13 +406,21 @@ class Server : public OpenAiHttpServer {
       if (res.status == 413) e.message = "the request body is larger than 4 MiB";
       res.set_content(Dump(ErrorJson(e)), "application/json");
     });
-    return server_.Start(o_.listen, o_.max_connections, "the HTTP API");
+    return server_->Start(o_.listen, o_.max_connections, "the HTTP API");
   }
 
  private:
-  std::optional<v1::ModelInfo> Info(HttpError* error) {
+  // A context for a call on the client's behalf: the Pdq service checks the
+  // API key the client sent.
+  static void Authorize(const httplib::Request& http, grpc::ClientContext* ctx) {
+    const std::string key = http.get_header_value("Authorization");
+    if (!key.empty()) ctx->AddMetadata("authorization", key);
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  }
+
+  std::optional<v1::ModelInfo> Info(const httplib::Request& http, HttpError* error) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    Authorize(http, &ctx);
     v1::ModelInfo info;
     grpc::Status s = stub_->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
     if (!s.ok()) {
@@ -423,9 +437,9 @@ class Server : public OpenAiHttpServer {
     return model == ModelId(info) || model == info.name();
   }
 
-  void Models(httplib::Response& res, const std::string& id) {
+  void Models(const httplib::Request& http, httplib::Response& res, const std::string& id) {
     HttpError error;
-    std::optional<v1::ModelInfo> info = Info(&error);
+    std::optional<v1::ModelInfo> info = Info(http, &error);
     if (!info) return SendError(res, error);
     const json model = {{"id", ModelId(*info)},
                         {"object", "model"},
@@ -450,7 +464,7 @@ class Server : public OpenAiHttpServer {
     auto p = std::make_shared<Parsed>();
     if (auto e = ParseBody(body, chat, p.get())) return SendError(res, *e);
     HttpError error;
-    std::optional<v1::ModelInfo> info = Info(&error);
+    std::optional<v1::ModelInfo> info = Info(http, &error);
     if (!info) return SendError(res, error);
     if (!Serves(*info, p->model)) {
       return SendError(res, {404, "invalid_request_error",
@@ -467,7 +481,7 @@ class Server : public OpenAiHttpServer {
       // OpenAI's default for chat is as long as the context allows; pdq
       // reserves KV for prompt + max_tokens up front, so it is capped.
       grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      Authorize(http, &ctx);
       v1::TokenizeRequest treq;
       *treq.mutable_chat() = p->req.chat();
       v1::TokenizeResponse tresp;
@@ -480,7 +494,8 @@ class Server : public OpenAiHttpServer {
     const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", rid);
     LogLine(
         absl::StrCat("request ", rid, ": HTTP POST ", http.path, p->stream ? ", streamed" : ""));
-    auto stream = std::make_shared<GenerateStream>(*stub_, p->req, o_.request_timeout);
+    auto stream = std::make_shared<GenerateStream>(*stub_, p->req, o_.request_timeout,
+                                                   http.get_header_value("Authorization"));
     const Reply reply{id, ModelId(*info), absl::ToUnixSeconds(absl::Now()), chat};
     if (!p->stream) return Collect(*stream, reply, res);
     // Errors the router finds at once (validation, no worker) get their HTTP
@@ -603,7 +618,7 @@ class Server : public OpenAiHttpServer {
   const OpenAiHttpOptions o_;
   std::unique_ptr<v1::Pdq::Stub> stub_;
   const int64_t created_ = absl::ToUnixSeconds(absl::Now());
-  server::HttpServer server_;
+  std::unique_ptr<server::HttpServer> server_;
 };
 
 }  // namespace

@@ -18,6 +18,10 @@ namespace pdq::router {
 
 struct OpenAiHttpOptions {
   std::string listen;  // host:port; port 0 picks a free one
+  // HTTPS with this PEM certificate chain and key; empty: HTTP. Requests
+  // carry their API key as "Authorization: Bearer KEY", checked by the Pdq
+  // service they are sent to.
+  std::string tls_cert_path, tls_key_path;
   // The id clients name the model by (GET /v1/models); the name the workers
   // report is accepted too. Empty: that name.
   std::string model_id;

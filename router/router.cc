@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -51,7 +52,8 @@ struct Worker {
 
 class Registry {
  public:
-  explicit Registry(const RouterOptions& o) : options_(o) {}
+  Registry(const RouterOptions& o, server::Dialing workers)
+      : options_(o), dial_(std::move(workers)) {}
 
   absl::Status Register(const v1::WorkerInfo& info) {
     if (info.worker_id().empty() || info.worker_id().size() > 128) {
@@ -73,7 +75,7 @@ class Registry {
     auto w = std::make_shared<Worker>();
     w->info = info;
     w->last_seen = absl::Now();
-    w->channel = grpc::CreateChannel(info.address(), grpc::InsecureChannelCredentials());
+    w->channel = server::Dial(info.address(), dial_);
     w->decode = v1::DecodeWorker::NewStub(w->channel);
     w->prefill = v1::PrefillWorker::NewStub(w->channel);
     std::lock_guard lock(mu_);
@@ -189,17 +191,23 @@ class Registry {
 
  private:
   const RouterOptions options_;
+  const server::Dialing dial_;  // how the router reaches workers
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Worker>> workers_;
 };
 
+// With TLS, only peers holding a certificate signed by the CA (workers) may
+// register, heartbeat or deregister: anyone else could take requests or
+// drop workers from rotation.
 class RegistryService : public v1::Registry::CallbackService {
  public:
-  RegistryService(Registry& r, const RouterOptions& o) : r_(r), o_(o) {}
+  RegistryService(Registry& r, const RouterOptions& o, bool require_certificates)
+      : r_(r), o_(o), require_certificates_(require_certificates) {}
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* req,
                                      v1::RegisterResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (!Authorized(*ctx, "register", req->worker().worker_id(), reactor)) return reactor;
     absl::Status s = r_.Register(req->worker());
     resp->set_heartbeat_interval_ms((int32_t)absl::ToInt64Milliseconds(o_.heartbeat_interval));
     resp->set_missed_heartbeats_allowed(o_.missed_heartbeats_allowed);
@@ -210,6 +218,7 @@ class RegistryService : public v1::Registry::CallbackService {
                                       const v1::HeartbeatRequest* req,
                                       v1::HeartbeatResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (!Authorized(*ctx, "heartbeat", req->worker_id(), reactor)) return reactor;
     resp->set_registered(r_.Heartbeat(req->worker_id(), req->load()));
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -218,14 +227,30 @@ class RegistryService : public v1::Registry::CallbackService {
                                        const v1::DeregisterRequest* req,
                                        v1::DeregisterResponse*) override {
     auto* reactor = ctx->DefaultReactor();
+    if (!Authorized(*ctx, "deregister", req->worker_id(), reactor)) return reactor;
     r_.Deregister(req->worker_id());
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
 
  private:
+  // Finishes the call with UNAUTHENTICATED when a certificate is required
+  // and the peer showed none.
+  bool Authorized(const grpc::CallbackServerContext& ctx, const char* what,
+                  const std::string& worker_id, grpc::ServerUnaryReactor* reactor) {
+    if (!require_certificates_ || server::PeerHasCertificate(ctx)) return true;
+    LogLine(absl::StrCat("refused to ", what, " worker '",
+                         absl::CHexEscape(worker_id.substr(0, 128)), "' from ", ctx.peer(),
+                         ": no client certificate"));
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::UNAUTHENTICATED,
+        "workers must present a certificate signed by the router's CA (--tls-cert, --tls-key)"));
+    return false;
+  }
+
   Registry& r_;
   const RouterOptions o_;
+  const bool require_certificates_;
 };
 
 // ---- One Generate call ---------------------------------------------------------
@@ -563,7 +588,8 @@ using PdqBase = v1::Pdq::WithRawCallbackMethod_Generate<
 
 class PdqService : public PdqBase {
  public:
-  PdqService(Registry& r, const Tokenizer& tok) : r_(r), tok_(tok) {}
+  PdqService(Registry& r, const Tokenizer& tok, server::ApiKeys keys)
+      : r_(r), tok_(tok), keys_(std::move(keys)) {}
 
   server::ResponseStream::Reactor* Generate(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* raw) override {
@@ -572,7 +598,8 @@ class PdqService : public PdqBase {
       if (auto call = holder->lock()) call->OnClientChange();
     });
     v1::GenerateRequest request;
-    grpc::Status valid = server::ParseRequest(*raw, &request);
+    grpc::Status valid = ToGrpc(keys_.Check(*ctx));
+    if (valid.ok()) valid = server::ParseRequest(*raw, &request);
     const v1::GenerateRequest* req = &request;
     std::string id = req->request_id();
     if (id.empty()) id = absl::StrFormat("req-%d", ++next_id_);
@@ -596,6 +623,10 @@ class PdqService : public PdqBase {
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw,
                                      grpc::ByteBuffer* out) override {
     auto* reactor = ctx->DefaultReactor();
+    if (absl::Status key = keys_.Check(*ctx); !key.ok()) {
+      reactor->Finish(ToGrpc(key));
+      return reactor;
+    }
     v1::TokenizeRequest req;
     if (grpc::Status parsed = server::ParseRequest(*raw, &req); !parsed.ok()) {
       reactor->Finish(parsed);
@@ -616,6 +647,10 @@ class PdqService : public PdqBase {
                                          const v1::GetModelInfoRequest*,
                                          v1::ModelInfo* resp) override {
     auto* reactor = ctx->DefaultReactor();
+    if (absl::Status key = keys_.Check(*ctx); !key.ok()) {
+      reactor->Finish(ToGrpc(key));
+      return reactor;
+    }
     std::optional<v1::WorkerInfo> w = r_.Model();
     if (!w) {
       reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no worker is registered"));
@@ -716,22 +751,37 @@ class PdqService : public PdqBase {
 
   Registry& r_;
   const Tokenizer& tok_;
+  const server::ApiKeys keys_;
   std::atomic<uint64_t> next_id_{0};
 };
 
 class RouterImpl : public Router {
  public:
   static absl::StatusOr<std::unique_ptr<Router>> Start(const RouterOptions& o) {
-    auto r = std::unique_ptr<RouterImpl>(new RouterImpl(o));
+    absl::StatusOr<std::optional<server::TlsPem>> tls = server::LoadServerTls(o.tls);
+    if (!tls.ok()) return tls.status();
+    server::ApiKeys keys;
+    if (!o.api_key_file.empty()) {
+      absl::StatusOr<server::ApiKeys> loaded = server::ApiKeys::Load(o.api_key_file);
+      if (!loaded.ok()) return loaded.status();
+      keys = std::move(*loaded);
+    }
+    auto r = std::unique_ptr<RouterImpl>(
+        new RouterImpl(o, server::Dialing{*tls, o.worker_tls_name, ""}));
     absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(o.model);
     if (!file.ok()) return file.status();
     absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**file);
     if (!tok.ok()) return tok.status();
     r->tokenizer_ = std::move(*tok);
-    r->pdq_ = std::make_unique<PdqService>(r->registry_, *r->tokenizer_);
-    r->registry_service_ = std::make_unique<RegistryService>(r->registry_, o);
+    r->pdq_ = std::make_unique<PdqService>(r->registry_, *r->tokenizer_, std::move(keys));
+    r->registry_service_ = std::make_unique<RegistryService>(
+        r->registry_, o, /*require_certificates=*/tls->has_value());
+    server::GrpcServerOptions go;
+    go.listen = o.listen;
+    go.credentials = server::ServerCredentials(*tls, server::ClientCerts::kVerifiedIfPresented);
+    go.health_listen = o.health_listen;
     absl::StatusOr<server::GrpcServer> g =
-        server::StartGrpcServer(o.listen, {r->pdq_.get(), r->registry_service_.get()});
+        server::StartGrpcServer(go, {r->pdq_.get(), r->registry_service_.get()});
     if (!g.ok()) return g.status();
     r->grpc_ = std::move(*g);
     if (!o.http_listen.empty()) {
@@ -739,6 +789,10 @@ class RouterImpl : public Router {
       http.listen = o.http_listen;
       http.max_connections = o.http_max_connections;
       http.model_id = std::filesystem::path(o.model).stem().string();
+      if (tls->has_value()) {
+        http.tls_cert_path = o.tls.cert;
+        http.tls_key_path = o.tls.key;
+      }
       absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> h =
           ServeOpenAiHttp(http, r->grpc_.server->InProcessChannel(grpc::ChannelArguments()));
       if (!h.ok()) return h.status();
@@ -754,7 +808,7 @@ class RouterImpl : public Router {
   }
   ~RouterImpl() override {
     server::Metrics::Global().ClearGaugeFunctions("pdq_workers_live");
-    grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc_.Shutdown(std::chrono::seconds(5));
     // HTTP requests are calls on the gRPC server, which has now ended them
     // all, so its threads can be joined.
     http_.reset();
@@ -764,9 +818,10 @@ class RouterImpl : public Router {
     static const std::string none;
     return http_ ? http_->address() : none;
   }
+  const std::string& health_address() const override { return grpc_.health_address; }
   int live_workers() const override { return registry_.live(); }
   bool Drain(absl::Duration timeout) override {
-    grpc_.server->GetHealthCheckService()->SetServingStatus(false);
+    grpc_.SetServing(false);
     const absl::Time start = absl::Now(), end = start + timeout;
     absl::Time next_log = start;
     for (;;) {
@@ -790,7 +845,7 @@ class RouterImpl : public Router {
   }
 
  private:
-  explicit RouterImpl(const RouterOptions& o) : registry_(o) {}
+  RouterImpl(const RouterOptions& o, server::Dialing workers) : registry_(o, std::move(workers)) {}
   Registry registry_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<PdqService> pdq_;

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/security.h"
 
 namespace pdq::router {
 
@@ -24,6 +25,21 @@ struct RouterOptions {
   // picks a free one; empty serves none.
   std::string http_listen;
   int http_max_connections = 128;
+  // TLS (server/security.h): the router's certificate and key, and the CA
+  // workers' certificates are checked against. All empty: plaintext. With
+  // them the public port and the HTTP API use TLS, only workers presenting a
+  // certificate may use the Registry, and the router presents its own to
+  // the workers.
+  server::TlsFiles tls;
+  // The name workers' certificates must carry; empty: the host each worker
+  // registers with (its pod IP on Kubernetes, which a certificate rarely
+  // names).
+  std::string worker_tls_name;
+  // Keys clients must present on pdq.v1.Pdq and the HTTP API; empty: none.
+  std::string api_key_file;
+  // A plaintext host:port serving only grpc.health.v1 (for probes that
+  // cannot speak TLS); empty: none.
+  std::string health_listen;
 };
 
 class Router {
@@ -34,6 +50,8 @@ class Router {
   virtual const std::string& address() const = 0;
   // The OpenAI-compatible HTTP API's host:port; empty when not served.
   virtual const std::string& http_address() const = 0;
+  // The health-only port's host:port; empty when not served.
+  virtual const std::string& health_address() const = 0;
   // Workers in rotation (registered and heartbeating).
   virtual int live_workers() const = 0;
   // Reports NOT_SERVING on grpc.health.v1 (so load balancers stop sending)

@@ -11,6 +11,14 @@
 #include "tools/flags.h"
 
 namespace pdq::router {
+namespace {
+
+bool IsLoopback(const std::string& listen) {
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]";
+}
+
+}  // namespace
 
 int RouterMain(int argc, char** argv) {
   server::BlockStopSignals();
@@ -19,7 +27,8 @@ int RouterMain(int argc, char** argv) {
   std::string listen = "127.0.0.1:0",
               model = env_model ? env_model : "models/SmolLM2-135M-Instruct.Q4_1.gguf",
               address_file, metrics_listen = "127.0.0.1:0", metrics_address_file, http_listen,
-              http_address_file;
+              http_address_file, worker_tls_name, api_key_file;
+  ServerSecurityFlags security;
   int64_t heartbeat_ms = 500, missed = 3, http_connections = 128, drain_seconds = 30;
   FlagParser flags("pdq-router",
                    "The pdq router: serves pdq.v1.Pdq (Generate, Tokenize, GetModelInfo) and the "
@@ -42,6 +51,13 @@ int RouterMain(int argc, char** argv) {
   flags.Int("drain-seconds", &drain_seconds, 0, 3600,
             "on SIGTERM, report NOT_SERVING and let requests in flight finish for up to this "
             "long before ending them (0: end them at once)");
+  security.Register(flags);
+  flags.String("worker-tls-name", &worker_tls_name,
+               "with TLS, the name workers' certificates must carry (default: the host each worker "
+               "registers with)");
+  flags.String("api-key-file", &api_key_file,
+               "clients must send one of the keys in this file (one per line) as 'authorization: "
+               "Bearer KEY' on pdq.v1.Pdq and the HTTP API; empty: no key needed");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
@@ -53,6 +69,10 @@ int RouterMain(int argc, char** argv) {
   o.missed_heartbeats_allowed = (int)missed;
   o.http_listen = http_listen;
   o.http_max_connections = (int)http_connections;
+  o.tls = {security.tls_cert, security.tls_key, security.tls_ca};
+  o.worker_tls_name = worker_tls_name;
+  o.api_key_file = api_key_file;
+  o.health_listen = security.health_listen;
   absl::StatusOr<std::unique_ptr<Router>> router = Router::Start(o);
   if (!router.ok()) {
     std::fprintf(stderr, "pdq-router: error: %s\n", std::string(router.status().message()).c_str());
@@ -66,12 +86,26 @@ int RouterMain(int argc, char** argv) {
     return 1;
   }
   const std::string& http = (*router)->http_address();
-  LogLine(absl::StrCat("serving pdq.v1.Pdq on ", (*router)->address(), ", metrics at http://",
+  const bool secure = !security.tls_cert.empty();
+  LogLine(absl::StrCat("serving pdq.v1.Pdq on ", (*router)->address(),
+                       secure ? " (TLS; workers need certificates)" : " (plaintext)",
+                       api_key_file.empty() ? "" : ", API keys required", ", metrics at http://",
                        (*metrics)->address(), "/metrics",
-                       http.empty() ? "" : absl::StrCat(", OpenAI API at http://", http, "/v1")));
-  server::WriteAddressFiles(address_file, (*router)->address(),
-                            {{metrics_address_file, (*metrics)->address()},
-                             {http.empty() ? "" : http_address_file, http}});
+                       http.empty() ? ""
+                                    : absl::StrCat(", OpenAI API at ", secure ? "https" : "http",
+                                                   "://", http, "/v1")));
+  if (!IsLoopback(listen) && (!secure || api_key_file.empty())) {
+    LogLine(absl::StrCat("warning: listening on ", listen, " beyond this machine with ",
+                         !secure ? "no TLS (anyone who can reach the port can register a worker)"
+                                 : "no API key (anyone who can reach the port can generate)",
+                         "; see README \"Who may talk to whom\""));
+  }
+  server::WriteAddressFiles(
+      address_file, (*router)->address(),
+      {{metrics_address_file, (*metrics)->address()},
+       {http.empty() ? "" : http_address_file, http},
+       {(*router)->health_address().empty() ? "" : security.health_address_file,
+        (*router)->health_address()}});
   const std::string sig = server::WaitForStopSignal();
   LogLine(absl::StrCat(sig, ": stopping", drain_seconds > 0 ? ", draining first" : ""));
   if (drain_seconds > 0) (*router)->Drain(absl::Seconds(drain_seconds));

@@ -27,6 +27,8 @@ packages=(
   gnuplot-nox
   # tests: the blind A/B review page, checked in a real headless browser.
   chromium
+  # scripts/make_certs.sh: certificates for mutual TLS (and the tests').
+  openssl
 )
 
 missing=()

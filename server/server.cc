@@ -11,29 +11,69 @@
 
 namespace pdq::server {
 
-absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
-                                           const std::vector<grpc::Service*>& services) {
+namespace {
+
+// The port of "host:port", or an error naming the flag's value.
+absl::StatusOr<std::string> HostOf(const std::string& listen) {
   const size_t colon = listen.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("listen address '", listen, "' has no port (want host:port)"));
   }
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  return listen.substr(0, colon);
+}
+
+absl::StatusOr<std::pair<std::unique_ptr<grpc::Server>, std::string>> Build(
+    const std::string& listen, std::shared_ptr<grpc::ServerCredentials> credentials,
+    const std::vector<grpc::Service*>& services) {
+  absl::StatusOr<std::string> host = HostOf(listen);
+  if (!host.ok()) return host.status();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, std::move(credentials), &port);
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
   for (grpc::Service* s : services) builder.RegisterService(s);
-  GrpcServer out;
-  out.server = builder.BuildAndStart();
-  if (out.server == nullptr || port == 0) {
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", listen, " (address in use or not local?)"));
   }
-  out.server->GetHealthCheckService()->SetServingStatus(true);
-  out.address = absl::StrCat(listen.substr(0, colon), ":", port);
+  server->GetHealthCheckService()->SetServingStatus(true);
+  return std::make_pair(std::move(server), absl::StrCat(*host, ":", port));
+}
+
+}  // namespace
+
+absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options,
+                                           const std::vector<grpc::Service*>& services) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  GrpcServer out;
+  auto main = Build(options.listen,
+                    options.credentials ? options.credentials : grpc::InsecureServerCredentials(),
+                    services);
+  if (!main.ok()) return main.status();
+  std::tie(out.server, out.address) = std::move(*main);
+  if (!options.health_listen.empty()) {
+    auto health = Build(options.health_listen, grpc::InsecureServerCredentials(), {});
+    if (!health.ok()) {
+      out.server->Shutdown();
+      return absl::Status(health.status().code(),
+                          absl::StrCat("--health-listen: ", health.status().message()));
+    }
+    std::tie(out.health_server, out.health_address) = std::move(*health);
+  }
   return out;
+}
+
+void GrpcServer::SetServing(bool serving) {
+  server->GetHealthCheckService()->SetServingStatus(serving);
+  if (health_server) health_server->GetHealthCheckService()->SetServingStatus(serving);
+}
+
+void GrpcServer::Shutdown(std::chrono::seconds grace) {
+  if (health_server) health_server->Shutdown(std::chrono::system_clock::now());
+  server->Shutdown(std::chrono::system_clock::now() + grace);
 }
 
 void WriteAddressFile(const std::string& path, const std::string& address) {

@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,14 +17,31 @@ namespace pdq::server {
 struct GrpcServer {
   std::unique_ptr<grpc::Server> server;
   std::string address;  // host:port, the port resolved
+  // The plaintext health-only server, when one was asked for.
+  std::unique_ptr<grpc::Server> health_server;
+  std::string health_address;
+  // Sets grpc.health.v1's answer on both.
+  void SetServing(bool serving);
+  // Stops both, ending calls still running after `grace`.
+  void Shutdown(std::chrono::seconds grace);
+};
+
+struct GrpcServerOptions {
+  std::string listen;  // host:port; port 0 picks a free one
+  // TLS or plaintext (security.h); null: plaintext.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  // A second host:port serving only grpc.health.v1, in plaintext, for
+  // probes that cannot speak TLS (Kubernetes' gRPC probes); it reveals
+  // nothing but whether the process serves. Empty: none.
+  std::string health_listen;
 };
 
 // Largest request a server accepts; a bigger one gets RESOURCE_EXHAUSTED.
 constexpr int kMaxRequestBytes = 4 << 20;
 
-// Starts serving `services` on `listen` ("host:port", port 0: a free one),
-// plus the standard health service (reporting SERVING) and reflection.
-absl::StatusOr<GrpcServer> StartGrpcServer(const std::string& listen,
+// Starts serving `services` as `options` say, plus the standard health
+// service (reporting SERVING) and reflection.
+absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options,
                                            const std::vector<grpc::Service*>& services);
 
 // Writes "address\n" to `path` through a rename, so a reader polling for the

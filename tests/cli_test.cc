@@ -81,8 +81,14 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   r = RunPdq("bench --openai http://127.0.0.1:1/v1 --text README.md");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("GET http://127.0.0.1:1/v1/models: Connection"), std::string::npos) << r.out;
-  r = RunPdq("bench --openai https://example.com/v1 --text README.md");
-  EXPECT_NE(r.out.find("must start with http://"), std::string::npos) << r.out;
+  r = RunPdq("bench --openai ftp://example.com/v1 --text README.md");
+  EXPECT_NE(r.out.find("must start with http:// or https://"), std::string::npos) << r.out;
+  r = RunPdq("bench --openai https://127.0.0.1:1/v1 --text README.md");
+  EXPECT_NE(r.out.find("GET https://127.0.0.1:1/v1/models: "), std::string::npos) << r.out;
+  r = RunPdq("bench --router 127.0.0.1:1 --tls-cert README.md --text README.md");
+  EXPECT_NE(r.out.find("--tls-cert and --tls-key go together"), std::string::npos) << r.out;
+  r = RunPdq("bench --router 127.0.0.1:1 --tls-ca README.md --text README.md");
+  EXPECT_NE(r.out.find("--tls-ca: README.md is not a PEM file"), std::string::npos) << r.out;
   r = RunPdq("bench --openai http://127.0.0.1:1/v1 --pattern alternate --text README.md");
   EXPECT_NE(r.out.find("it needs --router"), std::string::npos) << r.out;
 }

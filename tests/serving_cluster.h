@@ -4,7 +4,9 @@
 #pragma once
 
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -138,6 +140,19 @@ class Cluster {
   std::string dir_;
   std::vector<pid_t> pids_;
 };
+
+// A loopback port nothing listens on now (for a flag that needs a fixed one).
+inline int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 inline std::unique_ptr<v1::Pdq::Stub> Client(const std::string& address) {
   return v1::Pdq::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));

@@ -309,18 +309,6 @@ TEST_F(ServingFaultsTest, AThousandCancelsAroundTheKvTransferReturnEveryBlock) {
 
 // A free TCP port on loopback (bound, read, released: the worker takes it
 // right after).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Sends `bytes` to 127.0.0.1:port and closes.
 void SendBytes(int port, const std::string& bytes) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -544,8 +544,8 @@ std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOption
 int BenchCommand(int argc, char** argv) {
   std::string router = "127.0.0.1:50051", levels_flag = "1", workload = "custom", pattern,
               text_path = "../shared/data/wikitext-2-raw/wiki.test.raw", json_path, openai_url,
-              openai_model, api_key, model_path = DefaultModelPath();
-  if (const char* k = std::getenv("OPENAI_API_KEY")) api_key = k;
+              openai_model, model_path = DefaultModelPath();
+  ConnectionFlags connection;
   int64_t input_tokens = 128, output_tokens = 128, requests = 0, per_client = 0, warmup = 1,
           timeout_s = 600, cycles = 3, high = 8, low = 1;
   double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256;
@@ -560,7 +560,7 @@ int BenchCommand(int argc, char** argv) {
                "(http://host:port/v1), measured through streamed /completions");
   flags.String("openai-model", &openai_model,
                "--openai: the model to ask for (default: the first of GET /models)");
-  flags.String("api-key", &api_key, "--openai: sent as a bearer token (default: $OPENAI_API_KEY)");
+  connection.Register(flags);
   flags.String("model", &model_path,
                "--openai: the GGUF whose tokenizer cuts prompts to --input-tokens (the served "
                "model's)");
@@ -591,6 +591,10 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("timeout", &timeout_s, 1, 86400, "deadline of each request in seconds");
   flags.String("json", &json_path, "write the summaries and every request's record here");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (const char* k = std::getenv("OPENAI_API_KEY");
+      k != nullptr && connection.api_key.empty() && !openai_url.empty()) {
+    connection.api_key = k;  // what OpenAI's own clients read
+  }
   if (workload != "custom") {
     const Workload* w = nullptr;
     for (const Workload& k : kWorkloads) {
@@ -633,8 +637,8 @@ int BenchCommand(int argc, char** argv) {
                       "--pattern alternate reads the workers' metrics: it needs --router"));
     }
     std::string model_used;
-    absl::StatusOr<std::unique_ptr<BenchTarget>> t =
-        OpenAiBenchTarget(openai_url, openai_model, api_key, &model_used);
+    absl::StatusOr<std::unique_ptr<BenchTarget>> t = OpenAiBenchTarget(
+        openai_url, openai_model, connection.api_key, connection.tls.ca, &model_used);
     if (!t.ok()) return Fail("bench", t.status());
     target = std::move(*t);
     router = openai_url;
@@ -651,7 +655,9 @@ int BenchCommand(int argc, char** argv) {
                  openai_url.c_str(), workload.c_str(), (long long)input_tokens,
                  (long long)output_tokens);
   } else {
-    stub = v1::Pdq::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
+    absl::StatusOr<server::Dialing> dialing = connection.Dialing();
+    if (!dialing.ok()) return Fail("bench", dialing.status());
+    stub = v1::Pdq::NewStub(server::Dial(router, *dialing));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ModelInfo info;

@@ -42,10 +42,12 @@ class BenchTarget {
 // {base_url}/completions with stream, ignore_eos (vLLM's and pdq's
 // extension) and stream_options.include_usage. `model` empty: the first of
 // GET {base_url}/models. `api_key`, when given, goes in the Authorization
-// header.
+// header; over https the server's certificate is checked against `ca_path`
+// (empty: the system's CAs).
 absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(const std::string& base_url,
                                                                const std::string& model,
                                                                const std::string& api_key,
+                                                               const std::string& ca_path,
                                                                std::string* model_used);
 
 }  // namespace pdq

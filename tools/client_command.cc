@@ -28,11 +28,14 @@ int ClientCommand(int argc, char** argv) {
   flags.String("request-id", &request_id, "this request's id in every log (default: the router's)");
   flags.Int("timeout", &timeout_s, 1, 86400, "deadline in seconds");
   flags.Bool("quiet", &quiet, "print the answer only, no summary");
+  ConnectionFlags connection;
+  connection.Register(flags);
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (prompt.empty()) return Fail("client", absl::InvalidArgumentError("--prompt is required"));
 
-  auto stub =
-      pdq::v1::Pdq::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<server::Dialing> dialing = connection.Dialing();
+  if (!dialing.ok()) return Fail("client", dialing.status());
+  auto stub = pdq::v1::Pdq::NewStub(server::Dial(router, *dialing));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
   pdq::v1::GenerateRequest req;

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/context.h"
 #include "engine/model.h"
+#include "server/security.h"
 #include "tools/flags.h"
 
 namespace pdq {
@@ -58,6 +59,18 @@ struct ModelFlags {
 };
 
 std::string DefaultModelPath();
+
+// How a command reaches a router: --tls-ca (TLS, checking the router's
+// certificate against it), --tls-cert and --tls-key (this client's own,
+// where the server asks for one), --tls-server-name, and --api-key (default
+// $PDQ_API_KEY).
+struct ConnectionFlags {
+  server::TlsFiles tls;
+  std::string server_name, api_key;
+  void Register(FlagParser& flags);
+  // Errors name the flag and the file.
+  absl::StatusOr<server::Dialing> Dialing() const;
+};
 // Where calibration statistics are cached: $PDQ_CACHE_DIR ("none": nowhere),
 // else $XDG_CACHE_HOME/pdq, else ~/.cache/pdq.
 std::string CacheDir();

@@ -182,4 +182,24 @@ int ParseOrExit(FlagParser& flags, int argc, char** argv) {
   return ParseOrExit(flags, argc, argv, 2, std::string("pdq ") + argv[1]);
 }
 
+void ConnectionFlags::Register(FlagParser& flags) {
+  if (const char* k = std::getenv("PDQ_API_KEY")) api_key = k;
+  flags.String("tls-ca", &tls.ca,
+               "PEM CA bundle: talk TLS and check the server's certificate against it (default: "
+               "plaintext)");
+  flags.String("tls-cert", &tls.cert,
+               "PEM certificate chain to present (with --tls-key), where the server asks for one");
+  flags.String("tls-key", &tls.key, "PEM private key of --tls-cert");
+  flags.String("tls-server-name", &server_name,
+               "the name the server's certificate must carry (default: the host dialed)");
+  flags.String("api-key", &api_key,
+               "sent as 'authorization: Bearer KEY' with every call (default: $PDQ_API_KEY)");
+}
+
+absl::StatusOr<server::Dialing> ConnectionFlags::Dialing() const {
+  absl::StatusOr<std::optional<server::TlsPem>> pem = server::LoadClientTls(tls);
+  if (!pem.ok()) return pem.status();
+  return server::Dialing{std::move(*pem), server_name, api_key};
+}
+
 }  // namespace pdq

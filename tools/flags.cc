@@ -149,4 +149,17 @@ int ParseOrExit(FlagParser& flags, int argc, char** argv, int first, const std::
   return -1;
 }
 
+void ServerSecurityFlags::Register(FlagParser& flags) {
+  flags.String("tls-cert", &tls_cert,
+               "PEM certificate chain: this process's identity for mutual TLS (with --tls-key and "
+               "--tls-ca; none of the three: plaintext)");
+  flags.String("tls-key", &tls_key, "PEM private key of --tls-cert");
+  flags.String("tls-ca", &tls_ca, "PEM CA bundle the peers' certificates are checked against");
+  flags.String("health-listen", &health_listen,
+               "also serve grpc.health.v1 alone, in plaintext, on this host:port (for probes that "
+               "cannot speak TLS); empty: none");
+  flags.String("health-address-file", &health_address_file,
+               "write the health port's address here once serving");
+}
+
 }  // namespace pdq

@@ -48,6 +48,15 @@ class FlagParser {
   bool help_ = false;
 };
 
+// What every server process (router, worker) takes for TLS and its
+// plaintext health port: --tls-cert, --tls-key and --tls-ca (its identity
+// and the CA its peers are checked against), --health-listen and
+// --health-address-file.
+struct ServerSecurityFlags {
+  std::string tls_cert, tls_key, tls_ca, health_listen, health_address_file;
+  void Register(FlagParser& flags);
+};
+
 // Parses argv[first..argc) for `program` (as errors name it): -1 to go on,
 // 0 after printing --help, 2 after printing the error.
 int ParseOrExit(FlagParser& flags, int argc, char** argv, int first, const std::string& program);

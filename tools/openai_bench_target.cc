@@ -19,17 +19,24 @@ double Since(Clock::time_point a, Clock::time_point b) {
 }
 
 struct Url {
-  std::string host, path;  // path without a trailing slash
+  std::string scheme, host, path;  // path without a trailing slash
   int port = 80;
 };
 
 absl::StatusOr<Url> ParseUrl(const std::string& url) {
-  if (!absl::StartsWith(url, "http://")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--openai '", url, "' must start with http:// (https is not supported)"));
-  }
-  std::string rest = url.substr(7);
   Url u;
+  std::string rest;
+  if (absl::StartsWith(url, "http://")) {
+    u.scheme = "http";
+    rest = url.substr(7);
+  } else if (absl::StartsWith(url, "https://")) {
+    u.scheme = "https";
+    u.port = 443;
+    rest = url.substr(8);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--openai '", url, "' must start with http:// or https://"));
+  }
   const size_t slash = rest.find('/');
   std::string hostport = rest.substr(0, slash);
   u.path = slash == std::string::npos ? "" : rest.substr(slash);
@@ -44,27 +51,40 @@ absl::StatusOr<Url> ParseUrl(const std::string& url) {
   return u;
 }
 
+httplib::Headers Headers(const std::string& api_key) {
+  httplib::Headers h;
+  if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
+  return h;
+}
+
+// A client for `url`; over https the server's certificate is checked
+// against `ca_path` (empty: the system's CAs).
+std::unique_ptr<httplib::Client> Connect(const Url& url, const std::string& ca_path) {
+  auto client =
+      std::make_unique<httplib::Client>(absl::StrCat(url.scheme, "://", url.host, ":", url.port));
+  if (!ca_path.empty()) client->set_ca_cert_path(ca_path.c_str());
+  client->set_connection_timeout(10);
+  return client;
+}
+
 class OpenAiTarget : public BenchTarget {
  public:
-  OpenAiTarget(Url url, std::string model, std::string api_key)
-      : url_(std::move(url)), model_(std::move(model)), api_key_(std::move(api_key)) {}
-
-  httplib::Headers Headers() const {
-    httplib::Headers h;
-    if (!api_key_.empty()) h.emplace("Authorization", "Bearer " + api_key_);
-    return h;
-  }
+  OpenAiTarget(Url url, std::string model, std::string api_key, std::string ca_path)
+      : url_(std::move(url)),
+        model_(std::move(model)),
+        api_key_(std::move(api_key)),
+        ca_path_(std::move(ca_path)) {}
 
   BenchRecord Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
                   const std::string& request_id) override {
     BenchRecord r;
-    httplib::Client client(url_.host, url_.port);
-    client.set_connection_timeout(10);
+    std::unique_ptr<httplib::Client> connection = Connect(url_, ca_path_);
+    httplib::Client& client = *connection;
     client.set_read_timeout((time_t)timeout_s);
     httplib::Request req;
     req.method = "POST";
     req.path = url_.path + "/completions";
-    req.headers = Headers();
+    req.headers = Headers(api_key_);
     req.headers.emplace("X-Request-Id", request_id);
     req.headers.emplace("Content-Type", "application/json");
     req.body = json({{"model", model_},
@@ -149,7 +169,7 @@ class OpenAiTarget : public BenchTarget {
 
  private:
   const Url url_;
-  const std::string model_, api_key_;
+  const std::string model_, api_key_, ca_path_;
 };
 
 }  // namespace
@@ -157,15 +177,14 @@ class OpenAiTarget : public BenchTarget {
 absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(const std::string& base_url,
                                                                const std::string& model,
                                                                const std::string& api_key,
+                                                               const std::string& ca_path,
                                                                std::string* model_used) {
   absl::StatusOr<Url> url = ParseUrl(base_url);
   if (!url.ok()) return url.status();
-  auto target = std::make_unique<OpenAiTarget>(*url, model, api_key);
   // Reach the server once: an unreachable one fails here, not 100 times.
-  httplib::Client client(url->host, url->port);
-  client.set_connection_timeout(10);
-  client.set_read_timeout(10);
-  httplib::Result res = client.Get(url->path + "/models", target->Headers());
+  std::unique_ptr<httplib::Client> client = Connect(*url, ca_path);
+  client->set_read_timeout(10);
+  httplib::Result res = client->Get(url->path + "/models", Headers(api_key));
   if (!res) {
     return absl::UnavailableError(
         absl::StrCat("GET ", base_url, "/models: ", httplib::to_string(res.error())));
@@ -197,7 +216,7 @@ absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(const std::string
     chosen = j["data"][0]["id"].get<std::string>();
   }
   *model_used = chosen;
-  return std::make_unique<OpenAiTarget>(*url, chosen, api_key);
+  return std::make_unique<OpenAiTarget>(*url, chosen, api_key, ca_path);
 }
 
 }  // namespace pdq

@@ -15,8 +15,8 @@ namespace {
 
 // The worker's own grpc.health.v1 answer for the whole server ("serving",
 // "not serving", or why there is none), not only the router's view.
-std::string Health(const std::string& address, int64_t timeout_s) {
-  grpc::GenericStub stub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+std::string Health(const std::string& address, const server::Dialing& dialing, int64_t timeout_s) {
+  grpc::GenericStub stub(server::Dial(address, dialing));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
   grpc::Slice no_bytes("", 0);  // HealthCheckRequest{service: ""} encodes as nothing
@@ -46,9 +46,20 @@ int StatusCommand(int argc, char** argv) {
                    "health, queued prompt tokens, free KV blocks, active sequences, addresses.");
   flags.String("router", &router, "the router's gRPC address (host:port)");
   flags.Int("timeout", &timeout_s, 1, 3600, "seconds to wait for each answer");
+  ConnectionFlags connection;
+  connection.Register(flags);
+  std::string worker_tls_name;
+  flags.String("worker-tls-name", &worker_tls_name,
+               "with TLS, the name the workers' certificates carry (default: each one's host); "
+               "asking a worker for its health takes --tls-cert and --tls-key, since workers "
+               "answer only holders of a certificate");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
-  auto channel = grpc::CreateChannel(router, grpc::InsecureChannelCredentials());
-  auto stub = v1::Pdq::NewStub(channel);
+  absl::StatusOr<server::Dialing> dialing = connection.Dialing();
+  if (!dialing.ok()) return Fail("status", dialing.status());
+  server::Dialing to_workers = *dialing;
+  to_workers.server_name = worker_tls_name;
+  to_workers.api_key.clear();  // a worker has no use for it
+  auto stub = v1::Pdq::NewStub(server::Dial(router, *dialing));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
   v1::ModelInfo info;
@@ -66,7 +77,7 @@ int StatusCommand(int argc, char** argv) {
               "queued", "KV free/total", "active", "address", "metrics");
   int unhealthy = 0;
   for (const v1::WorkerStatus& w : info.workers()) {
-    const std::string health = Health(w.address(), timeout_s);
+    const std::string health = Health(w.address(), to_workers, timeout_s);
     unhealthy += health != "serving";
     std::printf("%-22s %-8s %-6s %-9s %8lld %7lld/%-7lld %7d  %-21s %s\n", w.worker_id().c_str(),
                 w.role().c_str(), w.precision().c_str(), health.c_str(),

@@ -60,7 +60,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   ModelFlags model_flags;
   std::string role_name = RoleName(default_role), listen = "127.0.0.1:0", router, advertise,
               kv_transport = "tcp", kv_listen, prefill_precision, address_file, worker_id,
-              metrics_listen = "127.0.0.1:0", metrics_address_file;
+              metrics_listen = "127.0.0.1:0", metrics_address_file, router_tls_name;
+  ServerSecurityFlags security;
   int64_t kv_tokens = 65536, block_tokens = 16, budget = 2048, max_batch = 64, lease_s = 30,
           stall_s = 30, max_unsent = 64, drain_seconds = 30;
   FlagParser flags(program,
@@ -82,6 +83,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   flags.String("metrics-address-file", &metrics_address_file,
                "write the /metrics address here once serving");
   flags.String("router", &router, "register with the router's gRPC address (host:port)");
+  security.Register(flags);
+  flags.String("router-tls-name", &router_tls_name,
+               "with TLS, the name the router's certificate must carry (default: the host of "
+               "--router)");
   flags.String("advertise-host", &advertise,
                "the host the router should use for this worker (default: the --listen host)");
   flags.String("worker-id", &worker_id, "this worker's name in the router (default: generated)");
@@ -121,6 +126,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   if (!prefill_precision.empty() && *role != Role::kBoth) {
     return fail(absl::InvalidArgumentError("--prefill-precision needs --role both"));
   }
+  // Certificates before the model: a wrong path should not cost a load.
+  absl::StatusOr<std::optional<server::TlsPem>> tls =
+      server::LoadServerTls({security.tls_cert, security.tls_key, security.tls_ca});
+  if (!tls.ok()) return fail(tls.status());
 
   // Models: one, or for role both at two precisions, two sharing one layout.
   absl::StatusOr<LoadedModel> main_model = model_flags.Load(false);
@@ -174,6 +183,9 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   wo.model_name = model.config().name;
   wo.vocab_size = model.config().vocab_size;
   wo.max_context = (int)model.config().max_context;
+  wo.tls = *tls;
+  wo.router_tls_name = router_tls_name;
+  wo.health_listen = security.health_listen;
   absl::StatusOr<std::unique_ptr<server::MetricsServer>> metrics =
       server::ServeMetrics(metrics_listen);
   if (!metrics.ok()) {
@@ -191,10 +203,14 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
       RoleName(*role), " worker serving on ", (*server)->address(),
       transport ? absl::StrCat(", KV over ", transport->name(), " at ", transport->address())
                 : std::string(),
-      ", ", blocks, " KV blocks of ", block_tokens, " tokens, metrics at http://",
+      ", ", blocks, " KV blocks of ", block_tokens, " tokens",
+      tls->has_value() ? ", mutual TLS" : ", plaintext", ", metrics at http://",
       (*metrics)->address(), "/metrics"));
-  server::WriteAddressFiles(address_file, (*server)->address(),
-                            {{metrics_address_file, (*metrics)->address()}});
+  server::WriteAddressFiles(
+      address_file, (*server)->address(),
+      {{metrics_address_file, (*metrics)->address()},
+       {(*server)->health_address().empty() ? "" : security.health_address_file,
+        (*server)->health_address()}});
   const std::string sig = server::WaitForStopSignal();
   LogLine(absl::StrCat(sig, ": stopping", drain_seconds > 0 ? ", draining first" : ""));
   // Exit status 3: the drain ran out of time and requests were ended.

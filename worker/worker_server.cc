@@ -302,8 +302,12 @@ absl::StatusOr<std::unique_ptr<WorkerServer>> WorkerServer::Start(
   }
   w->decode_ = std::make_unique<DecodeService>(*w);
   w->prefill_ = std::make_unique<PrefillService>(*w);
+  server::GrpcServerOptions go;
+  go.listen = options.listen;
+  go.credentials = server::ServerCredentials(options.tls, server::ClientCerts::kRequired);
+  go.health_listen = options.health_listen;
   absl::StatusOr<server::GrpcServer> g =
-      server::StartGrpcServer(options.listen, {w->decode_.get(), w->prefill_.get()});
+      server::StartGrpcServer(go, {w->decode_.get(), w->prefill_.get()});
   if (!g.ok()) return g.status();
   w->grpc_ = std::move(*g);
   w->address_ = w->grpc_.address;
@@ -363,7 +367,7 @@ void WorkerServer::StopRegistration() {
 
 bool WorkerServer::Drain(absl::Duration timeout) {
   StopRegistration();
-  grpc_.server->GetHealthCheckService()->SetServingStatus(false);
+  grpc_.SetServing(false);
   const absl::Time start = absl::Now(), end = start + timeout;
   absl::Time next_log = start;
   for (;;) {
@@ -394,7 +398,7 @@ bool WorkerServer::Drain(absl::Duration timeout) {
 WorkerServer::~WorkerServer() {
   for (const LoadGauge& g : kLoadGauges) server::Metrics::Global().ClearGaugeFunctions(g.name);
   StopRegistration();
-  grpc_.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  grpc_.Shutdown(std::chrono::seconds(5));
 }
 
 pdq::v1::WorkerInfo WorkerServer::Info() const {
@@ -420,7 +424,8 @@ pdq::v1::WorkerInfo WorkerServer::Info() const {
 }
 
 void WorkerServer::RegistrationLoop() {
-  auto channel = grpc::CreateChannel(options_.router, grpc::InsecureChannelCredentials());
+  auto channel =
+      server::Dial(options_.router, server::Dialing{options_.tls, options_.router_tls_name, ""});
   auto stub = pdq::v1::Registry::NewStub(channel);
   bool registered = false;
   absl::Duration interval = absl::Seconds(1);

@@ -7,11 +7,13 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
 #include "pdq/v1/worker.grpc.pb.h"
+#include "server/security.h"
 #include "server/server.h"
 #include "worker/scheduler.h"
 
@@ -31,6 +33,14 @@ struct WorkerServerOptions {
   int vocab_size = 0;
   int max_context = 0;
   std::string metrics_address;  // host:port of /metrics, as peers reach it
+  // Mutual TLS (server/security.h): callers must present a certificate
+  // signed by tls->ca, and this worker presents tls->cert to the router,
+  // whose certificate must name `router_tls_name` (empty: the host of
+  // `router`). nullopt: plaintext.
+  std::optional<server::TlsPem> tls;
+  std::string router_tls_name;
+  // A plaintext host:port serving only grpc.health.v1; empty: none.
+  std::string health_listen;
 };
 
 class WorkerServer {
@@ -47,6 +57,7 @@ class WorkerServer {
   // Deregisters, stops accepting calls, cancels those in flight and waits.
   ~WorkerServer();
   const std::string& address() const { return address_; }
+  const std::string& health_address() const { return grpc_.health_address; }
 
  private:
   class DecodeService;

@@ -9,7 +9,14 @@ manifests claim and the newest bundled, and then checks what matters to pdq:
 
 - every Deployment container has startup, readiness and liveness probes of
   type grpc (grpc.health.v1, default service) on a declared containerPort
-  that the process's --listen flag really listens on;
+  that the process's --listen flag really listens on, or, where the process
+  runs TLS (which the kubelet's gRPC probes cannot speak), its plaintext
+  --health-listen port;
+- TLS: --tls-cert, --tls-key and --tls-ca come together, and every file a
+  server reads its certificates or API keys from lies in a volume mounted
+  from a Secret; a router with TLS checks API keys and names the workers'
+  certificate (--worker-tls-name, since workers register with pod IPs);
+  every overlay (not the base) runs all its servers with TLS;
 - every port the process listens on (--listen, --http-listen,
   --metrics-listen, --kv-listen) is a declared containerPort and the reverse;
 - every --flag in a container's args is a flag its executable defines (read
@@ -72,7 +79,7 @@ MIN_K8S = "1.27"
 # The executables the manifests run, and the C++ sources that define their
 # flags (FlagParser calls: flags.String("name", ...), flags.Int(...), ...).
 FLAG_SOURCES = {
-    "pdq-router": ["router/*.cc"],
+    "pdq-router": ["router/*.cc", "tools/flags.cc"],
     "pdq-prefill": ["worker/*.cc", "tools/common.cc", "tools/flags.cc"],
     "pdq-decode": ["worker/*.cc", "tools/common.cc", "tools/flags.cc"],
 }
@@ -90,7 +97,8 @@ ADAPTER_VALUES = os.path.join(K8S_DIR, "monitoring", "prometheus-adapter-values.
 NON_LIBRARY_PACKAGES = {"python3", "python3-pip", "ca-certificates"}
 # In debian:12-slim already, not listed.
 BASE_IMAGE_PACKAGES = {"libc6"}
-LISTEN_FLAGS = ("listen", "http-listen", "metrics-listen", "kv-listen")
+LISTEN_FLAGS = ("listen", "http-listen", "metrics-listen", "kv-listen", "health-listen")
+TLS_FLAGS = ("tls-cert", "tls-key", "tls-ca")
 
 
 def skip(msg):
@@ -310,7 +318,8 @@ def check_probe(where, c, kind, probe, listen_port, min_budget_s):
         problems.append(f"{where}: container {c['name']}: {kind} grpc port {port} is not a declared containerPort "
                         f"({sorted(container_ports(c))})")
     if listen_port is not None and str(port) != str(listen_port):
-        problems.append(f"{where}: container {c['name']}: {kind} probes port {port} but --listen is on {listen_port}")
+        problems.append(f"{where}: container {c['name']}: {kind} probes port {port} but the health service "
+                        f"it can reach is on {listen_port}")
     if service:
         problems.append(f"{where}: container {c['name']}: {kind} asks for grpc service {service!r}; pdq's servers "
                         "report health for the default service '' only")
@@ -393,6 +402,16 @@ def check_deployments(objs, where, flags_by_exe):
             listen_port = split_host_port(args["listen"])[1] if "listen" in args else None
             if listen_port is None:
                 problems.append(f"{dn}: container {c['name']}: no --listen (the default port is random)")
+            problems += check_tls(dn, c, args, spec)
+            if "tls-cert" in args:
+                # The kubelet's gRPC probes speak no TLS: they need the
+                # plaintext health-only port.
+                if "health-listen" not in args:
+                    problems.append(f"{dn}: container {c['name']}: runs TLS without --health-listen: the "
+                                    "kubelet's gRPC probes cannot speak TLS")
+                    listen_port = None
+                else:
+                    listen_port = split_host_port(args["health-listen"])[1]
             worker = exe in WORKERS
             problems += check_probe(dn, c, "startupProbe", c.get("startupProbe"), listen_port,
                                     300 if worker else 60)
@@ -409,6 +428,30 @@ def check_deployments(objs, where, flags_by_exe):
                 problems.append(f"{dn}: the port named metrics is not where --metrics-listen serves")
             if worker:
                 problems += check_worker(dn, c, args, env, services, objs)
+    return problems
+
+
+def check_tls(dn, c, args, spec):
+    problems = []
+    given = [f for f in TLS_FLAGS if f in args]
+    if given and len(given) != len(TLS_FLAGS):
+        problems.append(f"{dn}: container {c['name']}: --{', --'.join(given)} without the rest of "
+                        f"--{', --'.join(TLS_FLAGS)}")
+    secret_volumes = {v["name"] for v in spec.get("volumes") or [] if "secret" in v}
+    secret_mounts = [m["mountPath"].rstrip("/") + "/" for m in c.get("volumeMounts") or []
+                     if m.get("name") in secret_volumes]
+    for f in given + (["api-key-file"] if "api-key-file" in args else []):
+        path = str(args[f])
+        if not any(path.startswith(m) for m in secret_mounts):
+            problems.append(f"{dn}: container {c['name']}: --{f}={path} is not in a volume mounted from a "
+                            f"Secret ({secret_mounts or 'none mounted'})")
+    if given and executable(c) == "pdq-router":
+        if "api-key-file" not in args:
+            problems.append(f"{dn}: container {c['name']}: a router with TLS and no --api-key-file lets "
+                            "anyone who reaches it generate")
+        if not args.get("worker-tls-name"):
+            problems.append(f"{dn}: container {c['name']}: no --worker-tls-name: workers register with their "
+                            "pod IP, which their certificate does not name")
     return problems
 
 
@@ -618,6 +661,12 @@ def worker_containers(objs):
 def check_overlay(rel, objs):
     problems = []
     where = rel
+    if rel.startswith("overlays/"):
+        for d in of_kind(objs, "Deployment"):
+            for c in pod_spec(d)["containers"]:
+                if "tls-cert" not in parse_args(c)[0]:
+                    problems.append(f"{where}: {kn(d)}: container {c['name']} runs without TLS (the overlays "
+                                    "include components/mtls)")
     if rel == "overlays/monolithic":
         for o in objs:
             comp = o.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/component")
@@ -769,6 +818,18 @@ def self_test(rendered, metric_names, exposed, flags_by_exe, versions):
          lambda o: container(o, "pdq-decode", "decode")["args"].__setitem__(
              [i for i, a in enumerate(container(o, "pdq-decode", "decode")["args"])
               if a.startswith("--kv-listen=")][0], "--kv-listen=0.0.0.0:50053"))
+    case("a TLS worker probed on its TLS port", "probes port 50052 but the health service",
+         lambda o: container(o, "pdq-decode", "decode")["livenessProbe"]["grpc"].__setitem__("port", 50052))
+    case("a certificate outside any Secret volume", "--tls-key=/tmp/pdq-key.pem is not in a volume",
+         lambda o: container(o, "pdq-prefill", "prefill")["args"].__setitem__(
+             container(o, "pdq-prefill", "prefill")["args"].index("--tls-key=/etc/pdq/tls/pdq-key.pem"),
+             "--tls-key=/tmp/pdq-key.pem"))
+    case("a TLS router without API keys", "no --api-key-file",
+         lambda o: container(o, "pdq-router", "router")["args"].remove(
+             "--api-key-file=/etc/pdq/api-keys/api-keys.txt"))
+    case("an overlay worker without TLS", "runs without TLS",
+         lambda o: container(o, "pdq-decode", "decode").__setitem__(
+             "args", [a for a in container(o, "pdq-decode", "decode")["args"] if not a.startswith("--tls-")]))
     case("a drain longer than the grace period", "leaves less than 10 s",
          lambda o: container(o, "pdq-decode", "decode")["args"].__setitem__(
              container(o, "pdq-decode", "decode")["args"].index("--drain-seconds=45"),
