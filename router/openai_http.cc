@@ -337,6 +337,11 @@ std::optional<HttpError> ParseBody(const json& body, bool chat, Parsed* p) {
   req.mutable_sampling()->set_top_p((float)top_p);
   req.mutable_sampling()->set_top_k(top_k < 0 ? 0 : (int32_t)top_k);
   req.mutable_sampling()->set_seed((uint64_t)seed);
+  // OpenAI's end-user id: the client id of a sticky A/B split.
+  if (Present(body, "user")) {
+    if (!body["user"].is_string()) return BadRequest("'user' must be a string", "user");
+    req.set_client_id(body["user"].get<std::string>());
+  }
   bool ignore_eos = false;
   if (auto e = ReadBool(body, "ignore_eos", &ignore_eos)) return e;
   req.set_ignore_eos(ignore_eos);

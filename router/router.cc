@@ -16,6 +16,7 @@
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"
 #include "router/openai_http.h"
+#include "router/traffic_split.h"
 #include "server/grpc_util.h"
 #include "server/metrics.h"
 #include "server/response_stream.h"
@@ -72,6 +73,9 @@ class Registry {
     if (info.vocab_size() <= 0 || info.max_context() <= 0) {
       return absl::InvalidArgumentError("vocab_size and max_context must be positive");
     }
+    if (!info.pool().empty() && !TrafficSplit::Parse(info.pool() + "=1").ok()) {
+      return absl::InvalidArgumentError("pool must have 1 to 64 characters of A-Z a-z 0-9 . _ -");
+    }
     auto w = std::make_shared<Worker>();
     w->info = info;
     w->last_seen = absl::Now();
@@ -90,7 +94,9 @@ class Registry {
     }
     workers_[info.worker_id()] = std::move(w);
     LogLine(absl::StrCat("worker ", info.worker_id(), " registered: ", v1::Role_Name(info.role()),
-                         " ", v1::Precision_Name(info.precision()), " at ", info.address(),
+                         " ", v1::Precision_Name(info.precision()),
+                         info.pool().empty() ? "" : absl::StrCat(" in pool ", info.pool()), " at ",
+                         info.address(),
                          info.kv_address().empty()
                              ? ""
                              : absl::StrCat(", KV ", info.kv_transport(), " ", info.kv_address())));
@@ -139,6 +145,7 @@ class Registry {
       st.set_precision(PrecisionLabel(w->info.precision()));
       st.set_address(w->info.address());
       st.set_metrics_address(w->info.metrics_address());
+      st.set_pool(w->info.pool());
       st.set_kv_blocks_free(w->load.kv_blocks_free());
       st.set_kv_blocks_total(w->info.kv_blocks_total());
       st.set_queued_prompt_tokens(w->load.queued_prompt_tokens());
@@ -157,10 +164,12 @@ class Registry {
     return std::nullopt;
   }
 
-  // The live worker of one of `roles` with the least work, preferring those
-  // not in `avoid`. Counts it as one more request in flight.
+  // The live worker of one of `roles` (in `pool`, unless that is empty) with
+  // the least work, preferring those not in `avoid`. Counts it as one more
+  // request in flight.
   std::shared_ptr<Worker> Pick(std::initializer_list<v1::Role> roles,
-                               const absl::flat_hash_set<std::string>& avoid, bool by_tokens) {
+                               const absl::flat_hash_set<std::string>& avoid, bool by_tokens,
+                               const std::string& pool) {
     std::lock_guard lock(mu_);
     const absl::Time now = absl::Now();
     std::shared_ptr<Worker> best;
@@ -174,7 +183,8 @@ class Registry {
       return std::make_tuple(unwanted, work, -(double)w.load.kv_blocks_free());
     };
     for (const auto& [id, w] : workers_) {
-      if (!Alive(*w, now) || std::find(roles.begin(), roles.end(), w->info.role()) == roles.end()) {
+      if (!Alive(*w, now) || std::find(roles.begin(), roles.end(), w->info.role()) == roles.end() ||
+          (!pool.empty() && w->info.pool() != pool)) {
         continue;
       }
       if (best == nullptr || score(*w) < score(*best)) best = w;
@@ -265,6 +275,12 @@ struct RouterMetrics {
       "pdq_prompt_tokens_total", "Prompt tokens of the requests answered OK.");
   server::Counter& output_tokens = server::Metrics::Global().GetCounter(
       "pdq_output_tokens_total", "Tokens streamed to clients.");
+  server::Counter& pool_fallbacks(const std::string& pool) {
+    return server::Metrics::Global().GetCounter(
+        "pdq_split_fallbacks_total",
+        "Requests whose A/B pool had no live decode worker, served by another pool.",
+        {{"pool", pool}});
+  }
   static RouterMetrics& Get() {
     static RouterMetrics* m = new RouterMetrics;
     return *m;
@@ -297,16 +313,20 @@ struct Attempt {
 
 class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
  public:
+  // `pool`: the arm of an A/B split this request was given; empty when
+  // there is no split.
   GenerateCall(Registry& registry, std::shared_ptr<server::ResponseStream> out,
                std::string request_id, std::vector<int32_t> prompt, v1::GenerateRequest req,
-               std::chrono::system_clock::time_point deadline)
+               std::chrono::system_clock::time_point deadline, std::string pool)
       : registry_(registry),
         out_(std::move(out)),
         request_id_(std::move(request_id)),
         prompt_(std::move(prompt)),
         req_(std::move(req)),
         deadline_(deadline),
-        start_(absl::Now()) {}
+        start_(absl::Now()),
+        pool_(std::move(pool)),
+        served_pool_(pool_) {}
 
   void Start() {
     RouterMetrics::Get().in_flight.Add(1);
@@ -352,11 +372,23 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     auto a = std::make_shared<Attempt>();
     a->number = ++attempts_;
     attempt_ = a;
-    a->decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false);
+    a->decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false, pool_);
+    if (a->decode == nullptr && !pool_.empty()) {
+      // The request's arm has no live worker: another pool serves it rather
+      // than fail it (availability first), and the metrics say which did.
+      a->decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false, "");
+      if (a->decode != nullptr) {
+        RouterMetrics::Get().pool_fallbacks(pool_).Add();
+        LogLine(absl::StrCat("request ", request_id_, ": pool ", pool_,
+                             " has no live decode worker; pool '", a->decode->info.pool(),
+                             "' serves it"));
+      }
+    }
     if (a->decode == nullptr) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no decode worker is available"));
       return;
     }
+    if (!pool_.empty()) served_pool_ = a->decode->info.pool();
     for (grpc::ClientContext* c : {&a->reserve_ctx, &a->prefill_ctx, &a->decode_ctx}) {
       if (deadline_ != std::chrono::system_clock::time_point::max()) c->set_deadline(deadline_);
     }
@@ -372,11 +404,18 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       StartDecodeLocked(a);
       return;
     }
-    a->prefill = registry_.Pick({v1::ROLE_PREFILL}, avoid_, true);
+    // Under a split both phases come from one pool: an arm is a precision
+    // pair, and mixing arms would measure neither.
+    a->prefill =
+        registry_.Pick({v1::ROLE_PREFILL}, avoid_, true, pool_.empty() ? "" : served_pool_);
     if (a->prefill == nullptr) {
       registry_.Done(a->decode);
       a->decode = nullptr;
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no prefill worker is available"));
+      FinishLocked(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          pool_.empty()
+              ? "no prefill worker is available"
+              : absl::StrCat("no prefill worker is available in pool '", served_pool_, "'")));
       return;
     }
     a->reserve_req.set_request_id(request_id_);
@@ -504,10 +543,12 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
                                   ? absl::ToDoubleSeconds(last_token_ - first_token_) /
                                         (output_tokens_ - 1)
                                   : 0.0);
+    sum.set_pool(served_pool_);
     v1::GenerateResponse m;
     *m.mutable_summary() = sum;
     out_->Send(std::move(m));
-    server::ObserveLatencies(sum.ttft_seconds(), sum.mean_tpot_seconds(), output_tokens_);
+    server::ObserveLatencies(sum.ttft_seconds(), sum.mean_tpot_seconds(), output_tokens_,
+                             served_pool_);
     RouterMetrics::Get().prompt_tokens.Add(sum.prompt_tokens());
     LogLine(absl::StrFormat(
         "request %s: %s, %d prompt + %d output tokens, ttft %.1f ms, "
@@ -558,7 +599,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     finished_ = true;
     if (!s.ok()) LogLine(absl::StrCat("request ", request_id_, ": ", s.error_message()));
     RouterMetrics::Get().in_flight.Add(-1);
-    server::CountRequest(static_cast<absl::StatusCode>(s.error_code()));
+    server::CountRequest(static_cast<absl::StatusCode>(s.error_code()), served_pool_);
     out_->Finish(s);
   }
 
@@ -569,6 +610,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   const v1::GenerateRequest req_;
   const std::chrono::system_clock::time_point deadline_;
   const absl::Time start_;
+  const std::string pool_;
+  std::string served_pool_;  // the pool of the decode worker that took it (guarded by mu_)
   std::mutex mu_;
   std::shared_ptr<Attempt> attempt_;
   int attempts_ = 0;
@@ -588,8 +631,13 @@ using PdqBase = v1::Pdq::WithRawCallbackMethod_Generate<
 
 class PdqService : public PdqBase {
  public:
-  PdqService(Registry& r, const Tokenizer& tok, server::ApiKeys keys)
-      : r_(r), tok_(tok), keys_(std::move(keys)) {}
+  PdqService(Registry& r, const Tokenizer& tok, server::ApiKeys keys, TrafficSplit split,
+             bool split_sticky)
+      : r_(r),
+        tok_(tok),
+        keys_(std::move(keys)),
+        split_(std::move(split)),
+        split_sticky_(split_sticky) {}
 
   server::ResponseStream::Reactor* Generate(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* raw) override {
@@ -611,10 +659,15 @@ class PdqService : public PdqBase {
       out->Finish(valid);
       return reactor;
     }
+    std::string pool;
+    if (!split_.empty()) {
+      thread_local absl::BitGen rng;
+      pool = split_.Choose(req->client_id(), split_sticky_, rng);
+    }
     LogLine(absl::StrCat("request ", id, ": ", prompt.size(), " prompt tokens, max_tokens ",
-                         req->max_tokens()));
-    auto call =
-        std::make_shared<GenerateCall>(r_, out, id, std::move(prompt), *req, ctx->deadline());
+                         req->max_tokens(), pool.empty() ? "" : absl::StrCat(", pool ", pool)));
+    auto call = std::make_shared<GenerateCall>(r_, out, id, std::move(prompt), *req,
+                                               ctx->deadline(), std::move(pool));
     *holder = call;
     call->Start();
     return reactor;
@@ -739,6 +792,7 @@ class PdqService : public PdqBase {
         return Invalid("stop strings must have 1 to 256 bytes");
     }
     if (req.stop_token_ids_size() > 64) return Invalid("at most 64 stop token ids");
+    if (req.client_id().size() > 256) return Invalid("client_id must have at most 256 bytes");
     for (int32_t t : req.stop_token_ids()) {
       if (t < 0 || t >= w->vocab_size()) {
         return Invalid(absl::StrCat("stop token id ", t, " is outside the vocabulary [0, ",
@@ -752,6 +806,8 @@ class PdqService : public PdqBase {
   Registry& r_;
   const Tokenizer& tok_;
   const server::ApiKeys keys_;
+  const TrafficSplit split_;
+  const bool split_sticky_;
   std::atomic<uint64_t> next_id_{0};
 };
 
@@ -760,6 +816,8 @@ class RouterImpl : public Router {
   static absl::StatusOr<std::unique_ptr<Router>> Start(const RouterOptions& o) {
     absl::StatusOr<std::optional<server::TlsPem>> tls = server::LoadServerTls(o.tls);
     if (!tls.ok()) return tls.status();
+    absl::StatusOr<TrafficSplit> split = TrafficSplit::Parse(o.split);
+    if (!split.ok()) return split.status();
     server::ApiKeys keys;
     if (!o.api_key_file.empty()) {
       absl::StatusOr<server::ApiKeys> loaded = server::ApiKeys::Load(o.api_key_file);
@@ -773,7 +831,8 @@ class RouterImpl : public Router {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**file);
     if (!tok.ok()) return tok.status();
     r->tokenizer_ = std::move(*tok);
-    r->pdq_ = std::make_unique<PdqService>(r->registry_, *r->tokenizer_, std::move(keys));
+    r->pdq_ = std::make_unique<PdqService>(r->registry_, *r->tokenizer_, std::move(keys),
+                                           std::move(*split), o.split_sticky);
     r->registry_service_ = std::make_unique<RegistryService>(
         r->registry_, o, /*require_certificates=*/tls->has_value());
     server::GrpcServerOptions go;

@@ -27,7 +27,8 @@ int RouterMain(int argc, char** argv) {
   std::string listen = "127.0.0.1:0",
               model = env_model ? env_model : "models/SmolLM2-135M-Instruct.Q4_1.gguf",
               address_file, metrics_listen = "127.0.0.1:0", metrics_address_file, http_listen,
-              http_address_file, worker_tls_name, api_key_file;
+              http_address_file, worker_tls_name, api_key_file, split;
+  bool split_sticky = false;
   ServerSecurityFlags security;
   int64_t heartbeat_ms = 500, missed = 3, http_connections = 128, drain_seconds = 30;
   FlagParser flags("pdq-router",
@@ -58,6 +59,13 @@ int RouterMain(int argc, char** argv) {
   flags.String("api-key-file", &api_key_file,
                "clients must send one of the keys in this file (one per line) as 'authorization: "
                "Bearer KEY' on pdq.v1.Pdq and the HTTP API; empty: no key needed");
+  flags.String("split", &split,
+               "A/B rollout: POOL=WEIGHT,... sends that share of requests to the workers started "
+               "with --pool POOL (e.g. fp16=90,w8a8-w4a16=10) and labels the request metrics by "
+               "pool; empty: no split");
+  flags.Bool("split-sticky", &split_sticky,
+             "with --split, requests carrying a client_id (OpenAI's \"user\") always go to the "
+             "same pool");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
@@ -73,6 +81,8 @@ int RouterMain(int argc, char** argv) {
   o.worker_tls_name = worker_tls_name;
   o.api_key_file = api_key_file;
   o.health_listen = security.health_listen;
+  o.split = split;
+  o.split_sticky = split_sticky;
   absl::StatusOr<std::unique_ptr<Router>> router = Router::Start(o);
   if (!router.ok()) {
     std::fprintf(stderr, "pdq-router: error: %s\n", std::string(router.status().message()).c_str());

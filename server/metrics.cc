@@ -106,22 +106,31 @@ std::vector<double> LatencyBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60};
 }
 
-void CountRequest(absl::StatusCode code) {
+void CountRequest(absl::StatusCode code, const std::string& pool) {
+  Labels labels = {{"code", absl::StatusCodeToString(code)}};
+  if (!pool.empty()) labels.push_back({"pool", pool});
   Metrics::Global()
-      .GetCounter("pdq_requests_total", "Calls answered, by status code.",
-                  {{"code", absl::StatusCodeToString(code)}})
+      .GetCounter("pdq_requests_total", "Calls answered, by status code.", labels)
       .Add();
 }
 
-void ObserveLatencies(double ttft_seconds, double mean_tpot_seconds, int64_t output_tokens) {
-  static Histogram& ttft = Metrics::Global().GetHistogram(
-      "pdq_ttft_seconds", "Time to first token: from a call's arrival to its first token.",
-      LatencyBuckets());
-  static Histogram& tpot = Metrics::Global().GetHistogram(
-      "pdq_tpot_seconds", "Time per output token after the first, one mean per request.",
-      LatencyBuckets());
-  if (output_tokens > 0) ttft.Observe(ttft_seconds);
-  if (output_tokens > 1) tpot.Observe(mean_tpot_seconds);
+void ObserveLatencies(double ttft_seconds, double mean_tpot_seconds, int64_t output_tokens,
+                      const std::string& pool) {
+  Labels labels;
+  if (!pool.empty()) labels.push_back({"pool", pool});
+  Metrics& m = Metrics::Global();
+  if (output_tokens > 0) {
+    m.GetHistogram("pdq_ttft_seconds",
+                   "Time to first token: from a call's arrival to its first token.",
+                   LatencyBuckets(), labels)
+        .Observe(ttft_seconds);
+  }
+  if (output_tokens > 1) {
+    m.GetHistogram("pdq_tpot_seconds",
+                   "Time per output token after the first, one mean per request.", LatencyBuckets(),
+                   labels)
+        .Observe(mean_tpot_seconds);
+  }
 }
 
 Metrics& Metrics::Global() {

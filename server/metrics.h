@@ -107,11 +107,13 @@ class Metrics {
 
 // The figures every serving process keeps the same way.
 // pdq_requests_total{code}: calls answered, by status code name ("OK",
-// "INVALID_ARGUMENT", ...; gRPC's names).
-void CountRequest(absl::StatusCode code);
+// "INVALID_ARGUMENT", ...; gRPC's names). `pool`, when not empty, adds a
+// pool label (A/B splits: router/traffic_split.h).
+void CountRequest(absl::StatusCode code, const std::string& pool = "");
 // pdq_ttft_seconds and pdq_tpot_seconds (one mean per request), as this
-// process saw them.
-void ObserveLatencies(double ttft_seconds, double mean_tpot_seconds, int64_t output_tokens);
+// process saw them; `pool` as for CountRequest.
+void ObserveLatencies(double ttft_seconds, double mean_tpot_seconds, int64_t output_tokens,
+                      const std::string& pool = "");
 
 // An HTTP server answering GET /metrics (Metrics::Global().Render()) and
 // GET /healthz ("ok"), on its own threads. Destroying it stops it.

@@ -5,6 +5,8 @@
 // streams all complete; bad input is refused with a message; cancelled
 // requests return every KV block. (Failures of processes and deadlines:
 // serving_faults_test.cc.)
+#include <atomic>
+#include <cmath>
 #include <tuple>
 
 #include "kvtransfer/transport.h"
@@ -318,6 +320,93 @@ TEST_F(ServingTest, BadInputIsRefusedWithAMessageAndTheNextRequestSucceeds) {
     EXPECT_NE(st.error_message().find(message), std::string::npos) << st.error_message();
   }
   ExpectRecovered(split);
+}
+
+// An A/B rollout: 90% to the pool "control", 10% to "treatment", sticky per
+// client id; every request says which pool served it, the router's and the
+// workers' metrics count it under that pool, and when an arm loses its last
+// worker the other serves its requests (counted as fallbacks).
+TEST_F(ServingTest, AnAbSplitSendsEachPoolItsShareAndLabelsTheMetrics) {
+  Cluster c;
+  const Proc router = c.Router({"--split", "control=90,treatment=10", "--split-sticky"});
+  ASSERT_TRUE(router.ok());
+  const std::vector<std::string> small = {"--kv-tokens", "4096", "--skip-peaks"};
+  auto with = [&](const char* pool) {
+    std::vector<std::string> a = small;
+    a.insert(a.end(), {"--pool", pool});
+    return a;
+  };
+  const Proc control = c.Worker(router.address, "both", "fp16", with("control"));
+  const Proc treatment = c.Worker(router.address, "both", "fp16", with("treatment"));
+  ASSERT_TRUE(control.ok() && treatment.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, 2));
+
+  // 1000 requests without a client id: each pool's share within five
+  // standard deviations of its weight (sd 0.0095 at 10%).
+  constexpr int kRequests = 1000;
+  std::atomic<int> next{0}, failed{0}, to_control{0}, to_treatment{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      auto s = Client(router.address);
+      while (next++ < kRequests) {
+        v1::GenerateRequest req;
+        req.set_text("Hello");
+        req.set_max_tokens(1);
+        const Answer a = Generate(*s, req, 60);
+        if (!a.status.ok()) {
+          ++failed;
+        } else if (a.summary.pool() == "control") {
+          ++to_control;
+        } else if (a.summary.pool() == "treatment") {
+          ++to_treatment;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(to_control + to_treatment, kRequests);
+  EXPECT_NEAR(to_treatment / double(kRequests), 0.10, 5 * std::sqrt(0.1 * 0.9 / kRequests));
+  EXPECT_EQ(Metric(router.metrics, "pdq_requests_total{code=\"OK\",pool=\"treatment\"}"),
+            to_treatment.load());
+  EXPECT_EQ(Metric(router.metrics, "pdq_requests_total{code=\"OK\",pool=\"control\"}"),
+            to_control.load());
+  EXPECT_EQ(Metric(treatment.metrics, "pdq_requests_total{code=\"OK\",pool=\"treatment\"}"),
+            to_treatment.load());
+  EXPECT_EQ(Metric(router.metrics, "pdq_ttft_seconds_count{pool=\"treatment\"}"),
+            to_treatment.load());
+
+  // Sticky: a client id keeps its pool. Find one that lands in treatment.
+  std::string treated;
+  for (int id = 0; id < 500 && treated.empty(); ++id) {
+    v1::GenerateRequest req;
+    req.set_text("Hello");
+    req.set_max_tokens(1);
+    req.set_client_id("user-" + std::to_string(id));
+    std::string first;
+    for (int k = 0; k < 3; ++k) {
+      const Answer a = Generate(*stub, req);
+      ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+      if (k == 0) first = a.summary.pool();
+      EXPECT_EQ(a.summary.pool(), first) << req.client_id();
+    }
+    if (first == "treatment") treated = req.client_id();
+  }
+  ASSERT_FALSE(treated.empty()) << "no client id of 500 landed in a 10% pool";
+
+  // The treatment arm loses its worker: its clients are served by control.
+  c.Kill(treatment);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1));
+  v1::GenerateRequest req;
+  req.set_text("Hello");
+  req.set_max_tokens(1);
+  req.set_client_id(treated);
+  const Answer a = Generate(*stub, req);
+  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+  EXPECT_EQ(a.summary.pool(), "control");
+  EXPECT_GE(Metric(router.metrics, "pdq_split_fallbacks_total{pool=\"treatment\"}"), 1);
 }
 
 }  // namespace

@@ -116,6 +116,7 @@ class PdqTarget : public BenchTarget {
     v1::GenerateResponse m;
     Clock::time_point last = start;
     while (reader->Read(&m)) {
+      if (m.has_summary()) r.pool = m.summary().pool();
       if (!m.has_delta() || m.delta().token_ids_size() == 0) continue;
       const Clock::time_point now = Clock::now();
       const int n = m.delta().token_ids_size();
@@ -146,8 +147,9 @@ struct Targets {
   double ttft = 0, tpot = 0;  // seconds; 0: none
 };
 
+// The level's figures; with `per_pool`, also each A/B pool's ("pools").
 nlohmann::json Summarize(int level, const std::vector<Record>& records, double seconds,
-                         const Targets& targets) {
+                         const Targets& targets, bool per_pool = true) {
   std::vector<double> ttft, tpot, e2e, gaps;
   int64_t ok = 0, failed = 0, out_tokens = 0, in_tokens = 0, good = 0;
   for (const Record& r : records) {
@@ -166,6 +168,12 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
             (targets.tpot <= 0 || r.output_tokens < 2 || r.tpot <= targets.tpot);
   }
   auto per_second = [&](int64_t n) { return seconds > 0 ? n / seconds : 0.0; };
+  // Under an A/B split, each pool's share of the level, summarized alike
+  // (its rates over the same span).
+  std::map<std::string, std::vector<Record>> by_pool;
+  for (const Record& r : records) {
+    if (per_pool && !r.pool.empty()) by_pool[r.pool].push_back(r);
+  }
   auto pct = [](const std::vector<double>& v) {
     return nlohmann::json{{"p50", Percentile(v, 50)},
                           {"p90", Percentile(v, 90)},
@@ -176,18 +184,26 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
                              return s / v.size();
                            }()}};
   };
-  return {{"concurrency", level},
-          {"requests_ok", ok},
-          {"requests_failed", failed},
-          {"seconds", seconds},
-          {"ttft_s", pct(ttft)},
-          {"tpot_s", pct(tpot)},
-          {"itl_s", pct(gaps)},
-          {"e2e_s", pct(e2e)},
-          {"requests_per_s", per_second(ok)},
-          {"output_tokens_per_s", per_second(out_tokens)},
-          {"total_tokens_per_s", per_second(out_tokens + in_tokens)},
-          {"goodput_requests_per_s", per_second(good)}};
+  nlohmann::json pools = nlohmann::json::object();
+  for (const auto& [pool, rs] : by_pool) {
+    nlohmann::json p = Summarize(level, rs, seconds, targets, /*per_pool=*/false);
+    p.erase("concurrency");
+    pools[pool] = std::move(p);
+  }
+  nlohmann::json out = {{"concurrency", level},
+                        {"requests_ok", ok},
+                        {"requests_failed", failed},
+                        {"seconds", seconds},
+                        {"ttft_s", pct(ttft)},
+                        {"tpot_s", pct(tpot)},
+                        {"itl_s", pct(gaps)},
+                        {"e2e_s", pct(e2e)},
+                        {"requests_per_s", per_second(ok)},
+                        {"output_tokens_per_s", per_second(out_tokens)},
+                        {"total_tokens_per_s", per_second(out_tokens + in_tokens)},
+                        {"goodput_requests_per_s", per_second(good)}};
+  if (!pools.empty()) out["pools"] = std::move(pools);
+  return out;
 }
 
 void PrintSummary(const nlohmann::json& s) {
@@ -754,12 +770,21 @@ int BenchCommand(int argc, char** argv) {
                                    {"ttft_s", r.ttft},
                                    {"tpot_s", r.tpot},
                                    {"e2e_s", r.e2e},
-                                   {"gaps_s", r.gaps}});
+                                   {"gaps_s", r.gaps},
+                                   {"pool", r.pool}});
       }
       nlohmann::json s = Summarize(level, kept, seconds, targets);
       if (rate > 0) s["rate"] = rate;
       s["workers"] = resources;
       PrintSummary(s);
+      if (s.contains("pools")) {
+        for (const auto& [pool, p] : s["pools"].items()) {
+          std::printf("      pool %s:\n", pool.c_str());
+          nlohmann::json row = p;
+          row["concurrency"] = level;
+          PrintSummary(row);
+        }
+      }
       PrintResources(resources);
       out["levels"].push_back(std::move(s));
     }

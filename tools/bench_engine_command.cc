@@ -222,6 +222,7 @@ int BenchEngineCommand(int argc, char** argv) {
   ThreadPool& pool = mf.pool();
   const double bandwidth = MeasureReadBandwidthGBps(pool);
   const double peak = MeasureFmaPeakGflops(pool);
+  const double int8_peak = MeasureIntPeakGops(pool, /*int8=*/true);
 
   // The FLOPs the prefill really does: every layer for every prompt token,
   // attention over the causal triangle, and logits for the last token only.
@@ -256,6 +257,7 @@ int BenchEngineCommand(int argc, char** argv) {
   j["repetitions"] = reps;
   j["read_bandwidth_gbps"] = bandwidth;
   j["fma_peak_gflops"] = peak;
+  j["int8_peak_gops"] = int8_peak;  // int8 multiply-adds per second; 0: not measured here
   j["prefill_flops_per_token"] = flops_per_token;
   if (base.model) {
     nlohmann::json b = report(*base.model, series[1]);

@@ -27,6 +27,7 @@ struct BenchRecord {
   double start = 0;  // seconds since the level began
   double ttft = 0, tpot = 0, e2e = 0;
   std::vector<double> gaps;  // between consecutive tokens after the first
+  std::string pool;          // the pool that served it (a router's A/B split)
 };
 
 class BenchTarget {

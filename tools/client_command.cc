@@ -10,7 +10,7 @@
 namespace pdq {
 
 int ClientCommand(int argc, char** argv) {
-  std::string router = "127.0.0.1:50051", prompt, request_id, stop;
+  std::string router = "127.0.0.1:50051", prompt, request_id, stop, client_id;
   bool chat = false, ignore_eos = false, quiet = false;
   int64_t max_tokens = 128, top_k = 0, seed = 0, timeout_s = 300;
   double temperature = 0.0, top_p = 1.0;
@@ -26,6 +26,9 @@ int ClientCommand(int argc, char** argv) {
   flags.String("stop", &stop, "a stop string (not included in the answer)");
   flags.Bool("ignore-eos", &ignore_eos, "run to --max-tokens");
   flags.String("request-id", &request_id, "this request's id in every log (default: the router's)");
+  flags.String("client-id", &client_id,
+               "who is asking: a router splitting traffic with --split-sticky sends the same id "
+               "to the same pool");
   flags.Int("timeout", &timeout_s, 1, 86400, "deadline in seconds");
   flags.Bool("quiet", &quiet, "print the answer only, no summary");
   ConnectionFlags connection;
@@ -40,6 +43,7 @@ int ClientCommand(int argc, char** argv) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
   pdq::v1::GenerateRequest req;
   req.set_request_id(request_id);
+  req.set_client_id(client_id);
   if (chat) {
     pdq::v1::ChatMessage* m = req.mutable_chat()->add_messages();
     m->set_role("user");
@@ -74,11 +78,12 @@ int ClientCommand(int argc, char** argv) {
     return 1;
   }
   if (!quiet) {
-    std::fprintf(stderr, "[%s] %s: %d prompt + %d output tokens, TTFT %.1f ms, TPOT %.2f ms\n",
+    std::fprintf(stderr, "[%s] %s: %d prompt + %d output tokens, TTFT %.1f ms, TPOT %.2f ms%s\n",
                  summary.request_id().c_str(),
                  pdq::v1::FinishReason_Name(summary.finish_reason()).c_str(),
                  summary.prompt_tokens(), summary.output_tokens(), summary.ttft_seconds() * 1e3,
-                 summary.mean_tpot_seconds() * 1e3);
+                 summary.mean_tpot_seconds() * 1e3,
+                 summary.pool().empty() ? "" : (", pool " + summary.pool()).c_str());
   }
   return 0;
 }

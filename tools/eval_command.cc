@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "server/metrics.h"
 #include "tools/commands.h"
 #include "tools/eval_report.h"
 #include "tools/local_run.h"
@@ -38,6 +39,60 @@ bool Keep(const std::string& tmp, const std::string& final) {
   }
   fs::rename(tmp, final);
   return true;
+}
+
+// The router's figures labelled by pool (an A/B split), from its /metrics:
+// {pool: {series: value}} for the request counts by code, the TTFT and TPOT
+// histograms' sums and counts, and the fallbacks. Empty when it does not
+// answer.
+json PoolSeries(const std::string& metrics_address) {
+  json out = json::object();
+  if (metrics_address.empty()) return out;
+  absl::StatusOr<std::map<std::string, double>> samples = server::ScrapeMetrics(metrics_address);
+  if (!samples.ok()) return out;
+  for (const auto& [series, value] : *samples) {
+    const size_t brace = series.find('{');
+    if (brace == std::string::npos) continue;
+    std::string name = series.substr(0, brace), pool, code;
+    for (absl::string_view label :
+         absl::StrSplit(absl::string_view(series).substr(brace + 1), ',', absl::SkipEmpty())) {
+      const size_t eq = label.find('=');
+      if (eq == absl::string_view::npos) continue;
+      std::string v(label.substr(eq + 1));
+      while (!v.empty() && (v.back() == '}' || v.back() == '"')) v.pop_back();
+      if (!v.empty() && v.front() == '"') v.erase(0, 1);
+      if (label.substr(0, eq) == "pool") pool = v;
+      if (label.substr(0, eq) == "code") code = v;
+    }
+    if (pool.empty()) continue;
+    if (name == "pdq_requests_total") {
+      name = code == "OK" ? "requests_ok" : "requests_failed";
+    } else if (name == "pdq_split_fallbacks_total") {
+      name = "fallbacks";
+    } else if (name == "pdq_ttft_seconds_sum" || name == "pdq_ttft_seconds_count" ||
+               name == "pdq_tpot_seconds_sum" || name == "pdq_tpot_seconds_count") {
+      name = name.substr(4);
+    } else {
+      continue;
+    }
+    json& slot = out[pool][name];
+    slot = (slot.is_number() ? slot.get<double>() : 0.0) + value;
+  }
+  return out;
+}
+
+// after - before, series by series.
+json PoolDelta(const json& before, const json& after) {
+  json out = json::object();
+  for (const auto& [pool, series] : after.items()) {
+    for (const auto& [name, v] : series.items()) {
+      double b = 0;
+      if (before.contains(pool) && before[pool].contains(name))
+        b = before[pool][name].get<double>();
+      out[pool][name] = v.get<double>() - b;
+    }
+  }
+  return out;
 }
 
 std::string Levels(const json& levels) {
@@ -68,6 +123,23 @@ absl::Status CheckConfig(const json& c) {
       if (!d.contains(k) || !d[k].is_string()) {
         return absl::InvalidArgumentError(absl::StrCat("deployment ", name, " needs '", k,
                                                        "' (its precision pair, for accuracy)"));
+      }
+    }
+    if (d.contains("split")) {
+      // Each pool the split names needs a worker in it.
+      if (!d["split"].is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("deployment ", name, ": 'split' must be a string (POOL=WEIGHT,...)"));
+      }
+      for (absl::string_view arm : absl::StrSplit(d["split"].get<std::string>(), ',')) {
+        const std::string pool(arm.substr(0, arm.find('=')));
+        bool found = false;
+        for (const json& w : d["workers"])
+          found = found || (w.is_object() && w.value("pool", "") == pool);
+        if (!found) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "deployment ", name, ": the split names pool '", pool, "', which no worker is in"));
+        }
       }
     }
   }
@@ -124,6 +196,9 @@ int RunEval(int argc, char** argv) {
   flags.Bool("skip-serving", &skip_serving, "no deployments: only accuracy (and the report)");
   flags.Bool("skip-accuracy", &skip_accuracy, "no perplexity, KL or drift");
   flags.Bool("skip-stability", &skip_stability, "no alternating-load test");
+  bool skip_lowbit = false;
+  flags.Bool("skip-lowbit", &skip_lowbit,
+             "no per-kernel-path measurement of where low-bit weights stop paying");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (config_path.empty() || out_dir.empty()) {
     return Fail("eval", absl::InvalidArgumentError("--config and --out are required"));
@@ -179,6 +254,27 @@ int RunEval(int argc, char** argv) {
   }
   const json texts = accuracy.value("texts", json::array({bench_text}));
   if (!skip_accuracy) steps += (int)pairs.size() * ((int)texts.size() + 1);
+  // Where low-bit stops paying: W4A16 and W8A8 against FP16 on each kernel
+  // path (PDQ_ISA), at each thread count, in the engine alone.
+  const json lowbit = config.value("lowbit", json::object());
+  struct LowbitRun {
+    std::string isa, precision, threads, file;
+  };
+  std::vector<LowbitRun> lowbit_runs;
+  if (!skip_lowbit && config.contains("lowbit")) {
+    fs::create_directories(raw + "/lowbit", ec);
+    for (const json& isa : lowbit.value("isas", json::array({"scalar", "avx2", "avx512"}))) {
+      for (const json& t : lowbit.value("threads", json::array({1}))) {
+        for (const char* p : {"w4a16", "w8a8"}) {
+          const std::string threads = std::to_string(t.get<int>());
+          lowbit_runs.push_back({isa.get<std::string>(), p, threads,
+                                 absl::StrCat(raw, "/lowbit/", isa.get<std::string>(), "-", p, "-t",
+                                              threads, ".json")});
+        }
+      }
+    }
+    steps += (int)lowbit_runs.size();
+  }
 
   int failures = 0;
   for (const json& d : config["deployments"]) {
@@ -202,6 +298,10 @@ int RunEval(int argc, char** argv) {
                {"listen", "127.0.0.1:0"},
                {"kv_transport", d.value("kv_transport", config.value("kv_transport", "tcp"))},
                {"workers", d["workers"]}};
+    if (d.contains("split")) {
+      up["split"] = d["split"];
+      up["split_sticky"] = d.value("split_sticky", false);
+    }
     std::fprintf(stderr, "pdq eval: %s: starting (%zu workers)\n", name.c_str(),
                  d["workers"].size());
     LocalDeployment dep;
@@ -243,7 +343,18 @@ int RunEval(int argc, char** argv) {
       } else if (spec.contains("requests")) {
         args.insert(args.end(), {"--requests", std::to_string(spec["requests"].get<int>())});
       }
+      const json pools_before = PoolSeries(dep.metrics_address());
       RunChild(args);
+      if (d.contains("split")) {
+        // The router's own pool-labelled counts over this workload (warm-up
+        // included), beside the per-request records the bench kept.
+        std::ifstream in(file + ".tmp");
+        json b = json::parse(in, nullptr, false);
+        if (b.is_object()) {
+          b["router_pools"] = PoolDelta(pools_before, PoolSeries(dep.metrics_address()));
+          std::ofstream(file + ".tmp") << b.dump(1) << "\n";
+        }
+      }
       if (!Keep(file + ".tmp", file)) {
         std::fprintf(stderr, "pdq eval: %s: %s wrote no result\n", name.c_str(), w.c_str());
         ++failures;
@@ -338,6 +449,34 @@ int RunEval(int argc, char** argv) {
           file + ".tmp");
       if (!Keep(file + ".tmp", file)) ++failures;
     }
+  }
+
+  for (const LowbitRun& r : lowbit_runs) {
+    if (interrupted()) break;
+    if (fs::exists(r.file) || fs::exists(r.file + ".absent")) {
+      ++step;
+      continue;
+    }
+    Progress(++step, steps,
+             absl::StrCat("low-bit on the ", r.isa, " path: ", r.precision, " against fp16, ",
+                          r.threads, " thread(s)"));
+    RunChild({"/usr/bin/env", "PDQ_ISA=" + r.isa, SelfPath(), "bench-engine", "--model", model,
+              "--precision", r.precision, "--baseline", "fp16", "--threads", r.threads,
+              "--prompt-tokens", std::to_string(lowbit.value("prompt_tokens", 128)), "--gen-tokens",
+              std::to_string(lowbit.value("gen_tokens", 32)), "--repetitions",
+              std::to_string(lowbit.value("repetitions", 2)), "--json"},
+             r.file + ".tmp");
+    std::ifstream in(r.file + ".tmp");
+    const json j = json::parse(in, nullptr, false);
+    if (j.is_object() && j.value("isa", "") != r.isa) {
+      // PDQ_ISA forces only a lower path: this machine has no such kernels.
+      std::fprintf(stderr, "pdq eval: no %s kernels on this machine (it ran %s); left out\n",
+                   r.isa.c_str(), j.value("isa", "?").c_str());
+      fs::remove(r.file + ".tmp");
+      std::ofstream(r.file + ".absent") << j.value("isa", "?") << "\n";
+      continue;
+    }
+    if (!Keep(r.file + ".tmp", r.file)) ++failures;
   }
 
   absl::StatusOr<std::string> report =

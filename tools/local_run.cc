@@ -67,15 +67,21 @@ int RunChild(const std::vector<std::string>& args, const std::string& stdout_pat
 }
 
 absl::Status LocalDeployment::Start(const nlohmann::json& config, const std::string& dir) {
-  const std::string cfg = dir + "/up.json", addr = dir + "/router.addr";
+  const std::string cfg = dir + "/up.json", addr = dir + "/router.addr",
+                    metrics = dir + "/router.metrics.addr";
   std::ofstream(cfg) << config.dump(1) << "\n";
   std::filesystem::remove(addr);
-  pid_ = Spawn({SelfPath(), "up", "--config", cfg, "--address-file", addr}, dir + "/up.log",
-               /*stderr_too=*/true);
+  std::filesystem::remove(metrics);
+  pid_ = Spawn({SelfPath(), "up", "--config", cfg, "--address-file", addr, "--metrics-address-file",
+                metrics},
+               dir + "/up.log", /*stderr_too=*/true);
   if (pid_ < 0) return absl::InternalError("fork failed");
   const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(15);
   for (;;) {
-    if (std::ifstream in(addr); in && std::getline(in, address_) && !address_.empty()) break;
+    if (std::ifstream in(addr); in && std::getline(in, address_) && !address_.empty()) {
+      std::getline(std::ifstream(metrics), metrics_address_);  // written before `addr`
+      break;
+    }
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;

@@ -34,11 +34,12 @@ class LocalDeployment {
   // Starts it and waits (up to 15 minutes) until every worker registered.
   absl::Status Start(const nlohmann::json& config, const std::string& dir);
   const std::string& address() const { return address_; }  // the router's gRPC address
+  const std::string& metrics_address() const { return metrics_address_; }  // the router's /metrics
   void Stop();
 
  private:
   int pid_ = -1;
-  std::string address_;
+  std::string address_, metrics_address_;
 };
 
 }  // namespace pdq

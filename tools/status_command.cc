@@ -79,11 +79,12 @@ int StatusCommand(int argc, char** argv) {
   for (const v1::WorkerStatus& w : info.workers()) {
     const std::string health = Health(w.address(), to_workers, timeout_s);
     unhealthy += health != "serving";
-    std::printf("%-22s %-8s %-6s %-9s %8lld %7lld/%-7lld %7d  %-21s %s\n", w.worker_id().c_str(),
+    std::printf("%-22s %-8s %-6s %-9s %8lld %7lld/%-7lld %7d  %-21s %s%s\n", w.worker_id().c_str(),
                 w.role().c_str(), w.precision().c_str(), health.c_str(),
                 (long long)w.queued_prompt_tokens(), (long long)w.kv_blocks_free(),
                 (long long)w.kv_blocks_total(), w.active_sequences(), w.address().c_str(),
-                w.metrics_address().c_str());
+                w.metrics_address().c_str(),
+                w.pool().empty() ? "" : absl::StrCat("  pool ", w.pool()).c_str());
   }
   return unhealthy == 0 ? 0 : 1;
 }

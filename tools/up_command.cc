@@ -116,13 +116,15 @@ void StopAll(std::vector<Child>& children, int drain_s) {
 }  // namespace
 
 int UpCommand(int argc, char** argv) {
-  std::string config_path, address_file, http_address_file;
+  std::string config_path, address_file, http_address_file, metrics_address_file;
   FlagParser flags("up",
                    "Starts pdq-router and the workers of a config (deploy/local/*.json), waits "
                    "until all are registered, prints the router's address, and stops them all "
                    "on Ctrl-C or SIGTERM.");
   flags.String("config", &config_path, "the deployment (JSON; see deploy/local/)");
   flags.String("address-file", &address_file, "also write the router's address here when ready");
+  flags.String("metrics-address-file", &metrics_address_file,
+               "also write the router's /metrics address here (before --address-file)");
   flags.String("http-address-file", &http_address_file,
                "also write the router's OpenAI-compatible HTTP address here (before "
                "--address-file)");
@@ -176,6 +178,12 @@ int UpCommand(int argc, char** argv) {
                                     router.address_file + ".http",
                                     "--drain-seconds",
                                     std::to_string(drain_s)};
+  // An A/B rollout: "split": "POOL=WEIGHT,...", workers' "pool".
+  if (cfg.contains("split")) {
+    if (!cfg["split"].is_string()) return fail("\"split\" must be a string (POOL=WEIGHT,...)");
+    rargs.insert(rargs.end(), {"--split", cfg["split"].get<std::string>()});
+    if (cfg.value("split_sticky", false)) rargs.push_back("--split-sticky");
+  }
   absl::StatusOr<pid_t> pid = Spawn(rargs, {});
   if (!pid.ok()) return fail(std::string(pid.status().message()));
   router.pid = *pid;
@@ -217,6 +225,10 @@ int UpCommand(int argc, char** argv) {
     if (w.contains("prefill_precision")) {
       args.push_back("--prefill-precision");
       args.push_back(w["prefill_precision"].get<std::string>());
+    }
+    if (w.contains("pool")) {
+      if (!w["pool"].is_string()) return fail("a worker's \"pool\" must be a string");
+      args.insert(args.end(), {"--pool", w["pool"].get<std::string>()});
     }
     if (w.contains("args") && w["args"].is_array()) {
       for (const auto& a : w["args"]) args.push_back(a.get<std::string>());
@@ -268,6 +280,10 @@ int UpCommand(int argc, char** argv) {
   // The HTTP address first: readers wait for the gRPC one.
   if (!http_address_file.empty() && !http_address.empty()) {
     server::WriteAddressFile(http_address_file, http_address);
+  }
+  if (std::string m; !metrics_address_file.empty() &&
+                     std::getline(std::ifstream(router.address_file + ".metrics"), m)) {
+    server::WriteAddressFile(metrics_address_file, m);
   }
   if (!address_file.empty()) {
     server::WriteAddressFile(address_file, router_address);

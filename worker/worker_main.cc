@@ -60,7 +60,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   ModelFlags model_flags;
   std::string role_name = RoleName(default_role), listen = "127.0.0.1:0", router, advertise,
               kv_transport = "tcp", kv_listen, prefill_precision, address_file, worker_id,
-              metrics_listen = "127.0.0.1:0", metrics_address_file, router_tls_name;
+              metrics_listen = "127.0.0.1:0", metrics_address_file, router_tls_name, pool,
+              decode_precision;
   ServerSecurityFlags security;
   int64_t kv_tokens = 65536, block_tokens = 16, budget = 2048, max_batch = 64, lease_s = 30,
           stall_s = 30, max_unsent = 64, drain_seconds = 30;
@@ -84,6 +85,12 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
                "write the /metrics address here once serving");
   flags.String("router", &router, "register with the router's gRPC address (host:port)");
   security.Register(flags);
+  flags.String("decode-precision", &decode_precision,
+               "the decode's precision: the same as --precision (for --role both beside "
+               "--prefill-precision)");
+  flags.String("pool", &pool,
+               "the pool this worker joins, for a router splitting traffic between pools "
+               "(pdq-router --split); labels its request metrics; empty: none");
   flags.String("router-tls-name", &router_tls_name,
                "with TLS, the name the router's certificate must carry (default: the host of "
                "--router)");
@@ -125,6 +132,13 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   if (!role.ok()) return fail(WithFlagNames(role.status(), {{"role", "--role"}}));
   if (!prefill_precision.empty() && *role != Role::kBoth) {
     return fail(absl::InvalidArgumentError("--prefill-precision needs --role both"));
+  }
+  if (!decode_precision.empty()) {
+    if (flags.Given("precision") && model_flags.precision != decode_precision) {
+      return fail(absl::InvalidArgumentError(
+          "--decode-precision and --precision name the same thing; give one"));
+    }
+    model_flags.precision = decode_precision;
   }
   // Certificates before the model: a wrong path should not cost a load.
   absl::StatusOr<std::optional<server::TlsPem>> tls =
@@ -186,6 +200,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   wo.tls = *tls;
   wo.router_tls_name = router_tls_name;
   wo.health_listen = security.health_listen;
+  wo.pool = pool;
   absl::StatusOr<std::unique_ptr<server::MetricsServer>> metrics =
       server::ServeMetrics(metrics_listen);
   if (!metrics.ok()) {

@@ -44,16 +44,17 @@ pdq::v1::FinishReason ToProto(FinishReason r) {
 // The scheduler's view of a gRPC response stream.
 class GrpcTokenStream : public TokenStream {
  public:
-  GrpcTokenStream(std::shared_ptr<server::ResponseStream> s, std::string request_id)
-      : s_(std::move(s)), request_id_(std::move(request_id)) {}
+  GrpcTokenStream(std::shared_ptr<server::ResponseStream> s, std::string request_id,
+                  const std::string& pool)
+      : s_(std::move(s)), request_id_(std::move(request_id)), pool_(pool) {}
   void Send(const std::vector<int32_t>& ids, const std::string& text) override {
     s_->SendDelta(ids, text);
   }
   void Finish(const absl::Status& status, const Summary& summary) override {
-    server::CountRequest(status.code());
+    server::CountRequest(status.code(), pool_);
     if (status.ok()) {
       server::ObserveLatencies(summary.ttft_seconds, summary.mean_tpot_seconds,
-                               summary.output_tokens);
+                               summary.output_tokens, pool_);
       pdq::v1::GenerateResponse m;
       pdq::v1::GenerateSummary* sum = m.mutable_summary();
       sum->set_request_id(request_id_);
@@ -72,6 +73,7 @@ class GrpcTokenStream : public TokenStream {
  private:
   std::shared_ptr<server::ResponseStream> s_;
   std::string request_id_;
+  const std::string pool_;
 };
 
 // Checks what the scheduler would otherwise only find out late.
@@ -182,7 +184,7 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
       stream->Finish(ToGrpc(valid));
       return reactor;
     }
-    auto tokens = std::make_shared<GrpcTokenStream>(stream, req->request_id());
+    auto tokens = std::make_shared<GrpcTokenStream>(stream, req->request_id(), w_.options_.pool);
     if (local) {
       sched->Generate({req->prompt().begin(), req->prompt().end()}, std::move(p), tokens);
     } else {
@@ -208,6 +210,7 @@ class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackServ
       pdq::v1::PrefillResponse* resp = nullptr;
       std::atomic<bool> cancelled{false};
       bool finished = false;
+      std::string pool;  // this worker's, for the metrics
       void Finish(const absl::StatusOr<PrefillResult>& r) override {
         Call* call;
         {
@@ -222,16 +225,17 @@ class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackServ
             resp->set_transfer_seconds(r->transfer_seconds);
           }
         }
-        server::CountRequest(r.status().code());
+        server::CountRequest(r.status().code(), pool);
         // Outside the lock: OnDone may run inline, and it cannot run before this.
         call->Finish(ToGrpc(r.status()));
       }
       bool Cancelled() const override { return cancelled.load(); }
     };
-    Call(Scheduler* sched, pdq::v1::PrefillResponse* resp)
+    Call(Scheduler* sched, pdq::v1::PrefillResponse* resp, const std::string& pool)
         : sched_(sched), state_(std::make_shared<State>()) {
       state_->reactor = this;
       state_->resp = resp;
+      state_->pool = pool;
     }
     std::shared_ptr<State> state() { return state_; }
     void OnCancel() override {
@@ -254,7 +258,7 @@ class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackServ
   grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* ctx,
                                     const pdq::v1::PrefillRequest* req,
                                     pdq::v1::PrefillResponse* resp) override {
-    auto* call = new Call(w_.scheduler_, resp);
+    auto* call = new Call(w_.scheduler_, resp, w_.options_.pool);
     absl::Status valid;
     if (w_.options_.role != Role::kPrefill) {
       valid = absl::FailedPreconditionError(
@@ -420,6 +424,7 @@ pdq::v1::WorkerInfo WorkerServer::Info() const {
   info.set_vocab_size(options_.vocab_size);
   info.set_max_context(options_.max_context);
   info.set_metrics_address(options_.metrics_address);
+  info.set_pool(options_.pool);
   return info;
 }
 

@@ -41,6 +41,9 @@ struct WorkerServerOptions {
   std::string router_tls_name;
   // A plaintext host:port serving only grpc.health.v1; empty: none.
   std::string health_listen;
+  // The pool this worker joins (router/traffic_split.h); its request
+  // metrics carry it as a label. Empty: none.
+  std::string pool;
 };
 
 class WorkerServer {
