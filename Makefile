@@ -6,7 +6,7 @@ WIKITEXT ?= ../shared/data/wikitext-2-raw/wiki.test.raw
 PDQ := $(BUILD)/bin/pdq
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps configure build model pyenv test test-cpu demo bench bench-quant fuzz tsan clean
+.PHONY: all deps configure build model pyenv eval-texts test test-cpu demo bench bench-quant fuzz tsan clean
 
 all: build
 
@@ -23,6 +23,10 @@ build: deps configure
 
 model:
 	@scripts/fetch_model.sh models || echo "make: continuing without the model"
+
+# The evaluation's extra texts (the Debian FAQ), made from Debian packages.
+eval-texts:
+	@scripts/eval_texts.sh $(BUILD)/eval-texts
 
 # The Python environment of the tests that drive real clients (openai, ...).
 pyenv:

@@ -46,6 +46,7 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
   }
   DriftResult result;
   result.first_divergence.assign(n, -1);
+  result.reference_tokens.assign(n, {});
   Logits ref_logits, test_logits;
   PDQ_RETURN_IF_ERROR(reference.ForwardAll(*ref_kv, ref_batch, &ref_logits));
   PDQ_RETURN_IF_ERROR(prefill.ForwardAll(*test_kv, test_batch, &test_logits));
@@ -60,6 +61,7 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
       const float* t = test_logits.Row(i, 0);
       kl_sum += KlFromLogits(r, t, vocab);
       next[i] = Argmax(r, vocab);
+      result.reference_tokens[i].push_back(next[i]);
       const bool same = next[i] == Argmax(t, vocab);
       agree += same;
       if (!same && result.first_divergence[i] < 0) result.first_divergence[i] = pos;

@@ -26,6 +26,8 @@ struct DriftResult {
   std::vector<double> agreement;  // fraction of prompts with the same argmax
   // Per prompt: first position whose argmax differs, or -1 when none does.
   std::vector<int64_t> first_divergence;
+  // Per prompt: the reference's greedy tokens (what both models were fed).
+  std::vector<std::vector<int32_t>> reference_tokens;
   double kl_overall = 0;
   double agreement_overall = 0;
 };

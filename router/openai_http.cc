@@ -442,7 +442,21 @@ class Server : public OpenAiHttpServer {
     return model == ModelId(info) || model == info.name();
   }
 
+  // gRPC metadata takes printable ASCII only (a tab or a byte above 0x7e
+  // there aborts the call): an Authorization header with anything else is
+  // refused here, before it reaches a call.
+  static std::optional<HttpError> BadAuthorization(const httplib::Request& http) {
+    const std::string key = http.get_header_value("Authorization");
+    bool printable = key.size() <= 4096;
+    for (char c : key) printable = printable && c >= 0x20 && c <= 0x7e;
+    if (printable) return std::nullopt;
+    return HttpError{401, "authentication_error",
+                     "the Authorization header must be 'Bearer KEY' in printable ASCII", "",
+                     "invalid_api_key"};
+  }
+
   void Models(const httplib::Request& http, httplib::Response& res, const std::string& id) {
+    if (auto e = BadAuthorization(http)) return SendError(res, *e);
     HttpError error;
     std::optional<v1::ModelInfo> info = Info(http, &error);
     if (!info) return SendError(res, error);
@@ -464,6 +478,7 @@ class Server : public OpenAiHttpServer {
   }
 
   void Complete(const httplib::Request& http, httplib::Response& res, bool chat) {
+    if (auto e = BadAuthorization(http)) return SendError(res, *e);
     const json body = json::parse(http.body, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded()) return SendError(res, BadRequest("the body is not valid JSON"));
     auto p = std::make_shared<Parsed>();

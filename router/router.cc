@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -73,7 +74,7 @@ class Registry {
     if (info.vocab_size() <= 0 || info.max_context() <= 0) {
       return absl::InvalidArgumentError("vocab_size and max_context must be positive");
     }
-    if (!info.pool().empty() && !TrafficSplit::Parse(info.pool() + "=1").ok()) {
+    if (!info.pool().empty() && !server::ValidPoolName(info.pool())) {
       return absl::InvalidArgumentError("pool must have 1 to 64 characters of A-Z a-z 0-9 . _ -");
     }
     auto w = std::make_shared<Worker>();
@@ -165,11 +166,12 @@ class Registry {
   }
 
   // The live worker of one of `roles` (in `pool`, unless that is empty) with
-  // the least work, preferring those not in `avoid`. Counts it as one more
-  // request in flight.
+  // the least work, preferring those not in `avoid` and whose connection
+  // works; with `wanted_only`, none rather than one of those. Counts it as
+  // one more request in flight.
   std::shared_ptr<Worker> Pick(std::initializer_list<v1::Role> roles,
                                const absl::flat_hash_set<std::string>& avoid, bool by_tokens,
-                               const std::string& pool) {
+                               const std::string& pool, bool wanted_only = false) {
     std::lock_guard lock(mu_);
     const absl::Time now = absl::Now();
     std::shared_ptr<Worker> best;
@@ -189,6 +191,7 @@ class Registry {
       }
       if (best == nullptr || score(*w) < score(*best)) best = w;
     }
+    if (best && wanted_only && std::get<0>(score(*best))) best = nullptr;
     if (best) ++best->in_flight;
     return best;
   }
@@ -372,15 +375,18 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     auto a = std::make_shared<Attempt>();
     a->number = ++attempts_;
     attempt_ = a;
-    a->decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false, pool_);
+    const std::initializer_list<v1::Role> decoders = {v1::ROLE_DECODE, v1::ROLE_BOTH};
+    a->decode = registry_.Pick(decoders, avoid_, false, pool_, /*wanted_only=*/!pool_.empty());
     if (a->decode == nullptr && !pool_.empty()) {
-      // The request's arm has no live worker: another pool serves it rather
-      // than fail it (availability first), and the metrics say which did.
-      a->decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false, "");
-      if (a->decode != nullptr) {
+      // The request's arm has no usable worker (none live, or only one that
+      // just failed): another pool serves it rather than fail it
+      // (availability first), and the metrics say which did.
+      a->decode = registry_.Pick(decoders, avoid_, false, "", /*wanted_only=*/true);
+      if (a->decode == nullptr) a->decode = registry_.Pick(decoders, avoid_, false, pool_);
+      if (a->decode != nullptr && a->decode->info.pool() != pool_) {
         RouterMetrics::Get().pool_fallbacks(pool_).Add();
         LogLine(absl::StrCat("request ", request_id_, ": pool ", pool_,
-                             " has no live decode worker; pool '", a->decode->info.pool(),
+                             " has no usable decode worker; pool '", a->decode->info.pool(),
                              "' serves it"));
       }
     }

@@ -4,19 +4,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "server/metrics.h"
 
 namespace pdq::router {
 namespace {
-
-bool ValidPoolName(absl::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 // A 64-bit hash of the id that does not change between runs or builds
 // (absl::Hash is salted per process): FNV-1a, then a final mix.
@@ -47,7 +38,7 @@ absl::StatusOr<TrafficSplit> TrafficSplit::Parse(const std::string& spec) {
     }
     Arm arm;
     arm.pool = std::string(absl::StripAsciiWhitespace(part.substr(0, eq)));
-    if (!ValidPoolName(arm.pool)) {
+    if (!server::ValidPoolName(arm.pool)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--split: pool name '", arm.pool, "' must have 1 to 64 characters of A-Z a-z 0-9 . _ -"));
     }

@@ -10,6 +10,7 @@
 
 #include "absl/random/random.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace pdq::router {
 

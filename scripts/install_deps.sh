@@ -29,6 +29,9 @@ packages=(
   chromium
   # scripts/make_certs.sh: certificates for mutual TLS (and the tests').
   openssl
+  # scripts/eval_texts.sh: the Debian FAQ, the evaluation's question-and-
+  # answer text.
+  debian-faq
 )
 
 missing=()

@@ -67,13 +67,13 @@ absl::StatusOr<GrpcServer> StartGrpcServer(const GrpcServerOptions& options,
 }
 
 void GrpcServer::SetServing(bool serving) {
-  server->GetHealthCheckService()->SetServingStatus(serving);
+  if (server) server->GetHealthCheckService()->SetServingStatus(serving);
   if (health_server) health_server->GetHealthCheckService()->SetServingStatus(serving);
 }
 
 void GrpcServer::Shutdown(std::chrono::seconds grace) {
   if (health_server) health_server->Shutdown(std::chrono::system_clock::now());
-  server->Shutdown(std::chrono::system_clock::now() + grace);
+  if (server) server->Shutdown(std::chrono::system_clock::now() + grace);
 }
 
 void WriteAddressFile(const std::string& path, const std::string& address) {

@@ -241,6 +241,43 @@ TEST(CliTest, DriftJsonReportsEveryPosition) {
   EXPECT_NE(r.out.find("/nonexistent/prompts.txt"), std::string::npos) << r.out;
 }
 
+// A scripted conversation: each turn's prompt holds the history, FP16's
+// answers included, so prompts grow; FP16 against itself agrees everywhere.
+TEST(CliTest, ConversationDriftFeedsEachAnswerBack) {
+  const std::string path = ::testing::TempDir() + "/conversation.txt";
+  std::ofstream(path) << "hello there\nand then what\n\nthanks, and one more\n";
+  Result r = RunPdq("drift --model synthetic:tiny --conversation " + path +
+                    " --turn-tokens 6 --prefill-precision fp16 --decode-precision fp16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = LastJson(r.out);
+  ASSERT_EQ(j["turns"].size(), 3u) << r.out;
+  size_t positions = 0;
+  for (size_t k = 0; k < 3; ++k) {
+    const nlohmann::json& t = j["turns"][k];
+    EXPECT_GE(t["answer_tokens"].get<int>(), 1);
+    EXPECT_LE(t["answer_tokens"].get<int>(), 6);
+    positions += t["answer_tokens"].get<size_t>();
+    if (k > 0) {
+      const nlohmann::json& before = j["turns"][k - 1];
+      EXPECT_GT(t["prompt_tokens"].get<int>(),
+                before["prompt_tokens"].get<int>() + before["answer_tokens"].get<int>() - 1)
+          << "turn " << k + 1 << " does not hold the history";
+    }
+  }
+  EXPECT_EQ(j["kl_by_position"].size(), positions);
+  EXPECT_EQ(j["agreement"], 1.0);
+  EXPECT_LT(j["kl_mean"].get<double>(), 1e-9);
+
+  r = RunPdq("drift --model synthetic:tiny --conversation " + path +
+             " --turn-tokens 6 --json");  // W8A8 prefill, W4A16 decode
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(LastJson(r.out)["turns"].size(), 3u);
+
+  r = RunPdq("drift --model synthetic:tiny --conversation " + path + " --prompts " + path);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("give --prompts or --conversation"), std::string::npos) << r.out;
+}
+
 TEST(CliTest, QuantizeWritesAnArtifactThatGenerateLoads) {
   const std::string path = ::testing::TempDir() + "/cli_tiny.pdqq";
   Result r = RunPdq("quantize --model synthetic:tiny --scheme w8a8 --out " + path);

@@ -310,6 +310,10 @@ TEST_F(SecurityTest, TheHttpApiIsHttpsAndNeedsTheKey) {
   r = https.Get("/v1/models", {{"Authorization", "Bearer 0123456789abcdef0123456789abcdef"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
+  // A byte gRPC metadata cannot carry (a tab) is refused, not passed on.
+  r = https.Get("/v1/models", {{"Authorization", "Bearer abc\tdef"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 401) << r->body;
   const httplib::Headers keyed = {{"Authorization", "Bearer " + pdq_.api_key()}};
   r = https.Get("/v1/models", keyed);
   ASSERT_TRUE(r);

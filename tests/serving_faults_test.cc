@@ -307,8 +307,6 @@ TEST_F(ServingFaultsTest, AThousandCancelsAroundTheKvTransferReturnEveryBlock) {
   EXPECT_EQ(after.tokens, alone.tokens);
 }
 
-// A free TCP port on loopback (bound, read, released: the worker takes it
-// right after).
 // Sends `bytes` to 127.0.0.1:port and closes.
 void SendBytes(int port, const std::string& bytes) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

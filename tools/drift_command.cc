@@ -9,6 +9,104 @@
 #include "tools/commands.h"
 
 namespace pdq {
+namespace {
+
+// A scripted conversation: each line of the file is the user's next turn;
+// the reference's greedy answer to each (cut at its end-of-generation token,
+// at most `turn_tokens`) goes back into the history before the next, so
+// the context grows turn by turn as in a real dialogue. Every turn re-reads
+// the whole history, prefilled by the prefill precision and continued by
+// the decode precision, as a disaggregated deployment without a prefix
+// cache would; drift is measured on each answer's positions.
+int ConversationDrift(Context& reference, Context& prefill, Context& decode,
+                      const std::vector<std::string>& turns, int turn_tokens,
+                      const std::string& prefill_precision, const std::string& decode_precision,
+                      const std::string& reference_precision, bool json) {
+  const Tokenizer& tok = reference.model().tokenizer();
+  std::vector<ChatMessage> history;
+  nlohmann::json per_turn = nlohmann::json::array();
+  std::vector<double> kl_by_position, agreement_by_position;
+  double kl_sum = 0, agree_sum = 0;
+  for (size_t k = 0; k < turns.size(); ++k) {
+    history.push_back({"user", turns[k]});
+    absl::StatusOr<std::string> rendered = tok.ApplyChatTemplate(history, true);
+    if (!rendered.ok()) return Fail("drift", rendered.status());
+    const std::vector<int32_t> prompt = tok.Encode(*rendered, tok.add_bos(), true);
+    DriftOptions options;
+    options.max_tokens = turn_tokens;
+    absl::StatusOr<DriftResult> r = MeasureDrift(reference, prefill, decode, {prompt}, options);
+    if (!r.ok()) {
+      return Fail("drift", absl::Status(r.status().code(),
+                                        absl::StrCat("turn ", k + 1, ": ", r.status().message())));
+    }
+    // The answer ends at the reference's end-of-generation token, which is
+    // scored (predicting the end is part of the answer) but not kept.
+    const std::vector<int32_t>& ref = r->reference_tokens[0];
+    size_t len = ref.size();
+    for (size_t p = 0; p < ref.size(); ++p) {
+      if (tok.IsEndOfGeneration(ref[p])) {
+        len = p + 1;
+        break;
+      }
+    }
+    double kl = 0, agree = 0;
+    for (size_t p = 0; p < len; ++p) {
+      kl += r->kl_mean[p];
+      agree += r->agreement[p];
+      kl_by_position.push_back(r->kl_mean[p]);
+      agreement_by_position.push_back(r->agreement[p]);
+    }
+    kl_sum += kl;
+    agree_sum += agree;
+    const int64_t diverged = r->first_divergence[0] < (int64_t)len ? r->first_divergence[0] : -1;
+    std::vector<int32_t> answer(ref.begin(), ref.begin() + len);
+    if (!answer.empty() && tok.IsEndOfGeneration(answer.back())) answer.pop_back();
+    absl::StatusOr<std::string> said = tok.Decode(answer);
+    if (!said.ok()) return Fail("drift", said.status());
+    history.push_back({"assistant", *said});
+    per_turn.push_back({{"turn", k + 1},
+                        {"prompt_tokens", prompt.size()},
+                        {"answer_tokens", len},
+                        {"kl_mean", kl / (double)len},
+                        {"agreement", agree / (double)len},
+                        {"first_divergence", diverged}});
+    std::fprintf(stderr, "pdq: turn %zu/%zu: %zu prompt tokens, %zu answer tokens, KL %.5f\n",
+                 k + 1, turns.size(), prompt.size(), len, kl / (double)len);
+  }
+  const double positions = (double)kl_by_position.size();
+  if (json) {
+    nlohmann::json j;
+    j["conversation"] = true;
+    j["reference"] = reference_precision;
+    j["prefill_precision"] = prefill_precision;
+    j["decode_precision"] = decode_precision;
+    j["turns"] = per_turn;
+    j["turn_tokens"] = turn_tokens;
+    j["kl_mean"] = kl_sum / positions;
+    j["agreement"] = agree_sum / positions;
+    j["kl_by_position"] = kl_by_position;
+    j["agreement_by_position"] = agreement_by_position;
+    std::puts(j.dump().c_str());
+    return 0;
+  }
+  std::printf("%s prefill -> %s decode vs %s, a conversation of %zu turns\n",
+              prefill_precision.c_str(), decode_precision.c_str(), reference_precision.c_str(),
+              turns.size());
+  std::printf("  turn  prompt  answer      KL mean  agreement  first divergence\n");
+  for (const nlohmann::json& t : per_turn) {
+    std::printf("  %4d  %6d  %6d  %11.5f  %8.1f%%  %s\n", t["turn"].get<int>(),
+                t["prompt_tokens"].get<int>(), t["answer_tokens"].get<int>(),
+                t["kl_mean"].get<double>(), 100 * t["agreement"].get<double>(),
+                t["first_divergence"].get<int64_t>() < 0
+                    ? "none"
+                    : std::to_string(t["first_divergence"].get<int64_t>()).c_str());
+  }
+  std::printf("  all                    %11.5f  %8.1f%%\n", kl_sum / positions,
+              100 * agree_sum / positions);
+  return 0;
+}
+
+}  // namespace
 
 int DriftCommand(int argc, char** argv) {
   FlagParser flags("drift",
@@ -29,13 +127,25 @@ int DriftCommand(int argc, char** argv) {
   flags.String("reference", &reference_precision, "precision to compare against");
   flags.Int("max-tokens", &max_tokens, 1, 1 << 20, "tokens to generate per prompt");
   flags.Bool("chat", &chat, "wrap each prompt as a user turn in the chat template");
+  std::string conversation_path;
+  int64_t turn_tokens = 128;
+  flags.String("conversation", &conversation_path,
+               "instead of --prompts: a scripted conversation, one user turn per line; each "
+               "turn's answer (the reference's) is fed back before the next, and drift is "
+               "reported per turn");
+  flags.Int("turn-tokens", &turn_tokens, 1, 1 << 16,
+            "--conversation: tokens each answer may take at most");
   flags.Bool("json", &json, "print one JSON object");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
-  if (prompts_path.empty()) return Fail("drift", absl::InvalidArgumentError("--prompts is required"));
-  std::ifstream in(prompts_path);
+  if (prompts_path.empty() == conversation_path.empty()) {
+    return Fail("drift",
+                absl::InvalidArgumentError("give --prompts or --conversation (one of the two)"));
+  }
+  const std::string& lines_path = prompts_path.empty() ? conversation_path : prompts_path;
+  std::ifstream in(lines_path);
   if (!in) {
-    return Fail("drift", absl::NotFoundError(absl::StrCat("cannot read prompts file '",
-                                                          prompts_path, "'")));
+    return Fail("drift",
+                absl::NotFoundError(absl::StrCat("cannot read the file '", lines_path, "'")));
   }
   std::vector<std::string> texts;
   for (std::string line; std::getline(in, line);) {
@@ -43,7 +153,7 @@ int DriftCommand(int argc, char** argv) {
   }
   if (texts.empty()) {
     return Fail("drift", absl::InvalidArgumentError(
-                             absl::StrCat("'", prompts_path, "' has no non-empty lines")));
+                             absl::StrCat("'", lines_path, "' has no non-empty lines")));
   }
 
   auto reference = mf.Load(false, reference_precision);
@@ -57,6 +167,10 @@ int DriftCommand(int argc, char** argv) {
     if (!loaded.ok()) return Fail("drift", loaded.status());
     decode_owned = std::move(*loaded);
     decode = decode_owned.ctx.get();
+  }
+  if (!conversation_path.empty()) {
+    return ConversationDrift(*reference->ctx, *prefill->ctx, *decode, texts, (int)turn_tokens,
+                             prefill_precision, decode_precision, reference_precision, json);
   }
   const Tokenizer& tok = reference->model->tokenizer();
   std::vector<std::vector<int32_t>> prompts;

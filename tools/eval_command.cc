@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -125,6 +126,16 @@ absl::Status CheckConfig(const json& c) {
                                                        "' (its precision pair, for accuracy)"));
       }
     }
+    for (const json& w : d["workers"]) {
+      if (!w.is_object() || (w.contains("pool") && !w["pool"].is_string())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "deployment ", name, ": each worker must be an object, its 'pool' a string"));
+      }
+    }
+    if (d.contains("split_sticky") && !d["split_sticky"].is_boolean()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("deployment ", name, ": 'split_sticky' must be true or false"));
+    }
     if (d.contains("split")) {
       // Each pool the split names needs a worker in it.
       if (!d["split"].is_string()) {
@@ -141,6 +152,23 @@ absl::Status CheckConfig(const json& c) {
               "deployment ", name, ": the split names pool '", pool, "', which no worker is in"));
         }
       }
+    }
+  }
+  if (c.contains("lowbit")) {
+    const json& l = c["lowbit"];
+    const bool arrays = l.is_object() && (!l.contains("isas") || l["isas"].is_array()) &&
+                        (!l.contains("threads") || l["threads"].is_array());
+    bool ok = arrays;
+    if (arrays) {
+      for (const json& i : l.value("isas", json::array())) ok = ok && i.is_string();
+      for (const json& t : l.value("threads", json::array())) {
+        ok = ok && t.is_number_integer() && t.get<int>() >= 1;
+      }
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(
+          "'lowbit' must be an object: {\"isas\": [\"scalar\", \"avx2\", ...], \"threads\": "
+          "[1, 2], \"prompt_tokens\", \"gen_tokens\", \"repetitions\"}");
     }
   }
   if (c.contains("stability")) {
@@ -253,7 +281,12 @@ int RunEval(int argc, char** argv) {
         {d["prefill_precision"].get<std::string>(), d["decode_precision"].get<std::string>()});
   }
   const json texts = accuracy.value("texts", json::array({bench_text}));
-  if (!skip_accuracy) steps += (int)pairs.size() * ((int)texts.size() + 1);
+  // A scripted multi-turn conversation, where low-bit decode errors would
+  // accumulate over a long dialogue.
+  const std::string conversation = accuracy.value("conversation", std::string());
+  if (!skip_accuracy) {
+    steps += (int)pairs.size() * ((int)texts.size() + 1 + (conversation.empty() ? 0 : 1));
+  }
   // Where low-bit stops paying: W4A16 and W8A8 against FP16 on each kernel
   // path (PDQ_ISA), at each thread count, in the engine alone.
   const json lowbit = config.value("lowbit", json::object());
@@ -426,6 +459,15 @@ int RunEval(int argc, char** argv) {
           ++step;
           continue;
         }
+        if (!fs::exists(path)) {
+          ++step;
+          ++failures;
+          std::fprintf(
+              stderr, "pdq eval: accuracy text %s is missing%s; its rows are left out\n",
+              path.c_str(),
+              absl::StartsWith(path, "build/eval-texts/") ? " (make eval-texts makes it)" : "");
+          continue;
+        }
         Progress(++step, steps,
                  absl::StrCat("perplexity, ", p, " prefill / ", dprec, " decode, ", path));
         RunChild({SelfPath(), "perplexity", "--model", model, "--threads", threads, "--text", path,
@@ -434,6 +476,21 @@ int RunEval(int argc, char** argv) {
                   "--decode-precision", dprec, "--kl-reference", "fp16", "--json"},
                  file + ".tmp");
         if (!Keep(file + ".tmp", file)) ++failures;
+      }
+      if (!conversation.empty() && !interrupted()) {
+        const std::string conv = absl::StrCat(raw, "/accuracy/conversation-", pair, ".json");
+        if (fs::exists(conv)) {
+          ++step;
+        } else {
+          Progress(++step, steps,
+                   absl::StrCat("conversation drift, ", p, " prefill / ", dprec, " decode"));
+          RunChild({SelfPath(), "drift", "--model", model, "--threads", threads, "--conversation",
+                    conversation, "--prefill-precision", p, "--decode-precision", dprec,
+                    "--reference", "fp16", "--turn-tokens",
+                    std::to_string(accuracy.value("conversation_turn_tokens", 96)), "--json"},
+                   conv + ".tmp");
+          if (!Keep(conv + ".tmp", conv)) ++failures;
+        }
       }
       const std::string file = absl::StrCat(raw, "/accuracy/drift-", pair, ".json");
       if (interrupted()) break;

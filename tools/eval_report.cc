@@ -40,7 +40,7 @@ double Num(const json& j, std::initializer_list<const char*> path) {
 }
 
 std::string F(double v, int digits = 2) {
-  return std::isnan(v) ? "–" : absl::StrFormat("%.*f", digits, v);
+  return std::isfinite(v) ? absl::StrFormat("%.*f", digits, v) : "–";
 }
 
 std::string CpuModel() {
@@ -201,14 +201,14 @@ std::string LowbitSection(const json& config, const std::string& raw) {
   if (rows.empty())
     return md + "Not measured (`pdq eval` without `--skip-lowbit` measures it).\n\n";
   auto pays = [](double x) {
-    return std::isnan(x) ? std::string("–")
-                         : absl::StrFormat("%.2f%s", x,
-                                           x > 1.05   ? ""
-                                           : x < 0.95 ? " (loses)"
-                                                      : " (even)");
+    return !std::isfinite(x) ? std::string("–")
+                             : absl::StrFormat("%.2f%s", x,
+                                               x > 1.05   ? ""
+                                               : x < 0.95 ? " (loses)"
+                                                          : " (even)");
   };
   for (const Row& r : rows) {
-    const json& b = r.w4["baseline"];
+    const json b = r.w4.value("baseline", json::object());
     const double bw = Num(r.w4, {"read_bandwidth_gbps"}), peak = Num(r.w4, {"fma_peak_gflops"}),
                  i8 = Num(r.w8, {"int8_peak_gops"});
     absl::StrAppend(
@@ -246,7 +246,7 @@ std::string LowbitSection(const json& config, const std::string& raw) {
       if (q.isa == r.isa && q.threads < r.threads) first_of_path = false;
     }
     if (!first_of_path) continue;
-    const json& b = r.w4["baseline"];
+    const json b = r.w4.value("baseline", json::object());
     const double bw = Num(r.w4, {"read_bandwidth_gbps"}), peak = Num(r.w4, {"fma_peak_gflops"});
     const double weights = Num(b, {"decode_weight_bytes_per_token"}) / 2;
     const DecodeCost c16 = CostOf(b, peak, weights), c4 = CostOf(r.w4, peak, weights),
@@ -289,8 +289,8 @@ std::string LowbitSection(const json& config, const std::string& raw) {
     const double i8 = Num(r.w8, {"int8_peak_gops"}), peak = Num(r.w8, {"fma_peak_gflops"});
     const double flops = Num(r.w8, {"prefill_flops_per_token"});
     const double eta8 = Num(r.w8, {"prefill_tokens_per_s"}) * flops / (i8 * 1e9),
-                 eta32 = Num(r.w8["baseline"], {"prefill_tokens_per_s"}) * flops / (peak * 1e9);
-    if (!(i8 > 0)) {
+                 eta32 = Num(r.w8, {"baseline", "prefill_tokens_per_s"}) * flops / (peak * 1e9);
+    if (!(i8 > 0) || !(peak > 0) || !(eta32 > 0)) {
       absl::StrAppend(&md, "- ", r.isa, ", ", r.threads,
                       " thread(s): no int8 peak measured on this path; W8A8 prefill ",
                       pays(Num(r.w8, {"prefill_speedup"})), "×.\n");
@@ -756,8 +756,8 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
         const double p50 = Num(*top, {"itl_s", "p50"}) * 1e3,
                      p99 = Num(*top, {"itl_s", "p99"}) * 1e3;
         absl::StrAppend(&md, "| ", e.name, " | ", F(process_peak > 0 ? process_peak : NAN, 0),
-                        " | ", w, " (conc ", (*top)["concurrency"].get<int>(), ") | ", F(p50, 1),
-                        " | ", F(p99, 1), " | ", F(p50 > 0 ? p99 / p50 : NAN, 1), " | ",
+                        " | ", w, " (conc ", top->value("concurrency", 0), ") | ", F(p50, 1), " | ",
+                        F(p99, 1), " | ", F(p50 > 0 ? p99 / p50 : NAN, 1), " | ",
                         F(best ? Num(*best, {"goodput_requests_per_s"}) : NAN, 3), " |\n");
       }
     }
@@ -775,18 +775,22 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
       const json* theirs = BestLevel(rival->bench.at(w));
       const double g1 = Num(*mine, {"goodput_requests_per_s"}),
                    g2 = Num(*theirs, {"goodput_requests_per_s"});
-      absl::StrAppend(
-          &md, "\n- `", w, "`: ",
-          g1 > g2   ? d.name
-          : g2 > g1 ? rival->name
-                    : "neither",
-          g1 == g2 ? " wins (equal goodput)" : " wins",
-          absl::StrFormat(" (%.3f against %.3f req/s within the targets). ", g1, g2),
-          "One process lets both phases use every core but makes a decode step wait behind a "
-          "prefill chunk (the jitter above); the split keeps decode steps regular at the cost of "
-          "each phase having only its own cores.");
+      absl::StrAppend(&md, "\n- `", w, "`: ",
+                      g1 == g2  ? std::string("neither wins")
+                      : g1 > g2 ? absl::StrCat(d.name, " wins")
+                                : absl::StrCat(rival->name, " wins"),
+                      absl::StrFormat(" (%.3f against %.3f req/s of %s within the targets).", g1,
+                                      g2, rival->name));
     }
-    absl::StrAppend(&md, "\n\n");
+    absl::StrAppend(
+        &md,
+        "\n\nWhy: one process lets both phases use every core, so each prompt and each decode "
+        "step runs on twice the threads the split gives it; the price is that a decode step "
+        "waits behind whatever prefill chunk is running (the p99/p50 jitter above: a gap as long "
+        "as a whole prompt's prefill where the worker's `--prefill-budget`, 2048 tokens by "
+        "default, takes a long prompt in one chunk), and that both weight sets are resident "
+        "(the memory column). The split keeps decode steps regular at the cost of each phase "
+        "having only its own cores.\n\n");
   }
 
   // -- A/B split
@@ -974,6 +978,61 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
                       absl::StrJoin(drift_curves, ", ") + "\n",
                   "KL by generated position"),
         "\n");
+  }
+
+  // -- Multi-turn drift
+  if (acc.contains("conversation")) {
+    absl::StrAppend(
+        &md, "### A long conversation\n\n", "`", acc["conversation"].get<std::string>(),
+        "`: each user turn is asked with the whole history before it, and FP16's greedy answer "
+        "(at most ",
+        acc.value("conversation_turn_tokens", 96),
+        " tokens) goes back into the history, so the context grows turn by turn; every turn is "
+        "prefilled again at the prefill precision and answered at the decode precision. KL "
+        "against FP16 and argmax agreement over each answer's tokens: if low-bit errors "
+        "accumulated over a dialogue, the later turns would drift further.\n\n");
+    std::string header = "| prefill / decode |", rule = "| --- |", conv_data;
+    std::vector<std::string> conv_curves;
+    int conv_block = 0;
+    std::string rows;
+    size_t most_turns = 0;
+    for (const auto& [p, dprec] : pairs) {
+      const json j = Load(absl::StrCat(raw, "/accuracy/conversation-", p, "-", dprec, ".json"));
+      if (j.is_null()) {
+        absl::StrAppend(&rows, "| ", p, " / ", dprec, " | not measured |\n");
+        continue;
+      }
+      const json turns = j.value("turns", json::array());
+      most_turns = std::max(most_turns, turns.size());
+      absl::StrAppend(&rows, "| ", p, " / ", dprec, " |");
+      absl::StrAppendFormat(&conv_data, "# %s/%s\n", p, dprec);
+      for (const json& t : turns) {
+        absl::StrAppendFormat(&rows, " %.4f / %.0f%% |", Num(t, {"kl_mean"}),
+                              100 * Num(t, {"agreement"}));
+        absl::StrAppendFormat(&conv_data, "%d %g\n", t.value("turn", 0), Num(t, {"kl_mean"}));
+      }
+      absl::StrAppendFormat(&rows, " %.4f / %.1f%% |\n", Num(j, {"kl_mean"}),
+                            100 * Num(j, {"agreement"}));
+      absl::StrAppend(&conv_data, "\n\n");
+      conv_curves.push_back(absl::StrCat("datafile index ", conv_block++,
+                                         " using 1:2 with linespoints title ",
+                                         Quote(p + " / " + dprec)));
+    }
+    for (size_t t = 1; t <= most_turns; ++t) {
+      absl::StrAppend(&header, " turn ", t, " |");
+      absl::StrAppend(&rule, " ---: |");
+    }
+    absl::StrAppend(&md, "KL mean / argmax agreement by turn:\n\n", header, " all |\n", rule,
+                    " ---: |\n", rows, "\n");
+    if (!conv_curves.empty()) {
+      absl::StrAppend(&md,
+                      plot.Draw("conversation-kl-by-turn", conv_data,
+                                "set title 'KL against FP16 by conversation turn'\n"
+                                "set xlabel 'turn'\nset ylabel 'KL mean (nats)'\nplot " +
+                                    absl::StrJoin(conv_curves, ", ") + "\n",
+                                "KL by conversation turn"),
+                      "\n");
+    }
   }
 
   // -- Where low-bit stops paying

@@ -133,6 +133,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   if (!prefill_precision.empty() && *role != Role::kBoth) {
     return fail(absl::InvalidArgumentError("--prefill-precision needs --role both"));
   }
+  if (!pool.empty() && !server::ValidPoolName(pool)) {
+    return fail(
+        absl::InvalidArgumentError("--pool must have 1 to 64 characters of A-Z a-z 0-9 . _ -"));
+  }
   if (!decode_precision.empty()) {
     if (flags.Given("precision") && model_flags.precision != decode_precision) {
       return fail(absl::InvalidArgumentError(
