@@ -1,6 +1,7 @@
 #include "tools/local_run.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,9 +30,13 @@ void OnSignal(int) {
 pid_t Spawn(const std::vector<std::string>& args, const std::string& stdout_path, bool stderr_too) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
-  // The child: default signal dispositions, stdout (and stderr) to the file.
+  // The child: default signal dispositions, stdout (and stderr) to the file,
+  // and SIGTERM when this process dies, however it dies: a deployment must
+  // not outlive the run that started it (`pdq up` stops its own on SIGTERM).
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() == 1) _exit(127);  // the parent died before the line above
   if (!stdout_path.empty()) {
     if (std::freopen(stdout_path.c_str(), "w", stdout) == nullptr) _exit(127);
     if (stderr_too) dup2(fileno(stdout), fileno(stderr));
