@@ -126,19 +126,23 @@ void CountRequest(absl::StatusCode code, const std::string& pool) {
 
 void ObserveLatencies(double ttft_seconds, double mean_tpot_seconds, int64_t output_tokens,
                       const std::string& pool) {
-  Labels labels;
-  if (!pool.empty()) labels.push_back({"pool", pool});
+  static constexpr char kTtft[] = "pdq_ttft_seconds",
+                        kTtftHelp[] =
+                            "Time to first token: from a call's arrival to its first token.",
+                        kTpot[] = "pdq_tpot_seconds",
+                        kTpotHelp[] =
+                            "Time per output token after the first, one mean per request.";
   Metrics& m = Metrics::Global();
+  // The unlabelled series (no A/B split) are found once; a pool's on use.
+  static Histogram& ttft_all = m.GetHistogram(kTtft, kTtftHelp, LatencyBuckets());
+  static Histogram& tpot_all = m.GetHistogram(kTpot, kTpotHelp, LatencyBuckets());
+  const Labels labels = {{"pool", pool}};
   if (output_tokens > 0) {
-    m.GetHistogram("pdq_ttft_seconds",
-                   "Time to first token: from a call's arrival to its first token.",
-                   LatencyBuckets(), labels)
+    (pool.empty() ? ttft_all : m.GetHistogram(kTtft, kTtftHelp, LatencyBuckets(), labels))
         .Observe(ttft_seconds);
   }
   if (output_tokens > 1) {
-    m.GetHistogram("pdq_tpot_seconds",
-                   "Time per output token after the first, one mean per request.", LatencyBuckets(),
-                   labels)
+    (pool.empty() ? tpot_all : m.GetHistogram(kTpot, kTpotHelp, LatencyBuckets(), labels))
         .Observe(mean_tpot_seconds);
   }
 }

@@ -149,6 +149,13 @@ bool PeerHasCertificate(const grpc::ServerContextBase& ctx) {
   return auth != nullptr && auth->IsPeerAuthenticated();
 }
 
+bool IsKeyText(absl::string_view s) {
+  for (char c : s) {
+    if (c <= ' ' || c >= 127) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<ApiKeys> ApiKeys::FromLines(absl::string_view text, const std::string& what) {
   ApiKeys out;
   int line_number = 0;
@@ -156,9 +163,7 @@ absl::StatusOr<ApiKeys> ApiKeys::FromLines(absl::string_view text, const std::st
     ++line_number;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
-    bool printable = true;
-    for (char c : line) printable &= c > ' ' && c < 127;
-    if (!printable || line.size() < 16 || line.size() > 256) {
+    if (!IsKeyText(line) || line.size() < 16 || line.size() > 256) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, " line ", line_number,
                        ": a key has 16 to 256 printable ASCII characters without spaces"));

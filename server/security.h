@@ -63,6 +63,9 @@ std::shared_ptr<grpc::Channel> Dial(const std::string& address, const Dialing& h
 // Whether the caller presented a certificate the server verified.
 bool PeerHasCertificate(const grpc::ServerContextBase& ctx);
 
+// Printable ASCII without spaces: what an API key may hold.
+bool IsKeyText(absl::string_view s);
+
 // The keys the router accepts on its public API. Empty: no check.
 class ApiKeys {
  public:

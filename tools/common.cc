@@ -197,11 +197,9 @@ void ConnectionFlags::Register(FlagParser& flags) {
 }
 
 absl::StatusOr<server::Dialing> ConnectionFlags::Dialing() const {
-  for (char c : api_key) {
-    if (c <= 0x20 || c > 0x7e) {
-      return absl::InvalidArgumentError(
-          "--api-key (or PDQ_API_KEY) must be printable ASCII without spaces");
-    }
+  if (!server::IsKeyText(api_key)) {
+    return absl::InvalidArgumentError(
+        "--api-key (or PDQ_API_KEY) must be printable ASCII without spaces");
   }
   absl::StatusOr<std::optional<server::TlsPem>> pem = server::LoadClientTls(tls);
   if (!pem.ok()) return pem.status();
