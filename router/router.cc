@@ -196,6 +196,17 @@ class Registry {
     return best;
   }
 
+  // The pools of the live workers, sorted.
+  std::vector<std::string> Pools() const {
+    std::lock_guard lock(mu_);
+    const absl::Time now = absl::Now();
+    std::set<std::string> pools;
+    for (const auto& [id, w] : workers_) {
+      if (Alive(*w, now)) pools.insert(w->info.pool());
+    }
+    return std::vector<std::string>(pools.begin(), pools.end());
+  }
+
   void Done(const std::shared_ptr<Worker>& w) {
     if (w == nullptr) return;
     std::lock_guard lock(mu_);
@@ -371,27 +382,71 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     v1::GenerateResponse msg_;
   };
 
+  // Picks an attempt's workers from one pool (any pool without a split): a
+  // decode worker, and a prefill worker unless the decode worker does both.
+  // With `wanted_only`, none of those the last attempt avoided or whose
+  // connection is failing. False, holding no worker, when the pool cannot
+  // serve the request whole; `*missing` then names the phase it lacks.
+  bool PickInPoolLocked(Attempt& a, const std::string& pool, bool wanted_only,
+                        const char** missing) {
+    a.decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false, pool, wanted_only);
+    if (a.decode == nullptr) {
+      *missing = "decode";
+      return false;
+    }
+    if (a.decode->info.role() == v1::ROLE_BOTH) return true;
+    // Under a split both phases come from one pool: an arm is a precision
+    // pair, and mixing arms would measure neither.
+    a.prefill = registry_.Pick({v1::ROLE_PREFILL}, avoid_, true,
+                               pool_.empty() ? "" : a.decode->info.pool(), wanted_only);
+    if (a.prefill != nullptr) return true;
+    registry_.Done(a.decode);
+    a.decode = nullptr;
+    *missing = "prefill";
+    return false;
+  }
+
   void StartAttemptLocked() {
     auto a = std::make_shared<Attempt>();
     a->number = ++attempts_;
     attempt_ = a;
-    const std::initializer_list<v1::Role> decoders = {v1::ROLE_DECODE, v1::ROLE_BOTH};
-    a->decode = registry_.Pick(decoders, avoid_, false, pool_, /*wanted_only=*/!pool_.empty());
-    if (a->decode == nullptr && !pool_.empty()) {
-      // The request's arm has no usable worker (none live, or only one that
-      // just failed): another pool serves it rather than fail it
-      // (availability first), and the metrics say which did.
-      a->decode = registry_.Pick(decoders, avoid_, false, "", /*wanted_only=*/true);
-      if (a->decode == nullptr) a->decode = registry_.Pick(decoders, avoid_, false, pool_);
-      if (a->decode != nullptr && a->decode->info.pool() != pool_) {
+    const char* missing = "decode";
+    bool picked;
+    if (pool_.empty()) {
+      picked = PickInPoolLocked(*a, "", false, &missing);
+    } else {
+      picked = PickInPoolLocked(*a, pool_, true, &missing);
+      const char* arm_missing = missing;
+      if (!picked) {
+        // The request's arm cannot serve it (a phase with no live worker, or
+        // only one that just failed): another pool serves it rather than
+        // fail it (availability first), and the metrics say which did.
+        for (const std::string& other : registry_.Pools()) {
+          if (other != pool_ && (picked = PickInPoolLocked(*a, other, true, &missing))) break;
+        }
+      }
+      if (!picked) {
+        // Nothing better: a worker the last attempt avoided, own pool first.
+        picked = PickInPoolLocked(*a, pool_, false, &missing);
+        for (const std::string& other : registry_.Pools()) {
+          if (picked) break;
+          if (other != pool_) picked = PickInPoolLocked(*a, other, false, &missing);
+        }
+      }
+      if (picked && a->decode->info.pool() != pool_) {
         RouterMetrics::Get().pool_fallbacks(pool_).Add();
-        LogLine(absl::StrCat("request ", request_id_, ": pool ", pool_,
-                             " has no usable decode worker; pool '", a->decode->info.pool(),
+        LogLine(absl::StrCat("request ", request_id_, ": pool ", pool_, " has no usable ",
+                             arm_missing, " worker; pool '", a->decode->info.pool(),
                              "' serves it"));
       }
+      if (!picked) missing = arm_missing;
     }
-    if (a->decode == nullptr) {
-      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no decode worker is available"));
+    if (!picked) {
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                pool_.empty()
+                                    ? absl::StrCat("no ", missing, " worker is available")
+                                    : absl::StrCat("no ", missing, " worker is available in pool '",
+                                                   pool_, "' or any other")));
       return;
     }
     if (!pool_.empty()) served_pool_ = a->decode->info.pool();
@@ -408,20 +463,6 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     if (a->decode->info.role() == v1::ROLE_BOTH) {
       for (int32_t t : prompt_) d.add_prompt(t);
       StartDecodeLocked(a);
-      return;
-    }
-    // Under a split both phases come from one pool: an arm is a precision
-    // pair, and mixing arms would measure neither.
-    a->prefill =
-        registry_.Pick({v1::ROLE_PREFILL}, avoid_, true, pool_.empty() ? "" : served_pool_);
-    if (a->prefill == nullptr) {
-      registry_.Done(a->decode);
-      a->decode = nullptr;
-      FinishLocked(grpc::Status(
-          grpc::StatusCode::UNAVAILABLE,
-          pool_.empty()
-              ? "no prefill worker is available"
-              : absl::StrCat("no prefill worker is available in pool '", served_pool_, "'")));
       return;
     }
     a->reserve_req.set_request_id(request_id_);

@@ -409,5 +409,39 @@ TEST_F(ServingTest, AnAbSplitSendsEachPoolItsShareAndLabelsTheMetrics) {
   EXPECT_GE(Metric(router.metrics, "pdq_split_fallbacks_total{pool=\"treatment\"}"), 1);
 }
 
+// An arm with a decode worker but no prefill worker cannot serve a request
+// whole: its requests go to a pool that can (counted as fallbacks), never
+// to a prefill worker of another arm, and none fails.
+TEST_F(ServingTest, AnArmWithoutAPrefillWorkerFallsBackWhole) {
+  Cluster c;
+  const Proc router = c.Router({"--split", "control=50,treatment=50"});
+  ASSERT_TRUE(router.ok());
+  const std::vector<std::string> small = {"--kv-tokens", "4096", "--skip-peaks"};
+  auto with = [&](const char* pool) {
+    std::vector<std::string> a = small;
+    a.insert(a.end(), {"--pool", pool});
+    return a;
+  };
+  const Proc control = c.Worker(router.address, "both", "fp16", with("control"));
+  const Proc decode = c.Worker(router.address, "decode", "fp16", with("treatment"));
+  ASSERT_TRUE(control.ok() && decode.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, 2));
+  constexpr int kRequests = 40;  // all 40 in control by chance: 2^-40
+  for (int i = 0; i < kRequests; ++i) {
+    v1::GenerateRequest req;
+    req.set_text("Hello");
+    req.set_max_tokens(2);
+    const Answer a = Generate(*stub, req);
+    ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+    EXPECT_EQ(a.summary.pool(), "control");
+  }
+  const double fallbacks = Metric(router.metrics, "pdq_split_fallbacks_total{pool=\"treatment\"}");
+  EXPECT_GE(fallbacks, 1);
+  EXPECT_EQ(Metric(router.metrics, "pdq_requests_total{code=\"OK\",pool=\"control\"}"), kRequests);
+  // The treatment decode worker took no request.
+  EXPECT_LE(Metric(decode.metrics, "pdq_requests_total{code=\"OK\",pool=\"treatment\"}"), 0);
+}
+
 }  // namespace
 }  // namespace pdq::testing
