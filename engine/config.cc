@@ -1,7 +1,40 @@
 // FLOP and parameter counts of a model shape.
 #include "engine/config.h"
 
+#include <cmath>
+
 namespace pdq {
+namespace {
+
+constexpr Architecture kArchitectures[] = {
+    {.name = "llama", .rope_style = RopeStyle::kInterleaved},
+    {.name = "qwen2", .qkv_bias = true},
+    {.name = "phi3", .fused_qkv = true, .fused_gate_up = true},
+    {.name = "gemma", .activation = Activation::kGeluTanh, .scale_embedding = true},
+};
+
+}  // namespace
+
+const Architecture* FindArchitecture(std::string_view name) {
+  for (const Architecture& a : kArchitectures) {
+    if (name == a.name) return &a;
+  }
+  return nullptr;
+}
+
+std::string SupportedArchitectures() {
+  std::string s;
+  for (const Architecture& a : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(a.name);
+  return s;
+}
+
+void ModelConfig::ApplyArchitecture(const Architecture& a) {
+  arch = a.name;
+  rope_style = a.rope_style;
+  qkv_bias = a.qkv_bias;
+  activation = a.activation;
+  embedding_scale = a.scale_embedding ? std::sqrt((float)d_model) : 1.0f;
+}
 
 int64_t ModelConfig::layer_matmul_params() const {
   const int64_t per_layer = (int64_t)d_model * (q_dim() + 2 * kv_dim()) +

@@ -134,7 +134,7 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
     tables[i] = *kv.BlockTable(b.seq);
     for (size_t t = 0; t < b.tokens.size(); ++t, ++row) {
       const fp16_t* src = m.embedding_.data() + (int64_t)b.tokens[t] * d;
-      for (int64_t j = 0; j < d; ++j) w.x[row * d + j] = Fp16ToFp32(src[j]);
+      for (int64_t j = 0; j < d; ++j) w.x[row * d + j] = Fp16ToFp32(src[j]) * c.embedding_scale;
       w.positions[row] = (int32_t)(start[run[i]] + (int64_t)t);
     }
   }
@@ -165,7 +165,11 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
     RmsNorm(cpu_, w.x.data(), L.ffn_norm.data(), total, d, c.norm_eps, w.h.data());
     if (observer_) observer_(absl::StrCat("blk.", li, ".gate_up"), w.h.data(), total, d);
     L.gate_up->Forward(cpu_, w.h.data(), total, d, w.gate_up.data(), 2 * f);
-    SiluMul(cpu_, w.gate_up.data(), total, f, w.act.data());
+    if (c.activation == Activation::kGeluTanh) {
+      GeluMul(cpu_, w.gate_up.data(), total, f, w.act.data());
+    } else {
+      SiluMul(cpu_, w.gate_up.data(), total, f, w.act.data());
+    }
     if (observer_) observer_(absl::StrCat("blk.", li, ".down"), w.act.data(), total, f);
     L.down->Forward(cpu_, w.act.data(), total, f, w.tmp.data(), d);
     for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];

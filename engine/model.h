@@ -1,4 +1,4 @@
-// A loaded Llama-family model (llama, qwen2): configuration, one weight set
+// A loaded Llama-family model (see engine/config.h): configuration, one weight set
 // at one precision, and its tokenizer. Immutable once loaded, so any number
 // of threads share it; per-call state (workspace, scratch, the calibration
 // observer) lives in a Context (engine/context.h), and threads come from the

@@ -61,7 +61,13 @@ absl::StatusOr<double> OptionalFloat(const GgufFile& f, const std::string& key, 
 
 // Checks that every tensor the model needs is present with the right shape,
 // before any weight memory is allocated.
-absl::Status CheckTensors(const GgufFile& f, const ModelConfig& c) {
+// Whether layer tensors come as one attn_qkv (Phi-3 files have it; a phi3
+// file with attn_q/k/v is read as such, as llama.cpp does).
+bool FusedQkv(const GgufFile& f, const Architecture& a) {
+  return a.fused_qkv && f.FindTensor("blk.0.attn_qkv.weight") != nullptr;
+}
+
+absl::Status CheckTensors(const GgufFile& f, const ModelConfig& c, const Architecture& a) {
   const int64_t d = c.d_model;
   std::vector<std::pair<std::string, std::vector<int64_t>>> want = {
       {"token_embd.weight", {d, c.vocab_size}}, {"output_norm.weight", {d}}};
@@ -70,12 +76,20 @@ absl::Status CheckTensors(const GgufFile& f, const ModelConfig& c) {
     const std::string p = absl::StrCat("blk.", i, ".");
     want.push_back({p + "attn_norm.weight", {d}});
     want.push_back({p + "ffn_norm.weight", {d}});
-    want.push_back({p + "attn_q.weight", {d, c.q_dim()}});
-    want.push_back({p + "attn_k.weight", {d, c.kv_dim()}});
-    want.push_back({p + "attn_v.weight", {d, c.kv_dim()}});
+    if (FusedQkv(f, a)) {
+      want.push_back({p + "attn_qkv.weight", {d, c.q_dim() + 2 * c.kv_dim()}});
+    } else {
+      want.push_back({p + "attn_q.weight", {d, c.q_dim()}});
+      want.push_back({p + "attn_k.weight", {d, c.kv_dim()}});
+      want.push_back({p + "attn_v.weight", {d, c.kv_dim()}});
+    }
     want.push_back({p + "attn_output.weight", {c.q_dim(), d}});
-    want.push_back({p + "ffn_gate.weight", {d, c.ffn_dim}});
-    want.push_back({p + "ffn_up.weight", {d, c.ffn_dim}});
+    if (a.fused_gate_up) {
+      want.push_back({p + "ffn_up.weight", {d, 2 * c.ffn_dim}});
+    } else {
+      want.push_back({p + "ffn_gate.weight", {d, c.ffn_dim}});
+      want.push_back({p + "ffn_up.weight", {d, c.ffn_dim}});
+    }
     want.push_back({p + "ffn_down.weight", {c.ffn_dim, d}});
     if (c.qkv_bias) {
       want.push_back({p + "attn_q.bias", {c.q_dim()}});
@@ -106,9 +120,10 @@ absl::Status CheckTensors(const GgufFile& f, const ModelConfig& c) {
 absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   ModelConfig c;
   PDQ_ASSIGN_OR_RETURN(c.arch, f.GetString("general.architecture"));
-  if (c.arch != "llama" && c.arch != "qwen2") {
+  const Architecture* arch = FindArchitecture(c.arch);
+  if (arch == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
-        "architecture '", c.arch, "' is not supported (pdq runs llama and qwen2)"));
+        "architecture '", c.arch, "' is not supported (pdq runs ", SupportedArchitectures(), ")"));
   }
   c.name = f.GetString("general.name").value_or(c.arch);
   const std::string a = c.arch + ".";
@@ -161,8 +176,13 @@ absl::StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   } else if (scaling != "none") {
     return absl::UnimplementedError(absl::StrCat("rope scaling '", scaling, "' is not supported"));
   }
-  c.rope_style = c.arch == "qwen2" ? RopeStyle::kHalfSplit : RopeStyle::kInterleaved;
-  c.qkv_bias = c.arch == "qwen2";
+  // A sliding attention window (Phi-3's key) pdq does not apply: contexts
+  // are capped at the window, where attending to everything is the same.
+  if (f.Has(a + "attention.sliding_window")) {
+    PDQ_ASSIGN_OR_RETURN(int64_t window, f.GetInt(a + "attention.sliding_window"));
+    if (window > 0 && window < c.max_context) c.max_context = (int)window;
+  }
+  c.ApplyArchitecture(*arch);
   c.tied_output = f.FindTensor("output.weight") == nullptr;
   return c;
 }
@@ -263,7 +283,9 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
   PDQ_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*file));
   ModelConfig& c = m->config_;
   c.vocab_size = m->tokenizer_->vocab_size();
-  if (absl::Status s = CheckTensors(*file, c); !s.ok()) {
+  const Architecture& arch = *FindArchitecture(c.arch);
+  const bool fused_qkv = FusedQkv(*file, arch);
+  if (absl::Status s = CheckTensors(*file, c, arch); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("'", path, "': ", s.message()));
   }
   PDQ_RETURN_IF_ERROR(AllocateLayers(*m, options));
@@ -286,6 +308,11 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
   if (const GgufTensor* rf = file->FindTensor("rope_freqs.weight"); rf != nullptr) {
     return absl::UnimplementedError("per-dimension rope frequency factors are not supported yet");
   }
+  if (file->FindTensor("rope_factors_long.weight") != nullptr ||
+      file->FindTensor("rope_factors_short.weight") != nullptr) {
+    return absl::UnimplementedError(
+        "LongRoPE (rope_factors_long/short, Phi-3's 128k-context variants) is not supported");
+  }
 
   // Layers dequantize in parallel; each thread owns whole layers.
   std::vector<absl::Status> status(c.num_layers);
@@ -301,15 +328,24 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
           LinearWeights* dst;
           int64_t row0, rows, in;
         };
-        const Part parts[] = {
-            {"attn_q", l.qkv.get(), 0, c.q_dim(), d},
-            {"attn_k", l.qkv.get(), c.q_dim(), c.kv_dim(), d},
-            {"attn_v", l.qkv.get(), c.q_dim() + c.kv_dim(), c.kv_dim(), d},
-            {"attn_output", l.out.get(), 0, d, c.q_dim()},
-            {"ffn_gate", l.gate_up.get(), 0, c.ffn_dim, d},
-            {"ffn_up", l.gate_up.get(), c.ffn_dim, c.ffn_dim, d},
-            {"ffn_down", l.down.get(), 0, d, c.ffn_dim},
-        };
+        // Our qkv holds the q, k, v rows and gate_up the gate, then the up
+        // rows: a fused tensor (Phi-3) is already laid out that way.
+        std::vector<Part> parts;
+        if (fused_qkv) {
+          parts.push_back({"attn_qkv", l.qkv.get(), 0, c.q_dim() + 2 * c.kv_dim(), d});
+        } else {
+          parts.push_back({"attn_q", l.qkv.get(), 0, c.q_dim(), d});
+          parts.push_back({"attn_k", l.qkv.get(), c.q_dim(), c.kv_dim(), d});
+          parts.push_back({"attn_v", l.qkv.get(), c.q_dim() + c.kv_dim(), c.kv_dim(), d});
+        }
+        parts.push_back({"attn_output", l.out.get(), 0, d, c.q_dim()});
+        if (arch.fused_gate_up) {
+          parts.push_back({"ffn_up", l.gate_up.get(), 0, 2 * c.ffn_dim, d});
+        } else {
+          parts.push_back({"ffn_gate", l.gate_up.get(), 0, c.ffn_dim, d});
+          parts.push_back({"ffn_up", l.gate_up.get(), c.ffn_dim, c.ffn_dim, d});
+        }
+        parts.push_back({"ffn_down", l.down.get(), 0, d, c.ffn_dim});
         for (const Part& part : parts) {
           if (!skip_weights) {
             PDQ_ASSIGN_OR_RETURN(auto w, ReadTensor(*file, p + part.name + ".weight",

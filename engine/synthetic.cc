@@ -19,6 +19,9 @@ struct Shape {
 constexpr Shape kShapes[] = {
     {"tiny", "llama", 2, 64, 4, 2, 16, 128, 384, 512, 10000.0f},
     {"tiny-qwen2", "qwen2", 2, 64, 4, 2, 16, 128, 384, 512, 10000.0f},
+    {"tiny-phi3", "phi3", 2, 64, 4, 4, 16, 128, 384, 512, 10000.0f},
+    // Gemma's heads are wider than d_model / heads, with one KV head.
+    {"tiny-gemma", "gemma", 2, 64, 4, 1, 32, 128, 384, 512, 10000.0f},
     {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f},
     {"smollm2-360m", "llama", 32, 960, 15, 5, 64, 2560, 49152, 8192, 100000.0f},
     {"llama-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 8192, 500000.0f},
@@ -62,7 +65,6 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const std::string& name) {
     names.push_back(s.name);
     if (name != s.name) continue;
     ModelConfig c;
-    c.arch = s.arch;
     c.name = absl::StrCat("synthetic:", s.name);
     c.num_layers = s.layers;
     c.d_model = s.d_model;
@@ -73,8 +75,7 @@ absl::StatusOr<ModelConfig> SyntheticConfig(const std::string& name) {
     c.vocab_size = s.vocab;
     c.max_context = s.context;
     c.rope_base = s.rope_base;
-    c.rope_style = c.arch == "qwen2" ? RopeStyle::kHalfSplit : RopeStyle::kInterleaved;
-    c.qkv_bias = c.arch == "qwen2";
+    c.ApplyArchitecture(*FindArchitecture(s.arch));
     c.tied_output = true;
     return c;
   }

@@ -150,6 +150,9 @@ void RmsNorm(const CpuContext& ctx, const float* x, const float* weight, int64_t
 
 // gate_up rows hold [gate (f) | up (f)]; out[i][j] = silu(gate) * up.
 void SiluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, float* out);
+// The same with GELU's tanh approximation, gelu(g) = g/2 (1 + tanh(sqrt(2/pi)
+// (g + 0.044715 g^3))): GeGLU (Gemma).
+void GeluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, float* out);
 
 // Rotary position embedding, in place, on `heads` heads of head_dim per row.
 // Rows are `stride` floats apart. inv_freq has head_dim/2 entries.

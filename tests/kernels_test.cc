@@ -167,7 +167,7 @@ TEST(KernelsTest, GemmF16ThreadedEqualsSingleThreaded) {
   EXPECT_EQ(a, b);
 }
 
-TEST(KernelsTest, RmsNormAndSiluMatchReference) {
+TEST(KernelsTest, RmsNormSiluAndGeluMatchReference) {
   SKIP_WITHOUT_FAST_PATHS();
   std::mt19937 rng(4);
   for (const KernelTable* kt : FastTables()) {
@@ -181,8 +181,24 @@ TEST(KernelsTest, RmsNormAndSiluMatchReference) {
       cpu::kScalarKernels.silu_mul_row(x.data(), up.data(), d, want.data());
       kt->silu_mul_row(x.data(), up.data(), d, got.data());
       for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::abs(want[i])));
+      if (d > 1) x[1] = 100.0f;
+      cpu::kScalarKernels.gelu_mul_row(x.data(), up.data(), d, want.data());
+      kt->gelu_mul_row(x.data(), up.data(), d, got.data());
+      for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::abs(want[i])));
     }
   }
+}
+
+TEST(KernelsTest, GeluIsTheTanhApproximation) {
+  // gelu_tanh(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), evaluated
+  // in double precision for these points.
+  const float g[] = {-3.0f, -1.0f, 0.0f, 0.5f, 1.0f, 2.0f};
+  const float want[] = {-0.0036373921f, -0.1588080094f, 0.0f,
+                        0.3457140098f,  0.8411919906f,  1.9545976941f};
+  const float up[] = {1, 1, 1, 1, 1, 2};
+  float got[6];
+  cpu::kScalarKernels.gelu_mul_row(g, up, 6, got);
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(got[i], want[i] * up[i], 1e-6f) << g[i];
 }
 
 TEST(KernelsTest, ToF16MatchesScalarRoundingExactly) {

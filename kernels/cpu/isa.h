@@ -35,6 +35,7 @@ struct KernelTable {
                            float* sum);
   void (*rms_norm_row)(const float* x, const float* weight, int64_t d, float eps, float* out);
   void (*silu_mul_row)(const float* gate, const float* up, int64_t f, float* out);
+  void (*gelu_mul_row)(const float* gate, const float* up, int64_t f, float* out);
   // Query rows [0, rows) of one sequence, row r at position n_pos - 1 + r
   // (it sees positions [0, n_pos + r)), times the `group` query heads that
   // share kv head `kv_head` (contiguous in each q and out row; rows q_stride

@@ -147,6 +147,15 @@ void SiluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, 
   });
 }
 
+void GeluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, float* out) {
+  const auto& kt = cpu::ActiveKernels();
+  ForRows(ctx, m, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      kt.gelu_mul_row(gate_up + i * 2 * f, gate_up + i * 2 * f + f, f, out + i * f);
+    }
+  });
+}
+
 void Rope(const CpuContext& ctx, float* x, int64_t m, int64_t stride, int heads, int head_dim,
           const int32_t* positions, const float* inv_freq, RopeStyle style) {
   const int half = head_dim / 2;

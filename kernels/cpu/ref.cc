@@ -127,6 +127,15 @@ void SiluMulRowRef(const float* gate, const float* up, int64_t f, float* out) {
   for (int64_t i = 0; i < f; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+// In double: g/2 (1 + tanh(u)) cancels for g << 0.
+void GeluMulRowRef(const float* gate, const float* up, int64_t f, float* out) {
+  const double k = 0.7978845608028654;  // sqrt(2/pi)
+  for (int64_t i = 0; i < f; ++i) {
+    const double g = gate[i];
+    out[i] = (float)(0.5 * g * (1.0 + std::tanh(k * (g + 0.044715 * g * g * g))) * up[i]);
+  }
+}
+
 const fp16_t* KvRow(const fp16_t* base, const KvLayerView& layer, const int32_t* block_table,
                     int64_t pos, int kv_head) {
   const int64_t block = block_table[pos / layer.block_tokens];
@@ -176,7 +185,9 @@ void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
 }  // namespace
 
 const KernelTable kScalarKernels = {
-    "scalar", GemmF16PanelsRef, GemmW4PanelsRef, GemmW4PanelsF32Ref, GemmI8PanelsRef, QuantizeRowI8Ref, QuantizeRowI16Ref, RmsNormRowRef, SiluMulRowRef, AttendRef, ToF16Ref,
+    "scalar",        GemmF16PanelsRef, GemmW4PanelsRef,   GemmW4PanelsF32Ref,
+    GemmI8PanelsRef, QuantizeRowI8Ref, QuantizeRowI16Ref, RmsNormRowRef,
+    SiluMulRowRef,   GeluMulRowRef,    AttendRef,         ToF16Ref,
 };
 
 }  // namespace pdq::cpu
