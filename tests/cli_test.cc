@@ -48,8 +48,8 @@ nlohmann::json LastJson(const std::string& out) {
 
 TEST(CliTest, EveryCommandHasHelp) {
   for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help",
-                          "drift --help", "quantize --help", "up --help", "client --help",
-                          "bench --help", "status --help", "plan --help"}) {
+                          "drift --help", "code-eval --help", "quantize --help", "up --help",
+                          "client --help", "bench --help", "status --help", "plan --help"}) {
     Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
@@ -239,6 +239,55 @@ TEST(CliTest, DriftJsonReportsEveryPosition) {
   r = RunPdq("drift --model synthetic:tiny --prompts /nonexistent/prompts.txt");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("/nonexistent/prompts.txt"), std::string::npos) << r.out;
+}
+
+// pdq code-eval runs the canonical solutions through the sandbox first, then
+// scores and completes with the model; a missing or malformed problems file
+// is a clear error.
+TEST(CliTest, CodeEvalRunsTheHarnessAndTheModel) {
+  if (system("command -v python3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  const std::string path = ::testing::TempDir() + "/problems.jsonl";
+  std::ofstream(path)
+      << R"({"task_id": "T/0", "prompt": "def add(a, b):\n", "canonical_solution": )"
+      << R"("    return a + b\n", "test": "def check(f):\n    assert f(1, 2) == 3\n", )"
+      << R"("entry_point": "add"})"
+      << "\n"
+      << R"({"task_id": "T/1", "prompt": "def one():\n", "canonical_solution": )"
+      << R"("    return 1\n", "test": "def check(f):\n    assert f() == 1\n", )"
+      << R"("entry_point": "one"})"
+      << "\n";
+  const std::string completions = ::testing::TempDir() + "/completions.jsonl";
+  Result r = RunPdq("code-eval --model synthetic:tiny --problems " + path +
+                    " --prefill-precision w8a8 --decode-precision w4a16 --kl-reference fp16"
+                    " --max-tokens 8 --completions " +
+                    completions + " --json");
+  if (r.out.find("network namespace") != std::string::npos) GTEST_SKIP() << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = LastJson(r.out);
+  EXPECT_EQ(j["problems"], 2);
+  EXPECT_EQ(j["canonical_passed"], 2) << r.out;
+  EXPECT_GT(j["solution_tokens"].get<int>(), 4);
+  EXPECT_GT(j["solution_ppl"].get<double>(), 1.0);
+  EXPECT_GE(j["kl_mean"].get<double>(), 0.0);
+  ASSERT_EQ(j["per_problem"].size(), 2u);
+  EXPECT_EQ(j["per_problem"][1]["task_id"], "T/1");
+  // Random weights write no working code.
+  EXPECT_EQ(j["passed"], 0);
+  std::ifstream in(completions);
+  int lines = 0;
+  for (std::string line; std::getline(in, line);) {
+    EXPECT_TRUE(nlohmann::json::parse(line).contains("completion")) << line;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 2);
+
+  r = RunPdq("code-eval --model synthetic:tiny --problems /nonexistent.jsonl");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("make eval-texts"), std::string::npos) << r.out;
+  std::ofstream(path) << "{\"task_id\": 1}\n";
+  r = RunPdq("code-eval --model synthetic:tiny --problems " + path);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("line 1"), std::string::npos) << r.out;
 }
 
 // A scripted conversation: each turn's prompt holds the history, FP16's

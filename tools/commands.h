@@ -18,6 +18,7 @@ int GenerateCommand(int argc, char** argv);
 int PerplexityCommand(int argc, char** argv);
 int BenchEngineCommand(int argc, char** argv);
 int DriftCommand(int argc, char** argv);
+int CodeEvalCommand(int argc, char** argv);
 int QuantizeCommand(int argc, char** argv);
 int ClientCommand(int argc, char** argv);
 int UpCommand(int argc, char** argv);

