@@ -322,6 +322,11 @@ TEST_F(ServingTest, BadInputIsRefusedWithAMessageAndTheNextRequestSucceeds) {
   ExpectRecovered(split);
 }
 
+// A small worker's flags, in `pool`.
+std::vector<std::string> InPool(const char* pool) {
+  return {"--kv-tokens", "4096", "--skip-peaks", "--pool", pool};
+}
+
 // An A/B rollout: 90% to the pool "control", 10% to "treatment", sticky per
 // client id; every request says which pool served it, the router's and the
 // workers' metrics count it under that pool, and when an arm loses its last
@@ -330,14 +335,8 @@ TEST_F(ServingTest, AnAbSplitSendsEachPoolItsShareAndLabelsTheMetrics) {
   Cluster c;
   const Proc router = c.Router({"--split", "control=90,treatment=10", "--split-sticky"});
   ASSERT_TRUE(router.ok());
-  const std::vector<std::string> small = {"--kv-tokens", "4096", "--skip-peaks"};
-  auto with = [&](const char* pool) {
-    std::vector<std::string> a = small;
-    a.insert(a.end(), {"--pool", pool});
-    return a;
-  };
-  const Proc control = c.Worker(router.address, "both", "fp16", with("control"));
-  const Proc treatment = c.Worker(router.address, "both", "fp16", with("treatment"));
+  const Proc control = c.Worker(router.address, "both", "fp16", InPool("control"));
+  const Proc treatment = c.Worker(router.address, "both", "fp16", InPool("treatment"));
   ASSERT_TRUE(control.ok() && treatment.ok());
   auto stub = Client(router.address);
   ASSERT_TRUE(WaitForWorkers(*stub, 2));
@@ -416,14 +415,8 @@ TEST_F(ServingTest, AnArmWithoutAPrefillWorkerFallsBackWhole) {
   Cluster c;
   const Proc router = c.Router({"--split", "control=50,treatment=50"});
   ASSERT_TRUE(router.ok());
-  const std::vector<std::string> small = {"--kv-tokens", "4096", "--skip-peaks"};
-  auto with = [&](const char* pool) {
-    std::vector<std::string> a = small;
-    a.insert(a.end(), {"--pool", pool});
-    return a;
-  };
-  const Proc control = c.Worker(router.address, "both", "fp16", with("control"));
-  const Proc decode = c.Worker(router.address, "decode", "fp16", with("treatment"));
+  const Proc control = c.Worker(router.address, "both", "fp16", InPool("control"));
+  const Proc decode = c.Worker(router.address, "decode", "fp16", InPool("treatment"));
   ASSERT_TRUE(control.ok() && decode.ok());
   auto stub = Client(router.address);
   ASSERT_TRUE(WaitForWorkers(*stub, 2));
