@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/gguf_builder.h"
+#include "tests/spm_reference.h"
 
 namespace pdq {
 namespace {
@@ -125,8 +126,12 @@ Weights MakeWeights(const Family& f, int vocab, uint32_t seed) {
 }
 
 // Writes the GGUF file; `extra` adds keys or tensors for error cases.
+// With `sentencepiece`, the vocabulary is tests/spm_reference.h's
+// SentencePiece model (as Llama 2, Mistral, Phi-3 mini and Gemma ship)
+// instead of the byte-level one.
 std::string WriteGguf(const Family& f, const Weights& w, const std::string& name,
-                      const std::function<void(GgufBuilder&)>& extra = nullptr) {
+                      const std::function<void(GgufBuilder&)>& extra = nullptr,
+                      bool sentencepiece = false) {
   GgufBuilder b;
   const std::string a = f.arch + ".";
   b.AddString("general.architecture", f.arch);
@@ -142,15 +147,29 @@ std::string WriteGguf(const Family& f, const Weights& w, const std::string& name
   b.AddF32(a + "attention.layer_norm_rms_epsilon", kEps);
   if (f.sliding_window > 0) b.AddU32(a + "attention.sliding_window", f.sliding_window);
   const std::vector<std::string> vocab = Vocabulary();
-  b.AddString("tokenizer.ggml.model", "gpt2");
-  b.AddString("tokenizer.ggml.pre", "default");
-  b.AddStringArray("tokenizer.ggml.tokens", vocab);
-  std::vector<int32_t> types(vocab.size(), 1);
-  for (size_t i = 256; i < vocab.size(); ++i) types[i] = 3;
-  b.AddI32Array("tokenizer.ggml.token_type", types);
-  b.AddStringArray("tokenizer.ggml.merges", {});
-  b.AddU32("tokenizer.ggml.bos_token_id", 256);
-  b.AddU32("tokenizer.ggml.eos_token_id", 256);
+  if (sentencepiece) {
+    b.AddString("tokenizer.ggml.model", "llama");
+    b.AddStringArray(
+        "tokenizer.ggml.tokens",
+        std::vector<std::string>(std::begin(testing::kSpmPieces), std::end(testing::kSpmPieces)));
+    b.AddF32Array("tokenizer.ggml.scores", std::vector<float>(std::begin(testing::kSpmScores),
+                                                              std::end(testing::kSpmScores)));
+    b.AddI32Array("tokenizer.ggml.token_type", std::vector<int32_t>(std::begin(testing::kSpmTypes),
+                                                                    std::end(testing::kSpmTypes)));
+    b.AddU32("tokenizer.ggml.bos_token_id", testing::kSpmBos);
+    b.AddU32("tokenizer.ggml.eos_token_id", testing::kSpmEos);
+    b.AddBool("tokenizer.ggml.add_bos_token", true);
+  } else {
+    b.AddString("tokenizer.ggml.model", "gpt2");
+    b.AddString("tokenizer.ggml.pre", "default");
+    b.AddStringArray("tokenizer.ggml.tokens", vocab);
+    std::vector<int32_t> types(vocab.size(), 1);
+    for (size_t i = 256; i < vocab.size(); ++i) types[i] = 3;
+    b.AddI32Array("tokenizer.ggml.token_type", types);
+    b.AddStringArray("tokenizer.ggml.merges", {});
+    b.AddU32("tokenizer.ggml.bos_token_id", 256);
+    b.AddU32("tokenizer.ggml.eos_token_id", 256);
+  }
   if (extra) extra(b);
   for (const auto& [tensor, t] : w.t) {
     std::vector<uint64_t> dims = {(uint64_t)t.in};
@@ -446,6 +465,36 @@ INSTANTIATE_TEST_SUITE_P(Families, ArchitectureTest, ::testing::ValuesIn(Familie
                            return f.arch +
                                   (f.arch == "phi3" && !f.fused_qkv ? "_separate_qkv" : "");
                          });
+
+// A family's GGUF with a SentencePiece vocabulary (as real Gemma and Phi-3
+// mini files carry) loads whole: the tokenizer encodes as sentencepiece
+// does, and the forward pass still matches the reference.
+TEST(ArchitectureSentencePieceTest, GemmaWithASentencePieceVocabulary) {
+  const Family gemma = Families().back();
+  ASSERT_EQ(gemma.arch, "gemma");
+  const int vocab = (int)std::size(testing::kSpmPieces);
+  const Weights w = MakeWeights(gemma, vocab, 3);
+  const std::string path = WriteGguf(gemma, w, "spm", nullptr, /*sentencepiece=*/true);
+  ThreadPool pool(2);
+  auto model = Model::Load(path, LoadOptions{}, CpuContext{&pool});
+  std::remove(path.c_str());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Tokenizer& tok = (*model)->tokenizer();
+  EXPECT_EQ(tok.vocab_size(), vocab);
+  std::vector<int32_t> prompt = {testing::kSpmBos};
+  prompt.insert(prompt.end(), testing::kSpmCases[1].ids.begin(), testing::kSpmCases[1].ids.end());
+  ASSERT_EQ(tok.Encode(testing::kSpmCases[1].text, tok.add_bos(), false), prompt);
+  const std::vector<Vec> want = Reference(gemma, w, prompt, vocab);
+  Context ctx(**model, CpuContext{&pool});
+  auto kv = (*model)->NewKvCache(64);
+  ASSERT_TRUE(kv.ok());
+  BatchEntry e{(*kv)->AddSequence(), prompt, (int64_t)prompt.size()};
+  Logits got;
+  ASSERT_TRUE(ctx.ForwardAll(**kv, {&e, 1}, &got).ok());
+  for (size_t t = 0; t < prompt.size(); ++t) {
+    EXPECT_LT(RelativeError(got.Row(0, t), want[t]), kTolerance) << "position " << t;
+  }
+}
 
 // ---- What is refused, and how ---------------------------------------------
 

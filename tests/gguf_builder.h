@@ -44,6 +44,13 @@ class GgufBuilder {
     for (int32_t v : values) Pod(kv_, v);
     ++kv_count_;
   }
+  void AddF32Array(const std::string& key, const std::vector<float>& values) {
+    Key(key, 9);
+    Pod(kv_, (uint32_t)6);
+    Pod(kv_, (uint64_t)values.size());
+    for (float v : values) Pod(kv_, v);
+    ++kv_count_;
+  }
   // `data` holds the tensor's bytes in its ggml type; dims[0] is contiguous.
   void AddTensor(const std::string& name, uint32_t type, const std::vector<uint64_t>& dims,
                  const std::string& data) {

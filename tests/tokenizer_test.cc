@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "gtest/gtest.h"
 #include "tests/gguf_builder.h"
+#include "tests/spm_reference.h"
 #include "tests/test_paths.h"
 
 namespace pdq {
@@ -252,6 +253,26 @@ TEST(TokenizerTest, RendersChatFormats) {
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
 
+  // Gemma: "model" turns, trimmed contents, no system turn (it opens the
+  // first user turn).
+  TokenizerSpec gemma = ByteSpec();
+  gemma.chat_template =
+      "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}";
+  const std::vector<ChatMessage> dialogue = {
+      {"system", "Be brief."}, {"user", " Hi \n"}, {"assistant", "Hello."}, {"user", "Bye"}};
+  EXPECT_EQ(*Build(gemma)->ApplyChatTemplate(dialogue, true),
+            "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+            "<start_of_turn>model\nHello.<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  // Phi-3: a tag per role, each turn closed by <|end|>.
+  TokenizerSpec phi3 = ByteSpec();
+  phi3.chat_template =
+      "{% if message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
+      "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + "
+      "'<|end|>\\n'}}{% endif %}";
+  EXPECT_EQ(*Build(phi3)->ApplyChatTemplate(two, true),
+            "<|system|>\nBe brief.<|end|>\n<|user|>\n Hi \n<|end|>\n<|assistant|>\n");
+
   TokenizerSpec other = ByteSpec();
   other.chat_template = "{{ bos_token }}[INST] {{ message }} [/INST]";
   EXPECT_EQ(Build(other)->ApplyChatTemplate(chat, true).status().code(),
@@ -286,14 +307,89 @@ TEST(TokenizerTest, ReadsGgufMetadata) {
   EXPECT_EQ((*tok)->TokenId("ab"), 256);
   EXPECT_EQ((*tok)->Encode("ab<|im_end|>", false, true), (std::vector<int32_t>{256, 257}));
 
-  testing::GgufBuilder spm;
-  spm.AddString("tokenizer.ggml.model", "llama");
-  spm.AddStringArray("tokenizer.ggml.tokens", tokens);
-  auto spm_file = GgufFile::FromBuffer(spm.Build());
-  ASSERT_TRUE(spm_file.ok());
-  auto bad = Tokenizer::FromGguf(**spm_file);
+  testing::GgufBuilder bert;
+  bert.AddString("tokenizer.ggml.model", "bert");
+  bert.AddStringArray("tokenizer.ggml.tokens", tokens);
+  auto bert_file = GgufFile::FromBuffer(bert.Build());
+  ASSERT_TRUE(bert_file.ok());
+  auto bad = Tokenizer::FromGguf(**bert_file);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(bad.status(), "unsupported tokenizer model llama")) << bad.status();
+  EXPECT_TRUE(Contains(bad.status(), "unsupported tokenizer model 'bert'")) << bad.status();
+}
+
+// SentencePiece BPE against the sentencepiece library itself: a model it
+// trained (tests/reference/make_spm_reference.py), its vocabulary and
+// scores as GGUF stores them, and the ids it gives for each string.
+TokenizerSpec SpmSpec() {
+  TokenizerSpec spec;
+  spec.model = "llama";
+  for (size_t i = 0; i < std::size(testing::kSpmPieces); ++i) {
+    spec.tokens.push_back(testing::kSpmPieces[i]);
+    spec.scores.push_back(testing::kSpmScores[i]);
+    spec.types.push_back(static_cast<TokenType>(testing::kSpmTypes[i]));
+  }
+  spec.bos_id = testing::kSpmBos;
+  spec.eos_id = testing::kSpmEos;
+  return spec;
+}
+
+TEST(TokenizerTest, SentencePieceMatchesTheSentencepieceLibrary) {
+  auto tok = Build(SpmSpec());
+  for (const testing::SpmCase& c : testing::kSpmCases) {
+    EXPECT_EQ(tok->Encode(c.text, false, false), c.ids) << c.text;
+    // Decoding gives the text back, after the dummy-prefix space.
+    EXPECT_EQ(DecodeOrDie(*tok, c.ids), std::string(" ") + c.text) << c.text;
+  }
+  EXPECT_TRUE(tok->Encode("", false, false).empty());
+  EXPECT_EQ(tok->Encode("", true, false), (std::vector<int32_t>{testing::kSpmBos}));
+  // A control token in the text, with parse_special: the text after it gets
+  // its own leading space, as llama.cpp does.
+  const std::vector<int32_t> hello = tok->Encode("GNU", false, false);
+  std::vector<int32_t> want = {testing::kSpmBos};
+  want.insert(want.end(), hello.begin(), hello.end());
+  EXPECT_EQ(tok->Encode("<s>GNU", false, true), want);
+  // Without the dummy prefix no space is added.
+  TokenizerSpec bare = SpmSpec();
+  bare.add_space_prefix = false;
+  EXPECT_EQ(DecodeOrDie(*Build(bare), Build(bare)->Encode("GNU is", false, false)), "GNU is");
+  EXPECT_NE(Build(bare)->fingerprint(), tok->fingerprint());
+  TokenizerSpec rescored = SpmSpec();
+  std::swap(rescored.scores[300], rescored.scores[301]);
+  EXPECT_NE(Build(rescored)->fingerprint(), tok->fingerprint());
+}
+
+TEST(TokenizerTest, SentencePieceFromGguf) {
+  const TokenizerSpec spec = SpmSpec();
+  std::vector<int32_t> types;
+  for (TokenType t : spec.types) types.push_back(static_cast<int32_t>(t));
+  testing::GgufBuilder b;
+  b.AddString("tokenizer.ggml.model", "llama");
+  b.AddStringArray("tokenizer.ggml.tokens", spec.tokens);
+  b.AddF32Array("tokenizer.ggml.scores", spec.scores);
+  b.AddI32Array("tokenizer.ggml.token_type", types);
+  b.AddU32("tokenizer.ggml.bos_token_id", testing::kSpmBos);
+  b.AddU32("tokenizer.ggml.eos_token_id", testing::kSpmEos);
+  b.AddBool("tokenizer.ggml.add_bos_token", true);
+  auto file = GgufFile::FromBuffer(b.Build());
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto tok = Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_TRUE((*tok)->add_bos());
+  std::vector<int32_t> want = {testing::kSpmBos};
+  const std::vector<int32_t>& ids = testing::kSpmCases[0].ids;
+  want.insert(want.end(), ids.begin(), ids.end());
+  EXPECT_EQ((*tok)->Encode(testing::kSpmCases[0].text, true, false), want);
+
+  // Scores that do not match the vocabulary are refused.
+  TokenizerSpec short_scores = SpmSpec();
+  short_scores.scores.pop_back();
+  EXPECT_EQ(Tokenizer::FromSpec(short_scores).status().code(), absl::StatusCode::kInvalidArgument);
+  testing::GgufBuilder no_scores;
+  no_scores.AddString("tokenizer.ggml.model", "llama");
+  no_scores.AddStringArray("tokenizer.ggml.tokens", spec.tokens);
+  auto ns = GgufFile::FromBuffer(no_scores.Build());
+  ASSERT_TRUE(ns.ok());
+  EXPECT_FALSE(Tokenizer::FromGguf(**ns).ok());
 }
 
 struct ReferenceCase {

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/check.h"
 #include "common/hash.h"
 #include "gguf/gguf.h"
@@ -208,7 +209,7 @@ std::optional<PreTokenizerConfig> FindPreTokenizer(std::string_view name) {
   return std::nullopt;
 }
 
-enum class ChatFormat { kChatMl, kLlama3, kUnknown };
+enum class ChatFormat { kChatMl, kLlama3, kGemma, kPhi3, kUnknown };
 
 // The default system prompt a ChatML template inserts when the conversation
 // has none, e.g. SmolLM2's "You are a helpful AI assistant named SmolLM, ...".
@@ -287,6 +288,11 @@ struct Scratch {
 }  // namespace
 
 struct Tokenizer::Impl {
+  bool spm = false;  // SentencePiece BPE (TokenizerSpec::model "llama")
+  std::vector<float> scores;
+  bool add_space_prefix = true;
+  std::array<int32_t, 256> spm_byte_id{};  // <0xXX> tokens
+  int32_t unk_id = -1;
   std::vector<std::string> token_bytes;
   absl::flat_hash_map<std::string, int32_t> token_to_id;
   absl::flat_hash_map<uint64_t, MergeTarget> merges;
@@ -313,7 +319,88 @@ struct Tokenizer::Impl {
   void SplitWithRegex(std::string_view text, Scratch& s, std::vector<int32_t>* out) const;
   void EncodePiece(std::string_view piece, Scratch& s, std::vector<int32_t>* out) const;
   void TryAddCandidate(int32_t left, Scratch& s) const;
+  void EncodeSpm(std::string_view text, bool space_prefix, std::vector<int32_t>* out) const;
 };
+
+// SentencePiece BPE, as llama.cpp and sentencepiece do it: spaces become
+// U+2581 (with one more in front when asked), the text starts as one symbol
+// per UTF-8 character, and the adjacent pair whose concatenation is the
+// highest-scoring token merges first (ties: leftmost), until none is a
+// token. Every merged symbol is a token; a single character that is not
+// falls back to byte tokens (<0xXX>), or <unk> without them.
+void Tokenizer::Impl::EncodeSpm(std::string_view text, bool space_prefix,
+                                std::vector<int32_t>* out) const {
+  static constexpr std::string_view kSpace = "\xe2\x96\x81";  // U+2581
+  std::string s;
+  if (space_prefix) s = kSpace;
+  for (char ch : text) {
+    if (ch == ' ') {
+      s += kSpace;
+    } else {
+      s.push_back(ch);
+    }
+  }
+  struct Sym {
+    size_t start, len;
+    int prev, next;
+  };
+  std::vector<Sym> syms;
+  for (size_t i = 0; i < s.size();) {
+    size_t len;
+    if (ScanUtf8(s, i, &len) != Utf8Scan::kComplete) len = 1;
+    syms.push_back({i, len, (int)syms.size() - 1, -1});
+    if (syms.size() > 1) syms[syms.size() - 2].next = (int)syms.size() - 1;
+    i += len;
+  }
+  struct Bigram {
+    float score;
+    int left, right;
+    size_t len;
+    bool operator<(const Bigram& o) const {  // the heap's top: best score, then leftmost
+      return score != o.score ? score < o.score : left > o.left;
+    }
+  };
+  std::vector<Bigram> heap;
+  auto try_add = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    const std::string_view joined(s.data() + syms[left].start, syms[left].len + syms[right].len);
+    const auto it = token_to_id.find(AsAbsl(joined));
+    if (it == token_to_id.end()) return;
+    heap.push_back({scores[it->second], left, right, joined.size()});
+    std::push_heap(heap.begin(), heap.end());
+  };
+  for (int i = 1; i < (int)syms.size(); ++i) try_add(i - 1, i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end());
+    const Bigram b = heap.back();
+    heap.pop_back();
+    Sym& l = syms[b.left];
+    Sym& r = syms[b.right];
+    // Stale when either side has merged since it was queued.
+    if (l.len == 0 || r.len == 0 || l.len + r.len != b.len || l.next != b.right) continue;
+    l.len += r.len;
+    r.len = 0;
+    l.next = r.next;
+    if (r.next >= 0) syms[r.next].prev = b.left;
+    try_add(l.prev, b.left);
+    try_add(b.left, l.next);
+  }
+  for (int i = syms.empty() ? -1 : 0; i >= 0; i = syms[i].next) {
+    const std::string_view piece(s.data() + syms[i].start, syms[i].len);
+    if (const auto it = token_to_id.find(AsAbsl(piece)); it != token_to_id.end()) {
+      out->push_back(it->second);
+      continue;
+    }
+    for (char ch : piece) {
+      const int32_t id = spm_byte_id[static_cast<uint8_t>(ch)];
+      if (id >= 0) {
+        out->push_back(id);
+      } else if (unk_id >= 0) {
+        out->push_back(unk_id);
+      }
+    }
+  }
+}
 
 void Tokenizer::Impl::EncodeOrdinary(std::string_view text, Scratch& s,
                                      std::vector<int32_t>* out) const {
@@ -435,6 +522,11 @@ uint64_t SpecFingerprint(const TokenizerSpec& spec) {
   for (const std::string& m : spec.merges) h = Hash64(m, h);
   const int32_t ids[] = {spec.bos_id, spec.eos_id, spec.add_bos ? 1 : 0};
   h = Hash64(ids, sizeof(ids), h);
+  if (spec.model != "gpt2") {  // (so byte-level BPE fingerprints stay as they were)
+    h = Hash64(spec.model, h);
+    h = Hash64(spec.scores.data(), spec.scores.size() * sizeof(float), h);
+    h = Hash64(std::string_view(spec.add_space_prefix ? "prefix" : ""), h);
+  }
   return Hash64(spec.eog_ids.data(), spec.eog_ids.size() * sizeof(int32_t), h);
 }
 }  // namespace
@@ -465,15 +557,30 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
   for (int32_t id : spec.eog_ids) {
     PDQ_RETURN_IF_ERROR(check_id(id, "end-of-generation"));
   }
-  const std::optional<PreTokenizerConfig> pre = FindPreTokenizer(spec.pre);
+  if (spec.model != "gpt2" && spec.model != "llama") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported tokenizer model '", spec.model,
+                     "' (pdq supports byte-level BPE 'gpt2' and SentencePiece BPE 'llama')"));
+  }
+  const bool spm = spec.model == "llama";
+  if (spm && spec.scores.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "SentencePiece tokenizer has ", spec.scores.size(), " scores for ", n, " tokens"));
+  }
+  // SentencePiece has no pre-tokenizer; the regexes are never used.
+  const std::optional<PreTokenizerConfig> pre = FindPreTokenizer(spm ? "default" : spec.pre);
   if (!pre) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown pre-tokenizer '", spec.pre, "' (pdq supports gpt2, smollm, llama-bpe, qwen2)"));
   }
 
   auto impl = std::make_unique<Impl>();
-  impl->pre = *pre;
   impl->fingerprint = SpecFingerprint(spec);
+  impl->spm = spm;
+  impl->scores = std::move(spec.scores);
+  impl->add_space_prefix = spec.add_space_prefix;
+  impl->spm_byte_id.fill(kNoToken);
+  impl->pre = *pre;
   PDQ_ASSIGN_OR_RETURN(Regex main_regex, Regex::Compile(WithUnicodeWhiteSpace(pre->pattern)));
   impl->main_regex.emplace(std::move(main_regex));
   if (pre->split_digits) {
@@ -510,6 +617,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
         return absl::ascii_isdigit(c) ? c - '0' : absl::ascii_tolower(c) - 'a' + 10;
       };
       bytes.push_back(static_cast<char>(hex(text[3]) * 16 + hex(text[4])));
+      impl->spm_byte_id[static_cast<uint8_t>(bytes[0])] = id;
+      continue;
+    }
+    if (spm) {
+      // U+2581 stands for a space.
+      bytes = absl::StrReplaceAll(text, {{"\xe2\x96\x81", " "}});
+      if (type == TokenType::kUnknown && impl->unk_id < 0) impl->unk_id = id;
       continue;
     }
     // Undo bytes_to_unicode; a character outside that image is kept as is.
@@ -589,6 +703,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
   } else if (tmpl.find("<|start_header_id|>") != std::string::npos) {
     impl->chat_format = ChatFormat::kLlama3;
     impl->trim_content = tmpl.find("| trim") != std::string::npos;
+  } else if (tmpl.find("<start_of_turn>") != std::string::npos) {
+    impl->chat_format = ChatFormat::kGemma;
+  } else if (tmpl.find("<|user|>") != std::string::npos &&
+             tmpl.find("<|assistant|>") != std::string::npos) {
+    impl->chat_format = ChatFormat::kPhi3;
   } else {
     impl->chat_format = ChatFormat::kUnknown;
   }
@@ -596,12 +715,13 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& file) {
-  PDQ_ASSIGN_OR_RETURN(std::string model, file.GetString("tokenizer.ggml.model"));
-  if (model != "gpt2") {
-    return absl::InvalidArgumentError(absl::StrCat("unsupported tokenizer model ", model,
-                                                   " (pdq supports byte-level BPE 'gpt2')"));
-  }
   TokenizerSpec spec;
+  PDQ_ASSIGN_OR_RETURN(spec.model, file.GetString("tokenizer.ggml.model"));
+  if (spec.model != "gpt2" && spec.model != "llama") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported tokenizer model '", spec.model,
+                     "' (pdq supports byte-level BPE 'gpt2' and SentencePiece BPE 'llama')"));
+  }
   PDQ_ASSIGN_OR_RETURN(spec.tokens, file.GetStringArray("tokenizer.ggml.tokens"));
   if (file.Has("tokenizer.ggml.token_type")) {
     PDQ_ASSIGN_OR_RETURN(std::vector<int64_t> types, file.GetIntArray("tokenizer.ggml.token_type"));
@@ -614,7 +734,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
       spec.types.push_back(static_cast<TokenType>(types[i]));
     }
   }
-  PDQ_ASSIGN_OR_RETURN(spec.merges, file.GetStringArray("tokenizer.ggml.merges"));
+  if (spec.model == "gpt2") {
+    PDQ_ASSIGN_OR_RETURN(spec.merges, file.GetStringArray("tokenizer.ggml.merges"));
+  } else {
+    PDQ_ASSIGN_OR_RETURN(std::vector<double> scores, file.GetFloatArray("tokenizer.ggml.scores"));
+    spec.scores.assign(scores.begin(), scores.end());
+    if (file.Has("tokenizer.ggml.add_space_prefix")) {
+      PDQ_ASSIGN_OR_RETURN(spec.add_space_prefix, file.GetBool("tokenizer.ggml.add_space_prefix"));
+    }
+  }
   if (file.Has("tokenizer.ggml.pre")) {
     PDQ_ASSIGN_OR_RETURN(spec.pre, file.GetString("tokenizer.ggml.pre"));
   }
@@ -639,7 +767,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
   // Chat models end turns with these even when the metadata names only EOS.
   for (int32_t id = 0; id < vocab; ++id) {
     const std::string& t = spec.tokens[id];
-    if (t == "<|im_end|>" || t == "<|eot_id|>" || t == "<|endoftext|>" || t == "<end_of_turn>") {
+    if (t == "<|im_end|>" || t == "<|eot_id|>" || t == "<|endoftext|>" || t == "<end_of_turn>" ||
+        t == "<|end|>") {
       spec.eog_ids.push_back(id);
     }
   }
@@ -659,8 +788,17 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
   out.reserve(text.size() / 3 + 2);
   if (add_bos && m.bos_id >= 0) out.push_back(m.bos_id);
   Scratch scratch;
+  // SentencePiece puts a space before the text and after each control
+  // token, as llama.cpp does.
+  bool after_special = true;
+  auto ordinary = [&](std::string_view part) {
+    if (!m.spm) return m.EncodeOrdinary(part, scratch, &out);
+    if (part.empty()) return;
+    m.EncodeSpm(part, m.add_space_prefix && after_special, &out);
+    after_special = false;
+  };
   if (!parse_special || !m.has_specials) {
-    m.EncodeOrdinary(text, scratch, &out);
+    ordinary(text);
     return out;
   }
   // Leftmost-longest special-token match, like HF's added-vocabulary split.
@@ -677,12 +815,13 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
       ++i;
       continue;
     }
-    m.EncodeOrdinary(text.substr(start, i - start), scratch, &out);
+    ordinary(text.substr(start, i - start));
     out.push_back(found);
+    after_special = true;
     i += m.token_bytes[found].size();
     start = i;
   }
-  m.EncodeOrdinary(text.substr(start), scratch, &out);
+  ordinary(text.substr(start));
   return out;
 }
 
@@ -726,11 +865,35 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
       }
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
       return out;
+    case ChatFormat::kGemma: {
+      // Gemma's turns, "model" for the assistant, contents trimmed; it has no
+      // system turn, so a system message opens the first user turn.
+      std::string system;
+      for (const ChatMessage& msg : messages) {
+        const absl::string_view content = absl::StripAsciiWhitespace(msg.content);
+        if (msg.role == "system") {
+          absl::StrAppend(&system, content, "\n\n");
+          continue;
+        }
+        absl::StrAppend(&out, "<start_of_turn>", msg.role == "assistant" ? "model" : msg.role, "\n",
+                        msg.role == "user" ? system : "", content, "<end_of_turn>\n");
+        if (msg.role == "user") system.clear();
+      }
+      if (add_generation_prompt) out += "<start_of_turn>model\n";
+      return out;
+    }
+    case ChatFormat::kPhi3:
+      for (const ChatMessage& msg : messages) {
+        absl::StrAppend(&out, "<|", msg.role, "|>\n", msg.content, "<|end|>\n");
+      }
+      if (add_generation_prompt) out += "<|assistant|>\n";
+      return out;
     case ChatFormat::kUnknown:
       break;
   }
   return absl::UnimplementedError(absl::StrCat(
-      "chat template not recognized (pdq renders ChatML and Llama 3 formats); template begins: ",
+      "chat template not recognized (pdq renders ChatML, Llama 3, Gemma and Phi-3 formats); "
+      "template begins: ",
       m.chat_template.substr(0, 80)));
 }
 

@@ -1,5 +1,7 @@
-// Byte-level BPE tokenizer (GPT-2 family: SmolLM2, Llama 3, Qwen2, ...) built
-// from a GGUF vocabulary, plus chat templating and UTF-8-safe streaming decode.
+// The tokenizers of GGUF models: byte-level BPE (GPT-2 family: SmolLM2,
+// Llama 3, Qwen2, ...) and SentencePiece BPE (Llama 2, Mistral 7B, Phi-3,
+// Gemma), built from a GGUF vocabulary, plus chat templating and UTF-8-safe
+// streaming decode.
 #pragma once
 
 #include <cstdint>
@@ -26,10 +28,16 @@ enum class TokenType : int32_t {
 };
 
 struct TokenizerSpec {
-  std::vector<std::string> tokens;  // GPT-2 byte-to-unicode encoded strings
+  // "gpt2": byte-level BPE, tokens are GPT-2 byte-to-unicode encoded strings
+  // merged by `merges`. "llama": SentencePiece BPE, tokens are text with
+  // U+2581 for spaces (and <0xXX> byte tokens), merged by `scores`.
+  std::string model = "gpt2";
+  std::vector<std::string> tokens;
   std::vector<TokenType> types;     // empty: all normal
-  std::vector<std::string> merges;  // "left right", highest priority first
-  std::string pre = "gpt2";         // pre-tokenizer: gpt2, smollm, llama-bpe, qwen2
+  std::vector<std::string> merges;  // gpt2: "left right", highest priority first
+  std::vector<float> scores;        // llama: per token; the higher merges first
+  bool add_space_prefix = true;     // llama: a space before the text (and after control tokens)
+  std::string pre = "gpt2";         // gpt2's pre-tokenizer: gpt2, smollm, llama-bpe, qwen2
   int32_t bos_id = -1;
   int32_t eos_id = -1;
   std::vector<int32_t> eog_ids;  // extra end-of-generation ids (e.g. <|im_end|>)
@@ -45,7 +53,8 @@ struct ChatMessage {
 class Tokenizer {
  public:
   // Reads tokenizer.ggml.* from the file. InvalidArgument when the model is
-  // not byte-level BPE or the pre-tokenizer is unknown.
+  // neither byte-level BPE ("gpt2") nor SentencePiece BPE ("llama"), or the
+  // pre-tokenizer is unknown.
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromGguf(const GgufFile& file);
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromSpec(TokenizerSpec spec);
   ~Tokenizer();
@@ -64,7 +73,7 @@ class Tokenizer {
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
 
   // Renders messages with the model's chat template (ChatML for SmolLM2 and
-  // Qwen2, the Llama 3 header format, ...). With add_generation_prompt the
+  // Qwen2, the Llama 3 header format, Gemma's turns, Phi-3's tags). With add_generation_prompt the
   // text ends where the assistant's reply begins.
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                 bool add_generation_prompt) const;
