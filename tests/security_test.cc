@@ -182,6 +182,25 @@ TEST_F(SecurityTest, AKeyedClientTrustingTheCaIsServedAcrossMutualTls) {
   ExpectAllFree(decode_, "decode worker");
 }
 
+// pdq eval blind-ab reaches a TLS router that wants a key (router=HOST:PORT
+// with the client flags every command shares), and fails clearly without.
+TEST_F(SecurityTest, TheBlindReviewReachesATlsRouterWithItsKey) {
+  const std::string prompts = dir_ + "/review-prompts.txt";
+  std::ofstream(prompts) << "Hello there\nName a colour\n";
+  const std::string pdq = std::string(PDQ_BIN_DIR) + "/pdq eval blind-ab --prompts " + prompts +
+                          " --a router=" + router_.address + " --b router=" + router_.address +
+                          " --max-tokens 4 --tls-ca " + pdq_.ca() + " --out " + dir_ + "/review";
+  ShellRun r = Shell(pdq + " --api-key " + pdq_.api_key());
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream answers(dir_ + "/review/answers.json");
+  const nlohmann::json j = nlohmann::json::parse(answers, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_EQ(j["answers"].size(), 2u);
+  r = Shell("env -u PDQ_API_KEY " + pdq);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("API key is required"), std::string::npos) << r.out;
+}
+
 TEST_F(SecurityTest, ClientsWithoutTheKeyOrWithAWrongOneAreRefused) {
   server::Dialing no_key = Keyed(), wrong_key = Keyed();
   no_key.api_key.clear();

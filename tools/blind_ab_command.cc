@@ -29,16 +29,20 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// The answers of one deployment ("router=HOST:PORT", or a `pdq up` config
-// that is started for the purpose and stopped after).
+// The answers of one deployment ("router=HOST:PORT", reached as `remote`
+// says, or a `pdq up` config that is started for the purpose, on loopback
+// without TLS, and stopped after).
 absl::StatusOr<std::vector<std::string>> Answers(const std::string& deployment,
                                                  const std::vector<std::string>& prompts,
                                                  int max_tokens, int concurrency,
-                                                 const std::string& dir) {
+                                                 const std::string& dir,
+                                                 const server::Dialing& remote) {
   LocalDeployment local;
   std::string address;
+  server::Dialing dialing;
   if (absl::StartsWith(deployment, "router=")) {
     address = deployment.substr(7);
+    dialing = remote;
   } else {
     absl::StatusOr<std::string> text = ReadTextFile(deployment, "the deployment config");
     if (!text.ok()) return text.status();
@@ -53,7 +57,7 @@ absl::StatusOr<std::vector<std::string>> Answers(const std::string& deployment,
     if (absl::Status s = local.Start(config, dir); !s.ok()) return s;
     address = local.address();
   }
-  auto stub = v1::Pdq::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub = v1::Pdq::NewStub(server::Dial(address, dialing));
   std::vector<std::string> answers(prompts.size());
   std::vector<grpc::Status> errors(prompts.size());
   std::atomic<size_t> next{0}, done{0};
@@ -206,7 +210,11 @@ int BlindAbCommand(int argc, char** argv) {
   flags.Int("max-tokens", &max_tokens, 1, 4096, "answer length at most");
   flags.Int("concurrency", &concurrency, 1, 256, "requests in flight per deployment");
   flags.Int("seed", &seed, 0, INT64_MAX, "seeds the order of each pair");
+  ConnectionFlags connection;  // for the router= forms
+  connection.Register(flags);
   if (int rc = ParseOrExit(flags, argc, argv, 3, "pdq eval blind-ab"); rc >= 0) return rc;
+  absl::StatusOr<server::Dialing> remote = connection.Dialing();
+  if (!remote.ok()) return Fail("eval blind-ab", remote.status());
   if (prompts_path.empty() || a.empty() || b.empty() || out.empty()) {
     return Fail("eval blind-ab",
                 absl::InvalidArgumentError("--prompts, --a, --b and --out are all required"));
@@ -226,10 +234,10 @@ int BlindAbCommand(int argc, char** argv) {
   if (ec) return Fail("eval blind-ab", absl::UnavailableError(absl::StrCat("cannot create ", out)));
   CatchInterrupts();
   absl::StatusOr<std::vector<std::string>> answers_a =
-      Answers(a, prompts, (int)max_tokens, (int)concurrency, out + "/deployment-a");
+      Answers(a, prompts, (int)max_tokens, (int)concurrency, out + "/deployment-a", *remote);
   if (!answers_a.ok()) return Fail("eval blind-ab", answers_a.status());
   absl::StatusOr<std::vector<std::string>> answers_b =
-      Answers(b, prompts, (int)max_tokens, (int)concurrency, out + "/deployment-b");
+      Answers(b, prompts, (int)max_tokens, (int)concurrency, out + "/deployment-b", *remote);
   if (!answers_b.ok()) return Fail("eval blind-ab", answers_b.status());
 
   std::mt19937_64 rng((uint64_t)seed);
