@@ -1,5 +1,6 @@
 #include "tools/local_run.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -27,19 +28,31 @@ void OnSignal(int) {
   if (child > 0) kill(child, SIGTERM);
 }
 
-pid_t Spawn(const std::vector<std::string>& args, const std::string& stdout_path, bool stderr_too) {
+}  // namespace
+
+std::string SelfPath() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+
+int Spawn(const std::vector<std::string>& args, const SpawnOptions& options) {
   const pid_t pid = fork();
   if (pid != 0) return pid;
-  // The child: default signal dispositions, stdout (and stderr) to the file,
-  // and SIGTERM when this process dies, however it dies: a deployment must
-  // not outlive the run that started it (`pdq up` stops its own on SIGTERM).
+  // The child: default signal dispositions and mask, the output files, the
+  // CPUs, and SIGTERM when the parent dies (`pdq up` stops its own on it).
   signal(SIGINT, SIG_DFL);
   signal(SIGTERM, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  pthread_sigmask(SIG_SETMASK, &none, nullptr);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() == 1) _exit(127);  // the parent died before the line above
-  if (!stdout_path.empty()) {
-    if (std::freopen(stdout_path.c_str(), "w", stdout) == nullptr) _exit(127);
-    if (stderr_too) dup2(fileno(stdout), fileno(stderr));
+  if (!options.stdout_path.empty()) {
+    if (std::freopen(options.stdout_path.c_str(), "w", stdout) == nullptr) _exit(127);
+    if (options.stderr_too) dup2(fileno(stdout), fileno(stderr));
+  }
+  if (!options.cpus.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int cpu : options.cpus) CPU_SET(cpu, &set);
+    sched_setaffinity(0, sizeof set, &set);
   }
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -49,10 +62,6 @@ pid_t Spawn(const std::vector<std::string>& args, const std::string& stdout_path
   _exit(127);
 }
 
-}  // namespace
-
-std::string SelfPath() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
-
 void CatchInterrupts() {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
@@ -61,7 +70,9 @@ void CatchInterrupts() {
 bool interrupted() { return g_interrupted; }
 
 int RunChild(const std::vector<std::string>& args, const std::string& stdout_path) {
-  const pid_t pid = Spawn(args, stdout_path, false);
+  SpawnOptions options;
+  options.stdout_path = stdout_path;
+  const pid_t pid = Spawn(args, options);
   if (pid < 0) return -1;
   g_child = pid;
   int status = 0;
@@ -77,9 +88,12 @@ absl::Status LocalDeployment::Start(const nlohmann::json& config, const std::str
   std::ofstream(cfg) << config.dump(1) << "\n";
   std::filesystem::remove(addr);
   std::filesystem::remove(metrics);
+  SpawnOptions options;
+  options.stdout_path = dir + "/up.log";
+  options.stderr_too = true;
   pid_ = Spawn({SelfPath(), "up", "--config", cfg, "--address-file", addr, "--metrics-address-file",
                 metrics},
-               dir + "/up.log", /*stderr_too=*/true);
+               options);
   if (pid_ < 0) return absl::InternalError("fork failed");
   const auto end = std::chrono::steady_clock::now() + std::chrono::minutes(15);
   for (;;) {

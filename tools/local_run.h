@@ -1,6 +1,6 @@
 // Child processes of the `pdq` executable for the commands that orchestrate
-// others (pdq eval, pdq eval blind-ab): run a step to its end, or hold a
-// deployment started with `pdq up` while it is measured. SIGINT and SIGTERM
+// others (pdq up, pdq eval, pdq eval blind-ab): start one, run a step to its
+// end, or hold a deployment started with `pdq up` while it is measured. SIGINT and SIGTERM
 // set interrupted() and stop the running step, so the caller can keep what
 // it has and clean up.
 #pragma once
@@ -15,6 +15,17 @@ namespace pdq {
 
 // This executable's path (children run `pdq <command>` with it).
 std::string SelfPath();
+
+struct SpawnOptions {
+  std::string stdout_path;  // empty: this process's stdout
+  bool stderr_too = false;  // stderr to stdout_path as well
+  std::vector<int> cpus;    // pinned to these; empty: not pinned
+};
+// Starts `args` (args[0]: the program) with default signal handling and no
+// blocked signals. The child gets SIGTERM when the thread that started it
+// dies, however it dies: nothing started here outlives its starter. -1 when
+// fork fails.
+int Spawn(const std::vector<std::string>& args, const SpawnOptions& options = {});
 // Catches SIGINT and SIGTERM from here on (see interrupted()).
 void CatchInterrupts();
 bool interrupted();

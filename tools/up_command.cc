@@ -23,6 +23,7 @@
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "server/server.h"
 #include "tools/commands.h"
+#include "tools/local_run.h"
 
 namespace pdq {
 namespace {
@@ -45,31 +46,6 @@ absl::StatusOr<std::vector<int>> ParseCpus(const std::string& list) {
     for (int c = a; c <= b; ++c) cpus.push_back(c);
   }
   return cpus;
-}
-
-// Starts `argv` with its output prefixed by nothing (the children log with
-// their own names) and, when `cpus` is not empty, pinned to them.
-absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::vector<int>& cpus) {
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError("fork failed");
-  if (pid == 0) {
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    if (!cpus.empty()) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      for (int c : cpus) CPU_SET(c, &set);
-      sched_setaffinity(0, sizeof set, &set);
-    }
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::fprintf(stderr, "pdq up: cannot run %s\n", args[0]);
-    _exit(127);
-  }
-  return pid;
 }
 
 // Waits for a file a child writes once it serves; false when the child
@@ -184,9 +160,8 @@ int UpCommand(int argc, char** argv) {
     rargs.insert(rargs.end(), {"--split", cfg["split"].get<std::string>()});
     if (cfg.value("split_sticky", false)) rargs.push_back("--split-sticky");
   }
-  absl::StatusOr<pid_t> pid = Spawn(rargs, {});
-  if (!pid.ok()) return fail(std::string(pid.status().message()));
-  router.pid = *pid;
+  router.pid = Spawn(rargs);
+  if (router.pid < 0) return fail("fork failed");
   children.push_back(router);
   std::string router_address;
   if (!WaitForFile(children[0], std::chrono::seconds(30), &router_address)) {
@@ -235,9 +210,10 @@ int UpCommand(int argc, char** argv) {
     }
     absl::StatusOr<std::vector<int>> cpus = ParseCpus(w.value("cpus", std::string()));
     if (!cpus.ok()) return fail(std::string(cpus.status().message()));
-    pid = Spawn(args, *cpus);
-    if (!pid.ok()) return fail(std::string(pid.status().message()));
-    c.pid = *pid;
+    SpawnOptions options;
+    options.cpus = *cpus;
+    c.pid = Spawn(args, options);
+    if (c.pid < 0) return fail("fork failed");
     children.push_back(c);
     ++index;
   }
