@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "engine/synthetic.h"
 #include "common/check.h"
 #include "eval/quantized_load.h"
 #include "kernels/cpu/cpu_features.h"
@@ -46,7 +47,8 @@ std::string CacheDir() {
 void ModelFlags::Register(FlagParser& flags) {
   model = DefaultModelPath();
   flags.String("model", &model,
-               "GGUF model file, or synthetic:NAME (tiny, smollm2-135m, smollm2-360m, llama-1b)");
+               absl::StrCat("GGUF model file, or synthetic:NAME (",
+                            absl::StrJoin(SyntheticModelNames(), ", "), ")"));
   flags.String("precision", &precision,
                "weight precision: fp16, w8a8 or w4a16 (quantized at load)");
   flags.Int("group-size", &group_size, 0, 128,
