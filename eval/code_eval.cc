@@ -86,7 +86,7 @@ absl::StatusOr<SolutionScore> ScoreSolutions(Context& prefill,
   int64_t longest = 0;
   for (const CodeProblem& p : problems) {
     prompts.push_back(tok.Encode(CodePromptHead(p.prompt), tok.add_bos(), /*parse_special=*/false));
-    solutions.push_back(tok.Encode(CanonicalCompletion(p), false, false));
+    solutions.push_back(tok.EncodeContinuation(CanonicalCompletion(p)));
     if (prompts.back().empty() || solutions.back().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(p.task_id, ": the prompt or the solution has no tokens"));

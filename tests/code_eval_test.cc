@@ -140,7 +140,7 @@ TEST(CodeEvalTest, ScoringReadsThePromptAtPrefillAndTheSolutionAtDecode) {
   int64_t n = 0, agree = 0;
   for (const CodeProblem& p : *problems) {
     const std::vector<int32_t> head = tok.Encode(CodePromptHead(p.prompt), tok.add_bos(), false);
-    const std::vector<int32_t> sol = tok.Encode(CanonicalCompletion(p), false, false);
+    const std::vector<int32_t> sol = tok.EncodeContinuation(CanonicalCompletion(p));
     std::vector<int32_t> all = head;
     all.insert(all.end(), sol.begin(), sol.end() - 1);
     // Split: the head at W8A8 (its last row predicts sol[0]), then the

@@ -267,11 +267,21 @@ TEST(TokenizerTest, RendersChatFormats) {
   // Phi-3: a tag per role, each turn closed by <|end|>.
   TokenizerSpec phi3 = ByteSpec();
   phi3.chat_template =
-      "{% if message['role'] == 'user' %}{{'<|user|>\\n' + message['content'] + '<|end|>\\n'}}"
-      "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\\n' + message['content'] + "
-      "'<|end|>\\n'}}{% endif %}";
+      "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + "
+      "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + "
+      "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+      "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
   EXPECT_EQ(*Build(phi3)->ApplyChatTemplate(two, true),
             "<|system|>\nBe brief.<|end|>\n<|user|>\n Hi \n<|end|>\n<|assistant|>\n");
+
+  // Zephyr's tags look like Phi-3's but its turns end with </s>: not Phi-3.
+  TokenizerSpec zephyr = ByteSpec();
+  zephyr.chat_template =
+      "{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\\n' + "
+      "message['content'] + eos_token }}{% endif %}{% endfor %}{{ '<|assistant|>' }}";
+  EXPECT_EQ(Build(zephyr)->ApplyChatTemplate(chat, true).status().code(),
+            absl::StatusCode::kUnimplemented);
 
   TokenizerSpec other = ByteSpec();
   other.chat_template = "{{ bos_token }}[INST] {{ message }} [/INST]";
@@ -317,6 +327,29 @@ TEST(TokenizerTest, ReadsGgufMetadata) {
   EXPECT_TRUE(Contains(bad.status(), "unsupported tokenizer model 'bert'")) << bad.status();
 }
 
+// Phi-3's <|end|> closes a turn where it is a control token, but not in a
+// harmony vocabulary (which has <|return|>) or as plain text.
+TEST(TokenizerTest, EndTokenEndsGenerationOnlyAsPhi3sControlToken) {
+  auto load = [](const std::vector<std::pair<std::string, int>>& extra) {
+    std::vector<std::string> tokens = ByteSpec().tokens;
+    std::vector<int32_t> types(tokens.size(), 1);
+    for (const auto& [text, type] : extra) tokens.push_back(text), types.push_back(type);
+    testing::GgufBuilder b;
+    b.AddString("tokenizer.ggml.model", "gpt2");
+    b.AddStringArray("tokenizer.ggml.tokens", tokens);
+    b.AddI32Array("tokenizer.ggml.token_type", types);
+    b.AddStringArray("tokenizer.ggml.merges", {});
+    auto file = GgufFile::FromBuffer(b.Build());
+    EXPECT_TRUE(file.ok());
+    auto tok = Tokenizer::FromGguf(**file);
+    EXPECT_TRUE(tok.ok()) << tok.status();
+    return std::move(*tok);
+  };
+  EXPECT_TRUE(load({{"<|end|>", 3}})->IsEndOfGeneration(256));
+  EXPECT_FALSE(load({{"<|end|>", 1}})->IsEndOfGeneration(256));
+  EXPECT_FALSE(load({{"<|end|>", 3}, {"<|return|>", 3}})->IsEndOfGeneration(256));
+}
+
 // SentencePiece BPE against the sentencepiece library itself: a model it
 // trained (tests/reference/make_spm_reference.py), its vocabulary and
 // scores as GGUF stores them, and the ids it gives for each string.
@@ -348,6 +381,16 @@ TEST(TokenizerTest, SentencePieceMatchesTheSentencepieceLibrary) {
   std::vector<int32_t> want = {testing::kSpmBos};
   want.insert(want.end(), hello.begin(), hello.end());
   EXPECT_EQ(tok->Encode("<s>GNU", false, true), want);
+  // A continuation gets no dummy prefix: "GNU" then " is" encode as "GNU is".
+  std::vector<int32_t> joined = tok->Encode("GNU", false, false);
+  const std::vector<int32_t> rest = tok->EncodeContinuation(" is");
+  joined.insert(joined.end(), rest.begin(), rest.end());
+  EXPECT_EQ(DecodeOrDie(*tok, joined), " GNU is");
+  EXPECT_EQ(joined, tok->Encode("GNU is", false, false));
+  // A SentencePiece file without a chat template is not taken for ChatML
+  // (Llama 2 and Mistral conversions often carry none).
+  EXPECT_EQ(tok->ApplyChatTemplate({{"user", "Hi"}}, true).status().code(),
+            absl::StatusCode::kUnimplemented);
   // Without the dummy prefix no space is added.
   TokenizerSpec bare = SpmSpec();
   bare.add_space_prefix = false;

@@ -292,6 +292,9 @@ struct Tokenizer::Impl {
   std::vector<float> scores;
   bool add_space_prefix = true;
   std::array<int32_t, 256> spm_byte_id{};  // <0xXX> tokens
+  // What merges may produce: normal and user-defined pieces, as in
+  // sentencepiece (llama.cpp also lets them form control or byte tokens).
+  std::vector<bool> spm_mergeable;
   int32_t unk_id = -1;
   std::vector<std::string> token_bytes;
   absl::flat_hash_map<std::string, int32_t> token_to_id;
@@ -365,7 +368,7 @@ void Tokenizer::Impl::EncodeSpm(std::string_view text, bool space_prefix,
     if (left < 0 || right < 0) return;
     const std::string_view joined(s.data() + syms[left].start, syms[left].len + syms[right].len);
     const auto it = token_to_id.find(AsAbsl(joined));
-    if (it == token_to_id.end()) return;
+    if (it == token_to_id.end() || !spm_mergeable[it->second]) return;
     heap.push_back({scores[it->second], left, right, joined.size()});
     std::push_heap(heap.begin(), heap.end());
   };
@@ -597,8 +600,14 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
 
   impl->token_to_id.reserve(n);
   impl->token_bytes.resize(n);
+  if (spm) impl->spm_mergeable.resize(n);
   for (int32_t id = 0; id < vocab; ++id) {
     const std::string& text = spec.tokens[id];
+    if (spm) {
+      impl->spm_mergeable[id] = types[id] == TokenType::kNormal ||
+                                types[id] == TokenType::kUserDefined ||
+                                types[id] == TokenType::kUndefined;
+    }
     // Later duplicates win, as in HF's vocab dict and llama.cpp.
     impl->token_to_id.insert_or_assign(text, id);
     const TokenType type = types[id];
@@ -697,7 +706,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
 
   impl->chat_template = std::move(spec.chat_template);
   const std::string& tmpl = impl->chat_template;
-  if (tmpl.empty() || tmpl.find("<|im_start|>") != std::string::npos) {
+  // A file without a template: ChatML, except for a SentencePiece
+  // vocabulary without <|im_start|> (Llama 2 and Mistral conversions often
+  // carry none; their [INST] format is not ChatML).
+  const bool chatml_default = !spm || impl->token_to_id.contains(absl::string_view("<|im_start|>"));
+  if ((tmpl.empty() && chatml_default) || tmpl.find("<|im_start|>") != std::string::npos) {
     impl->chat_format = ChatFormat::kChatMl;
     impl->default_system = DefaultChatMlSystem(tmpl);
   } else if (tmpl.find("<|start_header_id|>") != std::string::npos) {
@@ -706,7 +719,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
   } else if (tmpl.find("<start_of_turn>") != std::string::npos) {
     impl->chat_format = ChatFormat::kGemma;
   } else if (tmpl.find("<|user|>") != std::string::npos &&
-             tmpl.find("<|assistant|>") != std::string::npos) {
+             tmpl.find("<|assistant|>") != std::string::npos &&
+             tmpl.find("<|end|>") != std::string::npos) {  // (Zephyr's has no <|end|>)
     impl->chat_format = ChatFormat::kPhi3;
   } else {
     impl->chat_format = ChatFormat::kUnknown;
@@ -765,10 +779,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f
     if (id >= 0) spec.eog_ids.push_back(id);
   }
   // Chat models end turns with these even when the metadata names only EOS.
+  // Phi-3's <|end|> too, where it is a control token and not one of the
+  // harmony format's mid-message markers (those vocabularies have <|return|>).
+  const bool harmony =
+      std::find(spec.tokens.begin(), spec.tokens.end(), "<|return|>") != spec.tokens.end();
   for (int32_t id = 0; id < vocab; ++id) {
     const std::string& t = spec.tokens[id];
+    const bool control = !spec.types.empty() && spec.types[id] == TokenType::kControl;
     if (t == "<|im_end|>" || t == "<|eot_id|>" || t == "<|endoftext|>" || t == "<end_of_turn>" ||
-        t == "<|end|>") {
+        (t == "<|end|>" && control && !harmony)) {
       spec.eog_ids.push_back(id);
     }
   }
@@ -822,6 +841,14 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
     start = i;
   }
   ordinary(text.substr(start));
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::EncodeContinuation(std::string_view text) const {
+  const Impl& m = *impl_;
+  if (!m.spm) return Encode(text, /*add_bos=*/false, /*parse_special=*/false);
+  std::vector<int32_t> out;
+  m.EncodeSpm(text, /*space_prefix=*/false, &out);
   return out;
 }
 

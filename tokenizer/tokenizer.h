@@ -65,6 +65,10 @@ class Tokenizer {
   // encoded as their byte tokens, never dropped.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos,
                               bool parse_special) const;
+  // Encodes text that continues an earlier one (a solution after its
+  // prompt): no BOS, no special tokens, and no SentencePiece dummy-prefix
+  // space, which would put a token at the join that the model never sees.
+  std::vector<int32_t> EncodeContinuation(std::string_view text) const;
 
   // Raw bytes a token stands for (control tokens give their text, e.g.
   // "<|im_end|>"). InvalidArgument when id is outside [0, vocab_size()).

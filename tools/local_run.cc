@@ -33,6 +33,10 @@ void OnSignal(int) {
 std::string SelfPath() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
 
 int Spawn(const std::vector<std::string>& args, const SpawnOptions& options) {
+  const pid_t parent = getpid();
+  std::vector<char*> argv;  // built before fork: the child only execs
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   const pid_t pid = fork();
   if (pid != 0) return pid;
   // The child: default signal dispositions and mask, the output files, the
@@ -43,7 +47,7 @@ int Spawn(const std::vector<std::string>& args, const SpawnOptions& options) {
   sigemptyset(&none);
   pthread_sigmask(SIG_SETMASK, &none, nullptr);
   prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() == 1) _exit(127);  // the parent died before the line above
+  if (getppid() != parent) _exit(127);  // the parent died before the line above
   if (!options.stdout_path.empty()) {
     if (std::freopen(options.stdout_path.c_str(), "w", stdout) == nullptr) _exit(127);
     if (options.stderr_too) dup2(fileno(stdout), fileno(stderr));
@@ -54,9 +58,6 @@ int Spawn(const std::vector<std::string>& args, const SpawnOptions& options) {
     for (int cpu : options.cpus) CPU_SET(cpu, &set);
     sched_setaffinity(0, sizeof set, &set);
   }
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
   execv(argv[0], argv.data());
   std::fprintf(stderr, "pdq: cannot run %s\n", argv[0]);
   _exit(127);
