@@ -14,6 +14,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace pdq {
@@ -30,7 +31,14 @@ void OnSignal(int) {
 
 }  // namespace
 
-std::string SelfPath() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+std::string SelfPath() {
+  const std::string path = std::filesystem::read_symlink("/proc/self/exe").string();
+  // Rebuilt while running: the file is gone, but this process's /proc entry
+  // still executes it for as long as this process lives, which is as long
+  // as its children need it.
+  if (absl::EndsWith(path, " (deleted)")) return absl::StrCat("/proc/", getpid(), "/exe");
+  return path;
+}
 
 int Spawn(const std::vector<std::string>& args, const SpawnOptions& options) {
   const pid_t parent = getpid();

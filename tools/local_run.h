@@ -13,7 +13,9 @@
 
 namespace pdq {
 
-// This executable's path (children run `pdq <command>` with it).
+// This executable's path (children run `pdq <command>` with it); when the
+// file has been replaced since this process started (a rebuild), a /proc
+// path that still runs this process's own binary.
 std::string SelfPath();
 
 struct SpawnOptions {

@@ -115,7 +115,8 @@ int UpCommand(int argc, char** argv) {
                           config_path, ": want a JSON object with a non-empty \"workers\" list")));
   }
   server::BlockStopSignals();
-  const std::string bin = std::filesystem::canonical("/proc/self/exe").parent_path().string();
+  // (read_symlink, not canonical: the binary may have been rebuilt since.)
+  const std::string bin = std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
   const std::string model = cfg.value("model", DefaultModelPath());
   const std::string transport = cfg.value("kv_transport", std::string("tcp"));
   const std::string host = cfg.value("host", std::string("127.0.0.1"));
