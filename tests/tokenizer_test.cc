@@ -283,8 +283,32 @@ TEST(TokenizerTest, RendersChatFormats) {
   EXPECT_EQ(Build(zephyr)->ApplyChatTemplate(chat, true).status().code(),
             absl::StatusCode::kUnimplemented);
 
+  // The [INST] family, read off the template as llama.cpp reads it.
+  const std::vector<ChatMessage> turns = {
+      {"system", "Be brief."}, {"user", " Hi "}, {"assistant", " Hello. "}, {"user", "Bye"}};
+  auto render = [&](const std::string& tmpl) {
+    TokenizerSpec spec = ByteSpec();
+    spec.chat_template = tmpl;
+    return *Build(spec)->ApplyChatTemplate(turns, true);
+  };
+  // Llama 2's official template: <<SYS>> in the first turn, contents stripped.
+  EXPECT_EQ(render("{% if messages[0]['role'] == 'system' %}... '<<SYS>>\\n' + system_message ..."
+                   "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"),
+            "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]");
+  // A bare [INST] template: no system tags, nothing stripped.
+  EXPECT_EQ(render("{{ bos_token }}[INST] {{ message }} [/INST]"),
+            "[INST] Be brief.\n Hi  [/INST] Hello. </s>[INST] Bye [/INST]");
+  // Mistral v1, v3 and v7.
+  EXPECT_EQ(render("{{ bos_token }}... ' [INST] ' + system_message ..."),
+            " [INST] Be brief.\n\n Hi  [/INST]  Hello. </s> [INST] Bye [/INST]");
+  EXPECT_EQ(render("{{ bos_token }}[AVAILABLE_TOOLS] ... '[INST]' ..."),
+            "[INST] Be brief.\n\n Hi [/INST] Hello.</s>[INST] Bye[/INST]");
+  EXPECT_EQ(
+      render("[SYSTEM_PROMPT] ... [INST] ..."),
+      "[SYSTEM_PROMPT] Be brief.[/SYSTEM_PROMPT][INST]  Hi [/INST]  Hello. </s>[INST] Bye[/INST]");
+
   TokenizerSpec other = ByteSpec();
-  other.chat_template = "{{ bos_token }}[INST] {{ message }} [/INST]";
+  other.chat_template = "### Instruction:\n{{ message }}\n### Response:";
   EXPECT_EQ(Build(other)->ApplyChatTemplate(chat, true).status().code(),
             absl::StatusCode::kUnimplemented);
 }

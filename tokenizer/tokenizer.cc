@@ -209,7 +209,18 @@ std::optional<PreTokenizerConfig> FindPreTokenizer(std::string_view name) {
   return std::nullopt;
 }
 
-enum class ChatFormat { kChatMl, kLlama3, kGemma, kPhi3, kUnknown };
+enum class ChatFormat { kChatMl, kLlama3, kGemma, kPhi3, kLlama2, kMistral, kMistralV7, kUnknown };
+
+// The variations of the [INST] formats (Llama 2 and Mistral), read off the
+// template the way llama.cpp reads them.
+struct InstFormat {
+  bool system_tags = false;          // Llama 2: <<SYS>> ... <</SYS>> inside the first turn
+  bool bos_in_history = false;       // Llama 2: <s> before each later [INST]
+  bool strip = false;                // Llama 2: contents stripped
+  std::string leading_space;         // Mistral v1: " [INST]" and " [/INST]"
+  std::string trailing_space = " ";  // Mistral: "[INST] " (not v3-tekken)
+  bool trim_assistant = false;       // Mistral v3
+};
 
 // The default system prompt a ChatML template inserts when the conversation
 // has none, e.g. SmolLM2's "You are a helpful AI assistant named SmolLM, ...".
@@ -315,6 +326,7 @@ struct Tokenizer::Impl {
   std::string chat_template;
   std::string default_system;
   bool trim_content = false;
+  InstFormat inst;
   uint64_t fingerprint = 0;
 
   void EncodeOrdinary(std::string_view text, Scratch& s, std::vector<int32_t>* out) const;
@@ -716,6 +728,27 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
   } else if (tmpl.find("<|start_header_id|>") != std::string::npos) {
     impl->chat_format = ChatFormat::kLlama3;
     impl->trim_content = tmpl.find("| trim") != std::string::npos;
+  } else if (tmpl.find("[INST]") != std::string::npos) {
+    auto has = [&](std::string_view part) { return tmpl.find(part) != std::string::npos; };
+    InstFormat& f = impl->inst;
+    if (has("[SYSTEM_PROMPT]")) {
+      impl->chat_format = ChatFormat::kMistralV7;
+    } else if (has("' [INST] ' + system_message") || has("[AVAILABLE_TOOLS]")) {
+      // Mistral's official v1, v3 and v3-tekken templates.
+      impl->chat_format = ChatFormat::kMistral;
+      if (has(" [INST]")) {
+        f.leading_space = " ";
+      } else if (has("\"[INST]\"")) {
+        f.trailing_space = "";
+      } else {
+        f.trim_assistant = true;
+      }
+    } else {
+      impl->chat_format = ChatFormat::kLlama2;
+      f.strip = has("content.strip()");
+      f.bos_in_history = !f.strip && has("bos_token + '[INST]");
+      f.system_tags = f.strip || f.bos_in_history || has("<<SYS>>");
+    }
   } else if (tmpl.find("<start_of_turn>") != std::string::npos) {
     impl->chat_format = ChatFormat::kGemma;
   } else if (tmpl.find("<|user|>") != std::string::npos &&
@@ -894,17 +927,21 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
       return out;
     case ChatFormat::kGemma: {
       // Gemma's turns, "model" for the assistant, contents trimmed; it has no
-      // system turn, so a system message opens the first user turn.
+      // system turn, so the system messages open the next turn not the model's.
       std::string system;
       for (const ChatMessage& msg : messages) {
         const absl::string_view content = absl::StripAsciiWhitespace(msg.content);
         if (msg.role == "system") {
-          absl::StrAppend(&system, content, "\n\n");
+          absl::StrAppend(&system, content);
           continue;
         }
-        absl::StrAppend(&out, "<start_of_turn>", msg.role == "assistant" ? "model" : msg.role, "\n",
-                        msg.role == "user" ? system : "", content, "<end_of_turn>\n");
-        if (msg.role == "user") system.clear();
+        const bool model = msg.role == "assistant";
+        absl::StrAppend(&out, "<start_of_turn>", model ? "model" : msg.role, "\n");
+        if (!model && !system.empty()) {
+          absl::StrAppend(&out, system, "\n\n");
+          system.clear();
+        }
+        absl::StrAppend(&out, content, "<end_of_turn>\n");
       }
       if (add_generation_prompt) out += "<start_of_turn>model\n";
       return out;
@@ -915,11 +952,70 @@ absl::StatusOr<std::string> Tokenizer::ApplyChatTemplate(const std::vector<ChatM
       }
       if (add_generation_prompt) out += "<|assistant|>\n";
       return out;
+    case ChatFormat::kLlama2: {
+      // [INST] user [/INST]answer</s>[INST] ...; the first <s> is the
+      // tokenizer's BOS. No generation prompt: the text ends after [/INST].
+      const InstFormat& f = m.inst;
+      out = "[INST] ";
+      bool in_turn = true;
+      for (const ChatMessage& msg : messages) {
+        const absl::string_view content =
+            f.strip ? absl::StripAsciiWhitespace(msg.content) : absl::string_view(msg.content);
+        if (!in_turn) {
+          out += f.bos_in_history ? "<s>[INST] " : "[INST] ";
+          in_turn = true;
+        }
+        if (msg.role == "system") {
+          absl::StrAppend(&out, f.system_tags ? "<<SYS>>\n" : "", content,
+                          f.system_tags ? "\n<</SYS>>\n\n" : "\n");
+        } else if (msg.role == "user") {
+          absl::StrAppend(&out, content, " [/INST]");
+        } else {
+          absl::StrAppend(&out, content, "</s>");
+          in_turn = false;
+        }
+      }
+      return out;
+    }
+    case ChatFormat::kMistral: {
+      const InstFormat& f = m.inst;
+      bool in_turn = false;
+      for (const ChatMessage& msg : messages) {
+        if (!in_turn) {
+          absl::StrAppend(&out, f.leading_space, "[INST]", f.trailing_space);
+          in_turn = true;
+        }
+        if (msg.role == "system") {
+          absl::StrAppend(&out, msg.content, "\n\n");
+        } else if (msg.role == "user") {
+          absl::StrAppend(&out, msg.content, f.leading_space, "[/INST]");
+        } else {
+          absl::StrAppend(&out, f.trailing_space,
+                          f.trim_assistant ? absl::StripAsciiWhitespace(msg.content)
+                                           : absl::string_view(msg.content),
+                          "</s>");
+          in_turn = false;
+        }
+      }
+      return out;
+    }
+    case ChatFormat::kMistralV7:
+      for (const ChatMessage& msg : messages) {
+        if (msg.role == "system") {
+          absl::StrAppend(&out, "[SYSTEM_PROMPT] ", msg.content, "[/SYSTEM_PROMPT]");
+        } else if (msg.role == "user") {
+          absl::StrAppend(&out, "[INST] ", msg.content, "[/INST]");
+        } else {
+          absl::StrAppend(&out, " ", msg.content, "</s>");
+        }
+      }
+      return out;
     case ChatFormat::kUnknown:
       break;
   }
   return absl::UnimplementedError(absl::StrCat(
-      "chat template not recognized (pdq renders ChatML, Llama 3, Gemma and Phi-3 formats); "
+      "chat template not recognized (pdq renders ChatML, Llama 3, Llama 2, Mistral, Gemma and "
+      "Phi-3 formats); "
       "template begins: ",
       m.chat_template.substr(0, 80)));
 }

@@ -77,7 +77,8 @@ class Tokenizer {
   absl::StatusOr<std::string> Decode(const std::vector<int32_t>& ids) const;
 
   // Renders messages with the model's chat template (ChatML for SmolLM2 and
-  // Qwen2, the Llama 3 header format, Gemma's turns, Phi-3's tags). With add_generation_prompt the
+  // Qwen2, the Llama 3 header format, Llama 2's and Mistral's [INST] turns,
+  // Gemma's turns, Phi-3's tags), the formats llama.cpp recognizes. With add_generation_prompt the
   // text ends where the assistant's reply begins.
   absl::StatusOr<std::string> ApplyChatTemplate(const std::vector<ChatMessage>& messages,
                                                 bool add_generation_prompt) const;
