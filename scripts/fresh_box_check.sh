@@ -177,6 +177,10 @@ unmount_all() {
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "fresh-box: could not unmount $m" >&2
   done
   mounts=()
+  # Mounts the tests made inside (ip netns binds /run/netns), deepest first.
+  for m in $(mounted_under_root | sort -r); do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "fresh-box: could not unmount $m" >&2
+  done
 }
 
 remove_root() {
