@@ -452,85 +452,68 @@ int RunEval(int argc, char** argv) {
         }
       }
     }
+    // One accuracy step into `file`: skipped when the file exists (a resumed
+    // run), left out with a message when its `input` file is missing, else
+    // run as a child.
+    auto accuracy_step = [&](const std::string& file, const std::string& input,
+                             const std::string& what, const std::vector<std::string>& args) {
+      if (fs::exists(file)) {
+        ++step;
+        return;
+      }
+      if (!input.empty() && !fs::exists(input)) {
+        ++step;
+        ++failures;
+        std::fprintf(
+            stderr, "pdq eval: %s is missing%s; its rows are left out\n", input.c_str(),
+            absl::StartsWith(input, "build/eval-texts/") ? " (make eval-texts makes it)" : "");
+        return;
+      }
+      Progress(++step, steps, what);
+      RunChild(args, file + ".tmp");
+      if (!Keep(file + ".tmp", file)) ++failures;
+    };
     for (const auto& [p, dprec] : pairs) {
       const std::string pair = p + "-" + dprec;
+      const std::string on = absl::StrCat(", ", p, " prefill / ", dprec, " decode");
       for (const json& t : texts) {
         if (interrupted()) break;
         const std::string path = t.get<std::string>();
-        const std::string file =
-            absl::StrCat(raw, "/accuracy/ppl-", pair, "-", fs::path(path).stem().string(), ".json");
-        if (fs::exists(file)) {
-          ++step;
-          continue;
-        }
-        if (!fs::exists(path)) {
-          ++step;
-          ++failures;
-          std::fprintf(
-              stderr, "pdq eval: accuracy text %s is missing%s; its rows are left out\n",
-              path.c_str(),
-              absl::StartsWith(path, "build/eval-texts/") ? " (make eval-texts makes it)" : "");
-          continue;
-        }
-        Progress(++step, steps,
-                 absl::StrCat("perplexity, ", p, " prefill / ", dprec, " decode, ", path));
-        RunChild({SelfPath(), "perplexity", "--model", model, "--threads", threads, "--text", path,
-                  "--ctx", std::to_string(accuracy.value("ctx", 512)), "--chunks",
-                  std::to_string(accuracy.value("chunks", 8)), "--prefill-precision", p,
-                  "--decode-precision", dprec, "--kl-reference", "fp16", "--json"},
-                 file + ".tmp");
-        if (!Keep(file + ".tmp", file)) ++failures;
+        accuracy_step(
+            absl::StrCat(raw, "/accuracy/ppl-", pair, "-", fs::path(path).stem().string(), ".json"),
+            path, absl::StrCat("perplexity", on, ", ", path),
+            {SelfPath(), "perplexity", "--model", model, "--threads", threads, "--text", path,
+             "--ctx", std::to_string(accuracy.value("ctx", 512)), "--chunks",
+             std::to_string(accuracy.value("chunks", 8)), "--prefill-precision", p,
+             "--decode-precision", dprec, "--kl-reference", "fp16", "--json"});
       }
       if (!conversation.empty() && !interrupted()) {
-        const std::string conv = absl::StrCat(raw, "/accuracy/conversation-", pair, ".json");
-        if (fs::exists(conv)) {
-          ++step;
-        } else {
-          Progress(++step, steps,
-                   absl::StrCat("conversation drift, ", p, " prefill / ", dprec, " decode"));
-          RunChild({SelfPath(), "drift", "--model", model, "--threads", threads, "--conversation",
-                    conversation, "--prefill-precision", p, "--decode-precision", dprec,
-                    "--reference", "fp16", "--turn-tokens",
-                    std::to_string(accuracy.value("conversation_turn_tokens", 96)), "--json"},
-                   conv + ".tmp");
-          if (!Keep(conv + ".tmp", conv)) ++failures;
-        }
+        accuracy_step(absl::StrCat(raw, "/accuracy/conversation-", pair, ".json"), "",
+                      absl::StrCat("conversation drift", on),
+                      {SelfPath(), "drift", "--model", model, "--threads", threads,
+                       "--conversation", conversation, "--prefill-precision", p,
+                       "--decode-precision", dprec, "--reference", "fp16", "--turn-tokens",
+                       std::to_string(accuracy.value("conversation_turn_tokens", 96)), "--json"});
       }
       if (!code.empty() && !interrupted()) {
-        const std::string out = absl::StrCat(raw, "/accuracy/code-", pair, ".json");
-        if (fs::exists(out)) {
-          ++step;
-        } else if (!fs::exists(code)) {
-          ++step;
-          ++failures;
-          std::fprintf(
-              stderr, "pdq eval: %s is missing%s; the code rows are left out\n", code.c_str(),
-              absl::StartsWith(code, "build/eval-texts/") ? " (make eval-texts fetches HumanEval)"
-                                                          : "");
-        } else {
-          Progress(++step, steps, absl::StrCat("HumanEval, ", p, " prefill / ", dprec, " decode"));
-          RunChild(
-              {SelfPath(), "code-eval", "--model", model, "--threads", threads, "--problems", code,
-               "--prefill-precision", p, "--decode-precision", dprec, "--kl-reference", "fp16",
-               "--max-tokens", std::to_string(accuracy.value("code_max_tokens", 256)),
-               "--completions", absl::StrCat(raw, "/accuracy/code-", pair, ".jsonl"), "--json"},
-              out + ".tmp");
-          if (!Keep(out + ".tmp", out)) ++failures;
-        }
+        accuracy_step(
+            absl::StrCat(raw, "/accuracy/code-", pair, ".json"), code,
+            absl::StrCat("HumanEval", on),
+            {SelfPath(), "code-eval", "--model", model, "--threads", threads, "--problems", code,
+             "--prefill-precision", p, "--decode-precision", dprec, "--kl-reference", "fp16",
+             "--max-tokens", std::to_string(accuracy.value("code_max_tokens", 256)),
+             "--completions", absl::StrCat(raw, "/accuracy/code-", pair, ".jsonl"), "--json"});
       }
-      const std::string file = absl::StrCat(raw, "/accuracy/drift-", pair, ".json");
       if (interrupted()) break;
-      if (fs::exists(file) || prompts.empty()) {
+      if (prompts.empty()) {  // the prompts could not be read: counted as a failure above
         ++step;
         continue;
       }
-      Progress(++step, steps, absl::StrCat("drift, ", p, " prefill / ", dprec, " decode"));
-      RunChild(
+      accuracy_step(
+          absl::StrCat(raw, "/accuracy/drift-", pair, ".json"), "", absl::StrCat("drift", on),
           {SelfPath(), "drift", "--model", model, "--threads", threads, "--prompts", prompts,
            "--chat", "--prefill-precision", p, "--decode-precision", dprec, "--reference", "fp16",
-           "--max-tokens", std::to_string(accuracy.value("drift_tokens", 512)), "--json"},
-          file + ".tmp");
-      if (!Keep(file + ".tmp", file)) ++failures;
+           "--max-tokens", std::to_string(accuracy.value("drift_tokens", 512)), "--json"});
     }
   }
 
