@@ -89,7 +89,7 @@ std::vector<std::string> SyntheticModelNames() {
   return names;
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size) {
+TokenizerSpec SyntheticTokenizerSpec(int vocab_size) {
   TokenizerSpec spec;
   for (int b = 0; b < 256; ++b) spec.tokens.push_back(ByteToken(b));
   spec.types.assign(256, TokenType::kNormal);
@@ -105,7 +105,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size) {
     spec.tokens.push_back(absl::StrCat("<unused_", spec.tokens.size(), ">"));
     spec.types.push_back(TokenType::kUnused);
   }
-  return Tokenizer::FromSpec(std::move(spec));
+  return spec;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size) {
+  return Tokenizer::FromSpec(SyntheticTokenizerSpec(vocab_size));
 }
 
 std::vector<float> SyntheticTensor(const std::string& name, int64_t n, float scale) {

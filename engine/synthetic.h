@@ -16,7 +16,9 @@ namespace pdq {
 // Names accepted after "synthetic:".
 std::vector<std::string> SyntheticModelNames();
 absl::StatusOr<ModelConfig> SyntheticConfig(const std::string& name);
-// A byte-level tokenizer (256 byte tokens, ChatML specials, padding tokens).
+// A byte-level tokenizer (256 byte tokens, ChatML specials, padding tokens),
+// and its spec (for tests that write it into a GGUF file).
+TokenizerSpec SyntheticTokenizerSpec(int vocab_size);
 absl::StatusOr<std::unique_ptr<Tokenizer>> SyntheticTokenizer(int vocab_size);
 // n values uniform in [-scale, scale], a pure function of (name, n, scale).
 std::vector<float> SyntheticTensor(const std::string& name, int64_t n, float scale);

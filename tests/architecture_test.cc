@@ -17,6 +17,7 @@
 #include "common/half.h"
 #include "engine/context.h"
 #include "engine/model.h"
+#include "engine/synthetic.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/thread_pool.h"
 #include "tests/gguf_builder.h"
@@ -54,27 +55,11 @@ struct Weights {
   const std::vector<float>& operator[](const std::string& name) const { return t.at(name).v; }
 };
 
-// GPT-2's byte-level vocabulary (each byte as a printable character) plus
-// three control tokens.
-std::vector<std::string> Vocabulary() {
-  std::vector<std::string> tokens;
-  int next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
-    const int cp = printable ? b : next++;
-    std::string s;
-    if (cp < 0x80) {
-      s.push_back((char)cp);
-    } else {
-      s.push_back((char)(0xc0 | (cp >> 6)));
-      s.push_back((char)(0x80 | (cp & 0x3f)));
-    }
-    tokens.push_back(s);
-  }
-  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
-    tokens.push_back(special);
-  }
-  return tokens;
+// The synthetic models' byte-level vocabulary: 256 byte tokens and three
+// control tokens, no padding.
+const TokenizerSpec& Vocabulary() {
+  static const TokenizerSpec spec = SyntheticTokenizerSpec(259);
+  return spec;
 }
 
 int QDim(const Family& f) { return f.heads * f.head_dim; }
@@ -146,7 +131,6 @@ std::string WriteGguf(const Family& f, const Weights& w, const std::string& name
   b.AddF32(a + "rope.freq_base", kRopeBase);
   b.AddF32(a + "attention.layer_norm_rms_epsilon", kEps);
   if (f.sliding_window > 0) b.AddU32(a + "attention.sliding_window", f.sliding_window);
-  const std::vector<std::string> vocab = Vocabulary();
   if (sentencepiece) {
     b.AddString("tokenizer.ggml.model", "llama");
     b.AddStringArray(
@@ -162,13 +146,14 @@ std::string WriteGguf(const Family& f, const Weights& w, const std::string& name
   } else {
     b.AddString("tokenizer.ggml.model", "gpt2");
     b.AddString("tokenizer.ggml.pre", "default");
-    b.AddStringArray("tokenizer.ggml.tokens", vocab);
-    std::vector<int32_t> types(vocab.size(), 1);
-    for (size_t i = 256; i < vocab.size(); ++i) types[i] = 3;
+    const TokenizerSpec& vocab = Vocabulary();
+    b.AddStringArray("tokenizer.ggml.tokens", vocab.tokens);
+    std::vector<int32_t> types;
+    for (TokenType type : vocab.types) types.push_back(static_cast<int32_t>(type));
     b.AddI32Array("tokenizer.ggml.token_type", types);
     b.AddStringArray("tokenizer.ggml.merges", {});
-    b.AddU32("tokenizer.ggml.bos_token_id", 256);
-    b.AddU32("tokenizer.ggml.eos_token_id", 256);
+    b.AddU32("tokenizer.ggml.bos_token_id", vocab.bos_id);
+    b.AddU32("tokenizer.ggml.eos_token_id", vocab.eos_id);
   }
   if (extra) extra(b);
   for (const auto& [tensor, t] : w.t) {
@@ -337,7 +322,7 @@ const std::vector<Family>& Families() {
 class ArchitectureTest : public ::testing::TestWithParam<Family> {
  protected:
   void SetUp() override {
-    vocab_ = (int)Vocabulary().size();
+    vocab_ = (int)Vocabulary().tokens.size();
     weights_ = MakeWeights(GetParam(), vocab_, 7);
     path_ = WriteGguf(GetParam(), weights_, "ok");
   }
@@ -512,7 +497,7 @@ class ArchitectureErrorTest : public ::testing::Test {
 
 TEST_F(ArchitectureErrorTest, UnknownArchitectureNamesTheSupportedOnes) {
   Family f{"gemma2", 4, 1, 32};
-  const absl::Status s = LoadStatus(f, MakeWeights(f, (int)Vocabulary().size(), 1));
+  const absl::Status s = LoadStatus(f, MakeWeights(f, (int)Vocabulary().tokens.size(), 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("'gemma2'"), std::string::npos) << s;
   EXPECT_NE(s.message().find("llama, qwen2, phi3, gemma"), std::string::npos) << s;
@@ -522,7 +507,7 @@ TEST_F(ArchitectureErrorTest, Phi3WithoutItsFusedGateUpIsAMissingTensor) {
   Family llama_ffn = Families()[2];
   llama_ffn.fused_gate_up = false;  // ffn_gate and ffn_up, as llama lays them out
   const absl::Status s =
-      LoadStatus(Families()[2], MakeWeights(llama_ffn, (int)Vocabulary().size(), 1));
+      LoadStatus(Families()[2], MakeWeights(llama_ffn, (int)Vocabulary().tokens.size(), 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("ffn_up"), std::string::npos) << s;
 }
@@ -530,7 +515,7 @@ TEST_F(ArchitectureErrorTest, Phi3WithoutItsFusedGateUpIsAMissingTensor) {
 TEST_F(ArchitectureErrorTest, LongRopeIsRefused) {
   Family phi3 = Families()[2];
   const absl::Status s =
-      LoadStatus(phi3, MakeWeights(phi3, (int)Vocabulary().size(), 1), [](GgufBuilder& b) {
+      LoadStatus(phi3, MakeWeights(phi3, (int)Vocabulary().tokens.size(), 1), [](GgufBuilder& b) {
         std::vector<float> factors(8, 1.0f);
         b.AddTensor("rope_factors_long.weight", 0, {8},
                     std::string(reinterpret_cast<const char*>(factors.data()), 32));
