@@ -238,78 +238,76 @@ TEST(TokenizerTest, Llama3SkipsMergesForWholeTokens) {
 }
 
 TEST(TokenizerTest, RendersChatFormats) {
+  // The messages rendered with a byte vocabulary carrying `tmpl`.
+  auto render = [](const std::string& tmpl, const std::vector<ChatMessage>& messages) {
+    TokenizerSpec spec = ByteSpec();
+    spec.chat_template = tmpl;
+    return Build(spec)->ApplyChatTemplate(messages, true);
+  };
   const std::vector<ChatMessage> chat = {{"user", "Hi"}};
-  TokenizerSpec chatml = ByteSpec();
-  EXPECT_EQ(*Build(chatml)->ApplyChatTemplate(chat, true),
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(*render("", chat), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 
-  TokenizerSpec llama = ByteSpec();
-  llama.chat_template =
-      "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + "
-      "message['content'] | trim + '<|eot_id|>' %}";
   const std::vector<ChatMessage> two = {{"system", "Be brief."}, {"user", " Hi \n"}};
-  EXPECT_EQ(*Build(llama)->ApplyChatTemplate(two, true),
+  EXPECT_EQ(*render("{% set content = '<|start_header_id|>' + message['role'] + "
+                    "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' %}",
+                    two),
             "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
             "<|start_header_id|>assistant<|end_header_id|>\n\n");
 
   // Gemma: "model" turns, trimmed contents, no system turn (it opens the
   // first user turn).
-  TokenizerSpec gemma = ByteSpec();
-  gemma.chat_template =
-      "{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}";
   const std::vector<ChatMessage> dialogue = {
       {"system", "Be brief."}, {"user", " Hi \n"}, {"assistant", "Hello."}, {"user", "Bye"}};
-  EXPECT_EQ(*Build(gemma)->ApplyChatTemplate(dialogue, true),
+  EXPECT_EQ(*render("{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + "
+                    "'<end_of_turn>\\n' }}",
+                    dialogue),
             "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
             "<start_of_turn>model\nHello.<end_of_turn>\n"
             "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
   // Phi-3: a tag per role, each turn closed by <|end|>.
-  TokenizerSpec phi3 = ByteSpec();
-  phi3.chat_template =
-      "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + "
-      "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' + "
-      "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
-      "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
-      "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}";
-  EXPECT_EQ(*Build(phi3)->ApplyChatTemplate(two, true),
-            "<|system|>\nBe brief.<|end|>\n<|user|>\n Hi \n<|end|>\n<|assistant|>\n");
+  EXPECT_EQ(
+      *render(
+          "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\\n' + "
+          "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\\n' "
+          "+ "
+          "message['content'] + '<|end|>\\n'}}{% elif message['role'] == 'assistant' %}"
+          "{{'<|assistant|>\\n' + message['content'] + '<|end|>\\n'}}{% endif %}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif "
+          "%}",
+          two),
+      "<|system|>\nBe brief.<|end|>\n<|user|>\n Hi \n<|end|>\n<|assistant|>\n");
 
   // Zephyr's tags look like Phi-3's but its turns end with </s>: not Phi-3.
-  TokenizerSpec zephyr = ByteSpec();
-  zephyr.chat_template =
-      "{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\\n' + "
-      "message['content'] + eos_token }}{% endif %}{% endfor %}{{ '<|assistant|>' }}";
-  EXPECT_EQ(Build(zephyr)->ApplyChatTemplate(chat, true).status().code(),
-            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(
+      render("{% for message in messages %}{% if message['role'] == 'user' %}{{ '<|user|>\\n' + "
+             "message['content'] + eos_token }}{% endif %}{% endfor %}{{ '<|assistant|>' }}",
+             chat)
+          .status()
+          .code(),
+      absl::StatusCode::kUnimplemented);
 
   // The [INST] family, read off the template as llama.cpp reads it.
   const std::vector<ChatMessage> turns = {
       {"system", "Be brief."}, {"user", " Hi "}, {"assistant", " Hello. "}, {"user", "Bye"}};
-  auto render = [&](const std::string& tmpl) {
-    TokenizerSpec spec = ByteSpec();
-    spec.chat_template = tmpl;
-    return *Build(spec)->ApplyChatTemplate(turns, true);
-  };
   // Llama 2's official template: <<SYS>> in the first turn, contents stripped.
-  EXPECT_EQ(render("{% if messages[0]['role'] == 'system' %}... '<<SYS>>\\n' + system_message ..."
-                   "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"),
+  EXPECT_EQ(*render("{% if messages[0]['role'] == 'system' %}... '<<SYS>>\\n' + system_message ..."
+                    "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}",
+                    turns),
             "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]");
   // A bare [INST] template: no system tags, nothing stripped.
-  EXPECT_EQ(render("{{ bos_token }}[INST] {{ message }} [/INST]"),
+  EXPECT_EQ(*render("{{ bos_token }}[INST] {{ message }} [/INST]", turns),
             "[INST] Be brief.\n Hi  [/INST] Hello. </s>[INST] Bye [/INST]");
   // Mistral v1, v3 and v7.
-  EXPECT_EQ(render("{{ bos_token }}... ' [INST] ' + system_message ..."),
+  EXPECT_EQ(*render("{{ bos_token }}... ' [INST] ' + system_message ...", turns),
             " [INST] Be brief.\n\n Hi  [/INST]  Hello. </s> [INST] Bye [/INST]");
-  EXPECT_EQ(render("{{ bos_token }}[AVAILABLE_TOOLS] ... '[INST]' ..."),
+  EXPECT_EQ(*render("{{ bos_token }}[AVAILABLE_TOOLS] ... '[INST]' ...", turns),
             "[INST] Be brief.\n\n Hi [/INST] Hello.</s>[INST] Bye[/INST]");
   EXPECT_EQ(
-      render("[SYSTEM_PROMPT] ... [INST] ..."),
+      *render("[SYSTEM_PROMPT] ... [INST] ...", turns),
       "[SYSTEM_PROMPT] Be brief.[/SYSTEM_PROMPT][INST]  Hi [/INST]  Hello. </s>[INST] Bye[/INST]");
 
-  TokenizerSpec other = ByteSpec();
-  other.chat_template = "### Instruction:\n{{ message }}\n### Response:";
-  EXPECT_EQ(Build(other)->ApplyChatTemplate(chat, true).status().code(),
+  EXPECT_EQ(render("### Instruction:\n{{ message }}\n### Response:", chat).status().code(),
             absl::StatusCode::kUnimplemented);
 }
 
