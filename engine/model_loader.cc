@@ -59,15 +59,16 @@ absl::StatusOr<double> OptionalFloat(const GgufFile& f, const std::string& key, 
   return f.GetFloat(key);
 }
 
-// Checks that every tensor the model needs is present with the right shape,
-// before any weight memory is allocated.
 // Whether layer tensors come as one attn_qkv (Phi-3 files have it; a phi3
 // file with attn_q/k/v is read as such, as llama.cpp does).
 bool FusedQkv(const GgufFile& f, const Architecture& a) {
   return a.fused_qkv && f.FindTensor("blk.0.attn_qkv.weight") != nullptr;
 }
 
-absl::Status CheckTensors(const GgufFile& f, const ModelConfig& c, const Architecture& a) {
+// Checks that every tensor the model needs is present with the right shape,
+// before any weight memory is allocated.
+absl::Status CheckTensors(const GgufFile& f, const ModelConfig& c, const Architecture& a,
+                          bool fused_qkv) {
   const int64_t d = c.d_model;
   std::vector<std::pair<std::string, std::vector<int64_t>>> want = {
       {"token_embd.weight", {d, c.vocab_size}}, {"output_norm.weight", {d}}};
@@ -76,7 +77,7 @@ absl::Status CheckTensors(const GgufFile& f, const ModelConfig& c, const Archite
     const std::string p = absl::StrCat("blk.", i, ".");
     want.push_back({p + "attn_norm.weight", {d}});
     want.push_back({p + "ffn_norm.weight", {d}});
-    if (FusedQkv(f, a)) {
+    if (fused_qkv) {
       want.push_back({p + "attn_qkv.weight", {d, c.q_dim() + 2 * c.kv_dim()}});
     } else {
       want.push_back({p + "attn_q.weight", {d, c.q_dim()}});
@@ -285,7 +286,7 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
   c.vocab_size = m->tokenizer_->vocab_size();
   const Architecture& arch = *FindArchitecture(c.arch);
   const bool fused_qkv = FusedQkv(*file, arch);
-  if (absl::Status s = CheckTensors(*file, c, arch); !s.ok()) {
+  if (absl::Status s = CheckTensors(*file, c, arch, fused_qkv); !s.ok()) {
     return absl::Status(s.code(), absl::StrCat("'", path, "': ", s.message()));
   }
   PDQ_RETURN_IF_ERROR(AllocateLayers(*m, options));

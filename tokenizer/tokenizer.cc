@@ -582,7 +582,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
     return absl::InvalidArgumentError(absl::StrCat(
         "SentencePiece tokenizer has ", spec.scores.size(), " scores for ", n, " tokens"));
   }
-  // SentencePiece has no pre-tokenizer; the regexes are never used.
+  // SentencePiece has no pre-tokenizer: no regex is compiled for it.
   const std::optional<PreTokenizerConfig> pre = FindPreTokenizer(spm ? "default" : spec.pre);
   if (!pre) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -596,9 +596,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromSpec(TokenizerSpec spe
   impl->add_space_prefix = spec.add_space_prefix;
   impl->spm_byte_id.fill(kNoToken);
   impl->pre = *pre;
-  PDQ_ASSIGN_OR_RETURN(Regex main_regex, Regex::Compile(WithUnicodeWhiteSpace(pre->pattern)));
-  impl->main_regex.emplace(std::move(main_regex));
-  if (pre->split_digits) {
+  if (!spm) {
+    PDQ_ASSIGN_OR_RETURN(Regex main_regex, Regex::Compile(WithUnicodeWhiteSpace(pre->pattern)));
+    impl->main_regex.emplace(std::move(main_regex));
+  }
+  if (!spm && pre->split_digits) {
     PDQ_ASSIGN_OR_RETURN(Regex digit_regex, Regex::Compile(R"(\p{N})"));
     impl->digit_regex.emplace(std::move(digit_regex));
   }
