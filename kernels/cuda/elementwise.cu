@@ -1,0 +1,158 @@
+// Row-wise and elementwise kernels (elementwise.h).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/elementwise.h"
+
+namespace pdq::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline void Store(float* out, int64_t i, float v) { out[i] = v; }
+__device__ inline void Store(__half* out, int64_t i, float v) { out[i] = __float2half_rn(v); }
+
+// One block per row, reducing the sum of squares across it.
+template <typename Out>
+__global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ weight,
+                              int64_t d, float eps, Out* __restrict__ out) {
+  const float* row = x + blockIdx.x * d;
+  Out* out_row = out + blockIdx.x * d;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss += row[i] * row[i];
+  ss = BlockReduce(ss, [](float a, float b) { return a + b; });
+  const float scale = rsqrtf(ss / (float)d + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x)
+    Store(out_row, i, row[i] * scale * weight[i]);
+}
+
+__device__ inline float Silu(float g) { return g / (1.0f + expf(-g)); }
+
+// As the CPU reference: in double, since g/2 (1 + tanh(u)) cancels for g << 0.
+__device__ inline float GeluTanh(float g) {
+  const double k = 0.7978845608028654;  // sqrt(2/pi)
+  const double gd = g;
+  return (float)(0.5 * gd * (1.0 + tanh(k * (gd + 0.044715 * gd * gd * gd))));
+}
+
+template <GluKind kKind, typename Out>
+__global__ void GluKernel(const float* __restrict__ gate_up, int64_t m, int64_t f,
+                          Out* __restrict__ out) {
+  const int64_t total = m * f;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t row = i / f, col = i % f;
+    const float g = gate_up[row * 2 * f + col], u = gate_up[row * 2 * f + f + col];
+    const float a = kKind == GluKind::kSilu ? Silu(g) : GeluTanh(g);
+    Store(out, i, a * u);
+  }
+}
+
+// One block per row; threads take (head, pair) items.
+__global__ void RopeKernel(float* __restrict__ x, int64_t stride, int heads, int head_dim,
+                           const int32_t* __restrict__ positions,
+                           const float* __restrict__ inv_freq, bool interleaved) {
+  const int half = head_dim / 2;
+  float* row = x + blockIdx.x * stride;
+  const double pos = positions[blockIdx.x];
+  for (int item = threadIdx.x; item < heads * half; item += blockDim.x) {
+    const int h = item / half, t = item % half;
+    double sn, cs;
+    sincos(pos * (double)inv_freq[t], &sn, &cs);
+    float* v = row + (int64_t)h * head_dim;
+    const int a = interleaved ? 2 * t : t;
+    const int c = interleaved ? 2 * t + 1 : t + half;
+    const float x0 = v[a], x1 = v[c];
+    v[a] = x0 * (float)cs - x1 * (float)sn;
+    v[c] = x0 * (float)sn + x1 * (float)cs;
+  }
+}
+
+__global__ void ToHalfKernel(const float* __restrict__ src, int64_t n, __half* __restrict__ dst) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    dst[i] = __float2half_rn(src[i]);
+  }
+}
+
+// Blocks for a grid-stride loop over n items: enough to fill the device.
+unsigned StrideBlocks(int64_t n) {
+  const int64_t want = (n + kThreads - 1) / kThreads;
+  const int64_t cap = 32 * (int64_t)(MultiprocessorCount() > 0 ? MultiprocessorCount() : 132);
+  return (unsigned)std::max<int64_t>(1, std::min(want, cap));
+}
+
+absl::Status Bad(const char* kernel, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(kernel, ": ", why));
+}
+
+}  // namespace
+
+absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.d <= 0 || p.m > 0x7fffffff) {
+    return Bad("RmsNorm", absl::StrCat("bad shape ", p.m, "x", p.d));
+  }
+  if (p.x == nullptr || p.weight == nullptr || (p.out == nullptr) == (p.out_half == nullptr)) {
+    return Bad("RmsNorm", "needs x, weight and exactly one of out and out_half");
+  }
+  if (p.out != nullptr) {
+    RmsNormKernel<<<(unsigned)p.m, kThreads, 0, stream>>>(p.x, p.weight, p.d, p.eps, p.out);
+  } else {
+    RmsNormKernel<<<(unsigned)p.m, kThreads, 0, stream>>>(p.x, p.weight, p.d, p.eps,
+                                                          reinterpret_cast<__half*>(p.out_half));
+  }
+  return LaunchStatus("RmsNorm");
+}
+
+absl::Status Glu(const GluParams& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.f <= 0) return Bad("Glu", absl::StrCat("bad shape ", p.m, "x", p.f));
+  if (p.gate_up == nullptr || (p.out == nullptr) == (p.out_half == nullptr)) {
+    return Bad("Glu", "needs gate_up and exactly one of out and out_half");
+  }
+  const unsigned blocks = StrideBlocks(p.m * p.f);
+  auto* out_half = reinterpret_cast<__half*>(p.out_half);
+  if (p.kind == GluKind::kSilu) {
+    if (p.out != nullptr) {
+      GluKernel<GluKind::kSilu><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, p.out);
+    } else {
+      GluKernel<GluKind::kSilu><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, out_half);
+    }
+  } else {
+    if (p.out != nullptr) {
+      GluKernel<GluKind::kGeluTanh><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, p.out);
+    } else {
+      GluKernel<GluKind::kGeluTanh><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, out_half);
+    }
+  }
+  return LaunchStatus("Glu");
+}
+
+absl::Status Rope(const RopeParams& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.m > 0x7fffffff || p.heads <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
+      p.stride < (int64_t)p.heads * p.head_dim) {
+    return Bad("Rope", absl::StrCat("bad shape: ", p.m, " rows of ", p.heads, " heads x ",
+                                    p.head_dim, ", stride ", p.stride));
+  }
+  if (p.x == nullptr || p.positions == nullptr || p.inv_freq == nullptr) {
+    return Bad("Rope", "needs x, positions and inv_freq");
+  }
+  RopeKernel<<<(unsigned)p.m, kThreads, 0, stream>>>(p.x, p.stride, p.heads, p.head_dim,
+                                                     p.positions, p.inv_freq,
+                                                     p.style == RopeStyle::kInterleaved);
+  return LaunchStatus("Rope");
+}
+
+absl::Status ToHalf(const ToHalfParams& p, cudaStream_t stream) {
+  if (p.n <= 0) return Bad("ToHalf", absl::StrCat("bad length ", p.n));
+  if (p.src == nullptr || p.dst == nullptr) return Bad("ToHalf", "needs src and dst");
+  ToHalfKernel<<<StrideBlocks(p.n), kThreads, 0, stream>>>(p.src, p.n,
+                                                           reinterpret_cast<__half*>(p.dst));
+  return LaunchStatus("ToHalf");
+}
+
+}  // namespace pdq::cuda

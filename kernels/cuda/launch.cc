@@ -1,0 +1,50 @@
+#include "kernels/cuda/launch.h"
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdq::cuda {
+
+int DeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error
+    return 0;
+  }
+  return n;
+}
+
+int MultiprocessorCount() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (device < kMaxDevices && cached[device].load(std::memory_order_relaxed) > 0) {
+    return cached[device].load(std::memory_order_relaxed);
+  }
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (device < kMaxDevices) cached[device].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+absl::Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+}
+
+absl::Status LaunchStatus(const char* kernel) {
+  return CudaStatus(cudaGetLastError(), absl::StrCat(kernel, " launch").c_str());
+}
+
+}  // namespace pdq::cuda

@@ -1,0 +1,35 @@
+// How every kernel in kernels/cuda is called, stated once:
+//
+//   absl::Status Kernel(const KernelParams& p, cudaStream_t stream);
+//
+// The parameters struct holds device pointers and shapes; the stream comes
+// last (nullptr: the legacy default stream). The status is InvalidArgument
+// for a shape or pointer the kernel cannot take, checked before anything is
+// launched, and Internal for what CUDA reported about the launch. A launcher
+// never allocates and never synchronizes: errors while the kernel runs
+// surface at the caller's next synchronization. Where a kernel needs
+// temporary device memory, the caller passes it (a ...ScratchBytes function
+// says how much).
+//
+// The headers in this folder hold no device code, so plain C++ includes them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "absl/status/status.h"
+
+namespace pdq::cuda {
+
+// Number of visible CUDA devices; 0 where there is no driver or no GPU.
+int DeviceCount();
+
+// The multiprocessor count of the current device (cached per device), or 0.
+int MultiprocessorCount();
+
+// OK for cudaSuccess, else Internal naming `what` and CUDA's message.
+absl::Status CudaStatus(cudaError_t err, const char* what);
+
+// The status of the launch just made on this thread (cudaGetLastError).
+absl::Status LaunchStatus(const char* kernel);
+
+}  // namespace pdq::cuda

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The GPU check, prepared so that the few minutes a GPU is lent go to
+# measuring: every `gpu` test (each CUDA kernel against the CPU reference)
+# and the GPU benchmark, whose JSON it writes.
+#
+# The lent GPU machines have the CUDA toolkit but none of the project's
+# Debian libraries (Abseil, GoogleTest, gRPC), so the build happens on a
+# development machine and travels:
+#
+#   scripts/gpu_check.sh bundle            # here: build into build-gpu/, copy the
+#                                          # binaries and their libraries to .gpu/
+#   scripts/gpu_check.sh run [OUTDIR]      # on the GPU machine, from the repo
+#                                          # root, with .gpu/ carried along
+#   scripts/gpu_check.sh [OUTDIR]          # both, on a GPU machine with the deps
+#
+# `run` gives each test 30 seconds, starts no test after 5 minutes and
+# gives the benchmark what is left of 7.5, so the whole check ends within 8.
+set -euo pipefail
+
+usage() {
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle_dir=$root/.gpu
+
+bundle() {
+  local build=$root/build-gpu
+  echo "== configuring $build (CUDA on, sm_90)"
+  mkdir -p "$build"
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPDQ_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 >"$build/configure.log" 2>&1 ||
+    { tail -20 "$build/configure.log"; echo "gpu_check: configure failed" >&2; exit 1; }
+  echo "== building the GPU tests and benchmark"
+  cmake --build "$build" --target cuda_kernels_test cuda_layout_test gpu_bench
+  rm -rf "$bundle_dir"
+  mkdir -p "$bundle_dir/bin" "$bundle_dir/lib"
+  cp "$build/tests/cuda_kernels_test" "$build/tests/cuda_layout_test" "$build/bin/gpu_bench" \
+    "$bundle_dir/bin/"
+  # Every shared library they load except the C/C++ runtime, the driver and
+  # cuBLAS (hundreds of MB; the GPU machine's CUDA toolkit has it).
+  local lib
+  for lib in $(ldd "$bundle_dir"/bin/* | awk '/=> \// {print $3}' | sort -u); do
+    case $(basename "$lib") in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+      libcuda.so*|libcublas*.so*) ;;
+      *) cp -L "$lib" "$bundle_dir/lib/" ;;
+    esac
+  done
+  { git -C "$root" rev-parse HEAD
+    [[ -z $(git -C "$root" status --porcelain --untracked-files=no) ]] || echo "with uncommitted changes"
+  } 2>/dev/null | paste -sd' ' >"$bundle_dir/commit" || true
+  echo "== bundled $(du -sh "$bundle_dir" | cut -f1) in $bundle_dir (commit $(cat "$bundle_dir/commit" 2>/dev/null))"
+  echo "   on the GPU machine: scripts/gpu_check.sh run OUTDIR, with .gpu carried"
+}
+
+run() {
+  SECONDS=0
+  local out=${1:-$root/gpu-check-out}
+  mkdir -p "$out"
+  [[ -x $bundle_dir/bin/gpu_bench ]] ||
+    { echo "gpu_check: no bundle in $bundle_dir (run 'scripts/gpu_check.sh bundle' first)" >&2; exit 1; }
+  # cuBLAS from the toolkit, else from the pip wheel next to PyTorch.
+  local extra=/usr/local/cuda/lib64 py
+  for py in /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib \
+            /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib; do
+    [[ -d $py ]] && extra=$extra:$py
+  done
+  export LD_LIBRARY_PATH=$bundle_dir/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "== bundle of commit $(cat "$bundle_dir/commit" 2>/dev/null || echo unknown)"
+  if ! nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
+      --format=csv,noheader 2>&1 | tee "$out/gpu.txt"; then
+    echo "gpu_check: nvidia-smi found no GPU" >&2
+  fi
+  # Each test in its own process with its own time limit: a kernel fault
+  # poisons its CUDA context, and must not take the other tests with it.
+  # Everything goes into few files: the device tool returns at most 8.
+  local failed=0 t name rc status skipped=0
+  : >"$out/tests.log"
+  : >"$out/tests-summary.txt"
+  for t in cuda_layout_test cuda_kernels_test; do
+    for name in $("$bundle_dir/bin/$t" --gtest_list_tests |
+                  awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
+      rc=0
+      if (( SECONDS > 300 )); then
+        echo "not started: the 5 minutes for tests are spent" >"$out/one.log"
+        rc=125
+      else
+        timeout 30 "$bundle_dir/bin/$t" --gtest_filter="$name" >"$out/one.log" 2>&1 || rc=$?
+      fi
+      if [[ $rc == 125 ]]; then
+        status=NOTRUN
+      elif [[ $rc == 124 ]]; then
+        status=TIMEOUT
+      elif [[ $rc != 0 ]]; then
+        status=FAILED
+      elif grep -q '^\[  SKIPPED \]' "$out/one.log"; then
+        status=SKIPPED
+        skipped=1
+      else
+        status=PASSED
+      fi
+      [[ $status == PASSED || $status == SKIPPED ]] || failed=1
+      { echo "===== $name: $status"; cat "$out/one.log"; } >>"$out/tests.log"
+      printf '%-8s %s\n' "$status" "$name" | tee -a "$out/tests-summary.txt"
+    done
+  done
+  rm -f "$out/one.log"
+  if [[ $skipped == 1 ]]; then
+    echo "gpu_check: GPU tests skipped: no usable GPU here" >&2
+    failed=1
+  fi
+  echo "== gpu_bench"
+  if ! timeout $(( SECONDS < 390 ? 450 - SECONDS : 60 )) "$bundle_dir/bin/gpu_bench" --json "$out/gpu_bench.json" 2>&1 |
+      tee "$out/gpu_bench.log"; then
+    failed=1
+  fi
+  echo "== tests"
+  cat "$out/tests-summary.txt"
+  grep -h -B2 -A12 'Failure' "$out/tests.log" | head -60 || true
+  echo "== results in $out"
+  [[ $failed == 0 ]] && echo "gpu_check: PASSED" || echo "gpu_check: FAILED"
+  return $failed
+}
+
+case ${1:-} in
+  -h|--help) usage ;;
+  bundle) bundle ;;
+  run) shift; run "$@" ;;
+  *) bundle; run "$@" ;;
+esac
