@@ -22,12 +22,22 @@ struct Context::Workspace {
   std::vector<int32_t> positions;
 };
 
-Context::Context(const Model& model, const CpuContext& cpu)
-    : model_(model), layout_(model.kv_layout()), cpu_(cpu), ws_(std::make_unique<Workspace>()) {
+Context::Context(const Model& model, const CpuContext& cpu, std::unique_ptr<ForwardBackend> backend)
+    : model_(model),
+      layout_(model.kv_layout()),
+      cpu_(cpu),
+      backend_(std::move(backend)),
+      ws_(std::make_unique<Workspace>()) {
   PDQ_CHECK(cpu.pool != nullptr);
 }
 
 Context::~Context() = default;
+
+std::string Context::device() const { return backend_ ? backend_->name() : "cpu"; }
+
+absl::StatusOr<std::unique_ptr<KvCache>> Context::NewKvCache(int64_t tokens) const {
+  return model_.NewKvCache(tokens, backend_ ? backend_->kv_allocator() : nullptr);
+}
 
 absl::Status Context::ForwardAll(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits) {
   PDQ_RETURN_IF_ERROR(Forward(kv, batch, logits));
@@ -35,8 +45,6 @@ absl::Status Context::ForwardAll(KvCache& kv, std::span<const BatchEntry> batch,
 }
 
 absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits) {
-  const Model& m = model_;
-  const ModelConfig& c = m.config_;
   if (batch.empty()) return absl::InvalidArgumentError("empty batch");
   KvLayout mine = layout_;
   mine.block_tokens = kv.layout().block_tokens;  // any block size reads the same
@@ -44,12 +52,44 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
     return absl::InvalidArgumentError(
         absl::StrCat("the KV cache is laid out for another model: ", s.message()));
   }
+  if (backend_ ? kv.memory() != backend_->kv_allocator()->name() : !kv.host_accessible()) {
+    return absl::InvalidArgumentError(absl::StrCat("the KV cache lives in ", kv.memory(),
+                                                   " memory; this context runs on ", device(),
+                                                   " (make caches with Context::NewKvCache)"));
+  }
+  if (backend_ && observer_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("activation observers (calibration) run on the CPU, not on ", device()));
+  }
+  ForwardPlan plan;
+  if (!Plan(kv, batch, logits, &plan)) return absl::OkStatus();
+  if (backend_) {
+    if (absl::Status s = backend_->Run(batch, plan, kv, layer_observer_, logits); !s.ok()) {
+      // No entry ran: no logits, and no length moves (the reserved blocks
+      // stay with their sequences, for a retry).
+      logits->data.clear();
+      logits->num_rows.assign(batch.size(), 0);
+      return s;
+    }
+  } else {
+    RunOnCpu(kv, batch, plan, logits);
+  }
+  for (size_t e : plan.run) {
+    PDQ_CHECK(kv.SetLength(batch[e].seq, plan.start[e] + (int64_t)batch[e].tokens.size()).ok());
+  }
+  return absl::OkStatus();
+}
+
+bool Context::Plan(KvCache& kv, std::span<const BatchEntry> batch, Logits* logits,
+                   ForwardPlan* plan) {
+  const ModelConfig& c = model_.config_;
   const int64_t block_tokens = kv.layout().block_tokens;
 
   // Check each entry on its own; the valid ones run, in batch order.
   logits->status.assign(batch.size(), absl::OkStatus());
-  std::vector<size_t> run;
-  std::vector<int64_t> start(batch.size(), 0);
+  std::vector<size_t>& run = plan->run;
+  std::vector<int64_t>& start = plan->start;
+  start.assign(batch.size(), 0);
   int64_t total = 0, logit_rows = 0, blocks_left = kv.num_free_blocks(), max_pos = 0;
   for (size_t e = 0; e < batch.size(); ++e) {
     const BatchEntry& b = batch[e];
@@ -102,12 +142,39 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
   logits->num_rows.assign(batch.size(), 0);
   if (run.empty()) {
     logits->data.clear();
-    return absl::OkStatus();
+    return false;
   }
   for (size_t e : run) {
     PDQ_CHECK(kv.Reserve(batch[e].seq, start[e] + (int64_t)batch[e].tokens.size()).ok());
   }
+  plan->total = total;
+  plan->logit_rows = logit_rows;
+  plan->max_pos = max_pos;
+  plan->offset.resize(run.size());
+  plan->tables.resize(run.size());
+  int64_t row = 0, out_row = 0;
+  for (size_t i = 0; i < run.size(); ++i) {
+    const BatchEntry& b = batch[run[i]];
+    plan->offset[i] = row;
+    plan->tables[i] = *kv.BlockTable(b.seq);
+    row += (int64_t)b.tokens.size();
+    logits->first_row[run[i]] = out_row;
+    logits->num_rows[run[i]] = b.num_logits;
+    out_row += b.num_logits;
+  }
+  logits->data.resize(logit_rows * c.vocab_size);
+  return true;
+}
 
+void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const ForwardPlan& plan,
+                       Logits* logits) {
+  const Model& m = model_;
+  const ModelConfig& c = m.config_;
+  const std::vector<size_t>& run = plan.run;
+  const std::vector<int64_t>& start = plan.start;
+  const std::vector<int64_t>& offset = plan.offset;
+  const std::vector<std::span<const int32_t>>& tables = plan.tables;
+  const int64_t total = plan.total, logit_rows = plan.logit_rows, max_pos = plan.max_pos;
   const int64_t d = c.d_model, qkvd = c.q_dim() + 2 * c.kv_dim(), f = c.ffn_dim;
   Workspace& w = *ws_;
   auto fit = [](std::vector<float>& v, int64_t n) {
@@ -125,13 +192,9 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
   w.positions.resize(total);
 
   // Embedding and positions; offset[i]: first row of run[i].
-  std::vector<int64_t> offset(run.size());
-  std::vector<std::span<const int32_t>> tables(run.size());
   int64_t row = 0;
   for (size_t i = 0; i < run.size(); ++i) {
     const BatchEntry& b = batch[run[i]];
-    offset[i] = row;
-    tables[i] = *kv.BlockTable(b.seq);
     for (size_t t = 0; t < b.tokens.size(); ++t, ++row) {
       const fp16_t* src = m.embedding_.data() + (int64_t)b.tokens[t] * d;
       for (int64_t j = 0; j < d; ++j) w.x[row * d + j] = Fp16ToFp32(src[j]) * c.embedding_scale;
@@ -176,26 +239,17 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
   }
 
   // Final norm and output projection for the rows that need logits only.
-  int64_t out_row = 0;
   for (size_t i = 0; i < run.size(); ++i) {
     const BatchEntry& b = batch[run[i]];
     const int64_t n = (int64_t)b.tokens.size();
     const int64_t first = n - b.num_logits;
-    logits->first_row[run[i]] = out_row;
-    logits->num_rows[run[i]] = n - first;
     RmsNorm(cpu_, w.x.data() + (offset[i] + first) * d, m.output_norm_.data(), n - first, d,
-            c.norm_eps, w.rows.data() + out_row * d);
-    out_row += n - first;
+            c.norm_eps, w.rows.data() + logits->first_row[run[i]] * d);
   }
-  logits->data.resize(logit_rows * c.vocab_size);
   if (observer_ && logit_rows > 0) observer_("output", w.rows.data(), logit_rows, d);
   if (logit_rows > 0) {
     m.output_->Forward(cpu_, w.rows.data(), logit_rows, d, logits->data.data(), c.vocab_size);
   }
-  for (size_t e : run) {
-    PDQ_CHECK(kv.SetLength(batch[e].seq, start[e] + (int64_t)batch[e].tokens.size()).ok());
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace pdq

@@ -26,7 +26,7 @@ absl::StatusOr<GenerateResult> Generate(Context& ctx, const std::vector<int32_t>
   }
   const int64_t capacity =
       std::min<int64_t>(c.max_context, (int64_t)prompt.size() + options.max_tokens);
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(capacity));
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, ctx.NewKvCache(capacity));
   const SeqId seq = kv->AddSequence();
   Sampler sampler(options.sampling);
   StreamingDetokenizer detok(model.tokenizer());

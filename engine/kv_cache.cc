@@ -8,6 +8,17 @@
 #include "common/check.h"
 
 namespace pdq {
+namespace {
+
+class HostKvAllocator final : public KvAllocator {
+ public:
+  void* Allocate(size_t bytes) override { return std::aligned_alloc(64, bytes); }
+  void Free(void* p) override { std::free(p); }
+  std::string name() const override { return "host"; }
+  bool host_accessible() const override { return true; }
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& config) {
   const KvLayout& l = config.layout;
@@ -17,17 +28,22 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& co
         "bad KV cache config: layers=", l.num_layers, " kv_heads=", l.kv_heads,
         " head_dim=", l.head_dim, " block_tokens=", l.block_tokens, " blocks=", config.num_blocks));
   }
-  std::unique_ptr<KvCache> cache(new KvCache(config));
+  KvCacheConfig with_memory = config;
+  if (with_memory.allocator == nullptr) {
+    static const auto* host = new std::shared_ptr<KvAllocator>(std::make_shared<HostKvAllocator>());
+    with_memory.allocator = *host;
+  }
+  std::unique_ptr<KvCache> cache(new KvCache(with_memory));
   const size_t bytes = (size_t)config.num_blocks * l.block_elements() * sizeof(fp16_t);
   const size_t rounded = (bytes + 63) / 64 * 64;
   cache->region_bytes_ = (int64_t)bytes;
   for (int i = 0; i < l.num_layers; ++i) {
     for (auto* list : {&cache->k_, &cache->v_}) {
-      void* p = std::aligned_alloc(64, rounded);
+      void* p = cache->config_.allocator->Allocate(rounded);
       if (p == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ",
-                                                         2 * rounded * l.num_layers / (1 << 20),
-                                                         " MiB of KV cache; use fewer blocks"));
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cannot allocate ", 2 * rounded * l.num_layers / (1 << 20), " MiB of KV cache in ",
+            cache->config_.allocator->name(), " memory; use fewer blocks"));
       }
       list->push_back(static_cast<fp16_t*>(p));
     }
@@ -38,8 +54,19 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& co
 }
 
 KvCache::~KvCache() {
-  for (fp16_t* p : k_) std::free(p);
-  for (fp16_t* p : v_) std::free(p);
+  for (fp16_t* p : k_) config_.allocator->Free(p);
+  for (fp16_t* p : v_) config_.allocator->Free(p);
+}
+
+std::string KvCache::memory() const { return config_.allocator->name(); }
+bool KvCache::host_accessible() const { return config_.allocator->host_accessible(); }
+
+absl::Status KvCache::CheckHostAccessible() const {
+  if (host_accessible()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("this KV cache lives in ", memory(),
+                   " memory, which the host KV transports cannot move (a device transport is "
+                   "not built yet)"));
 }
 
 SeqId KvCache::AddSequence() {
@@ -125,6 +152,7 @@ std::vector<KvRegion> KvCache::MemoryRegions() const {
 }
 
 std::byte* KvCache::SpanData(const KvSpan& span) const {
+  PDQ_CHECK(host_accessible());  // spans of device caches are never handed out
   PDQ_CHECK(span.region >= 0 && span.region < 2 * config_.layout.num_layers);
   PDQ_CHECK(span.offset >= 0 && span.offset + span.bytes <= region_bytes_);
   fp16_t* base = span.region % 2 == 0 ? k_[span.region / 2] : v_[span.region / 2];
@@ -133,6 +161,7 @@ std::byte* KvCache::SpanData(const KvSpan& span) const {
 
 absl::StatusOr<std::vector<KvSpan>> KvCache::Spans(const Sequence& s, int layer,
                                                    int64_t blocks) const {
+  PDQ_RETURN_IF_ERROR(CheckHostAccessible());
   if (layer < 0 || layer >= config_.layout.num_layers) {
     return absl::OutOfRangeError(
         absl::StrCat("layer ", layer, " outside [0, ", config_.layout.num_layers, ")"));
@@ -156,6 +185,7 @@ absl::StatusOr<std::vector<KvSpan>> KvCache::ExportLayer(SeqId seq, int layer) c
 
 absl::StatusOr<SeqId> KvCache::ImportSequence(const KvLayout& sender, int64_t tokens) {
   PDQ_RETURN_IF_ERROR(CheckKvCompatible(config_.layout, sender));
+  PDQ_RETURN_IF_ERROR(CheckHostAccessible());
   if (tokens <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("cannot import ", tokens, " tokens"));
   }
@@ -169,6 +199,7 @@ absl::StatusOr<SeqId> KvCache::ImportSequence(const KvLayout& sender, int64_t to
 
 absl::StatusOr<std::vector<KvSpan>> KvCache::LayerSpans(SeqId seq, int layer,
                                                          int64_t tokens) const {
+  PDQ_RETURN_IF_ERROR(CheckHostAccessible());
   PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
   const int64_t bt = config_.layout.block_tokens;
   const int64_t blocks = (tokens + bt - 1) / bt;

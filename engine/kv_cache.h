@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -21,9 +22,25 @@
 
 namespace pdq {
 
+// Where a cache's blocks live: host memory unless a device backend (see
+// engine/device.h) supplies device memory. Allocate returns null when the
+// memory cannot be had.
+class KvAllocator {
+ public:
+  virtual ~KvAllocator() = default;
+  virtual void* Allocate(size_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  // "host", "cuda:0", ...: for messages.
+  virtual std::string name() const = 0;
+  // Whether the CPU can read and write the blocks (the host transports need
+  // to).
+  virtual bool host_accessible() const = 0;
+};
+
 struct KvCacheConfig {
   KvLayout layout;
   int64_t num_blocks = 0;
+  std::shared_ptr<KvAllocator> allocator = nullptr;  // null: host memory
 };
 
 using SeqId = int64_t;
@@ -55,6 +72,9 @@ class KvCache {
   int64_t num_free_blocks() const { return (int64_t)free_.size(); }
   // Bytes of K plus V for one block in one layer.
   int64_t block_bytes() const { return config_.layout.block_bytes(); }
+  // "host" or the device memory the blocks live in.
+  std::string memory() const;
+  bool host_accessible() const;
 
   // A new empty sequence.
   SeqId AddSequence();
@@ -83,6 +103,11 @@ class KvCache {
   // ---- Moving a sequence to another cache or process ----
   // Every byte of KV lives in 2 * num_layers regions: layer l's keys are
   // region 2l, its values region 2l + 1. A transport registers them once.
+  // The host transports move host memory only: for a cache in device
+  // memory, ExportLayer, ImportSequence and LayerSpans fail with
+  // FailedPrecondition (a device transport is not built yet).
+  // Host addresses only where host_accessible(); a device cache's regions
+  // are device pointers, for a device transport.
   std::vector<KvRegion> MemoryRegions() const;
   std::byte* SpanData(const KvSpan& span) const;
 
@@ -110,6 +135,8 @@ class KvCache {
   };
   explicit KvCache(const KvCacheConfig& config) : config_(config) {}
   absl::StatusOr<const Sequence*> Find(SeqId seq) const;
+  // FailedPrecondition unless the CPU can read the blocks.
+  absl::Status CheckHostAccessible() const;
   // K and V spans of layer `layer` for the first `blocks` blocks of `s`;
   // OutOfRange for a layer the cache does not have.
   absl::StatusOr<std::vector<KvSpan>> Spans(const Sequence& s, int layer, int64_t blocks) const;

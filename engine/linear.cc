@@ -126,6 +126,12 @@ class Fp16Linear final : public WritableLinear {
     PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
     PackF16Rows(src, row0, rows, in_, packed_.data());
   }
+  PackedLinear Packed() const override {
+    PackedLinear p;
+    p.f16 = PackedF16{packed_.data(), out_, in_};
+    p.bias = &bias_;
+    return p;
+  }
   std::string SerializeWeights() const override { return Concat(packed_); }
   absl::Status DeserializeWeights(std::string_view bytes) override { return Split(bytes, packed_); }
 
@@ -214,6 +220,13 @@ class W4A16Linear final : public WritableLinear {
     staged_ = {};
     return absl::OkStatus();
   }
+  PackedLinear Packed() const override {
+    PackedLinear p;
+    p.w4 = PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_};
+    p.in_scale = inv_s_.empty() ? nullptr : inv_s_.data();
+    p.bias = &bias_;
+    return p;
+  }
   std::string SerializeWeights() const override { return Concat(q_, scale_, min_, inv_s_); }
   absl::Status DeserializeWeights(std::string_view bytes) override {
     return Split(bytes, q_, scale_, min_, inv_s_);
@@ -289,6 +302,13 @@ class W8A8Linear final : public WritableLinear {
     QuantizeI8Rows(staged_.data(), 0, out_, in_, q_.data(), scale_.data());
     staged_ = {};
     return absl::OkStatus();
+  }
+  PackedLinear Packed() const override {
+    PackedLinear p;
+    p.i8 = PackedI8{q_.data(), scale_.data(), out_, in_};
+    p.in_scale = inv_s_.empty() ? nullptr : inv_s_.data();
+    p.bias = &bias_;
+    return p;
   }
   std::string SerializeWeights() const override { return Concat(q_, scale_, inv_s_); }
   absl::Status DeserializeWeights(std::string_view bytes) override {

@@ -49,6 +49,18 @@ using ActivationStats = std::map<std::string, LayerStats>;
 // True when `name` matches `pattern`, where '*' matches any run of characters.
 bool MatchesLayerPattern(const std::string& pattern, const std::string& name);
 
+// A linear layer's weights as a device backend uploads them: exactly one of
+// f16, i8 and w4 holds data, with the per-input scale x is multiplied by
+// before the product (AWQ, SmoothQuant; null without) and the bias (null
+// or empty without). Views into the layer; valid while it lives.
+struct PackedLinear {
+  PackedF16 f16;
+  PackedI8 i8;
+  PackedW4 w4;
+  const float* in_scale = nullptr;
+  const std::vector<float>* bias = nullptr;
+};
+
 // A linear layer whose storage format is the backend's own.
 class LinearWeights {
  public:
@@ -63,6 +75,7 @@ class LinearWeights {
   // caller at a time).
   virtual void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
                        int64_t ldy) const = 0;
+  virtual PackedLinear Packed() const = 0;
 };
 
 class WritableLinear : public LinearWeights {

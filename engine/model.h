@@ -68,8 +68,10 @@ class Model {
   // What this model's KV bytes mean, with blocks of `block_tokens` tokens.
   // Independent of the weight precision.
   KvLayout kv_layout(int block_tokens = 16) const;
-  // A KV cache laid out for this model holding `tokens` tokens in all.
-  absl::StatusOr<std::unique_ptr<KvCache>> NewKvCache(int64_t tokens) const;
+  // A KV cache laid out for this model holding `tokens` tokens in all, in
+  // host memory or where `allocator` puts it.
+  absl::StatusOr<std::unique_ptr<KvCache>> NewKvCache(
+      int64_t tokens, std::shared_ptr<KvAllocator> allocator = nullptr) const;
 
   // Writes this weight set's packed linear layers as an artifact (see
   // engine/artifact.h). FailedPrecondition for FP16 weights.
@@ -78,6 +80,7 @@ class Model {
  private:
   friend class ModelLoader;
   friend class Context;
+  friend class CudaBackend;  // engine/cuda: uploads the weights
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;
     std::unique_ptr<LinearWeights> qkv, out, gate_up, down;

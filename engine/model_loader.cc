@@ -556,11 +556,13 @@ KvLayout Model::kv_layout(int block_tokens) const {
   return l;
 }
 
-absl::StatusOr<std::unique_ptr<KvCache>> Model::NewKvCache(int64_t tokens) const {
+absl::StatusOr<std::unique_ptr<KvCache>> Model::NewKvCache(
+    int64_t tokens, std::shared_ptr<KvAllocator> allocator) const {
   if (tokens <= 0) return absl::InvalidArgumentError("KV cache must hold at least one token");
   KvCacheConfig kc;
   kc.layout = kv_layout();
   kc.num_blocks = (tokens + kc.layout.block_tokens - 1) / kc.layout.block_tokens;
+  kc.allocator = std::move(allocator);
   return KvCache::Create(kc);
 }
 

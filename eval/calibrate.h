@@ -16,10 +16,10 @@ namespace pdq {
 struct CalibrationOptions {
   int ctx = 512;               // window length in tokens
   int64_t max_windows = 16;    // windows of the text to run
-  std::function<void(int64_t, int64_t)> progress;  // (done, total)
+  std::function<void(int64_t, int64_t)> progress = nullptr;  // (done, total)
   // Layers (by name) whose Gram matrix to collect: k x k floats each, and
   // ~k^2 multiply-adds per input row. Null: none.
-  std::function<bool(const std::string&)> want_gram;
+  std::function<bool(const std::string&)> want_gram = nullptr;
   // Every other window is the text's paragraphs rendered as conversations
   // with the model's chat template, special tokens included, so the
   // statistics also cover the chat-formatted prompts a server sees (the

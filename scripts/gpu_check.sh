@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, prepared so that the few minutes a GPU is lent go to
-# measuring: every `gpu` test (each CUDA kernel against the CPU reference)
-# and the GPU benchmark, whose JSON it writes.
+# measuring: every `gpu` test (each CUDA kernel against the CPU reference,
+# the CUDA forward pass against the CPU engine) and the GPU benchmark, whose
+# JSON it writes.
 #
 # The lent GPU machines have the CUDA toolkit but none of the project's
 # Debian libraries (Abseil, GoogleTest, gRPC), so the build happens on a
@@ -32,11 +33,11 @@ bundle() {
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$build/configure.log" 2>&1 ||
     { tail -20 "$build/configure.log"; echo "gpu_check: configure failed" >&2; exit 1; }
   echo "== building the GPU tests and benchmark"
-  cmake --build "$build" --target cuda_kernels_test cuda_layout_test gpu_bench
+  cmake --build "$build" --target cuda_kernels_test cuda_layout_test engine_cuda_test gpu_bench
   rm -rf "$bundle_dir"
   mkdir -p "$bundle_dir/bin" "$bundle_dir/lib"
-  cp "$build/tests/cuda_kernels_test" "$build/tests/cuda_layout_test" "$build/bin/gpu_bench" \
-    "$bundle_dir/bin/"
+  cp "$build/tests/cuda_kernels_test" "$build/tests/cuda_layout_test" \
+    "$build/tests/engine_cuda_test" "$build/bin/gpu_bench" "$bundle_dir/bin/"
   # Every shared library they load except the C/C++ runtime, the driver and
   # cuBLAS (hundreds of MB; the GPU machine's CUDA toolkit has it).
   local lib
@@ -78,7 +79,7 @@ run() {
   local failed=0 t name rc status skipped=0
   : >"$out/tests.log"
   : >"$out/tests-summary.txt"
-  for t in cuda_layout_test cuda_kernels_test; do
+  for t in cuda_layout_test cuda_kernels_test engine_cuda_test; do
     for name in $("$bundle_dir/bin/$t" --gtest_list_tests |
                   awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
       rc=0

@@ -203,6 +203,24 @@ TEST(CliTest, BadInputGivesClearErrors) {
   r = RunPdq("perplexity --model synthetic:tiny --text /nonexistent.txt");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("/nonexistent.txt"), std::string::npos) << r.out;
+
+  r = RunPdq("generate --model synthetic:tiny --prompt hi --device tpu");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("unknown device 'tpu'; expected one of cpu, cuda, cuda:N"),
+            std::string::npos)
+      << r.out;
+}
+
+// --device cuda where no GPU answers (or CUDA is not built) is one clear
+// line, not a crash; --device cpu is the default.
+TEST(CliTest, GenerateOnAMissingGpuSaysSo) {
+  Result r = RunPdq("generate --model synthetic:tiny --prompt hi --max-tokens 2 --device cpu");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  r = RunPdq("generate --model synthetic:tiny --prompt hi --max-tokens 2 --device cuda:64");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_TRUE(r.out.find("no CUDA device") != std::string::npos ||
+              r.out.find("built without CUDA") != std::string::npos)
+      << r.out;
 }
 
 TEST(CliTest, PerplexityJsonOnAShortText) {

@@ -140,6 +140,68 @@ TEST_F(CudaKernelsTest, ToHalfRoundsLikeTheCpu) {
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], Fp32ToFp16(x[i])) << x[i];
 }
 
+// The small kernels of the GPU forward pass, against plain loops.
+TEST_F(CudaKernelsTest, EmbedAddBiasAndScaleColumnsMatchPlainLoops) {
+  std::mt19937 rng(17);
+  const int64_t vocab = 50, d = 300, m = 7, ldy = d + 5;
+  const cuda_test::HalfData table = RandomHalf(vocab * d, rng);
+  std::vector<int32_t> tokens(m);
+  for (auto& t : tokens) t = (int32_t)(rng() % vocab);
+  PDQ_DEVICE_COPY(dtable, table.half);
+  PDQ_DEVICE_COPY(dtokens, tokens);
+  PDQ_DEVICE_POISONED(dx, m * d * 4);
+  PDQ_ASSERT_OK(cuda::Embed({.tokens = dtokens.as<int32_t>(),
+                             .m = m,
+                             .table = dtable.as<fp16_t>(),
+                             .d = d,
+                             .scale = 1.5f,
+                             .out = dx.as<float>()},
+                            nullptr));
+  PDQ_DOWNLOAD(embedded, float, dx);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < d; ++j) {
+      ASSERT_EQ(embedded[i * d + j], table.f[tokens[i] * d + j] * 1.5f) << i << "," << j;
+    }
+  }
+
+  const std::vector<float> y0 = RandomFloats(m * ldy, rng), x = RandomFloats(m * ldy, rng),
+                           bias = RandomFloats(d, rng);
+  PDQ_DEVICE_COPY(dy, y0);
+  PDQ_DEVICE_COPY(dxs, x);
+  PDQ_DEVICE_COPY(dbias, bias);
+  PDQ_ASSERT_OK(cuda::Add({.y = dy.as<float>(), .x = dxs.as<float>(), .n = m * ldy}, nullptr));
+  PDQ_ASSERT_OK(cuda::AddBias(
+      {.y = dy.as<float>(), .m = m, .n = d, .ldy = ldy, .bias = dbias.as<float>()}, nullptr));
+  PDQ_DOWNLOAD(sum, float, dy);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < ldy; ++j) {
+      const float want = y0[i * ldy + j] + x[i * ldy + j] + (j < d ? bias[j] : 0.0f);
+      ASSERT_EQ(sum[i * ldy + j], want) << i << "," << j << (j >= d ? " (past n)" : "");
+    }
+  }
+
+  const int64_t k = 100, ldx = 104;
+  const cuda_test::HalfData xh = RandomHalf(m * ldx, rng);
+  std::vector<float> scale(k);
+  for (float& v : scale) v = 0.25f + (float)(rng() % 100) / 50.0f;
+  PDQ_DEVICE_COPY(dxh, xh.half);
+  PDQ_DEVICE_COPY(dscale, scale);
+  PDQ_DEVICE_POISONED(dout, m * k * 2);
+  PDQ_ASSERT_OK(cuda::ScaleColumns({.x = dxh.as<fp16_t>(),
+                                    .m = m,
+                                    .k = k,
+                                    .ldx = ldx,
+                                    .scale = dscale.as<float>(),
+                                    .out = dout.as<fp16_t>()},
+                                   nullptr));
+  PDQ_DOWNLOAD(scaled, fp16_t, dout);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      ASSERT_EQ(scaled[i * k + j], Fp32ToFp16(xh.f[i * ldx + j] * scale[j])) << i << "," << j;
+    }
+  }
+}
+
 // A paged cache with a scattered block table: the GPU writes the same fp16
 // bits as the CPU, then attends the same over it (prefill rows and decode).
 TEST_F(CudaKernelsTest, KvWriteAndAttentionMatchCpu) {

@@ -181,6 +181,14 @@ TEST(CudaLayoutTest, LaunchersRefuseBadInputBeforeLaunching) {
       {.x = f, .m = 1, .stride = 64, .heads = 1, .head_dim = 63, .positions = table, .inv_freq = f},
       nullptr)));  // odd head_dim
   EXPECT_TRUE(invalid(cuda::ToHalf({.src = f, .n = -1, .dst = h}, nullptr)));
+  EXPECT_TRUE(
+      invalid(cuda::Embed({.tokens = table, .m = 0, .table = h, .d = 8, .out = f}, nullptr)));
+  EXPECT_TRUE(
+      invalid(cuda::Embed({.tokens = nullptr, .m = 1, .table = h, .d = 8, .out = f}, nullptr)));
+  EXPECT_TRUE(invalid(cuda::Add({.y = f, .x = nullptr, .n = 8}, nullptr)));
+  EXPECT_TRUE(invalid(cuda::AddBias({.y = f, .m = 2, .n = 8, .ldy = 4, .bias = f}, nullptr)));
+  EXPECT_TRUE(invalid(cuda::ScaleColumns({.x = h, .m = 2, .k = 8, .ldx = 4, .scale = f, .out = h},
+                                         nullptr)));  // ldx < k
   EXPECT_TRUE(invalid(cuda::GemmF16({.blas = nullptr,
                                      .w = h,
                                      .n = 8,

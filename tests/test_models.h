@@ -52,7 +52,7 @@ inline std::vector<int32_t> Tokens(int n, int vocab, int salt) {
 // cache; empty (and a test failure) on error.
 inline Logits LastLogits(Context& ctx, const std::vector<int32_t>& tokens) {
   Logits out;
-  auto kv = ctx.model().NewKvCache((int64_t)tokens.size());
+  auto kv = ctx.NewKvCache((int64_t)tokens.size());
   if (!kv.ok()) {
     ADD_FAILURE() << kv.status();
     return out;

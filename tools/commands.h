@@ -47,7 +47,10 @@ struct ModelFlags {
   std::string calib;  // empty: the built-in text; "none": no calibration
   double smooth_alpha = 0.75;
   std::string w4_method = "rtn";
-  void Register(FlagParser& flags);
+  std::string device = "cpu";
+  // With `device_flag`, also --device (for the commands whose forward pass
+  // may run on a GPU; the others stay on the CPU).
+  void Register(FlagParser& flags, bool device_flag = false);
   // Loads the model, logging what was loaded and how long it took to stderr.
   // `precision_override`, when not empty, replaces --precision. Every model
   // of a command (and copies of these flags) runs on one pool of --threads

@@ -10,8 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "engine/synthetic.h"
 #include "common/check.h"
+#include "engine/device.h"
+#include "engine/synthetic.h"
 #include "eval/quantized_load.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
@@ -44,7 +45,12 @@ std::string CacheDir() {
   return "";
 }
 
-void ModelFlags::Register(FlagParser& flags) {
+void ModelFlags::Register(FlagParser& flags, bool device_flag) {
+  if (device_flag) {
+    flags.String("device", &device,
+                 absl::StrCat("where the forward pass runs: ", DeviceChoices(),
+                              " (CUDA where pdq was built with it and a GPU is present)"));
+  }
   model = DefaultModelPath();
   flags.String("model", &model,
                absl::StrCat("GGUF model file, or synthetic:NAME (",
@@ -81,6 +87,7 @@ ThreadPool& ModelFlags::pool() const {
 
 absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
                                              const std::string& precision_override) const {
+  PDQ_RETURN_IF_ERROR(CheckDevice(device));  // before a long load, not after
   QuantizedLoadOptions o;
   PDQ_ASSIGN_OR_RETURN(o.precision,
                        ParsePrecision(precision_override.empty() ? precision : precision_override));
@@ -127,7 +134,8 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
   }
   LoadedModel out;
   out.model = std::move(*loaded);
-  out.ctx = std::make_unique<Context>(*out.model, cpu);
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend, MakeBackend(*out.model, device));
+  out.ctx = std::make_unique<Context>(*out.model, cpu, std::move(backend));
   if (!quiet) {
     const ModelConfig& c = out.model->config();
     const LoadOptions& lo = out.model->options();
@@ -144,12 +152,12 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
                     : absl::StrCat(", FP16 ", absl::StrJoin(lo.fp16_layers, ","));
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::fprintf(stderr,
-                 "pdq: loaded %s (%s, %d layers, d=%d, vocab %d) as %s%s in %.2f s; "
-                 "%d threads, %s kernels\n",
+    const std::string where =
+        device == "cpu" ? absl::StrCat(pool().size(), " threads, ", KernelIsaName(), " kernels")
+                        : absl::StrCat("running on ", out.ctx->device());
+    std::fprintf(stderr, "pdq: loaded %s (%s, %d layers, d=%d, vocab %d) as %s%s in %.2f s; %s\n",
                  c.name.c_str(), c.arch.c_str(), c.num_layers, c.d_model, c.vocab_size,
-                 PrecisionName(out.model->precision()), detail.c_str(), s, pool().size(),
-                 KernelIsaName().c_str());
+                 PrecisionName(out.model->precision()), detail.c_str(), s, where.c_str());
   }
   return out;
 }

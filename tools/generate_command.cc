@@ -10,7 +10,7 @@ namespace pdq {
 int GenerateCommand(int argc, char** argv) {
   FlagParser flags("generate", "Generates text from a prompt with one model.");
   ModelFlags mf;
-  mf.Register(flags);
+  mf.Register(flags, /*device_flag=*/true);
   std::string prompt;
   bool chat = false, json = false;
   int64_t max_tokens = 128, top_k = 0, seed = 0;

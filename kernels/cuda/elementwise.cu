@@ -80,6 +80,37 @@ __global__ void ToHalfKernel(const float* __restrict__ src, int64_t n, __half* _
   }
 }
 
+__global__ void EmbedKernel(const int32_t* __restrict__ tokens, const __half* __restrict__ table,
+                            int64_t d, float scale, float* __restrict__ out) {
+  const __half* row = table + (int64_t)tokens[blockIdx.x] * d;
+  float* out_row = out + blockIdx.x * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out_row[i] = __half2float(row[i]) * scale;
+}
+
+__global__ void AddKernel(float* __restrict__ y, const float* __restrict__ x, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    y[i] += x[i];
+  }
+}
+
+__global__ void AddBiasKernel(float* __restrict__ y, int64_t m, int64_t n, int64_t ldy,
+                              const float* __restrict__ bias) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m * n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    y[i / n * ldy + i % n] += bias[i % n];
+  }
+}
+
+__global__ void ScaleColumnsKernel(const __half* __restrict__ x, int64_t m, int64_t k, int64_t ldx,
+                                   const float* __restrict__ scale, __half* __restrict__ out) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m * k;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / k, c = i % k;
+    out[i] = __float2half_rn(__half2float(x[r * ldx + c]) * scale[c]);
+  }
+}
+
 // Blocks for a grid-stride loop over n items: enough to fill the device.
 unsigned StrideBlocks(int64_t n) {
   const int64_t want = (n + kThreads - 1) / kThreads;
@@ -153,6 +184,47 @@ absl::Status ToHalf(const ToHalfParams& p, cudaStream_t stream) {
   ToHalfKernel<<<StrideBlocks(p.n), kThreads, 0, stream>>>(p.src, p.n,
                                                            reinterpret_cast<__half*>(p.dst));
   return LaunchStatus("ToHalf");
+}
+
+absl::Status Embed(const EmbedParams& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.m > 0x7fffffff || p.d <= 0) {
+    return Bad("Embed", absl::StrCat("bad shape ", p.m, "x", p.d));
+  }
+  if (p.tokens == nullptr || p.table == nullptr || p.out == nullptr) {
+    return Bad("Embed", "needs tokens, table and out");
+  }
+  EmbedKernel<<<(unsigned)p.m, kThreads, 0, stream>>>(
+      p.tokens, reinterpret_cast<const __half*>(p.table), p.d, p.scale, p.out);
+  return LaunchStatus("Embed");
+}
+
+absl::Status Add(const AddParams& p, cudaStream_t stream) {
+  if (p.n <= 0) return Bad("Add", absl::StrCat("bad length ", p.n));
+  if (p.y == nullptr || p.x == nullptr) return Bad("Add", "needs y and x");
+  AddKernel<<<StrideBlocks(p.n), kThreads, 0, stream>>>(p.y, p.x, p.n);
+  return LaunchStatus("Add");
+}
+
+absl::Status AddBias(const AddBiasParams& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.n <= 0 || p.ldy < p.n) {
+    return Bad("AddBias", absl::StrCat("bad shape ", p.m, "x", p.n, ", ldy ", p.ldy));
+  }
+  if (p.y == nullptr || p.bias == nullptr) return Bad("AddBias", "needs y and bias");
+  AddBiasKernel<<<StrideBlocks(p.m * p.n), kThreads, 0, stream>>>(p.y, p.m, p.n, p.ldy, p.bias);
+  return LaunchStatus("AddBias");
+}
+
+absl::Status ScaleColumns(const ScaleColumnsParams& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.k <= 0 || p.ldx < p.k) {
+    return Bad("ScaleColumns", absl::StrCat("bad shape ", p.m, "x", p.k, ", ldx ", p.ldx));
+  }
+  if (p.x == nullptr || p.scale == nullptr || p.out == nullptr) {
+    return Bad("ScaleColumns", "needs x, scale and out");
+  }
+  ScaleColumnsKernel<<<StrideBlocks(p.m * p.k), kThreads, 0, stream>>>(
+      reinterpret_cast<const __half*>(p.x), p.m, p.k, p.ldx, p.scale,
+      reinterpret_cast<__half*>(p.out));
+  return LaunchStatus("ScaleColumns");
 }
 
 }  // namespace pdq::cuda

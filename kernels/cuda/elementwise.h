@@ -61,4 +61,46 @@ struct ToHalfParams {
 };
 absl::Status ToHalf(const ToHalfParams& p, cudaStream_t stream);
 
+// out[i] = table[tokens[i]] * scale: m rows of d from an fp16 table (the
+// token embedding), tokens already checked against the table's rows.
+struct EmbedParams {
+  const int32_t* tokens = nullptr;
+  int64_t m = 0;
+  const fp16_t* table = nullptr;
+  int64_t d = 0;
+  float scale = 1.0f;
+  float* out = nullptr;
+};
+absl::Status Embed(const EmbedParams& p, cudaStream_t stream);
+
+// y[i] += x[i] for n values (the residual stream).
+struct AddParams {
+  float* y = nullptr;
+  const float* x = nullptr;
+  int64_t n = 0;
+};
+absl::Status Add(const AddParams& p, cudaStream_t stream);
+
+// y[i][j] += bias[j] for m rows of n, ldy apart.
+struct AddBiasParams {
+  float* y = nullptr;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t ldy = 0;
+  const float* bias = nullptr;
+};
+absl::Status AddBias(const AddBiasParams& p, cudaStream_t stream);
+
+// out[i][j] = fp16(x[i][j] * scale[j]) for m rows of k (x rows ldx apart,
+// out rows k apart): a per-input scale (AWQ) applied before a GEMM.
+struct ScaleColumnsParams {
+  const fp16_t* x = nullptr;
+  int64_t m = 0;
+  int64_t k = 0;
+  int64_t ldx = 0;
+  const float* scale = nullptr;
+  fp16_t* out = nullptr;
+};
+absl::Status ScaleColumns(const ScaleColumnsParams& p, cudaStream_t stream);
+
 }  // namespace pdq::cuda

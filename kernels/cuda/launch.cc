@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -37,10 +38,28 @@ int MultiprocessorCount() {
   return sms;
 }
 
+absl::Status DevicePresent(int device) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error
+    return absl::FailedPreconditionError(
+        absl::StrCat("no CUDA device present (", cudaGetErrorString(err), ")"));
+  }
+  if (device < 0 || device >= n) {
+    return absl::FailedPreconditionError(
+        n == 0 ? std::string("no CUDA device present")
+               : absl::StrCat("no CUDA device ", device, ": ", n, " present"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+  const std::string message =
+      absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
+  if (err == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
 }
 
 absl::Status LaunchStatus(const char* kernel) {

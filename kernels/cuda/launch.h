@@ -23,10 +23,15 @@ namespace pdq::cuda {
 // Number of visible CUDA devices; 0 where there is no driver or no GPU.
 int DeviceCount();
 
+// OK when CUDA device `device` can be used; FailedPrecondition otherwise,
+// with CUDA's reason (no device, a driver too old for this build, ...).
+absl::Status DevicePresent(int device);
+
 // The multiprocessor count of the current device (cached per device), or 0.
 int MultiprocessorCount();
 
-// OK for cudaSuccess, else Internal naming `what` and CUDA's message.
+// OK for cudaSuccess, else naming `what` and CUDA's message:
+// ResourceExhausted for an allocation that failed, Internal otherwise.
 absl::Status CudaStatus(cudaError_t err, const char* what);
 
 // The status of the launch just made on this thread (cudaGetLastError).
