@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU check, prepared so that the few minutes a GPU is lent go to
 # measuring: every `gpu` test (each CUDA kernel against the CPU reference,
-# the CUDA forward pass against the CPU engine) and the GPU benchmark, whose
-# JSON it writes.
+# the CUDA forward pass against the CPU engine), the kernel benchmark
+# (gpu_bench) and the engine's speed on the GPU (`pdq bench-engine --device
+# cuda`, W4A16 and W8A8 against FP16), writing their JSON.
 #
 # The lent GPU machines have the CUDA toolkit but none of the project's
 # Debian libraries (Abseil, GoogleTest, gRPC), so the build happens on a
@@ -14,8 +15,9 @@
 #                                          # root, with .gpu/ carried along
 #   scripts/gpu_check.sh [OUTDIR]          # both, on a GPU machine with the deps
 #
-# `run` gives each test 30 seconds, starts no test after 5 minutes and
-# gives the benchmark what is left of 7.5, so the whole check ends within 8.
+# `run` gives each test 30 seconds and starts none after 4 minutes, gives
+# gpu_bench at most 3 more, and the engine benchmarks what is left of 7.8,
+# so the whole check ends within 8.
 set -euo pipefail
 
 usage() {
@@ -33,11 +35,11 @@ bundle() {
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$build/configure.log" 2>&1 ||
     { tail -20 "$build/configure.log"; echo "gpu_check: configure failed" >&2; exit 1; }
   echo "== building the GPU tests and benchmark"
-  cmake --build "$build" --target cuda_kernels_test cuda_layout_test engine_cuda_test gpu_bench
+  cmake --build "$build" --target cuda_kernels_test cuda_layout_test engine_cuda_test gpu_bench pdq
   rm -rf "$bundle_dir"
   mkdir -p "$bundle_dir/bin" "$bundle_dir/lib"
   cp "$build/tests/cuda_kernels_test" "$build/tests/cuda_layout_test" \
-    "$build/tests/engine_cuda_test" "$build/bin/gpu_bench" "$bundle_dir/bin/"
+    "$build/tests/engine_cuda_test" "$build/bin/gpu_bench" "$build/bin/pdq" "$bundle_dir/bin/"
   # Every shared library they load except the C/C++ runtime, the driver and
   # cuBLAS (hundreds of MB; the GPU machine's CUDA toolkit has it).
   local lib
@@ -83,8 +85,8 @@ run() {
     for name in $("$bundle_dir/bin/$t" --gtest_list_tests |
                   awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
       rc=0
-      if (( SECONDS > 300 )); then
-        echo "not started: the 5 minutes for tests are spent" >"$out/one.log"
+      if (( SECONDS > 240 )); then
+        echo "not started: the 4 minutes for tests are spent" >"$out/one.log"
         rc=125
       else
         timeout 30 "$bundle_dir/bin/$t" --gtest_filter="$name" >"$out/one.log" 2>&1 || rc=$?
@@ -112,10 +114,30 @@ run() {
     failed=1
   fi
   echo "== gpu_bench"
-  if ! timeout $(( SECONDS < 390 ? 450 - SECONDS : 60 )) "$bundle_dir/bin/gpu_bench" --json "$out/gpu_bench.json" 2>&1 |
-      tee "$out/gpu_bench.log"; then
+  if ! timeout $(( SECONDS < 220 ? 180 : 400 - SECONDS )) "$bundle_dir/bin/gpu_bench" \
+      --json "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.log"; then
     failed=1
   fi
+  # The engine on the GPU: decode at W4A16 and prefill at W8A8, each against
+  # FP16 in the same process (synthetic Llama 3.2 1B shapes: no model file
+  # travels). One JSON object per line.
+  echo "== pdq bench-engine --device cuda"
+  : >"$out/engine_bench.json"
+  local args
+  for args in "--precision w4a16 --baseline fp16" "--precision w8a8 --calib none --baseline fp16"; do
+    if (( SECONDS > 430 )); then
+      echo "not started (time): $args" | tee -a "$out/engine_bench.log"
+      failed=1
+      continue
+    fi
+    if ! timeout $(( 468 - SECONDS )) "$bundle_dir/bin/pdq" bench-engine --model synthetic:llama-1b \
+        $args --device cuda --prompt-tokens 512 --gen-tokens 64 --repetitions 3 --json \
+        >>"$out/engine_bench.json" 2>>"$out/engine_bench.log"; then
+      echo "failed: $args (see engine_bench.log)"
+      failed=1
+    fi
+  done
+  cat "$out/engine_bench.json"
   echo "== tests"
   cat "$out/tests-summary.txt"
   grep -h -B2 -A12 'Failure' "$out/tests.log" | head -60 || true

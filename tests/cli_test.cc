@@ -213,14 +213,18 @@ TEST(CliTest, BadInputGivesClearErrors) {
 
 // --device cuda where no GPU answers (or CUDA is not built) is one clear
 // line, not a crash; --device cpu is the default.
-TEST(CliTest, GenerateOnAMissingGpuSaysSo) {
+TEST(CliTest, CommandsOnAMissingGpuSaySo) {
   Result r = RunPdq("generate --model synthetic:tiny --prompt hi --max-tokens 2 --device cpu");
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  r = RunPdq("generate --model synthetic:tiny --prompt hi --max-tokens 2 --device cuda:64");
-  EXPECT_EQ(r.exit_code, 1) << r.out;
-  EXPECT_TRUE(r.out.find("no CUDA device") != std::string::npos ||
-              r.out.find("built without CUDA") != std::string::npos)
-      << r.out;
+  for (const char* cmd : {"generate --model synthetic:tiny --prompt hi --max-tokens 2",
+                          "bench-engine --model synthetic:tiny --prompt-tokens 8 --gen-tokens 2"}) {
+    r = RunPdq(std::string(cmd) + " --device cuda:64");
+    EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.out;
+    EXPECT_TRUE(r.out.find("no CUDA device") != std::string::npos ||
+                r.out.find("built without CUDA") != std::string::npos)
+        << cmd << "\n"
+        << r.out;
+  }
 }
 
 TEST(CliTest, PerplexityJsonOnAShortText) {

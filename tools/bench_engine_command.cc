@@ -135,7 +135,7 @@ int BenchEngineCommand(int argc, char** argv) {
                    "copy of the model at that precision runs alternately in the same process,\n"
                    "so the speed ratios come from one run.");
   ModelFlags mf;
-  mf.Register(flags);
+  mf.Register(flags, /*device_flag=*/true);
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 3, batch = 1, decode_context = 0;
   bool json = false;
   std::string baseline;
@@ -172,7 +172,7 @@ int BenchEngineCommand(int argc, char** argv) {
   std::vector<Runner> runners;  // [0]: the model, [1]: the baseline
   runners.reserve(2);
   {
-    auto kv = model.NewKvCache(kv_tokens);
+    auto kv = loaded->ctx->NewKvCache(kv_tokens);
     if (!kv.ok()) return Fail("bench-engine", kv.status());
     runners.emplace_back(*loaded->ctx, std::move(*kv), prompt, decode_context);
   }
@@ -183,7 +183,7 @@ int BenchEngineCommand(int argc, char** argv) {
     auto b = bf.Load(/*quiet=*/false);
     if (!b.ok()) return Fail("bench-engine", b.status());
     base = std::move(*b);
-    auto kv = base.model->NewKvCache(kv_tokens);
+    auto kv = base.ctx->NewKvCache(kv_tokens);
     if (!kv.ok()) return Fail("bench-engine", kv.status());
     runners.emplace_back(*base.ctx, std::move(*kv), prompt, decode_context);
   }
@@ -218,11 +218,17 @@ int BenchEngineCommand(int argc, char** argv) {
                    extra.c_str());
     }
   }
-  std::fprintf(stderr, "pdq: measuring the machine's read bandwidth and FMA peak\n");
+  // The CPU's rooflines scale CPU runs only; a GPU's are gpu_bench's, and
+  // here a GPU run reports speeds and the speedups over --baseline.
+  const bool on_cpu = mf.device == "cpu";
   ThreadPool& pool = mf.pool();
-  const double bandwidth = MeasureReadBandwidthGBps(pool);
-  const double peak = MeasureFmaPeakGflops(pool);
-  const double int8_peak = MeasureIntPeakGops(pool, /*int8=*/true);
+  double bandwidth = 0, peak = 0, int8_peak = 0;
+  if (on_cpu) {
+    std::fprintf(stderr, "pdq: measuring the machine's read bandwidth and FMA peak\n");
+    bandwidth = MeasureReadBandwidthGBps(pool);
+    peak = MeasureFmaPeakGflops(pool);
+    int8_peak = MeasureIntPeakGops(pool, /*int8=*/true);
+  }
 
   // The FLOPs the prefill really does: every layer for every prompt token,
   // attention over the causal triangle, and logits for the last token only.
@@ -237,9 +243,12 @@ int BenchEngineCommand(int argc, char** argv) {
     j["decode_tokens_per_s"] = tgs.mean;
     j["decode_tokens_per_s_stddev"] = tgs.stddev;
     j["decode_weight_bytes_per_token"] = bytes_per_token;
-    j["prefill_roofline_fraction"] = pps.mean * flops_per_token / (peak * 1e9);
-    // Each decode step streams the weights once for the whole batch.
-    j["decode_roofline_fraction"] = tgs.mean / (double)batch * bytes_per_token / (bandwidth * 1e9);
+    if (on_cpu) {
+      j["prefill_roofline_fraction"] = pps.mean * flops_per_token / (peak * 1e9);
+      // Each decode step streams the weights once for the whole batch.
+      j["decode_roofline_fraction"] =
+          tgs.mean / (double)batch * bytes_per_token / (bandwidth * 1e9);
+    }
     if (!s.tg1.empty()) {
       const Stats t1 = Summarize(s.tg1);
       j["decode_batch1_tokens_per_s"] = t1.mean;
@@ -249,15 +258,18 @@ int BenchEngineCommand(int argc, char** argv) {
   };
   nlohmann::json j = report(model, series[0]);
   j["model"] = c.name;
+  j["device"] = loaded->ctx->device();
   j["threads"] = pool.size();
   j["isa"] = KernelIsaName();
   j["prompt_tokens"] = prompt_tokens;
   j["gen_tokens"] = gen_tokens;
   j["batch"] = batch;
   j["repetitions"] = reps;
-  j["read_bandwidth_gbps"] = bandwidth;
-  j["fma_peak_gflops"] = peak;
-  j["int8_peak_gops"] = int8_peak;  // int8 multiply-adds per second; 0: not measured here
+  if (on_cpu) {
+    j["read_bandwidth_gbps"] = bandwidth;
+    j["fma_peak_gflops"] = peak;
+    j["int8_peak_gops"] = int8_peak;  // int8 multiply-adds per second; 0: not measured here
+  }
   j["prefill_flops_per_token"] = flops_per_token;
   if (base.model) {
     nlohmann::json b = report(*base.model, series[1]);
@@ -271,20 +283,31 @@ int BenchEngineCommand(int argc, char** argv) {
     std::puts(j.dump().c_str());
     return 0;
   }
-  std::printf("model %s, %d threads, %s kernels; FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n",
-              c.name.c_str(), pool.size(), KernelIsaName().c_str(), peak, bandwidth);
+  if (on_cpu) {
+    std::printf(
+        "model %s, %d threads, %s kernels; FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s\n",
+        c.name.c_str(), pool.size(), KernelIsaName().c_str(), peak, bandwidth);
+  } else {
+    std::printf("model %s on %s\n", c.name.c_str(), loaded->ctx->device().c_str());
+  }
   auto print = [&](const nlohmann::json& r) {
     std::printf("%s weights\n", r["precision"].get<std::string>().c_str());
     const double pp = r["prefill_tokens_per_s"], tg = r["decode_tokens_per_s"];
-    std::printf("  pp%-6lld %8.1f ± %.1f tokens/s  %6.1f GFLOP/s = %.1f%% of the FMA peak\n",
-                (long long)prompt_tokens, pp, r["prefill_tokens_per_s_stddev"].get<double>(),
-                pp * flops_per_token / 1e9, 100 * r["prefill_roofline_fraction"].get<double>());
-    std::printf(
-        "  tg%-6lld %8.1f ± %.1f tokens/s  %6.1f GB/s   = %.1f%% of the read bandwidth"
-        " (batch %lld)\n",
-        (long long)gen_tokens, tg, r["decode_tokens_per_s_stddev"].get<double>(),
-        tg / (double)batch * r["decode_weight_bytes_per_token"].get<double>() / 1e9,
-        100 * r["decode_roofline_fraction"].get<double>(), (long long)batch);
+    const std::string pp_roof =
+        on_cpu ? absl::StrFormat(" = %.1f%% of the FMA peak",
+                                 100 * r["prefill_roofline_fraction"].get<double>())
+               : "";
+    const std::string tg_roof =
+        on_cpu ? absl::StrFormat(" = %.1f%% of the read bandwidth",
+                                 100 * r["decode_roofline_fraction"].get<double>())
+               : "";
+    std::printf("  pp%-6lld %8.1f ± %.1f tokens/s  %6.1f GFLOP/s%s\n", (long long)prompt_tokens, pp,
+                r["prefill_tokens_per_s_stddev"].get<double>(), pp * flops_per_token / 1e9,
+                pp_roof.c_str());
+    std::printf("  tg%-6lld %8.1f ± %.1f tokens/s  %6.1f GB/s%s (batch %lld)\n",
+                (long long)gen_tokens, tg, r["decode_tokens_per_s_stddev"].get<double>(),
+                tg / (double)batch * r["decode_weight_bytes_per_token"].get<double>() / 1e9,
+                tg_roof.c_str(), (long long)batch);
     if (r.contains("batch_speedup")) {
       std::printf("  batch %lld decodes %.2fx the batch-1 rate (%.1f tokens/s)\n", (long long)batch,
                   r["batch_speedup"].get<double>(), r["decode_batch1_tokens_per_s"].get<double>());
