@@ -11,21 +11,46 @@
 #
 #   scripts/gpu_check.sh bundle            # here: build into build-gpu/, copy the
 #                                          # binaries and their libraries to .gpu/
+#                                          # (and .gpu-model/, below)
 #   scripts/gpu_check.sh run [OUTDIR]      # on the GPU machine, from the repo
 #                                          # root, with .gpu/ carried along
-#   scripts/gpu_check.sh [OUTDIR]          # both, on a GPU machine with the deps
+#   scripts/gpu_check.sh run-model [OUTDIR]  # there too, with .gpu-model/ carried
+#   scripts/gpu_check.sh [OUTDIR]          # bundle and run, on a GPU machine
+#                                          # with the deps
+#
+# The default model (98 MB) is more than one call may carry, so .gpu-model/
+# holds its first 4 blocks (scripts/truncate_gguf.py: real weights and
+# tokenizer, 39 MB) with engine_cuda_test alone: `run-model` compares the
+# GPU's greedy tokens with the CPU's on it.
 #
 # `run` gives each test 30 seconds and starts none after 4 minutes, gives
 # gpu_bench at most 3 more, and the engine benchmarks what is left of 7.8,
 # so the whole check ends within 8.
+
 set -euo pipefail
 
 usage() {
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle_dir=$root/.gpu
+model_dir=$root/.gpu-model
+
+# Copies every shared library the binaries in $1/bin load, except the C/C++
+# runtime, the driver and cuBLAS (hundreds of MB; the GPU machine's CUDA
+# toolkit has it), into $1/lib.
+copy_libs() {
+  mkdir -p "$1/lib"
+  local lib
+  for lib in $(ldd "$1"/bin/* | awk '/=> \// {print $3}' | sort -u); do
+    case $(basename "$lib") in
+      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+      libcuda.so*|libcublas*.so*) ;;
+      *) cp -L "$lib" "$1/lib/" ;;
+    esac
+  done
+}
 
 bundle() {
   local build=$root/build-gpu
@@ -36,25 +61,59 @@ bundle() {
     { tail -20 "$build/configure.log"; echo "gpu_check: configure failed" >&2; exit 1; }
   echo "== building the GPU tests and benchmark"
   cmake --build "$build" --target cuda_kernels_test cuda_layout_test engine_cuda_test gpu_bench pdq
-  rm -rf "$bundle_dir"
-  mkdir -p "$bundle_dir/bin" "$bundle_dir/lib"
+  rm -rf "$bundle_dir" "$model_dir"
+  mkdir -p "$bundle_dir/bin"
   cp "$build/tests/cuda_kernels_test" "$build/tests/cuda_layout_test" \
     "$build/tests/engine_cuda_test" "$build/bin/gpu_bench" "$build/bin/pdq" "$bundle_dir/bin/"
-  # Every shared library they load except the C/C++ runtime, the driver and
-  # cuBLAS (hundreds of MB; the GPU machine's CUDA toolkit has it).
-  local lib
-  for lib in $(ldd "$bundle_dir"/bin/* | awk '/=> \// {print $3}' | sort -u); do
-    case $(basename "$lib") in
-      libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
-      libcuda.so*|libcublas*.so*) ;;
-      *) cp -L "$lib" "$bundle_dir/lib/" ;;
-    esac
-  done
+  copy_libs "$bundle_dir"
+  if [[ -f $root/models/SmolLM2-135M-Instruct.Q4_1.gguf ]]; then
+    mkdir -p "$model_dir/bin"
+    cp "$build/tests/engine_cuda_test" "$model_dir/bin/"
+    copy_libs "$model_dir"
+    python3 "$root/scripts/truncate_gguf.py" "$root/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
+      "$model_dir/smollm2-4-blocks.gguf" --layers 4
+  else
+    echo "== no models/SmolLM2-135M-Instruct.Q4_1.gguf (make model): no $model_dir"
+  fi
   { git -C "$root" rev-parse HEAD
     [[ -z $(git -C "$root" status --porcelain --untracked-files=no) ]] || echo "with uncommitted changes"
   } 2>/dev/null | paste -sd' ' >"$bundle_dir/commit" || true
+  [[ -d $model_dir ]] && cp "$bundle_dir/commit" "$model_dir/commit"
   echo "== bundled $(du -sh "$bundle_dir" | cut -f1) in $bundle_dir (commit $(cat "$bundle_dir/commit" 2>/dev/null))"
-  echo "   on the GPU machine: scripts/gpu_check.sh run OUTDIR, with .gpu carried"
+  [[ -d $model_dir ]] && echo "   and $(du -sh "$model_dir" | cut -f1) in $model_dir"
+  echo "   on the GPU machine: scripts/gpu_check.sh run OUTDIR, with .gpu carried;"
+  echo "   then scripts/gpu_check.sh run-model OUTDIR, with .gpu-model carried"
+}
+
+# Puts bundle $1's libraries first on the library path (cuBLAS from the
+# toolkit, else from the pip wheel next to PyTorch) and says which commit
+# it holds.
+use_bundle() {
+  local extra=/usr/local/cuda/lib64 py
+  for py in /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib \
+            /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib; do
+    [[ -d $py ]] && extra=$extra:$py
+  done
+  export LD_LIBRARY_PATH=$1/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  echo "== bundle of commit $(cat "$1/commit" 2>/dev/null || echo unknown)"
+}
+
+# Greedy tokens on the GPU against the CPU's, on the truncated real model.
+run_model() {
+  local out=${1:-$root/gpu-check-out}
+  mkdir -p "$out"
+  [[ -f $model_dir/smollm2-4-blocks.gguf ]] ||
+    { echo "gpu_check: no $model_dir/smollm2-4-blocks.gguf (run 'scripts/gpu_check.sh bundle' with the model fetched)" >&2; exit 1; }
+  use_bundle "$model_dir"
+  local rc=0
+  PDQ_MODEL=$model_dir/smollm2-4-blocks.gguf timeout 300 "$model_dir/bin/engine_cuda_test" \
+    --gtest_filter='EngineCudaRealModelTest.*' >"$out/model-test.log" 2>&1 || rc=$?
+  tail -30 "$out/model-test.log"
+  if [[ $rc != 0 ]] || grep -q '^\[  SKIPPED \]' "$out/model-test.log"; then
+    echo "gpu_check: run-model FAILED"
+    return 1
+  fi
+  echo "gpu_check: run-model PASSED"
 }
 
 run() {
@@ -63,14 +122,7 @@ run() {
   mkdir -p "$out"
   [[ -x $bundle_dir/bin/gpu_bench ]] ||
     { echo "gpu_check: no bundle in $bundle_dir (run 'scripts/gpu_check.sh bundle' first)" >&2; exit 1; }
-  # cuBLAS from the toolkit, else from the pip wheel next to PyTorch.
-  local extra=/usr/local/cuda/lib64 py
-  for py in /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib \
-            /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib; do
-    [[ -d $py ]] && extra=$extra:$py
-  done
-  export LD_LIBRARY_PATH=$bundle_dir/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  echo "== bundle of commit $(cat "$bundle_dir/commit" 2>/dev/null || echo unknown)"
+  use_bundle "$bundle_dir"
   if ! nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm \
       --format=csv,noheader 2>&1 | tee "$out/gpu.txt"; then
     echo "gpu_check: nvidia-smi found no GPU" >&2
@@ -150,5 +202,6 @@ case ${1:-} in
   -h|--help) usage ;;
   bundle) bundle ;;
   run) shift; run "$@" ;;
-  *) bundle; run "$@" ;;
+  run-model) shift; run_model "$@" ;;
+  *) bundle; run "$@"; [[ ! -d $model_dir ]] || run_model "$@" ;;
 esac
