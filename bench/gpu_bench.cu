@@ -188,7 +188,9 @@ int Main(int argc, char** argv) {
               prop.totalGlobalMem / 1073741824.0, prop.l2CacheSize / 1048576.0);
   // Datasheet dense peaks (no sparsity) for the parts we know; 0 elsewhere.
   double int8_peak_tops = 0, fp16_peak_tflops = 0;
-  if (device.find("H200") != std::string::npos ||
+  // The SXM parts only (the H200 NVL's and the H100 PCIe's peaks are lower).
+  const bool nvl = device.find("NVL") != std::string::npos;
+  if ((device.find("H200") != std::string::npos && !nvl) ||
       device.find("H100 80GB HBM3") != std::string::npos) {
     int8_peak_tops = 1979;  // H100/H200 SXM
     fp16_peak_tflops = 989;

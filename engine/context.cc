@@ -52,7 +52,7 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
     return absl::InvalidArgumentError(
         absl::StrCat("the KV cache is laid out for another model: ", s.message()));
   }
-  if (backend_ ? kv.memory() != backend_->kv_allocator()->name() : !kv.host_accessible()) {
+  if (backend_ ? kv.allocator() != backend_->kv_allocator() : !kv.host_accessible()) {
     return absl::InvalidArgumentError(absl::StrCat("the KV cache lives in ", kv.memory(),
                                                    " memory; this context runs on ", device(),
                                                    " (make caches with Context::NewKvCache)"));
@@ -166,6 +166,8 @@ bool Context::Plan(KvCache& kv, std::span<const BatchEntry> batch, Logits* logit
   return true;
 }
 
+// engine/cuda/cuda_backend.cc (CudaBackend::Run) does the same on a GPU,
+// step for step: a change to the model here belongs there too.
 void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const ForwardPlan& plan,
                        Logits* logits) {
   const Model& m = model_;

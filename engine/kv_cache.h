@@ -72,8 +72,9 @@ class KvCache {
   int64_t num_free_blocks() const { return (int64_t)free_.size(); }
   // Bytes of K plus V for one block in one layer.
   int64_t block_bytes() const { return config_.layout.block_bytes(); }
-  // "host" or the device memory the blocks live in.
+  // "host" or the device memory the blocks live in, and what allocated it.
   std::string memory() const;
+  const std::shared_ptr<KvAllocator>& allocator() const { return config_.allocator; }
   bool host_accessible() const;
 
   // A new empty sequence.

@@ -40,6 +40,11 @@ struct KvLayout {
 
   // Elements of K (or of V) in one block of one layer.
   int64_t block_elements() const { return (int64_t)kv_heads * block_tokens * head_dim; }
+  // The room a sequence of `tokens` tokens takes: whole blocks, in tokens
+  // (what a cache holding several sequences must be sized by).
+  int64_t SequenceTokens(int64_t tokens) const {
+    return (tokens + block_tokens - 1) / block_tokens * block_tokens;
+  }
   // Bytes of K plus V for one block in one layer.
   int64_t block_bytes() const;
 

@@ -14,8 +14,6 @@
 namespace pdq {
 namespace {
 
-int64_t RoundToBlock(int64_t tokens) { return (tokens + 15) / 16 * 16; }
-
 // Where CodePromptHead ends.
 size_t HeadLength(const std::string& prompt) {
   const size_t last = prompt.find_last_not_of(" \t\r\n");
@@ -98,10 +96,12 @@ absl::StatusOr<SolutionScore> ScoreSolutions(Context& prefill,
     }
     longest = std::max(longest, len);
   }
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(RoundToBlock(longest)));
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                       model.NewKvCache(model.kv_layout().SequenceTokens(longest)));
   std::unique_ptr<KvCache> ref_kv;
   if (options.kl_reference) {
-    PDQ_ASSIGN_OR_RETURN(ref_kv, options.kl_reference->model().NewKvCache(RoundToBlock(longest)));
+    PDQ_ASSIGN_OR_RETURN(ref_kv, options.kl_reference->model().NewKvCache(
+                                     model.kv_layout().SequenceTokens(longest)));
   }
   SolutionScore score;
   score.has_kl = options.kl_reference != nullptr;
@@ -182,7 +182,7 @@ absl::StatusOr<std::vector<Completion>> CompleteGreedy(Context& prefill, Context
     const size_t nb = std::min(prompts.size() - b0, (size_t)options.batch);
     int64_t capacity = 0;
     for (size_t i = b0; i < b0 + nb; ++i) {
-      capacity += RoundToBlock((int64_t)encoded[i].size() + options.max_tokens);
+      capacity += model.kv_layout().SequenceTokens((int64_t)encoded[i].size() + options.max_tokens);
     }
     PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(capacity));
     std::vector<SeqId> seqs(nb);

@@ -29,7 +29,7 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
       return absl::OutOfRangeError(absl::StrCat("prompt ", i + 1, " plus ", options.max_tokens,
                                                 " tokens exceeds the context of ", c.max_context));
     }
-    total += (need + 15) / 16 * 16;
+    total += prefill.model().kv_layout().SequenceTokens(need);
   }
   const int vocab = c.vocab_size;
   const size_t n = prompts.size();

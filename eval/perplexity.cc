@@ -81,7 +81,7 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Context& main, const std::str
   const int64_t group = options.decode ? options.parallel_windows : 1;
 
   // Blocks are per sequence, so each window takes ctx rounded up to a block.
-  const int64_t window_tokens = (ctx + 15) / 16 * 16;
+  const int64_t window_tokens = model.kv_layout().SequenceTokens(ctx);
   PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(window_tokens * group));
   std::unique_ptr<KvCache> ref_kv;
   if (options.kl_reference) {

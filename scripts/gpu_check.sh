@@ -15,13 +15,14 @@
 #   scripts/gpu_check.sh run [OUTDIR]      # on the GPU machine, from the repo
 #                                          # root, with .gpu/ carried along
 #   scripts/gpu_check.sh run-model [OUTDIR]  # there too, with .gpu-model/ carried
-#   scripts/gpu_check.sh [OUTDIR]          # bundle and run, on a GPU machine
-#                                          # with the deps
+#   scripts/gpu_check.sh all [OUTDIR]      # all three, on a GPU machine with
+#                                          # the project's dependencies
 #
 # The default model (98 MB) is more than one call may carry, so .gpu-model/
 # holds its first 4 blocks (scripts/truncate_gguf.py: real weights and
 # tokenizer, 39 MB) with engine_cuda_test alone: `run-model` compares the
-# GPU's greedy tokens with the CPU's on it.
+# GPU's greedy tokens with the CPU's on it. The two bundles (29 and 44 MB)
+# need one device call each: `run` within 8 minutes, `run-model` within 2.
 #
 # `run` gives each test 30 seconds and starts none after 4 minutes, gives
 # gpu_bench at most 3 more, and the engine benchmarks what is left of 7.8,
@@ -42,14 +43,20 @@ model_dir=$root/.gpu-model
 # toolkit has it), into $1/lib.
 copy_libs() {
   mkdir -p "$1/lib"
-  local lib
-  for lib in $(ldd "$1"/bin/* | awk '/=> \// {print $3}' | sort -u); do
+  local deps lib
+  deps=$(ldd "$1"/bin/*)
+  if grep -q 'not found' <<<"$deps"; then
+    grep 'not found' <<<"$deps" | sort -u >&2
+    echo "gpu_check: a library the bundle needs is missing here" >&2
+    exit 1
+  fi
+  while IFS= read -r lib; do
     case $(basename "$lib") in
       libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
       libcuda.so*|libcublas*.so*) ;;
       *) cp -L "$lib" "$1/lib/" ;;
     esac
-  done
+  done < <(awk '/=> \// {print $3}' <<<"$deps" | sort -u)
 }
 
 bundle() {
@@ -85,17 +92,28 @@ bundle() {
   echo "   then scripts/gpu_check.sh run-model OUTDIR, with .gpu-model carried"
 }
 
-# Puts bundle $1's libraries first on the library path (cuBLAS from the
-# toolkit, else from the pip wheel next to PyTorch) and says which commit
-# it holds.
+# Sets bundle_libs, the library path for bundle $1's binaries (its own
+# libraries, then cuBLAS from the toolkit or else the pip wheel next to
+# PyTorch), and says which commit the bundle holds. Only the bundle's
+# binaries run with it (through `bundled`), not the machine's own tools.
 use_bundle() {
-  local extra=/usr/local/cuda/lib64 py
+  bundle_libs=$1/lib:/usr/local/cuda/lib64
+  local py
   for py in /opt/torch/.venv/lib/python3*/site-packages/nvidia/cu*/lib \
             /opt/torch/.venv/lib/python3*/site-packages/nvidia/cublas/lib; do
-    [[ -d $py ]] && extra=$extra:$py
+    if [[ -d $py ]]; then bundle_libs=$bundle_libs:$py; fi
   done
-  export LD_LIBRARY_PATH=$1/lib:$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   echo "== bundle of commit $(cat "$1/commit" 2>/dev/null || echo unknown)"
+}
+
+bundled() {
+  LD_LIBRARY_PATH=$bundle_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"
+}
+
+# A timeout of what is left until second $1 of the run, at least 1.
+until_second() {
+  local left=$(( $1 - SECONDS ))
+  echo $(( left > 1 ? left : 1 ))
 }
 
 # Greedy tokens on the GPU against the CPU's, on the truncated real model.
@@ -106,7 +124,7 @@ run_model() {
     { echo "gpu_check: no $model_dir/smollm2-4-blocks.gguf (run 'scripts/gpu_check.sh bundle' with the model fetched)" >&2; exit 1; }
   use_bundle "$model_dir"
   local rc=0
-  PDQ_MODEL=$model_dir/smollm2-4-blocks.gguf timeout 300 "$model_dir/bin/engine_cuda_test" \
+  PDQ_MODEL=$model_dir/smollm2-4-blocks.gguf bundled timeout 120 "$model_dir/bin/engine_cuda_test" \
     --gtest_filter='EngineCudaRealModelTest.*' >"$out/model-test.log" 2>&1 || rc=$?
   tail -30 "$out/model-test.log"
   if [[ $rc != 0 ]] || grep -q '^\[  SKIPPED \]' "$out/model-test.log"; then
@@ -130,18 +148,25 @@ run() {
   # Each test in its own process with its own time limit: a kernel fault
   # poisons its CUDA context, and must not take the other tests with it.
   # Everything goes into few files: the device tool returns at most 8.
-  local failed=0 t name rc status skipped=0
+  local failed=0 t name rc status skipped=0 names
   : >"$out/tests.log"
   : >"$out/tests-summary.txt"
   for t in cuda_layout_test cuda_kernels_test engine_cuda_test; do
-    for name in $("$bundle_dir/bin/$t" --gtest_list_tests |
-                  awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
+    # The real-model test needs the model: run-model runs it.
+    if ! names=$(bundled "$bundle_dir/bin/$t" --gtest_list_tests |
+                 awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}' |
+                 grep -v '^EngineCudaRealModelTest\.') || [[ -z $names ]]; then
+      echo "FAILED   $t: cannot list its tests (does it start here?)" | tee -a "$out/tests-summary.txt"
+      failed=1
+      continue
+    fi
+    for name in $names; do
       rc=0
       if (( SECONDS > 240 )); then
         echo "not started: the 4 minutes for tests are spent" >"$out/one.log"
         rc=125
       else
-        timeout 30 "$bundle_dir/bin/$t" --gtest_filter="$name" >"$out/one.log" 2>&1 || rc=$?
+        bundled timeout 30 "$bundle_dir/bin/$t" --gtest_filter="$name" >"$out/one.log" 2>&1 || rc=$?
       fi
       if [[ $rc == 125 ]]; then
         status=NOTRUN
@@ -151,6 +176,7 @@ run() {
         status=FAILED
       elif grep -q '^\[  SKIPPED \]' "$out/one.log"; then
         status=SKIPPED
+        # A skip here means no GPU answered: the check has measured nothing.
         skipped=1
       else
         status=PASSED
@@ -166,7 +192,7 @@ run() {
     failed=1
   fi
   echo "== gpu_bench"
-  if ! timeout $(( SECONDS < 220 ? 180 : 400 - SECONDS )) "$bundle_dir/bin/gpu_bench" \
+  if ! bundled timeout $(( SECONDS < 220 ? 180 : $(until_second 400) )) "$bundle_dir/bin/gpu_bench" \
       --json "$out/gpu_bench.json" 2>&1 | tee "$out/gpu_bench.log"; then
     failed=1
   fi
@@ -182,7 +208,7 @@ run() {
       failed=1
       continue
     fi
-    if ! timeout $(( 468 - SECONDS )) "$bundle_dir/bin/pdq" bench-engine --model synthetic:llama-1b \
+    if ! bundled timeout "$(until_second 468)" "$bundle_dir/bin/pdq" bench-engine --model synthetic:llama-1b \
         $args --device cuda --prompt-tokens 512 --gen-tokens 64 --repetitions 3 --json \
         >>"$out/engine_bench.json" 2>>"$out/engine_bench.log"; then
       echo "failed: $args (see engine_bench.log)"
@@ -203,5 +229,13 @@ case ${1:-} in
   bundle) bundle ;;
   run) shift; run "$@" ;;
   run-model) shift; run_model "$@" ;;
-  *) bundle; run "$@"; [[ ! -d $model_dir ]] || run_model "$@" ;;
+  all)
+    shift
+    bundle
+    rc=0
+    run "$@" || rc=1
+    if [[ -d $model_dir ]]; then run_model "$@" || rc=1; fi
+    exit $rc
+    ;;
+  *) usage >&2; exit 2 ;;
 esac

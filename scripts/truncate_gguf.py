@@ -135,4 +135,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, UnicodeDecodeError, struct.error) as e:
+        sys.exit(f"truncate_gguf: {sys.argv[1] if len(sys.argv) > 1 else 'input'} is malformed: {e}")

@@ -1,7 +1,8 @@
 // `pdq bench-engine`: prefill and decode tokens/s at batch 1 (like
 // llama-bench's pp512 and tg128), each against its roofline measured in the
 // same run: matmul FLOPs against the FMA peak for prefill, weight bytes
-// against the read bandwidth for decode.
+// against the read bandwidth for decode. On a GPU (--device cuda) it reports
+// speeds and --baseline ratios; gpu_bench measures the GPU's ceilings.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -130,10 +131,11 @@ struct Series {
 
 int BenchEngineCommand(int argc, char** argv) {
   FlagParser flags("bench-engine",
-                   "Prefill (pp) and decode (tg) speed at batch 1, with the machine's read\n"
-                   "bandwidth and FMA peak measured in the same run. With --baseline, a second\n"
-                   "copy of the model at that precision runs alternately in the same process,\n"
-                   "so the speed ratios come from one run.");
+                   "Prefill (pp) and decode (tg) speed at batch 1, with the CPU's read bandwidth\n"
+                   "and FMA peak measured in the same run (on a GPU, --device cuda: speeds and\n"
+                   "the --baseline ratios only). With --baseline, a second copy of the model at\n"
+                   "that precision runs alternately in the same process, so the speed ratios\n"
+                   "come from one run.");
   ModelFlags mf;
   mf.Register(flags, /*device_flag=*/true);
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 3, batch = 1, decode_context = 0;

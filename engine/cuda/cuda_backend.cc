@@ -238,6 +238,8 @@ absl::Status CudaBackend::Linear(const DeviceLinear& lin, const fp16_t* x, int64
   return absl::OkStatus();
 }
 
+// Context::RunOnCpu (engine/context.cc) step for step: a change to the
+// model there belongs here too.
 absl::Status CudaBackend::Run(std::span<const BatchEntry> batch, const ForwardPlan& plan,
                               KvCache& kv, const std::function<void(int)>& layer_done,
                               Logits* logits) {

@@ -11,7 +11,8 @@
 // temporary device memory, the caller passes it (a ...ScratchBytes function
 // says how much).
 //
-// The headers in this folder hold no device code, so plain C++ includes them.
+// The headers in this folder hold no device code, so plain C++ includes them
+// (with CUDA's include directory, which linking pdq::kernels_cuda adds).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -1,7 +1,7 @@
 // W8A8 on the GPU: y[m][n] = x[m][k] times W[n][k] transposed, with W in
 // symmetric int8 per output row (w = scale[row] * q, as kernels.h's
 // PackedI8) and x quantized per row at run time (absmax / 127, as the CPU
-// does, so the int8 activations are the CPU's bit for bit). Three steps, each
+// does: given the same fp16 values, the same int8 codes). Three steps, each
 // its own launcher so they can be measured apart: QuantizeRowsI8 (fp16 x,
 // optional SmoothQuant input scale), cuBLASLt's int8 tensor-core matmul into
 // int32 (BlasHandles::Int8Matmul), and DequantI32 (int32 x row scale x

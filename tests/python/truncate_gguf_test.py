@@ -5,6 +5,7 @@ error."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +24,7 @@ def truncate(src, dst, *extra):
 class TruncateGgufTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir, ignore_errors=True)
         self.out = os.path.join(self.dir, "two.gguf")
 
     def test_keeps_the_first_blocks_and_loads(self):
@@ -55,6 +57,14 @@ class TruncateGgufTest(unittest.TestCase):
         self.assertIn("is not a GGUF file", r.stderr)
         r = truncate("/nonexistent.gguf", self.out, "--layers", "2")
         self.assertIn("cannot read /nonexistent.gguf", r.stderr)
+        # A file cut short: one line, no traceback.
+        short = os.path.join(self.dir, "short.gguf")
+        with open(ARGS.model, "rb") as f, open(short, "wb") as g:
+            g.write(f.read(4096))
+        r = truncate(short, self.out, "--layers", "2")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("is malformed: truncated GGUF file", r.stderr)
+        self.assertNotIn("Traceback", r.stderr)
         self.assertFalse(os.path.exists(self.out))
 
 
