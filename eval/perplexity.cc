@@ -61,6 +61,11 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Context& main, const std::str
   }
   if (options.decode) {
     PDQ_RETURN_IF_ERROR(CheckCompatible(model, options.decode->model(), "decode"));
+    if (options.decode->device() != main.device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the decode context runs on ", options.decode->device(), " and the prefill on ",
+          main.device(), "; they share one KV cache, so they must run on one device"));
+    }
   }
   if (options.kl_reference) {
     PDQ_RETURN_IF_ERROR(CheckCompatible(model, options.kl_reference->model(), "reference"));
@@ -82,10 +87,10 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Context& main, const std::str
 
   // Blocks are per sequence, so each window takes ctx rounded up to a block.
   const int64_t window_tokens = model.kv_layout().SequenceTokens(ctx);
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, model.NewKvCache(window_tokens * group));
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv, main.NewKvCache(window_tokens * group));
   std::unique_ptr<KvCache> ref_kv;
   if (options.kl_reference) {
-    PDQ_ASSIGN_OR_RETURN(ref_kv, options.kl_reference->model().NewKvCache(ctx));
+    PDQ_ASSIGN_OR_RETURN(ref_kv, options.kl_reference->NewKvCache(ctx));
   }
   PerplexityResult result;
   result.has_kl = options.kl_reference != nullptr;

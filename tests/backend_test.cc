@@ -9,6 +9,7 @@
 
 #include "engine/context.h"
 #include "engine/device.h"
+#include "eval/perplexity.h"
 #include "gtest/gtest.h"
 #include "tests/test_models.h"
 
@@ -200,6 +201,21 @@ TEST(BackendTest, ACacheInDeviceMemoryIsRefusedWhereTheHostWouldTouchIt) {
               absl::StatusCode::kFailedPrecondition);
   }
   EXPECT_EQ(allocator->frees, allocator->allocations);
+}
+
+// Disaggregated perplexity shares one cache between the prefill and the
+// decode context, so both must run where that cache lives.
+TEST(BackendTest, PerplexityRefusesContextsOnDifferentDevices) {
+  auto t = LoadOrDie("synthetic:tiny");
+  ASSERT_TRUE(t);
+  Context elsewhere(*t.model, CpuContext{t.pool.get()},
+                    std::make_unique<DelegatingBackend>(*t.model, *t.pool));
+  PerplexityOptions o;
+  o.ctx = 16;
+  o.decode = &elsewhere;
+  auto r = ComputePerplexity(*t.ctx, std::string(400, 'a'), o);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("must run on one device"), std::string::npos) << r.status();
 }
 
 TEST(BackendTest, DeviceNamesAreCheckedAndExplained) {

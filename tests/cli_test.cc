@@ -216,8 +216,10 @@ TEST(CliTest, BadInputGivesClearErrors) {
 TEST(CliTest, CommandsOnAMissingGpuSaySo) {
   Result r = RunPdq("generate --model synthetic:tiny --prompt hi --max-tokens 2 --device cpu");
   EXPECT_EQ(r.exit_code, 0) << r.out;
-  for (const char* cmd : {"generate --model synthetic:tiny --prompt hi --max-tokens 2",
-                          "bench-engine --model synthetic:tiny --prompt-tokens 8 --gen-tokens 2"}) {
+  for (const char* cmd :
+       {"generate --model synthetic:tiny --prompt hi --max-tokens 2",
+        "bench-engine --model synthetic:tiny --prompt-tokens 8 --gen-tokens 2",
+        "perplexity --model synthetic:tiny --text README.md --ctx 16 --chunks 1"}) {
     r = RunPdq(std::string(cmd) + " --device cuda:64");
     EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.out;
     EXPECT_TRUE(r.out.find("no CUDA device") != std::string::npos ||

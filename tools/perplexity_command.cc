@@ -14,7 +14,7 @@ int PerplexityCommand(int argc, char** argv) {
                    "Perplexity of a text file by llama.cpp's method: windows of --ctx tokens,\n"
                    "the second half of each scored.");
   ModelFlags mf;
-  mf.Register(flags);
+  mf.Register(flags, /*device_flag=*/true);
   std::string text_path;
   int64_t ctx = 512, chunks = 0;
   bool json = false;
