@@ -76,17 +76,7 @@ double Rms(const float* row, int n) {
 
 // Every logit of `got` within kRowTolerance * RMS(want) of `want`.
 void ExpectRowNear(const float* got, const float* want, int n, const std::string& what) {
-  const double tol = kRowTolerance * Rms(want, n);
-  double worst = 0;
-  int at = 0;
-  for (int i = 0; i < n; ++i) {
-    const double diff = std::abs((double)got[i] - want[i]);
-    if (!(diff <= worst)) {  // NaN lands here too
-      worst = std::isnan(diff) ? INFINITY : diff;
-      at = i;
-    }
-  }
-  EXPECT_LE(worst, tol) << what << ": logit " << at << " is " << got[at] << ", CPU " << want[at];
+  testing::ExpectRowsNear(got, want, n, (float)(kRowTolerance * Rms(want, n)), what);
 }
 
 int Argmax(const float* row, int n) { return (int)(std::max_element(row, row + n) - row); }
@@ -223,10 +213,8 @@ TEST_P(EngineCudaTest, MixedBatchesMatchTheCpuAndSeparateRuns) {
   // Entry 1's last row against the GPU running that prompt alone.
   const Logits alone = testing::LastLogits(*gpu, p1);
   ASSERT_EQ((int)alone.data.size(), vocab);
-  const double tol = 1e-3 * Rms(alone.data.data(), vocab);
-  for (int i = 0; i < vocab; ++i) {
-    ASSERT_NEAR(gl.Row(1, 2)[i], alone.data[i], tol) << "batched against alone, logit " << i;
-  }
+  testing::ExpectRowsNear(gl.Row(1, 2), alone.data.data(), vocab,
+                          (float)(1e-3 * Rms(alone.data.data(), vocab)), "batched against alone");
 }
 
 const std::string kModels[] = {"synthetic:tiny",

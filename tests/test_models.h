@@ -65,11 +65,19 @@ inline Logits LastLogits(Context& ctx, const std::vector<int32_t>& tokens) {
   return out;
 }
 
+// Every |a[i] - b[i]| under `tol`; a NaN anywhere fails too.
 inline void ExpectRowsNear(const float* a, const float* b, int n, float tol,
                            const std::string& what) {
   float worst = 0;
-  for (int i = 0; i < n; ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  EXPECT_LT(worst, tol) << what;
+  int at = 0;
+  for (int i = 0; i < n; ++i) {
+    const float diff = std::abs(a[i] - b[i]);
+    if (!(diff <= worst)) {  // NaN lands here too
+      worst = std::isnan(diff) ? INFINITY : diff;
+      at = i;
+    }
+  }
+  EXPECT_LT(worst, tol) << what << ": element " << at << " is " << a[at] << ", expected " << b[at];
 }
 
 // Relative RMS difference of two logit sets of the same size.

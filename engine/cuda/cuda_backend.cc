@@ -45,13 +45,6 @@ class CudaKvAllocator final : public KvAllocator {
   int device_;
 };
 
-template <typename T>
-absl::StatusOr<DeviceBuffer> Upload(const T* data, int64_t count) {
-  PDQ_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(count * (int64_t)sizeof(T)));
-  PDQ_RETURN_IF_ERROR(b.Upload(data, b.bytes()));
-  return b;
-}
-
 // One linear layer in device memory, in the format of its CPU twin.
 struct DeviceLinear {
   enum class Kind { kF16, kI8, kW4 } kind = Kind::kF16;
@@ -72,25 +65,25 @@ struct DeviceLinear {
       if (absl::Status s = cuda::RepackW4ForGpu(p.w4, q.data(), sm.data()); !s.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(name, ": ", s.message()));
       }
-      PDQ_ASSIGN_OR_RETURN(d.w, Upload(q.data(), (int64_t)q.size()));
-      PDQ_ASSIGN_OR_RETURN(d.scales, Upload(sm.data(), (int64_t)sm.size()));
+      PDQ_ASSIGN_OR_RETURN(d.w, DeviceBuffer::From(q));
+      PDQ_ASSIGN_OR_RETURN(d.scales, DeviceBuffer::From(sm));
     } else if (p.i8.q != nullptr) {
       d.kind = Kind::kI8;
       std::vector<int8_t> q(cuda::GpuI8Bytes(d.n, d.k));
       cuda::RepackI8ForGpu(p.i8, q.data());
-      PDQ_ASSIGN_OR_RETURN(d.w, Upload(q.data(), (int64_t)q.size()));
-      PDQ_ASSIGN_OR_RETURN(d.scales, Upload(p.i8.scale, d.n));
+      PDQ_ASSIGN_OR_RETURN(d.w, DeviceBuffer::From(q));
+      PDQ_ASSIGN_OR_RETURN(d.scales, DeviceBuffer::From(p.i8.scale, d.n));
     } else {
       d.kind = Kind::kF16;
       std::vector<fp16_t> rows(d.n * d.k);
       cuda::UnpackF16ForGpu(p.f16, rows.data());
-      PDQ_ASSIGN_OR_RETURN(d.w, Upload(rows.data(), (int64_t)rows.size()));
+      PDQ_ASSIGN_OR_RETURN(d.w, DeviceBuffer::From(rows));
     }
     if (p.in_scale != nullptr) {
-      PDQ_ASSIGN_OR_RETURN(d.in_scale, Upload(p.in_scale, d.k));
+      PDQ_ASSIGN_OR_RETURN(d.in_scale, DeviceBuffer::From(p.in_scale, d.k));
     }
     if (p.bias != nullptr && !p.bias->empty()) {
-      PDQ_ASSIGN_OR_RETURN(d.bias, Upload(p.bias->data(), d.n));
+      PDQ_ASSIGN_OR_RETURN(d.bias, DeviceBuffer::From(p.bias->data(), d.n));
     }
     return d;
   }
@@ -148,18 +141,16 @@ absl::StatusOr<std::unique_ptr<ForwardBackend>> CudaBackend::Create(const Model&
   PDQ_RETURN_IF_ERROR(cuda::CudaStatus(cudaStreamCreate(&b->stream_), "cudaStreamCreate"));
   PDQ_ASSIGN_OR_RETURN(b->blas_, cuda::BlasHandles::Create());
   const ModelConfig& c = model.config_;
-  PDQ_ASSIGN_OR_RETURN(b->embedding_,
-                       Upload(model.embedding_.data(), (int64_t)model.embedding_.size()));
-  PDQ_ASSIGN_OR_RETURN(b->output_norm_, Upload(model.output_norm_.data(), c.d_model));
-  PDQ_ASSIGN_OR_RETURN(b->inv_freq_,
-                       Upload(model.inv_freq_.data(), (int64_t)model.inv_freq_.size()));
+  PDQ_ASSIGN_OR_RETURN(b->embedding_, DeviceBuffer::From(model.embedding_));
+  PDQ_ASSIGN_OR_RETURN(b->output_norm_, DeviceBuffer::From(model.output_norm_.data(), c.d_model));
+  PDQ_ASSIGN_OR_RETURN(b->inv_freq_, DeviceBuffer::From(model.inv_freq_));
   PDQ_ASSIGN_OR_RETURN(b->output_, DeviceLinear::From(*model.output_, "output"));
   for (int li = 0; li < c.num_layers; ++li) {
     const Model::Layer& L = model.layers_[li];
     Layer d;
     const std::string blk = absl::StrCat("blk.", li, ".");
-    PDQ_ASSIGN_OR_RETURN(d.attn_norm, Upload(L.attn_norm.data(), c.d_model));
-    PDQ_ASSIGN_OR_RETURN(d.ffn_norm, Upload(L.ffn_norm.data(), c.d_model));
+    PDQ_ASSIGN_OR_RETURN(d.attn_norm, DeviceBuffer::From(L.attn_norm.data(), c.d_model));
+    PDQ_ASSIGN_OR_RETURN(d.ffn_norm, DeviceBuffer::From(L.ffn_norm.data(), c.d_model));
     PDQ_ASSIGN_OR_RETURN(d.qkv, DeviceLinear::From(*L.qkv, blk + "qkv"));
     PDQ_ASSIGN_OR_RETURN(d.out, DeviceLinear::From(*L.out, blk + "out"));
     PDQ_ASSIGN_OR_RETURN(d.gate_up, DeviceLinear::From(*L.gate_up, blk + "gate_up"));

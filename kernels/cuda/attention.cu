@@ -111,21 +111,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-absl::Status Bad(const char* kernel, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(kernel, ": ", why));
-}
-
 absl::Status CheckLayer(const char* kernel, const KvLayerView& layer) {
-  if (layer.k == nullptr || layer.v == nullptr) return Bad(kernel, "no K/V storage");
+  if (layer.k == nullptr || layer.v == nullptr) return BadInput(kernel, "no K/V storage");
   if (reinterpret_cast<uintptr_t>(layer.k) % 4 != 0 ||
       reinterpret_cast<uintptr_t>(layer.v) % 4 != 0) {
-    return Bad(kernel, "K/V storage must be 4-byte aligned");
+    return BadInput(kernel, "K/V storage must be 4-byte aligned");
   }
   if (layer.kv_heads <= 0 || layer.block_tokens <= 0 || layer.head_dim <= 0 ||
       layer.head_dim % 2 != 0 || layer.head_dim > kMaxHeadDim) {
-    return Bad(kernel,
-               absl::StrCat("unsupported KV layout: ", layer.kv_heads, " heads of ", layer.head_dim,
-                            " (even, at most ", kMaxHeadDim, "), blocks of ", layer.block_tokens));
+    return BadInput(kernel, absl::StrCat("unsupported KV layout: ", layer.kv_heads, " heads of ",
+                                         layer.head_dim, " (even, at most ", kMaxHeadDim,
+                                         "), blocks of ", layer.block_tokens));
   }
   return absl::OkStatus();
 }
@@ -136,11 +132,11 @@ absl::Status KvWrite(const KvWriteParams& p, cudaStream_t stream) {
   if (absl::Status s = CheckLayer("KvWrite", p.layer); !s.ok()) return s;
   const int64_t width = (int64_t)p.layer.kv_heads * p.layer.head_dim;
   if (p.m <= 0 || p.m > 0x7fffffff || p.k_stride < width || p.v_stride < width) {
-    return Bad("KvWrite", absl::StrCat("bad shape: ", p.m, " rows of ", width, ", strides ",
-                                       p.k_stride, "/", p.v_stride));
+    return BadInput("KvWrite", absl::StrCat("bad shape: ", p.m, " rows of ", width, ", strides ",
+                                            p.k_stride, "/", p.v_stride));
   }
   if (p.block_table == nullptr || p.positions == nullptr || p.k == nullptr || p.v == nullptr) {
-    return Bad("KvWrite", "needs block_table, positions, k and v");
+    return BadInput("KvWrite", "needs block_table, positions, k and v");
   }
   KvWriteKernel<<<(unsigned)p.m, 256, 0, stream>>>(p.layer, p.block_table, p.positions, p.k,
                                                    p.k_stride, p.v, p.v_stride);
@@ -151,19 +147,19 @@ absl::Status Attention(const AttentionParams& p, cudaStream_t stream) {
   if (absl::Status s = CheckLayer("Attention", p.layer); !s.ok()) return s;
   const int64_t width = (int64_t)p.heads * p.layer.head_dim;
   if (p.heads <= 0 || p.heads % p.layer.kv_heads != 0) {
-    return Bad("Attention", absl::StrCat(p.heads, " query heads is not a multiple of ",
-                                         p.layer.kv_heads, " kv heads"));
+    return BadInput("Attention", absl::StrCat(p.heads, " query heads is not a multiple of ",
+                                              p.layer.kv_heads, " kv heads"));
   }
   if (p.m <= 0 || p.first_pos < 0 || p.q_stride < width || p.out_stride < width) {
-    return Bad("Attention",
-               absl::StrCat("bad shape: ", p.m, " rows from position ", p.first_pos, ", width ",
-                            width, ", strides ", p.q_stride, "/", p.out_stride));
+    return BadInput("Attention",
+                    absl::StrCat("bad shape: ", p.m, " rows from position ", p.first_pos,
+                                 ", width ", width, ", strides ", p.q_stride, "/", p.out_stride));
   }
   if (p.block_table == nullptr || p.q == nullptr || p.out == nullptr) {
-    return Bad("Attention", "needs block_table, q and out");
+    return BadInput("Attention", "needs block_table, q and out");
   }
   const int64_t blocks = (p.m * p.heads + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (blocks > 0x7fffffff) return Bad("Attention", "too many rows for one launch");
+  if (blocks > 0x7fffffff) return BadInput("Attention", "too many rows for one launch");
   AttentionKernel<<<(unsigned)blocks, kWarpsPerBlock * 32, 0, stream>>>(
       p.layer, p.block_table, p.first_pos, p.m, p.q, p.q_stride, p.heads, p.scale, p.out,
       p.out_stride);

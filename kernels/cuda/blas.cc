@@ -134,15 +134,15 @@ absl::StatusOr<const BlasHandles::Plan*> BlasHandles::Int8Plan(const PlanKey& ke
 absl::Status BlasHandles::Int8Matmul(const int8_t* xq, const int8_t* wq, int64_t m, int64_t n_pad,
                                      int64_t k_pad, int32_t* y, cudaStream_t stream) {
   if (m <= 0 || n_pad <= 0 || k_pad <= 0 || n_pad % 4 != 0 || k_pad % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("Int8Matmul: bad shape ", m, "x", n_pad, "x",
-                                                   k_pad, " (n and k: multiples of 4)"));
+    return BadInput("Int8Matmul", absl::StrCat("bad shape ", m, "x", n_pad, "x", k_pad,
+                                               " (n and k: multiples of 4)"));
   }
   if (xq == nullptr || wq == nullptr || y == nullptr) {
-    return absl::InvalidArgumentError("Int8Matmul: needs xq, wq and y");
+    return BadInput("Int8Matmul", "needs xq, wq and y");
   }
   const int align = std::min({Alignment(xq), Alignment(wq), Alignment(y)});
   if (align < 4) {
-    return absl::InvalidArgumentError("Int8Matmul: operands must be at least 4-byte aligned");
+    return BadInput("Int8Matmul", "operands must be at least 4-byte aligned");
   }
   PDQ_ASSIGN_OR_RETURN(const Plan* plan, Int8Plan({m, n_pad, k_pad, align}));
   const int32_t alpha = 1, beta = 0;

@@ -29,13 +29,17 @@ class DeviceBuffer {
     b.bytes_ = bytes;
     return b;
   }
-  // A buffer holding a copy of `host`.
+  // A buffer holding a copy of `count` values at `host`.
+  template <typename T>
+  static absl::StatusOr<DeviceBuffer> From(const T* host, int64_t count) {
+    auto b = Allocate(count * (int64_t)sizeof(T));
+    if (!b.ok()) return b.status();
+    if (absl::Status s = b->Upload(host, b->bytes()); !s.ok()) return s;
+    return b;
+  }
   template <typename T>
   static absl::StatusOr<DeviceBuffer> From(const std::vector<T>& host) {
-    auto b = Allocate((int64_t)(host.size() * sizeof(T)));
-    if (!b.ok()) return b.status();
-    if (absl::Status s = b->Upload(host.data(), b->bytes()); !s.ok()) return s;
-    return b;
+    return From(host.data(), (int64_t)host.size());
   }
   ~DeviceBuffer() { Reset(); }
   DeviceBuffer(DeviceBuffer&& o) noexcept

@@ -2,9 +2,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <string>
-
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/elementwise.h"
@@ -111,25 +108,28 @@ __global__ void ScaleColumnsKernel(const __half* __restrict__ x, int64_t m, int6
   }
 }
 
-// Blocks for a grid-stride loop over n items: enough to fill the device.
-unsigned StrideBlocks(int64_t n) {
-  const int64_t want = (n + kThreads - 1) / kThreads;
-  const int64_t cap = 32 * (int64_t)(MultiprocessorCount() > 0 ? MultiprocessorCount() : 132);
-  return (unsigned)std::max<int64_t>(1, std::min(want, cap));
-}
+unsigned StrideBlocks(int64_t n) { return GridStrideBlocks(n, kThreads); }
 
-absl::Status Bad(const char* kernel, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(kernel, ": ", why));
+// The GLU kernel of `kKind` writing fp32 or fp16, as the params say.
+template <GluKind kKind>
+void LaunchGlu(const GluParams& p, cudaStream_t stream) {
+  const unsigned blocks = StrideBlocks(p.m * p.f);
+  if (p.out != nullptr) {
+    GluKernel<kKind><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, p.out);
+  } else {
+    GluKernel<kKind><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f,
+                                                      reinterpret_cast<__half*>(p.out_half));
+  }
 }
 
 }  // namespace
 
 absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.m <= 0 || p.d <= 0 || p.m > 0x7fffffff) {
-    return Bad("RmsNorm", absl::StrCat("bad shape ", p.m, "x", p.d));
+    return BadInput("RmsNorm", absl::StrCat("bad shape ", p.m, "x", p.d));
   }
   if (p.x == nullptr || p.weight == nullptr || (p.out == nullptr) == (p.out_half == nullptr)) {
-    return Bad("RmsNorm", "needs x, weight and exactly one of out and out_half");
+    return BadInput("RmsNorm", "needs x, weight and exactly one of out and out_half");
   }
   if (p.out != nullptr) {
     RmsNormKernel<<<(unsigned)p.m, kThreads, 0, stream>>>(p.x, p.weight, p.d, p.eps, p.out);
@@ -141,24 +141,14 @@ absl::Status RmsNorm(const RmsNormParams& p, cudaStream_t stream) {
 }
 
 absl::Status Glu(const GluParams& p, cudaStream_t stream) {
-  if (p.m <= 0 || p.f <= 0) return Bad("Glu", absl::StrCat("bad shape ", p.m, "x", p.f));
+  if (p.m <= 0 || p.f <= 0) return BadInput("Glu", absl::StrCat("bad shape ", p.m, "x", p.f));
   if (p.gate_up == nullptr || (p.out == nullptr) == (p.out_half == nullptr)) {
-    return Bad("Glu", "needs gate_up and exactly one of out and out_half");
+    return BadInput("Glu", "needs gate_up and exactly one of out and out_half");
   }
-  const unsigned blocks = StrideBlocks(p.m * p.f);
-  auto* out_half = reinterpret_cast<__half*>(p.out_half);
   if (p.kind == GluKind::kSilu) {
-    if (p.out != nullptr) {
-      GluKernel<GluKind::kSilu><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, p.out);
-    } else {
-      GluKernel<GluKind::kSilu><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, out_half);
-    }
+    LaunchGlu<GluKind::kSilu>(p, stream);
   } else {
-    if (p.out != nullptr) {
-      GluKernel<GluKind::kGeluTanh><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, p.out);
-    } else {
-      GluKernel<GluKind::kGeluTanh><<<blocks, kThreads, 0, stream>>>(p.gate_up, p.m, p.f, out_half);
-    }
+    LaunchGlu<GluKind::kGeluTanh>(p, stream);
   }
   return LaunchStatus("Glu");
 }
@@ -166,11 +156,11 @@ absl::Status Glu(const GluParams& p, cudaStream_t stream) {
 absl::Status Rope(const RopeParams& p, cudaStream_t stream) {
   if (p.m <= 0 || p.m > 0x7fffffff || p.heads <= 0 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
       p.stride < (int64_t)p.heads * p.head_dim) {
-    return Bad("Rope", absl::StrCat("bad shape: ", p.m, " rows of ", p.heads, " heads x ",
-                                    p.head_dim, ", stride ", p.stride));
+    return BadInput("Rope", absl::StrCat("bad shape: ", p.m, " rows of ", p.heads, " heads x ",
+                                         p.head_dim, ", stride ", p.stride));
   }
   if (p.x == nullptr || p.positions == nullptr || p.inv_freq == nullptr) {
-    return Bad("Rope", "needs x, positions and inv_freq");
+    return BadInput("Rope", "needs x, positions and inv_freq");
   }
   RopeKernel<<<(unsigned)p.m, kThreads, 0, stream>>>(p.x, p.stride, p.heads, p.head_dim,
                                                      p.positions, p.inv_freq,
@@ -179,8 +169,8 @@ absl::Status Rope(const RopeParams& p, cudaStream_t stream) {
 }
 
 absl::Status ToHalf(const ToHalfParams& p, cudaStream_t stream) {
-  if (p.n <= 0) return Bad("ToHalf", absl::StrCat("bad length ", p.n));
-  if (p.src == nullptr || p.dst == nullptr) return Bad("ToHalf", "needs src and dst");
+  if (p.n <= 0) return BadInput("ToHalf", absl::StrCat("bad length ", p.n));
+  if (p.src == nullptr || p.dst == nullptr) return BadInput("ToHalf", "needs src and dst");
   ToHalfKernel<<<StrideBlocks(p.n), kThreads, 0, stream>>>(p.src, p.n,
                                                            reinterpret_cast<__half*>(p.dst));
   return LaunchStatus("ToHalf");
@@ -188,10 +178,10 @@ absl::Status ToHalf(const ToHalfParams& p, cudaStream_t stream) {
 
 absl::Status Embed(const EmbedParams& p, cudaStream_t stream) {
   if (p.m <= 0 || p.m > 0x7fffffff || p.d <= 0) {
-    return Bad("Embed", absl::StrCat("bad shape ", p.m, "x", p.d));
+    return BadInput("Embed", absl::StrCat("bad shape ", p.m, "x", p.d));
   }
   if (p.tokens == nullptr || p.table == nullptr || p.out == nullptr) {
-    return Bad("Embed", "needs tokens, table and out");
+    return BadInput("Embed", "needs tokens, table and out");
   }
   EmbedKernel<<<(unsigned)p.m, kThreads, 0, stream>>>(
       p.tokens, reinterpret_cast<const __half*>(p.table), p.d, p.scale, p.out);
@@ -199,27 +189,27 @@ absl::Status Embed(const EmbedParams& p, cudaStream_t stream) {
 }
 
 absl::Status Add(const AddParams& p, cudaStream_t stream) {
-  if (p.n <= 0) return Bad("Add", absl::StrCat("bad length ", p.n));
-  if (p.y == nullptr || p.x == nullptr) return Bad("Add", "needs y and x");
+  if (p.n <= 0) return BadInput("Add", absl::StrCat("bad length ", p.n));
+  if (p.y == nullptr || p.x == nullptr) return BadInput("Add", "needs y and x");
   AddKernel<<<StrideBlocks(p.n), kThreads, 0, stream>>>(p.y, p.x, p.n);
   return LaunchStatus("Add");
 }
 
 absl::Status AddBias(const AddBiasParams& p, cudaStream_t stream) {
   if (p.m <= 0 || p.n <= 0 || p.ldy < p.n) {
-    return Bad("AddBias", absl::StrCat("bad shape ", p.m, "x", p.n, ", ldy ", p.ldy));
+    return BadInput("AddBias", absl::StrCat("bad shape ", p.m, "x", p.n, ", ldy ", p.ldy));
   }
-  if (p.y == nullptr || p.bias == nullptr) return Bad("AddBias", "needs y and bias");
+  if (p.y == nullptr || p.bias == nullptr) return BadInput("AddBias", "needs y and bias");
   AddBiasKernel<<<StrideBlocks(p.m * p.n), kThreads, 0, stream>>>(p.y, p.m, p.n, p.ldy, p.bias);
   return LaunchStatus("AddBias");
 }
 
 absl::Status ScaleColumns(const ScaleColumnsParams& p, cudaStream_t stream) {
   if (p.m <= 0 || p.k <= 0 || p.ldx < p.k) {
-    return Bad("ScaleColumns", absl::StrCat("bad shape ", p.m, "x", p.k, ", ldx ", p.ldx));
+    return BadInput("ScaleColumns", absl::StrCat("bad shape ", p.m, "x", p.k, ", ldx ", p.ldx));
   }
   if (p.x == nullptr || p.scale == nullptr || p.out == nullptr) {
-    return Bad("ScaleColumns", "needs x, scale and out");
+    return BadInput("ScaleColumns", "needs x, scale and out");
   }
   ScaleColumnsKernel<<<StrideBlocks(p.m * p.k), kThreads, 0, stream>>>(
       reinterpret_cast<const __half*>(p.x), p.m, p.k, p.ldx, p.scale,

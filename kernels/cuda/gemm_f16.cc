@@ -19,12 +19,11 @@ absl::Status GemmF16(const GemmF16Params& p, cudaStream_t stream) {
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   if (p.n <= 0 || p.k <= 0 || p.m <= 0 || p.ldw < p.k || p.ldx < p.k || p.ldy < p.n || p.n > kMax ||
       p.k > kMax || p.m > kMax || p.ldw > kMax || p.ldx > kMax || p.ldy > kMax) {
-    return absl::InvalidArgumentError(absl::StrCat("GemmF16: bad shape ", p.m, "x", p.n, "x", p.k,
-                                                   " (ldw ", p.ldw, ", ldx ", p.ldx, ", ldy ",
-                                                   p.ldy, ")"));
+    return BadInput("GemmF16", absl::StrCat("bad shape ", p.m, "x", p.n, "x", p.k, " (ldw ", p.ldw,
+                                            ", ldx ", p.ldx, ", ldy ", p.ldy, ")"));
   }
   if (p.blas == nullptr || p.w == nullptr || p.x == nullptr || p.y == nullptr) {
-    return absl::InvalidArgumentError("GemmF16: needs cuBLAS handles, w, x and y");
+    return BadInput("GemmF16", "needs cuBLAS handles, w, x and y");
   }
   PDQ_ASSIGN_OR_RETURN(cublasHandle_t handle, p.blas->BlasOn(stream));
   // cuBLAS is column-major: W (n x k row-major) is k x n there, taken

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -64,6 +65,16 @@ absl::Status CudaStatus(cudaError_t err, const char* what) {
 
 absl::Status LaunchStatus(const char* kernel) {
   return CudaStatus(cudaGetLastError(), absl::StrCat(kernel, " launch").c_str());
+}
+
+absl::Status BadInput(const char* kernel, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(kernel, ": ", why));
+}
+
+unsigned GridStrideBlocks(int64_t n, int threads) {
+  const int64_t want = (n + threads - 1) / threads;
+  const int64_t cap = 32 * (int64_t)std::max(1, MultiprocessorCount());
+  return (unsigned)std::max<int64_t>(1, std::min(want, cap));
 }
 
 }  // namespace pdq::cuda

@@ -17,7 +17,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace pdq::cuda {
 
@@ -37,5 +40,13 @@ absl::Status CudaStatus(cudaError_t err, const char* what);
 
 // The status of the launch just made on this thread (cudaGetLastError).
 absl::Status LaunchStatus(const char* kernel);
+
+// InvalidArgument "<kernel>: <why>": what a launcher returns for input it
+// cannot take.
+absl::Status BadInput(const char* kernel, absl::string_view why);
+
+// Blocks of `threads` for a grid-stride loop over n items: enough to fill
+// the current device, at least 1.
+unsigned GridStrideBlocks(int64_t n, int threads);
 
 }  // namespace pdq::cuda

@@ -152,32 +152,31 @@ void Launch(const W4A16GemmParams& p, int64_t tiles, cudaStream_t stream) {
       (int)PackedW4Groups(p.w.k, p.w.group));
 }
 
-absl::Status Bad(const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat("W4A16Gemm: ", why));
-}
-
 }  // namespace
 
 absl::Status W4A16Gemm(const W4A16GemmParams& p, cudaStream_t stream) {
   const GpuW4& w = p.w;
   if (w.n <= 0 || w.k <= 0 || w.k % 16 != 0 || w.group <= 0 || w.group % 16 != 0) {
-    return Bad(absl::StrCat("weights ", w.n, "x", w.k, " in groups of ", w.group,
-                            ": k and the group size must be positive multiples of 16"));
+    return BadInput("W4A16Gemm",
+                    absl::StrCat("weights ", w.n, "x", w.k, " in groups of ", w.group,
+                                 ": k and the group size must be positive multiples of 16"));
   }
   if (p.m <= 0 || p.ldx < w.k || p.ldx % 2 != 0 || p.ldy < w.n) {
-    return Bad(absl::StrCat("bad shape: ", p.m, " rows, ldx ", p.ldx, " (even, >= k = ", w.k,
-                            "), ldy ", p.ldy, " (>= n = ", w.n, ")"));
+    return BadInput("W4A16Gemm",
+                    absl::StrCat("bad shape: ", p.m, " rows, ldx ", p.ldx, " (even, >= k = ", w.k,
+                                 "), ldy ", p.ldy, " (>= n = ", w.n, ")"));
   }
   if (w.q == nullptr || w.scale_min == nullptr || p.x == nullptr || p.y == nullptr) {
-    return Bad("needs weights, scales, x and y");
+    return BadInput("W4A16Gemm", "needs weights, scales, x and y");
   }
   if (reinterpret_cast<uintptr_t>(w.q) % 16 != 0 || reinterpret_cast<uintptr_t>(p.x) % 4 != 0 ||
       reinterpret_cast<uintptr_t>(w.scale_min) % 4 != 0) {
-    return Bad("q must be 16-byte aligned, x and scale_min 4-byte aligned");
+    return BadInput("W4A16Gemm", "q must be 16-byte aligned, x and scale_min 4-byte aligned");
   }
   const int64_t tiles = GpuW4Tiles(w.n);
   if (tiles > 0x7fffffff || (p.m + 7) / 8 > 65535 || GpuW4Chunks(w.k) > 0x7fffffff) {
-    return Bad(absl::StrCat("too large for one launch: ", p.m, "x", w.n, "x", w.k));
+    return BadInput("W4A16Gemm",
+                    absl::StrCat("too large for one launch: ", p.m, "x", w.n, "x", w.k));
   }
   // Enough blocks to fill every multiprocessor a few times over; where the
   // tiles are few (short, wide matrices), more warps per block split k finer.

@@ -51,10 +51,6 @@ __global__ void DequantI32Kernel(const int32_t* __restrict__ acc, int64_t m, int
 
 int64_t Align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-absl::Status Bad(const char* kernel, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(kernel, ": ", why));
-}
-
 }  // namespace
 
 void RepackI8ForGpu(const PackedI8& w, int8_t* q) {
@@ -71,10 +67,10 @@ void RepackI8ForGpu(const PackedI8& w, int8_t* q) {
 
 absl::Status QuantizeRowsI8(const QuantizeRowsI8Params& p, cudaStream_t stream) {
   if (p.m <= 0 || p.m > 0x7fffffff || p.k <= 0 || p.ldx < p.k) {
-    return Bad("QuantizeRowsI8", absl::StrCat("bad shape ", p.m, "x", p.k, ", ldx ", p.ldx));
+    return BadInput("QuantizeRowsI8", absl::StrCat("bad shape ", p.m, "x", p.k, ", ldx ", p.ldx));
   }
   if (p.x == nullptr || p.xq == nullptr || p.xs == nullptr) {
-    return Bad("QuantizeRowsI8", "needs x, xq and xs");
+    return BadInput("QuantizeRowsI8", "needs x, xq and xs");
   }
   QuantizeRowsI8Kernel<<<(unsigned)p.m, kThreads, 0, stream>>>(
       reinterpret_cast<const __half*>(p.x), p.k, p.ldx, p.in_scale, GpuI8Ld(p.k), p.xq, p.xs);
@@ -83,17 +79,14 @@ absl::Status QuantizeRowsI8(const QuantizeRowsI8Params& p, cudaStream_t stream) 
 
 absl::Status DequantI32(const DequantI32Params& p, cudaStream_t stream) {
   if (p.m <= 0 || p.n <= 0 || p.lda < p.n || p.ldy < p.n) {
-    return Bad("DequantI32",
-               absl::StrCat("bad shape ", p.m, "x", p.n, ", lda ", p.lda, ", ldy ", p.ldy));
+    return BadInput("DequantI32",
+                    absl::StrCat("bad shape ", p.m, "x", p.n, ", lda ", p.lda, ", ldy ", p.ldy));
   }
   if (p.acc == nullptr || p.xs == nullptr || p.w_scale == nullptr || p.y == nullptr) {
-    return Bad("DequantI32", "needs acc, xs, w_scale and y");
+    return BadInput("DequantI32", "needs acc, xs, w_scale and y");
   }
-  const int64_t want = (p.m * p.n + kThreads - 1) / kThreads;
-  const int64_t cap = 32 * (int64_t)std::max(1, MultiprocessorCount());
-  const unsigned blocks = (unsigned)std::max<int64_t>(1, std::min(want, cap));
-  DequantI32Kernel<<<blocks, kThreads, 0, stream>>>(p.acc, p.m, p.n, p.lda, p.xs, p.w_scale, p.y,
-                                                    p.ldy);
+  DequantI32Kernel<<<GridStrideBlocks(p.m * p.n, kThreads), kThreads, 0, stream>>>(
+      p.acc, p.m, p.n, p.lda, p.xs, p.w_scale, p.y, p.ldy);
   return LaunchStatus("DequantI32");
 }
 
@@ -104,16 +97,16 @@ int64_t W8A8ScratchBytes(int64_t m, int64_t n, int64_t k) {
 
 absl::Status W8A8Gemm(const W8A8GemmParams& p, cudaStream_t stream) {
   if (p.w.n <= 0 || p.w.k <= 0 || p.m <= 0 || p.ldx < p.w.k || p.ldy < p.w.n) {
-    return Bad("W8A8Gemm", absl::StrCat("bad shape ", p.m, "x", p.w.n, "x", p.w.k, ", ldx ", p.ldx,
-                                        ", ldy ", p.ldy));
+    return BadInput("W8A8Gemm", absl::StrCat("bad shape ", p.m, "x", p.w.n, "x", p.w.k, ", ldx ",
+                                             p.ldx, ", ldy ", p.ldy));
   }
   if (p.blas == nullptr || p.w.q == nullptr || p.w.scale == nullptr || p.x == nullptr ||
       p.y == nullptr || p.scratch == nullptr) {
-    return Bad("W8A8Gemm", "needs cuBLAS handles, weights, scales, x, y and scratch");
+    return BadInput("W8A8Gemm", "needs cuBLAS handles, weights, scales, x, y and scratch");
   }
   if (reinterpret_cast<uintptr_t>(p.scratch) % 256 != 0 ||
       reinterpret_cast<uintptr_t>(p.w.q) % 16 != 0) {
-    return Bad("W8A8Gemm", "scratch must be 256-byte aligned and the weights 16-byte aligned");
+    return BadInput("W8A8Gemm", "scratch must be 256-byte aligned and the weights 16-byte aligned");
   }
   auto* base = static_cast<uint8_t*>(p.scratch);
   auto* xq = reinterpret_cast<int8_t*>(base);
