@@ -1,12 +1,15 @@
-// Roofline probes. The AVX2 loops carry target attributes and run only after
-// the CPU check; the scalar fallbacks keep the tool working anywhere.
+// Roofline probes. The AVX2, AVX-512 and AMX loops carry target attributes and
+// run only after the CPU check (each probes the instructions of the kernel
+// path dispatch chose); the scalar fallbacks keep the tool working anywhere.
 #include "bench/roofline.h"
 
 #include <immintrin.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cpu_features.h"
@@ -87,6 +90,82 @@ __attribute__((target("avx2"))) double IntLoopAvx2(int64_t iters, float* sink) {
   return (double)iters * kChains * (kInt8 ? 32 : 16) * 2;
 }
 
+// The same on the AVX-512 path: 16 lanes an FMA.
+__attribute__((target("avx512f"))) double FmaLoopAvx512(int64_t iters, float* sink) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
+  *sink += _mm512_reduce_add_ps(s);
+  return (double)iters * kChains * 16 * 2;
+}
+
+// VNNI chains as the AVX-512 kernels use them: vpdpbusd (64 u8 x s8
+// products an instruction) or vpdpwssd (32 int16 products).
+template <bool kInt8>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double IntLoopAvx512(int64_t iters,
+                                                                            float* sink) {
+  __m512i acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i + 1);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < kChains; ++i) {
+      acc[i] = kInt8 ? _mm512_dpbusd_epi32(acc[i], a, b) : _mm512_dpwssd_epi32(acc[i], a, b);
+    }
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < kChains; ++i) s = _mm512_xor_si512(s, acc[i]);
+  *sink += (float)_mm512_reduce_add_epi32(s);
+  return (double)iters * kChains * (kInt8 ? 64 : 32) * 2;
+}
+
+// AMX int8 tiles as the W8A8 GEMM uses them: tdpbssd on full 16 x 64-byte
+// tiles (16 * 16 * 64 products an instruction), four accumulators.
+struct alignas(64) AmxProbeConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+__attribute__((target("amx-tile,amx-int8"))) double AmxLoop(int64_t iters, float* sink) {
+  AmxProbeConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  alignas(64) int8_t src[16 * 64];
+  std::memset(src, 3, sizeof(src));
+  alignas(64) int32_t out[16 * 16];
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, src, 64);
+  _tile_loadd(5, src, 64);
+  _tile_loadd(6, src, 64);
+  _tile_loadd(7, src, 64);
+  for (int64_t it = 0; it < iters; ++it) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  *sink += (float)out[0];
+  return (double)iters * 4 * 16 * 16 * 64 * 2;
+}
+
+bool Avx512Path() { return KernelIsaName().rfind("avx512", 0) == 0; }
+
 }  // namespace
 
 double MeasureReadBandwidthGBps(ThreadPool& pool, int64_t buffer_bytes) {
@@ -130,18 +209,28 @@ double BestRate(ThreadPool& pool, Loop loop) {
 }
 
 double MeasureFmaPeakGflops(ThreadPool& pool) {
-  const bool avx2 = GetCpuFeatures().avx2;
+  const bool avx2 = GetCpuFeatures().avx2, avx512 = Avx512Path();
   const int64_t iters = avx2 ? 20'000'000 : 2'000'000;
   std::vector<float> sinks(pool.size());
   return BestRate(pool, [&](int t) {
+    if (avx512) return FmaLoopAvx512(iters, &sinks[t]);
     return avx2 ? FmaLoopAvx2(iters, &sinks[t]) : FmaLoopScalar(iters, &sinks[t]);
   });
 }
 
 double MeasureIntPeakGops(ThreadPool& pool, bool int8) {
   if (!GetCpuFeatures().avx2) return 0.0;
-  const int64_t iters = 10'000'000;
+  const std::string isa = KernelIsaName();
   std::vector<float> sinks(pool.size());
+  if (int8 && isa == "avx512+amx") {
+    return BestRate(pool, [&](int t) { return AmxLoop(2'000'000, &sinks[t]); });
+  }
+  const int64_t iters = 10'000'000;
+  if (Avx512Path()) {
+    return BestRate(pool, [&](int t) {
+      return int8 ? IntLoopAvx512<true>(iters, &sinks[t]) : IntLoopAvx512<false>(iters, &sinks[t]);
+    });
+  }
   return BestRate(pool, [&](int t) {
     return int8 ? IntLoopAvx2<true>(iters, &sinks[t]) : IntLoopAvx2<false>(iters, &sinks[t]);
   });

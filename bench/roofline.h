@@ -7,6 +7,9 @@
 
 namespace pdq {
 
+// Each peak probes the instructions of the kernel path dispatch chose
+// (KernelIsaName: AVX2, AVX-512, AMX tiles for int8 where present).
+
 // GB/s reading a buffer much larger than the last-level cache with every
 // thread of the pool (best of several passes).
 double MeasureReadBandwidthGBps(ThreadPool& pool, int64_t buffer_bytes = 512ll << 20);
@@ -16,8 +19,9 @@ double MeasureReadBandwidthGBps(ThreadPool& pool, int64_t buffer_bytes = 512ll <
 double MeasureFmaPeakGflops(ThreadPool& pool);
 
 // GOP/s (2 per product) of independent integer multiply-add chains on every
-// thread: vpmaddwd (int16 pairs, `int8` false) or vpmaddubsw (u8 x s8 pairs).
-// 0 without AVX2.
+// thread: int16 pairs (`int8` false) or u8 x s8 quads: vpmaddwd and
+// vpmaddubsw on AVX2, vpdpwssd and vpdpbusd on AVX-512, and for int8 AMX's
+// tdpbssd on the "avx512+amx" path. 0 without AVX2.
 double MeasureIntPeakGops(ThreadPool& pool, bool int8);
 
 }  // namespace pdq

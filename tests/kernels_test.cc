@@ -1,8 +1,10 @@
 // Every fast kernel path against the scalar reference on fresh random inputs,
 // odd sizes included, plus the thread pool and the public entry points.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -27,7 +29,10 @@ std::vector<float> Random(int64_t n, std::mt19937& rng, float scale = 1.0f) {
 // reference skip (rather than pass vacuously) when there are none.
 std::vector<const KernelTable*> FastTables() {
   std::vector<const KernelTable*> tables;
-  if (GetCpuFeatures().avx2) tables.push_back(&cpu::kAvx2Kernels);
+  const CpuFeatures& f = GetCpuFeatures();
+  if (f.avx2) tables.push_back(&cpu::kAvx2Kernels);
+  if (f.avx2 && f.avx512_kernels()) tables.push_back(&cpu::kAvx512Kernels);
+  if (f.avx2 && f.avx512_kernels() && f.amx_int8) tables.push_back(&cpu::kAvx512AmxKernels);
   return tables;
 }
 #define SKIP_WITHOUT_FAST_PATHS()                                                       \
@@ -351,10 +356,33 @@ TEST(KernelsTest, RopeStylesRotateTheDocumentedPairs) {
   EXPECT_NEAR(b[3], 2 * s1 + 4 * c1, 1e-6);
 }
 
-TEST(KernelsTest, DispatchPicksAFastPathWhereAvailable) {
+TEST(KernelsTest, DispatchPicksTheFastestPathTheCpuHas) {
   if (std::getenv("PDQ_ISA") != nullptr) GTEST_SKIP() << "PDQ_ISA overrides dispatch";
   if (!GetCpuFeatures().avx2) GTEST_SKIP() << "CPU has no AVX2; scalar path in use";
-  EXPECT_STREQ(cpu::ActiveKernels().name, "avx2");
+  const std::string isa = KernelIsaName();
+  EXPECT_STREQ(cpu::ActiveKernels().name, isa.c_str());
+  for (const char* path : {"avx512+amx", "avx512", "avx2"}) {
+    if (MissingCpuFlags(path).empty()) {
+      EXPECT_EQ(isa, path) << "the CPU has every flag " << path << " needs";
+      break;
+    }
+  }
+}
+
+// The AVX-512 tables are tested wherever the CPU has them; elsewhere these
+// say which flags are missing, so a skip is never mistaken for a pass.
+TEST(KernelsTest, Avx512TablesRunHere) {
+  const std::string missing = MissingCpuFlags("avx512");
+  if (!missing.empty()) GTEST_SKIP() << "AVX-512 kernels not tested: CPU lacks " << missing;
+  const auto tables = FastTables();
+  EXPECT_NE(std::find(tables.begin(), tables.end(), &cpu::kAvx512Kernels), tables.end());
+}
+
+TEST(KernelsTest, AmxTableRunsHere) {
+  const std::string missing = MissingCpuFlags("avx512+amx");
+  if (!missing.empty()) GTEST_SKIP() << "AMX W8A8 kernel not tested: CPU lacks " << missing;
+  const auto tables = FastTables();
+  EXPECT_NE(std::find(tables.begin(), tables.end(), &cpu::kAvx512AmxKernels), tables.end());
 }
 
 }  // namespace
@@ -465,7 +493,8 @@ TEST(W4Test, GemmMatchesReference) {
   for (const KernelTable* kt : FastTables()) {
     for (int group : {32, 64, 128}) {
       for (int64_t m : {1, 2, 3, 4, 5, 9, 33, 100}) {
-        for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {48, 200}}) {
+        // k = 202 ends in a group of 5 input pairs (an odd run).
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {48, 200}, {20, 202}}) {
           auto w = Random(n * k, rng), x = Random(m * k, rng);
           auto p = PackW4(w, n, k, group, m % 2 == 0);
           const int64_t panels = (n + 15) / 16, groups = PackedW4Groups(k, group);
@@ -582,8 +611,11 @@ TEST(W8A8Test, GemmMatchesReference) {
   SKIP_WITHOUT_FAST_PATHS();
   std::mt19937 rng(22);
   for (const KernelTable* kt : FastTables()) {
-    for (int64_t m : {1, 2, 3, 4, 5, 7, 64}) {
-      for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 4}, {35, 577}, {48, 1536}}) {
+    // Row counts around AMX's 16-row tiles and the 6-row VNNI tiles; k below,
+    // at and past whole 64-input tiles; odd and even panel counts.
+    for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 17, 33, 64, 95}) {
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 4}, {35, 577}, {48, 1536}, {80, 64},
+                          {17, 130}}) {
         auto w = Random(n * k, rng), x = Random(m * k, rng);
         auto p = PackI8(w, n, k);
         const int64_t row = PackedI8K4(k) * 4;

@@ -616,6 +616,8 @@ inline void AccumulatePv(const float* p, int64_t nj, const float* v, int d, floa
   for (int i = 0; i < NV; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+}  // namespace
+
 // `rows` consecutive query rows of one sequence (row r sees positions
 // [0, n_pos + r)) times the `group` heads sharing kv head `kv_head`: each K/V
 // block is converted to fp32 once for all rows * group query vectors.
@@ -736,8 +738,6 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
     }
   }
 }
-
-}  // namespace
 
 const KernelTable kAvx2Kernels = {
     "avx2",           GemmF16PanelsAvx2, GemmW4PanelsAvx2,   GemmW4PanelsF32Avx2,

@@ -3,6 +3,8 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -33,9 +35,18 @@ CpuFeatures Detect() {
   f.avx2 = ymm_ok && fma && f16c && (b & (1u << 5));
   if (zmm_ok) {
     f.avx512f = b & (1u << 16);
+    f.avx512dq = b & (1u << 17);
     f.avx512bw = b & (1u << 30);
     f.avx512vl = b & (1u << 31);
     f.avx512vnni = c & (1u << 11);
+  }
+  // AMX: the CPU has the tiles and int8 products, XCR0 enables their state
+  // (bits 17 and 18), and Linux grants this process the tile data
+  // (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18).
+  const bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
+  if (amx_tile && amx_int8 && (xcr0 & 0x60000) == 0x60000) {
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    f.amx_int8 = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }
   unsigned a1, b1, c1, d1;
   if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
@@ -45,8 +56,10 @@ CpuFeatures Detect() {
   if (const char* force = std::getenv("PDQ_ISA")) {
     if (std::strcmp(force, "scalar") == 0) f = CpuFeatures{};
     if (std::strcmp(force, "avx2") == 0) {
-      f.avx512f = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = false;
+      f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = false;
+      f.amx_int8 = false;
     }
+    if (std::strcmp(force, "avx512") == 0) f.amx_int8 = false;
   }
   return f;
 }
@@ -60,10 +73,27 @@ const CpuFeatures& GetCpuFeatures() {
 
 std::string KernelIsaName() {
   const CpuFeatures& f = GetCpuFeatures();
-  // The AVX-512 kernels are not written yet (this project's machines so far
-  // have had AVX2 only), so AVX-512 CPUs run the AVX2 path.
+  if (f.avx2 && f.avx512_kernels()) return f.amx_int8 ? "avx512+amx" : "avx512";
   if (f.avx2) return "avx2";
   return "scalar";
+}
+
+std::string MissingCpuFlags(const std::string& isa) {
+  const CpuFeatures& f = GetCpuFeatures();
+  std::string missing;
+  auto need = [&](bool have, const char* flag) {
+    if (!have) missing += (missing.empty() ? "" : " ") + std::string(flag);
+  };
+  if (isa == "avx2" || isa == "avx512" || isa == "avx512+amx") need(f.avx2, "avx2/fma/f16c");
+  if (isa == "avx512" || isa == "avx512+amx") {
+    need(f.avx512f, "avx512f");
+    need(f.avx512dq, "avx512dq");
+    need(f.avx512bw, "avx512bw");
+    need(f.avx512vl, "avx512vl");
+    need(f.avx512vnni, "avx512_vnni");
+  }
+  if (isa == "avx512+amx") need(f.amx_int8, "amx_int8 (with the OS's tile permission)");
+  return missing;
 }
 
 }  // namespace pdq

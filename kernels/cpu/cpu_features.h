@@ -8,17 +8,34 @@ namespace pdq {
 struct CpuFeatures {
   bool avx2 = false;  // with FMA and F16C, as every AVX2 CPU pdq targets has
   bool avx512f = false;
+  bool avx512dq = false;
   bool avx512bw = false;
   bool avx512vl = false;
   bool avx512vnni = false;
   bool avx512bf16 = false;
   bool avxvnni = false;
+  // AMX tiles with int8 dot products, enabled by the OS for this process
+  // (Linux grants the tile state on request: arch_prctl ARCH_REQ_XCOMP_PERM).
+  bool amx_int8 = false;
+  // The AVX-512 kernel table's requirements: F, DQ, BW, VL and VNNI (Ice
+  // Lake, Zen 4 and later). Skylake-X, which lacks VNNI, runs the AVX2 path.
+  bool avx512_kernels() const {
+    return avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
+  }
 };
 
-// Detected once; honours PDQ_ISA=scalar|avx2|avx512 to force a lower path.
+// Detected once; honours PDQ_ISA=scalar|avx2|avx512|amx to force a lower
+// path ("avx512": the AVX-512 kernels without AMX tiles; "amx": everything
+// the CPU has, the default).
 const CpuFeatures& GetCpuFeatures();
 
-// The instruction set the kernels dispatch to: "avx512", "avx2" or "scalar".
+// The kernel table dispatch uses: "avx512+amx", "avx512", "avx2" or
+// "scalar".
 std::string KernelIsaName();
+
+// What a forced or missing path lacks, for messages: the CPU flags (as
+// /proc/cpuinfo names them) that `isa` needs and this process does not have;
+// empty when it has them all.
+std::string MissingCpuFlags(const std::string& isa);
 
 }  // namespace pdq

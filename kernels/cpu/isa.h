@@ -63,6 +63,15 @@ inline int AttendRowsFor(int64_t n_pos, int group) {
 
 extern const KernelTable kScalarKernels;
 extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA+F16C
+// Only valid where CpuFeatures::avx512_kernels() holds (and AVX2); the AMX
+// table differs in its W8A8 GEMM, which needs CpuFeatures::amx_int8.
+extern const KernelTable kAvx512Kernels;
+extern const KernelTable kAvx512AmxKernels;
+
+// The AVX2 attention body, shared by the AVX-512 tables (see avx512.cc).
+void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+                int64_t out_stride, float* scratch);
 
 // The table for this CPU (see GetCpuFeatures and PDQ_ISA).
 const KernelTable& ActiveKernels();

@@ -14,8 +14,13 @@ int CpuContext::num_threads() const { return pool ? pool->size() : 1; }
 namespace cpu {
 
 const KernelTable& ActiveKernels() {
-  static const KernelTable* table =
-      KernelIsaName() == "avx2" ? &kAvx2Kernels : &kScalarKernels;
+  static const KernelTable* table = [] {
+    const std::string isa = KernelIsaName();
+    if (isa == "avx512+amx") return &kAvx512AmxKernels;
+    if (isa == "avx512") return &kAvx512Kernels;
+    if (isa == "avx2") return &kAvx2Kernels;
+    return &kScalarKernels;
+  }();
   return *table;
 }
 

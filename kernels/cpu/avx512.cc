@@ -1,0 +1,683 @@
+// AVX-512 kernels (F, BW, VL and VNNI: Ice Lake, Zen 4 and later), and the
+// AMX-INT8 W8A8 GEMM for CPUs with tiles (Sapphire Rapids and later).
+// Compiled with those flags and reached only through the dispatch table when
+// the CPU (and, for AMX, the OS) has them; nothing here may be called from a
+// header-inline path. The attention kernel is still the AVX2 one (see
+// kAvx512Kernels at the end).
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/isa.h"
+
+namespace pdq::cpu {
+namespace {
+
+inline __m512 LoadF16x16(const fp16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+inline int32_t LoadQuad(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Stores the first `cols` floats of v (a panel row) at y.
+inline void StoreCols(float* y, __m512 v, int cols) {
+  if (cols == kPanelRows) {
+    _mm512_storeu_ps(y, v);
+  } else {
+    _mm512_mask_storeu_ps(y, (__mmask16)((1u << cols) - 1), v);
+  }
+}
+
+// exp(x) to about 2 ulp for x in [-87, 88]; smaller x flush to 0 (the AVX2
+// kernel's polynomial, 16 lanes).
+inline __m512 Exp(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3f), hi = _mm512_set1_ps(88.3f);
+  const __mmask16 underflow = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_slli_epi32(
+      _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mul_ps(~underflow, p, _mm512_castsi512_ps(e));
+}
+
+// ---- FP32 tiles over 16-row panels (FP16 weights, W4 with many rows) --------
+
+// Rows [0, MR) of x against one fp16 panel, converting weights in registers
+// (the few-row, decode case): one 16-wide load per input covers the panel.
+template <int MR>
+inline void PanelDirect(const float* x, int64_t ldx, const fp16_t* panel, int64_t k, float* y,
+                        int64_t ldy, int cols) {
+  constexpr int kChains = MR == 1 ? 4 : 1;  // independent sums hide the FMA latency
+  __m512 acc[MR][kChains];
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < kChains; ++c) acc[r][c] = _mm512_setzero_ps();
+  }
+  int64_t kk = 0;
+  for (; kk + kChains <= k; kk += kChains) {
+#pragma GCC unroll 4
+    for (int c = 0; c < kChains; ++c) {
+      const __m512 b = LoadF16x16(panel + (kk + c) * kPanelRows);
+#pragma GCC unroll 4
+      for (int r = 0; r < MR; ++r) {
+        acc[r][c] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + kk + c]), b, acc[r][c]);
+      }
+    }
+  }
+  for (; kk < k; ++kk) {
+    const __m512 b = LoadF16x16(panel + kk * kPanelRows);
+    for (int r = 0; r < MR; ++r) {
+      acc[r][0] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + kk]), b, acc[r][0]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    __m512 sum = acc[r][0];
+    for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[r][c]);
+    StoreCols(y + r * ldy, sum, cols);
+  }
+}
+
+// An MR x 16 register tile over an fp32 k-block of one panel (b: kc x 16);
+// c rows are ldc floats apart.
+template <int MR>
+inline void Tile(const float* x, int64_t ldx, const float* b, int64_t kc, float* c, int64_t ldc,
+                 bool load_c) {
+  __m512 acc[MR];
+#pragma GCC unroll 14
+  for (int r = 0; r < MR; ++r) acc[r] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const __m512 bv = _mm512_load_ps(b + kk * 16);
+#pragma GCC unroll 14
+    for (int r = 0; r < MR; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + kk]), bv, acc[r]);
+  }
+#pragma GCC unroll 14
+  for (int r = 0; r < MR; ++r) _mm512_storeu_ps(c + r * ldc, acc[r]);
+}
+
+constexpr int64_t kKc = 256;  // k-block: a 16 KiB fp32 panel slice stays in L1
+constexpr int kMr = 12;       // 12 accumulators, one weight vector, broadcasts
+constexpr int64_t kMc = 96;   // rows per accumulator block (6 KiB of c)
+
+void TileAny(int mr, const float* x, int64_t ldx, const float* b, int64_t kc, float* c,
+             int64_t ldc, bool load_c) {
+  switch (mr) {
+    case 12: Tile<12>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 11: Tile<11>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 10: Tile<10>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 9: Tile<9>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 8: Tile<8>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 7: Tile<7>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 6: Tile<6>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 5: Tile<5>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 4: Tile<4>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 3: Tile<3>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 2: Tile<2>(x, ldx, b, kc, c, ldc, load_c); break;
+    default: Tile<1>(x, ldx, b, kc, c, ldc, load_c); break;
+  }
+}
+
+// Blocked GEMM for many rows over panels [p_begin, p_end), as in the AVX2
+// kernel: a block of x rows stays in L2 while every panel passes; each
+// panel's fp32 k-slice, made by fill(p, k0, kc, b), sits in L1 while the
+// 12x16 tiles accumulate into a small local C block.
+template <typename FillB>
+void BlockedGemm(int64_t n, int64_t k, int64_t p_begin, int64_t p_end, const float* x,
+                 int64_t m, int64_t ldx, float* y, int64_t ldy, const FillB& fill) {
+  alignas(64) float b[kKc * kPanelRows];
+  alignas(64) float c[kMc * kPanelRows];
+  const int64_t rows_in_l2 = std::max<int64_t>(kMr, (256 << 10) / (4 * k) / kMr * kMr);
+  const int64_t block = std::min(kMc, rows_in_l2);
+  for (int64_t m0 = 0; m0 < m; m0 += block) {
+    const int64_t mc = std::min(block, m - m0);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+        const int64_t kc = std::min(kKc, k - k0);
+        fill(p, k0, kc, b);
+        for (int64_t r = 0; r < mc; r += kMr) {
+          const int mr = (int)std::min<int64_t>(kMr, mc - r);
+          TileAny(mr, x + (m0 + r) * ldx + k0, ldx, b, kc, c + r * kPanelRows, kPanelRows,
+                  k0 != 0);
+        }
+      }
+      const int cols = (int)std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+      for (int64_t r = 0; r < mc; ++r) {
+        std::memcpy(y + (m0 + r) * ldy + p * kPanelRows, c + r * kPanelRows, cols * sizeof(float));
+      }
+    }
+  }
+}
+
+void GemmF16PanelsAvx512(const PackedF16& w, int64_t p_begin, int64_t p_end, const float* x,
+                         int64_t m, int64_t ldx, float* y, int64_t ldy) {
+  if (m <= 4) {
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const fp16_t* panel = w.data + p * w.k * kPanelRows;
+      const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+      float* yp = y + p * kPanelRows;
+      switch (m) {
+        case 1: PanelDirect<1>(x, ldx, panel, w.k, yp, ldy, cols); break;
+        case 2: PanelDirect<2>(x, ldx, panel, w.k, yp, ldy, cols); break;
+        case 3: PanelDirect<3>(x, ldx, panel, w.k, yp, ldy, cols); break;
+        default: PanelDirect<4>(x, ldx, panel, w.k, yp, ldy, cols); break;
+      }
+    }
+    return;
+  }
+  BlockedGemm(w.n, w.k, p_begin, p_end, x, m, ldx, y, ldy,
+              [&](int64_t p, int64_t k0, int64_t kc, float* b) {
+                const fp16_t* src = w.data + (p * w.k + k0) * kPanelRows;
+                for (int64_t i = 0; i < kc * kPanelRows; i += 16) {
+                  _mm512_store_ps(b + i, LoadF16x16(src + i));
+                }
+              });
+}
+
+// ---- W4A16 --------------------------------------------------------------------
+
+// Two input pairs of a panel (32 bytes, see PackedW4), widened to 16 bits and
+// interleaved so that int32 lane 2i + e holds row i's inputs (2t + 2e,
+// 2t + 2e + 1): `lo` for rows 0-7, `hi` for rows 8-15. The activations are
+// then one 8-byte broadcast (x[2t .. 2t + 3]) for every lane, shared by both
+// halves, and the one permute per load is shared by every activation row.
+struct W4Codes2 {
+  __m512i lo, hi;
+};
+inline W4Codes2 SplitW4Codes(__m512i widened) {
+  const __m512i interleave =
+      _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+  const __m512i v = _mm512_permutexvar_epi32(interleave, widened);
+  return {_mm512_and_si512(v, _mm512_set1_epi16(0x0f)), _mm512_srli_epi16(v, 4)};
+}
+inline W4Codes2 LoadW4Codes2(const uint8_t* p) {
+  return SplitW4Codes(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+}
+// One input pair (the last of an odd run): the odd lanes' codes are zero.
+inline W4Codes2 LoadW4Codes1(const uint8_t* p) {
+  return SplitW4Codes(_mm512_cvtepu8_epi16(
+      _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+}
+
+// x[0 .. 2 pairs) broadcast to every 8-byte lane (a missing second pair reads
+// as zero and meets zero codes).
+inline __m512i ActivationPairs(const int16_t* x, int pairs) {
+  int64_t v = 0;
+  std::memcpy(&v, x, pairs * 4);
+  return _mm512_set1_epi64(v);
+}
+
+// Sums the two lanes of each row (2i, 2i + 1) of lo (rows 0-7) and hi (rows
+// 8-15) into one int32 per panel row.
+inline __m512i FoldRows(__m512i lo, __m512i hi) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  return _mm512_permutex2var_epi32(_mm512_add_epi32(lo, _mm512_srli_epi64(lo, 32)), even,
+                                   _mm512_add_epi32(hi, _mm512_srli_epi64(hi, 32)));
+}
+
+// Input pairs (16 bytes each) the decode GEMV prefetches ahead, as in the
+// AVX2 kernel.
+constexpr int64_t kW4PrefetchSteps = 64;
+
+// Rows [0, MR) of the int16 activations against one panel: per group, exact
+// int32 dot products with vpdpwssd (16 rows x 4 inputs a pair of
+// instructions), then one scale per group, as the AVX2 and scalar kernels.
+template <int MR>
+void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
+               const float* xsum, float* y, int64_t ldy, int cols) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  __m512 out[MR];
+  for (int r = 0; r < MR; ++r) out[r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
+    __m512i lo[MR], hi[MR];
+    for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
+    int64_t t = t0;
+    for (; t + 2 <= t1; t += 2) {
+      if (MR == 1) {
+        _mm_prefetch(reinterpret_cast<const char*>(q + (t + kW4PrefetchSteps) * kPanelRows),
+                     _MM_HINT_T0);
+      }
+      const W4Codes2 c = LoadW4Codes2(q + t * kPanelRows);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512i a = ActivationPairs(xq + r * w.k + 2 * t, 2);
+        lo[r] = _mm512_dpwssd_epi32(lo[r], c.lo, a);
+        hi[r] = _mm512_dpwssd_epi32(hi[r], c.hi, a);
+      }
+    }
+    if (t < t1) {
+      const W4Codes2 c = LoadW4Codes1(q + t * kPanelRows);
+      for (int r = 0; r < MR; ++r) {
+        const __m512i a = ActivationPairs(xq + r * w.k + 2 * t, 1);
+        lo[r] = _mm512_dpwssd_epi32(lo[r], c.lo, a);
+        hi[r] = _mm512_dpwssd_epi32(hi[r], c.hi, a);
+      }
+    }
+    const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 dot = _mm512_cvtepi32_ps(FoldRows(lo[r], hi[r]));
+      out[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xsum[r * groups + g]), out[r]);
+      out[r] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[r * groups + g])), dot, out[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
+}
+
+void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                        const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    float* yp = y + p * kPanelRows;
+    auto tile = [&](auto rows, int64_t r) {
+      W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
+                                       yp + r * ldy, ldy, cols);
+    };
+    int64_t r = 0;
+    for (; r + 4 <= m; r += 4) tile(std::integral_constant<int, 4>{}, r);
+    switch (m - r) {
+      case 3: tile(std::integral_constant<int, 3>{}, r); break;
+      case 2: tile(std::integral_constant<int, 2>{}, r); break;
+      case 1: tile(std::integral_constant<int, 1>{}, r); break;
+      default: break;
+    }
+  }
+}
+
+// Same values and rounding as QuantizeRowI16Ref: vcvtps2dq rounds to
+// nearest even like nearbyint, and the sums are exact integers.
+void QuantizeRowI16Avx512(const float* x, int64_t k, int group, int16_t* q, float* scale,
+                          float* sum) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t g = 0; g * group < k; ++g) {
+    const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
+    __m512 vmax = _mm512_setzero_ps();
+    int64_t i = k0;
+    for (; i + 16 <= k1; i += 16) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)));
+    float absmax = _mm512_reduce_max_ps(vmax);
+    for (; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
+    const float inv = absmax > 0.0f ? 32767.0f / absmax : 0.0f;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    __m512i total = _mm512_setzero_si512();
+    for (i = k0; i + 16 <= k1; i += 16) {
+      const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
+      total = _mm512_add_epi32(total, v);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_cvtsepi32_epi16(v));
+    }
+    int32_t acc = _mm512_reduce_add_epi32(total);
+    for (; i < k1; ++i) {
+      q[i] = (int16_t)std::nearbyint(x[i] * inv);
+      acc += q[i];
+    }
+    scale[g] = absmax / 32767.0f;
+    sum[g] = scale[g] * (float)acc;
+  }
+}
+
+// The many-row path dequantizes each panel k-slice to fp32 once per row
+// block: nibbles become fp16 1024 + q by OR-ing in the exponent byte 0x64,
+// and vcvtph2ps turns 16 of them into floats (bias = min - 1024 * scale).
+void GemmW4PanelsF32Avx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const float* x,
+                           int64_t m, int64_t ldx, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const __m512 k1024 = _mm512_set1_ps(1024.0f);
+  // Bytes 2i + e -> input e: [rows 0-7 of input 2t | rows 8-15 of 2t] from the
+  // low and high nibbles, then the same for input 2t + 1.
+  const __m128i even = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m128i odd = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m128i mask = _mm_set1_epi8(0x0f), magic = _mm_set1_epi8(0x64);
+  BlockedGemm(w.n, w.k, p_begin, p_end, x, m, ldx, y, ldy,
+              [&](int64_t p, int64_t k0, int64_t kc, float* b) {
+                const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+                const fp16_t* sp = w.scale + p * groups * kPanelRows;
+                const fp16_t* mp = w.min + p * groups * kPanelRows;
+                for (int64_t g0 = k0; g0 < k0 + kc; g0 += w.group) {
+                  const int64_t g = g0 / w.group, g1 = std::min<int64_t>(k0 + kc, g0 + w.group);
+                  const __m512 s = LoadF16x16(sp + g * kPanelRows);
+                  const __m512 bias = _mm512_fnmadd_ps(k1024, s, LoadF16x16(mp + g * kPanelRows));
+                  for (int64_t t = g0 / 2; t < g1 / 2; ++t) {
+                    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + t * kPanelRows));
+                    const __m128i lo = _mm_and_si128(v, mask);
+                    const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+                    // 16 codes of one input (rows 0-15) as bytes, then fp16 1024 + q.
+                    const __m128i e = _mm_unpacklo_epi64(_mm_shuffle_epi8(lo, even), _mm_shuffle_epi8(hi, even));
+                    const __m128i o = _mm_unpacklo_epi64(_mm_shuffle_epi8(lo, odd), _mm_shuffle_epi8(hi, odd));
+                    const __m256i eh = _mm256_set_m128i(_mm_unpackhi_epi8(e, magic), _mm_unpacklo_epi8(e, magic));
+                    const __m256i oh = _mm256_set_m128i(_mm_unpackhi_epi8(o, magic), _mm_unpacklo_epi8(o, magic));
+                    float* dst = b + (2 * t - k0) * kPanelRows;
+                    _mm512_store_ps(dst, _mm512_fmadd_ps(s, _mm512_cvtph_ps(eh), bias));
+                    _mm512_store_ps(dst + 16, _mm512_fmadd_ps(s, _mm512_cvtph_ps(oh), bias));
+                  }
+                }
+              });
+}
+
+// ---- W8A8 ---------------------------------------------------------------------
+
+// vpdpbusd multiplies unsigned by signed bytes. The activations are signed,
+// so each is offset by 128 (x ^ 0x80 as an unsigned byte) and the offset's
+// share, 128 * the sum of each weight row, is subtracted: exact in int32. A
+// panel's quad step is one 64-byte vector (16 rows x 4 inputs).
+inline __m512i PanelQuads(const int8_t* panel, int64_t t) {
+  return _mm512_loadu_si512(panel + t * 64);
+}
+
+// 128 * sum of each panel row over quads [t0, t1).
+inline __m512i OffsetShare(const int8_t* panel, int64_t t0, int64_t t1) {
+  const __m512i k128 = _mm512_set1_epi8((char)0x80);
+  __m512i acc = _mm512_setzero_si512();
+  for (int64_t t = t0; t < t1; ++t) acc = _mm512_dpbusd_epi32(acc, k128, PanelQuads(panel, t));
+  return acc;
+}
+
+// y = (float)dot * xs * ws in the reference's order, for one output row.
+inline void StoreI8(float* y, __m512i dot, float xs, __m512 ws, int cols) {
+  StoreCols(y, _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(xs)), ws), cols);
+}
+
+// MR activation rows against NP consecutive panels: MR * NP accumulators,
+// one weight vector per panel and one broadcast per row each quad step.
+template <int MR, int NP>
+void I8VnniTile(const int8_t* panel0, int64_t panel_bytes, int64_t k4, const int8_t* xq,
+                int64_t row_bytes, const float* xs, const __m512i* offset, const __m512* ws,
+                float* y, int64_t ldy, const int* cols) {
+  __m512i acc[MR][NP];
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_setzero_si512();
+  }
+  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+  for (int64_t t = 0; t < k4; ++t) {
+    __m512i wv[NP];
+    for (int j = 0; j < NP; ++j) wv[j] = PanelQuads(panel0 + j * panel_bytes, t);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_xor_si512(_mm512_set1_epi32(LoadQuad(xq + r * row_bytes + 4 * t)), flip);
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], a, wv[j]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < NP; ++j) {
+      StoreI8(y + r * ldy + j * kPanelRows, _mm512_sub_epi32(acc[r][j], offset[j]), xs[r], ws[j],
+              cols[j]);
+    }
+  }
+}
+
+template <int MR>
+void I8VnniTileNp(int np, const int8_t* panel0, int64_t panel_bytes, int64_t k4, const int8_t* xq,
+                  int64_t row_bytes, const float* xs, const __m512i* offset, const __m512* ws,
+                  float* y, int64_t ldy, const int* cols) {
+  switch (np) {
+    case 4: I8VnniTile<MR, 4>(panel0, panel_bytes, k4, xq, row_bytes, xs, offset, ws, y, ldy, cols); break;
+    case 3: I8VnniTile<MR, 3>(panel0, panel_bytes, k4, xq, row_bytes, xs, offset, ws, y, ldy, cols); break;
+    case 2: I8VnniTile<MR, 2>(panel0, panel_bytes, k4, xq, row_bytes, xs, offset, ws, y, ldy, cols); break;
+    default: I8VnniTile<MR, 1>(panel0, panel_bytes, k4, xq, row_bytes, xs, offset, ws, y, ldy, cols); break;
+  }
+}
+
+// The weight scales of panel p (zero past n: padding rows have no scale).
+inline __m512 PanelScales(const PackedI8& w, int64_t p, int* cols) {
+  *cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+  return _mm512_maskz_loadu_ps((__mmask16)((1u << *cols) - 1), w.scale + p * kPanelRows);
+}
+
+constexpr int kI8Mr = 6, kI8Np = 4;  // 24 accumulators
+
+// Rows [r_begin, r_end) against panels [p_begin, p_end) with VNNI.
+void GemmI8Vnni(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                const float* xs, int64_t r_begin, int64_t r_end, float* y, int64_t ldy) {
+  const int64_t k4 = PackedI8K4(w.k), row_bytes = k4 * 4, panel_bytes = k4 * 64;
+  const int64_t block = std::max<int64_t>(kI8Mr, (256 << 10) / row_bytes / kI8Mr * kI8Mr);
+  for (int64_t m0 = r_begin; m0 < r_end; m0 += block) {
+    const int64_t mc = std::min(block, r_end - m0);
+    for (int64_t p = p_begin; p < p_end; p += kI8Np) {
+      const int np = (int)std::min<int64_t>(kI8Np, p_end - p);
+      const int8_t* panel0 = w.q + p * panel_bytes;
+      __m512i offset[kI8Np];
+      __m512 ws[kI8Np];
+      int cols[kI8Np];
+      for (int j = 0; j < np; ++j) {
+        offset[j] = OffsetShare(panel0 + j * panel_bytes, 0, k4);
+        ws[j] = PanelScales(w, p + j, &cols[j]);
+      }
+      for (int64_t r = m0; r < m0 + mc;) {
+        const int64_t left = m0 + mc - r;
+        const int8_t* a = xq + r * row_bytes;
+        float* yr = y + r * ldy + p * kPanelRows;
+        const int mr = (int)std::min<int64_t>(kI8Mr, left);
+        switch (mr) {
+          case 6: I8VnniTileNp<6>(np, panel0, panel_bytes, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+          case 5: I8VnniTileNp<5>(np, panel0, panel_bytes, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+          case 4: I8VnniTileNp<4>(np, panel0, panel_bytes, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+          case 3: I8VnniTileNp<3>(np, panel0, panel_bytes, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+          case 2: I8VnniTileNp<2>(np, panel0, panel_bytes, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+          default: I8VnniTileNp<1>(np, panel0, panel_bytes, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+        }
+        r += mr;
+      }
+    }
+  }
+}
+
+void GemmI8PanelsAvx512(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                        const float* xs, int64_t m, float* y, int64_t ldy) {
+  GemmI8Vnni(w, p_begin, p_end, xq, xs, 0, m, y, ldy);
+}
+
+// AMX: tiles of 16 rows x 64 bytes. The panel layout is already AMX's
+// "VNNI" B layout: 16 consecutive quad steps of a panel (1 KiB, rows 64 bytes
+// apart) are one B tile of 64 inputs x 16 outputs. A tiles are 16
+// activation rows x 64 inputs, read in place from the quantized rows.
+// tdpbssd multiplies signed by signed bytes, so no offset is needed.
+// Tiles 0-3 accumulate C (2 row tiles x 2 panels), 4-5 hold A, 6-7 B.
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// 16 x 16 int32 C tiles, plus inputs past the last full 64 (AMX covers
+// whole tiles; the rest, under 64 inputs, runs on VNNI), scaled and stored.
+void FinishAmxBlock(const int32_t* c, const PackedI8& w, int64_t p, int64_t full_quads,
+                    const int8_t* xq, int64_t row_bytes, const float* xs, float* y, int64_t ldy) {
+  const int64_t k4 = PackedI8K4(w.k);
+  const int8_t* panel = w.q + p * k4 * 64;
+  int cols;
+  const __m512 ws = PanelScales(w, p, &cols);
+  const __m512i offset = OffsetShare(panel, full_quads, k4);
+  const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+  for (int r = 0; r < 16; ++r) {
+    __m512i acc = _mm512_load_si512(c + r * 16);
+    if (full_quads < k4) {
+      for (int64_t t = full_quads; t < k4; ++t) {
+        const __m512i a = _mm512_xor_si512(_mm512_set1_epi32(LoadQuad(xq + r * row_bytes + 4 * t)), flip);
+        acc = _mm512_dpbusd_epi32(acc, a, PanelQuads(panel, t));
+      }
+      acc = _mm512_sub_epi32(acc, offset);
+    }
+    StoreI8(y + r * ldy + p * kPanelRows, acc, xs[r], ws, cols);
+  }
+}
+
+__attribute__((target("amx-tile,amx-int8"))) void GemmI8PanelsAmx(
+    const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq, const float* xs,
+    int64_t m, float* y, int64_t ldy) {
+  const int64_t k4 = PackedI8K4(w.k), row_bytes = k4 * 4, panel_bytes = k4 * 64;
+  const int64_t ktiles = k4 / 16, full_quads = ktiles * 16;
+  const int64_t m16 = m / 16 * 16;
+  if (ktiles == 0 || m16 == 0) {  // nothing fills a tile: VNNI for all of it
+    GemmI8Vnni(w, p_begin, p_end, xq, xs, 0, m, y, ldy);
+    return;
+  }
+  AmxConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) int32_t c[4][256];
+  // Row blocks of about 256 KiB of activations stay in L2 while the panels
+  // pass; each pair of panels (2 x 16 outputs) meets the block 32 rows at a
+  // time, all k in the tiles.
+  const int64_t block = std::max<int64_t>(32, (256 << 10) / row_bytes / 32 * 32);
+  for (int64_t m0 = 0; m0 < m16; m0 += block) {
+    const int64_t m1 = std::min(m16, m0 + block);
+    for (int64_t p = p_begin; p < p_end; p += 2) {
+      const bool two_panels = p + 1 < p_end;
+      const int8_t* b0 = w.q + p * panel_bytes;
+      const int8_t* b1 = b0 + panel_bytes;
+      for (int64_t r = m0; r < m1; r += 32) {
+        const bool two_rows = r + 16 < m1;
+        const int8_t* a0 = xq + r * row_bytes;
+        const int8_t* a1 = a0 + 16 * row_bytes;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kt = 0; kt < ktiles; ++kt) {
+          _tile_loadd(4, a0 + kt * 64, row_bytes);
+          _tile_loadd(6, b0 + kt * 1024, 64);
+          _tile_dpbssd(0, 4, 6);
+          if (two_panels) {
+            _tile_loadd(7, b1 + kt * 1024, 64);
+            _tile_dpbssd(1, 4, 7);
+          }
+          if (two_rows) {
+            _tile_loadd(5, a1 + kt * 64, row_bytes);
+            _tile_dpbssd(2, 5, 6);
+            if (two_panels) _tile_dpbssd(3, 5, 7);
+          }
+        }
+        _tile_stored(0, c[0], 64);
+        FinishAmxBlock(c[0], w, p, full_quads, a0, row_bytes, xs + r, y + r * ldy, ldy);
+        if (two_panels) {
+          _tile_stored(1, c[1], 64);
+          FinishAmxBlock(c[1], w, p + 1, full_quads, a0, row_bytes, xs + r, y + r * ldy, ldy);
+        }
+        if (two_rows) {
+          _tile_stored(2, c[2], 64);
+          FinishAmxBlock(c[2], w, p, full_quads, a1, row_bytes, xs + r + 16, y + (r + 16) * ldy, ldy);
+          if (two_panels) {
+            _tile_stored(3, c[3], 64);
+            FinishAmxBlock(c[3], w, p + 1, full_quads, a1, row_bytes, xs + r + 16,
+                           y + (r + 16) * ldy, ldy);
+          }
+        }
+      }
+    }
+  }
+  _tile_release();
+  if (m16 < m) GemmI8Vnni(w, p_begin, p_end, xq, xs, m16, m, y, ldy);
+}
+
+float QuantizeRowI8Avx512(const float* x, int64_t k, int8_t* q) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  __m512 vmax = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)));
+  float absmax = _mm512_reduce_max_ps(vmax);
+  for (; i < k; ++i) absmax = std::max(absmax, std::abs(x[i]));
+  const float s = absmax / 127.0f;
+  const float inv = s != 0.0f ? 127.0f / absmax : 0.0f;
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (i = 0; i + 16 <= k; i += 16) {
+    // Round to nearest even, as the reference's nearbyint does; |v| <= 127.
+    const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(v));
+  }
+  for (; i < PackedI8K4(k) * 4; ++i) {
+    q[i] = i < k ? (int8_t)std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f) : 0;
+  }
+  return s;
+}
+
+// ---- Elementwise ------------------------------------------------------------
+
+void RmsNormRowAvx512(const float* x, const float* weight, int64_t d, float eps, float* out) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= d; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    acc = _mm512_fmadd_ps(v, v, acc);
+  }
+  float ss = _mm512_reduce_add_ps(acc);
+  for (; i < d; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(ss / (float)d + eps);
+  const __m512 vs = _mm512_set1_ps(scale);
+  for (i = 0; i + 16 <= d; i += 16) {
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(x + i), vs),
+                                            _mm512_loadu_ps(weight + i)));
+  }
+  for (; i < d; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+// out = g / (1 + exp(-arg(g))) * up: SiLU (arg = g) and GELU's tanh form
+// (arg = 2 sqrt(2/pi) (g + 0.044715 g^3)).
+template <bool kGelu>
+void GatedRow(const float* gate, const float* up, int64_t f, float* out) {
+  const float k2 = 2.0f * 0.7978845608028654f;
+  const __m512 one = _mm512_set1_ps(1.0f), vk = _mm512_set1_ps(-k2), vc = _mm512_set1_ps(0.044715f);
+  int64_t i = 0;
+  for (; i + 16 <= f; i += 16) {
+    const __m512 g = _mm512_loadu_ps(gate + i);
+    const __m512 arg = kGelu ? _mm512_mul_ps(vk, _mm512_fmadd_ps(_mm512_mul_ps(vc, g), _mm512_mul_ps(g, g), g))
+                             : _mm512_sub_ps(_mm512_setzero_ps(), g);
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, Exp(arg)));
+    _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+  }
+  for (; i < f; ++i) {
+    const float g = gate[i];
+    const float arg = kGelu ? -k2 * (g + 0.044715f * g * g * g) : -g;
+    out[i] = g / (1.0f + std::exp(arg)) * up[i];
+  }
+}
+
+void ToF16Avx512(const float* src, int64_t n, fp16_t* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  if (i < n) {
+    const __mmask16 tail = (__mmask16)((1u << (n - i)) - 1);
+    const __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(tail, src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_mask_storeu_epi16(dst + i, tail, h);
+  }
+}
+
+}  // namespace
+
+// The attention kernel is the AVX2 one (avx2.cc): its blocks are 16 keys of
+// head_dim 64, where 256-bit vectors already keep the loads in L1.
+const KernelTable kAvx512Kernels = {
+    "avx512",           GemmF16PanelsAvx512,   GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
+    GemmI8PanelsAvx512, QuantizeRowI8Avx512,   QuantizeRowI16Avx512, RmsNormRowAvx512,
+    GatedRow<false>,    GatedRow<true>,        AttendAvx2,           ToF16Avx512,
+};
+
+const KernelTable kAvx512AmxKernels = {
+    "avx512+amx",     GemmF16PanelsAvx512,   GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
+    GemmI8PanelsAmx,  QuantizeRowI8Avx512,   QuantizeRowI16Avx512, RmsNormRowAvx512,
+    GatedRow<false>,  GatedRow<true>,        AttendAvx2,           ToF16Avx512,
+};
+
+}  // namespace pdq::cpu
