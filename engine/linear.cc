@@ -145,8 +145,10 @@ class Fp16Linear final : public WritableLinear {
 // multiplied by 1 / s_j before the GEMM (`inv_s_`, saved with the weights).
 class W4A16Linear final : public WritableLinear {
  public:
-  W4A16Linear(int64_t out, int64_t in, int group, bool symmetric, W4Method method)
+  W4A16Linear(int64_t out, int64_t in, int group, bool symmetric, W4Method method,
+              int a8_min_rows)
       : out_(out), in_(in), group_(group), symmetric_(symmetric), method_(method),
+        a8_min_rows_(a8_min_rows),
         q_(PackedW4QBytes(out, in)),
         scale_(PackedW4ScaleElements(out, in, group)),
         min_(scale_.size()) {
@@ -164,7 +166,7 @@ class W4A16Linear final : public WritableLinear {
     thread_local std::vector<uint8_t> scratch;
     const size_t need = GemmW4A16ScratchBytes(m, in_, group_);
     if (scratch.size() < need) scratch.resize(need);
-    GemmW4A16(ctx, PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_}, x, m,
+    GemmW4A16(ctx, PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_, a8_min_rows_}, x, m,
               ldx, y, ldy, scratch.data(), inv_s_.empty() ? nullptr : inv_s_.data());
     AddBias(y, m, ldy);
   }
@@ -222,7 +224,7 @@ class W4A16Linear final : public WritableLinear {
   }
   PackedLinear Packed() const override {
     PackedLinear p;
-    p.w4 = PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_};
+    p.w4 = PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_, a8_min_rows_};
     p.in_scale = inv_s_.empty() ? nullptr : inv_s_.data();
     p.bias = &bias_;
     return p;
@@ -237,6 +239,7 @@ class W4A16Linear final : public WritableLinear {
   int group_;
   bool symmetric_;
   W4Method method_;
+  int a8_min_rows_;
   std::vector<uint8_t> q_;
   std::vector<fp16_t> scale_, min_;
   std::vector<float> inv_s_;   // per input channel with AWQ, else empty
@@ -331,7 +334,7 @@ std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t
     case Precision::kW4A16:
       if (in % 2 == 0) {
         return std::make_unique<W4A16Linear>(out, in, options.w4_group, options.w4_symmetric,
-                                             options.w4_method);
+                                             options.w4_method, options.w4_a8_min_rows);
       }
       break;  // odd widths cannot pair nibbles; keep them FP16
     case Precision::kW8A8:

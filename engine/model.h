@@ -25,6 +25,9 @@ struct LoadOptions {
   int w4_group = 128;                   // 32, 64 or 128 inputs per scale
   bool w4_symmetric = false;            // asymmetric (scale and min) by default
   W4Method w4_method = W4Method::kRtn;  // non-RTN methods need activation_stats with Gram
+  // W4A16 batched decode with int8 activations from this many rows up
+  // (LinearOptions::w4_a8_min_rows); 0: never. Not stored in artifacts.
+  int w4_a8_min_rows = 0;
   // Linear layers that stay FP16 under a quantized precision: patterns with
   // '*' wildcards over the names "blk.N.qkv", "blk.N.out", "blk.N.gate_up",
   // "blk.N.down" and "output" (e.g. {"output", "blk.*.down"}).

@@ -246,7 +246,7 @@ absl::Status ModelLoader::AllocateLayers(Model& m, const LoadOptions& options) {
   auto make = [&](const std::string& name, int64_t out, int64_t in) {
     LinearOptions lo{options.precision, options.w4_group, options.w4_symmetric,
                      options.precision == Precision::kW8A8 ? options.smooth_alpha : 0.0f,
-                     options.w4_method};
+                     options.w4_method, options.w4_a8_min_rows};
     for (const std::string& pattern : options.fp16_layers) {
       if (MatchesLayerPattern(pattern, name)) lo.precision = Precision::kFp16;
     }

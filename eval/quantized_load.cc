@@ -47,6 +47,11 @@ absl::StatusOr<std::unique_ptr<Model>> LoadQuantizedModel(const std::string& spe
   }
   options.w4_symmetric = o.w4_symmetric;
   options.w4_method = o.w4_method;
+  if (o.w4_a8_min_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("w4_a8_min_rows must be 0 (never) or a row count, got ", o.w4_a8_min_rows));
+  }
+  options.w4_a8_min_rows = o.w4_a8_min_rows;
   options.fp16_layers = o.fp16_layers ? *o.fp16_layers : DefaultFp16Layers(o.precision);
   options.quantized_weights = o.quantized_weights;
   auto log = [&](const std::string& line) {

@@ -18,6 +18,10 @@
 
 namespace pdq {
 
+// The measured default of QuantizedLoadOptions::w4_a8_min_rows
+// (bench/RESULTS.md, "W4A8 batched decode").
+constexpr int kDefaultW4A8MinRows = 0;
+
 struct QuantizedLoadOptions {
   Precision precision = Precision::kFp16;
   // W4A16 inputs per scale (32, 64 or 128); 0 picks the default, 32: every
@@ -27,6 +31,10 @@ struct QuantizedLoadOptions {
   int w4_group = 0;
   bool w4_symmetric = false;
   W4Method w4_method = W4Method::kRtn;
+  // W4A16 batched decode: from this many rows per step up to 64, int8
+  // activations per group (W4A8) where the kernels have u8 x s8 products
+  // (AVX-512 VNNI); 0: never. A kernel choice, not a weight format.
+  int w4_a8_min_rows = kDefaultW4A8MinRows;
   // Layers kept FP16 (patterns, see LoadOptions::fp16_layers). Unset: the
   // measured default of the precision, DefaultFp16Layers().
   std::optional<std::vector<std::string>> fp16_layers;

@@ -61,6 +61,11 @@ struct PackedW4 {
   int64_t n = 0;
   int64_t k = 0;  // even
   int group = 128;
+  // W4A8: from this many rows up to kW4IntMaxRows (batched decode), the
+  // activations are quantized per weight group to int8 (absmax / 127) instead
+  // of int16, where the kernel path has integer u8 x s8 products (AVX-512
+  // VNNI); elsewhere the int16 path runs. 0: never.
+  int a8_min_rows = 0;
 };
 inline int64_t PackedW4Groups(int64_t k, int group) { return (k + group - 1) / group; }
 inline int64_t PackedW4QBytes(int64_t n, int64_t k) {
@@ -106,7 +111,9 @@ void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, 
 constexpr int64_t kW4IntMaxRows = 64;
 inline int64_t GemmW4A16ScratchBytes(int64_t m, int64_t k, int group) {
   const int64_t scaled_rows = m * k * (int64_t)sizeof(float);
-  const int64_t int16_rows = m <= kW4IntMaxRows ? m * (k * 2 + PackedW4Groups(k, group) * 8) : 0;
+  // int16 rows, or W4A8's int8 rows of whole 8-input steps, whichever is larger.
+  const int64_t row_bytes = std::max<int64_t>(k * 2, (k + 7) / 8 * 8);
+  const int64_t int16_rows = m <= kW4IntMaxRows ? m * (row_bytes + PackedW4Groups(k, group) * 8) : 0;
   return scaled_rows + int16_rows + 128;
 }
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,

@@ -263,8 +263,10 @@ TEST(KernelsTest, AttendMatchesReference) {
   std::mt19937 rng(6);
   for (const KernelTable* kt : FastTables()) {
     for (int head_dim : {8, 24, 64, 128}) {
-      for (int group : {1, 3}) {
-        for (int rows : {1, 2, 4}) {
+      // rows * group from 1 to 64: the AVX-512 kernel transposes K blocks
+      // from 8 queries a call up and hands fewer to the AVX2 one.
+      for (int group : {1, 3, 8}) {
+        for (int rows : {1, 2, 3, 4, 8}) {
           for (int64_t n_pos : {1, 7, 15, 16, 17, 100}) {
             const int64_t n_max = n_pos + rows - 1;
             auto layer = MakeLayer(2, head_dim, n_max, rng);
@@ -528,6 +530,121 @@ TEST(W4Test, GemmMatchesReference) {
         }
       }
     }
+  }
+}
+
+// W4A8 (batched decode): int8 activations per weight group on the paths
+// that have u8 x s8 products, against the scalar reference on the same rows.
+std::vector<const KernelTable*> W4A8Tables() {
+  std::vector<const KernelTable*> tables;
+  for (const KernelTable* kt : FastTables()) {
+    if (kt->gemm_w4a8_panels != nullptr) tables.push_back(kt);
+  }
+  return tables;
+}
+
+TEST(W4A8Test, ActivationQuantizationMatchesReferenceExactly) {
+  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: CPU lacks " << MissingCpuFlags("avx512");
+  std::mt19937 rng(31);
+  for (const KernelTable* kt : W4A8Tables()) {
+    for (int group : {32, 64, 128}) {
+      for (int64_t k : {2, 30, 64, 202, 578}) {
+        auto x = Random(k, rng, 3.0f);
+        x[k / 2] = 0.0f;
+        const int64_t groups = PackedW4Groups(k, group), row = cpu::W4A8RowBytes(k);
+        std::vector<int8_t> qa(row, 99), qb(row, 99);
+        std::vector<float> sa(groups), sb(groups), ta(groups), tb(groups);
+        cpu::kScalarKernels.quantize_row_i8_groups(x.data(), k, group, qa.data(), sa.data(), ta.data());
+        kt->quantize_row_i8_groups(x.data(), k, group, qb.data(), sb.data(), tb.data());
+        EXPECT_EQ(qa, qb) << kt->name << " k=" << k << " group=" << group;
+        EXPECT_EQ(sa, sb);
+        EXPECT_EQ(ta, tb);
+        for (int64_t i = k; i < row; ++i) ASSERT_EQ(qa[i], 0) << "padding past k";
+        for (int64_t i = 0; i < k; ++i) {
+          ASSERT_LE(std::abs(qa[i] * sa[i / group] - x[i]), 0.5f * sa[i / group] + 1e-6f * std::abs(x[i]));
+        }
+      }
+    }
+  }
+}
+
+TEST(W4A8Test, GemmMatchesReferenceAndStaysNearFloat) {
+  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: CPU lacks " << MissingCpuFlags("avx512");
+  std::mt19937 rng(32);
+  for (const KernelTable* kt : W4A8Tables()) {
+    for (int group : {32, 64, 128}) {
+      for (int64_t m : {1, 3, 8, 9, 17, 64}) {
+        // k = 202 ends in a group of 5 input pairs; k = 70 (group 64) in 3.
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {20, 202}, {48, 70}}) {
+          auto w = Random(n * k, rng), x = Random(m * k, rng);
+          auto p = PackW4(w, n, k, group, m % 2 == 0);
+          const int64_t panels = (n + 15) / 16, groups = PackedW4Groups(k, group);
+          const int64_t row = cpu::W4A8RowBytes(k);
+          std::vector<int8_t> xq(m * row);
+          std::vector<float> xs(m * groups), xsum(m * groups);
+          for (int64_t r = 0; r < m; ++r) {
+            cpu::kScalarKernels.quantize_row_i8_groups(x.data() + r * k, k, group, xq.data() + r * row,
+                                                       xs.data() + r * groups, xsum.data() + r * groups);
+          }
+          std::vector<float> want(m * n), got(m * n, -1.0f), exact(m * n);
+          cpu::kScalarKernels.gemm_w4a8_panels(p.view, 0, panels, xq.data(), xs.data(), xsum.data(), m,
+                                               want.data(), n);
+          kt->gemm_w4a8_panels(p.view, 0, panels, xq.data(), xs.data(), xsum.data(), m, got.data(), n);
+          cpu::kScalarKernels.gemm_w4_panels_f32(p.view, 0, panels, x.data(), m, k, exact.data(), n);
+          double err = 0, norm = 0;
+          for (int64_t i = 0; i < m * n; ++i) {
+            ASSERT_NEAR(got[i], want[i], 2e-5f * std::sqrt((float)k) * (1 + std::abs(want[i])))
+                << kt->name << " group=" << group << " m=" << m << " n=" << n << " k=" << k;
+            err += (want[i] - exact[i]) * (want[i] - exact[i]);
+            norm += exact[i] * exact[i];
+          }
+          // int8 activations per group: about 1% of the product's RMS.
+          EXPECT_LT(std::sqrt(err / norm), 0.02) << "group=" << group << " m=" << m << " k=" << k;
+        }
+      }
+    }
+  }
+}
+
+// The public entry point takes the W4A8 path from a8_min_rows up (and only
+// there), threaded, with and without an input scale.
+TEST(W4A8Test, PublicGemmSwitchesAtMinRows) {
+  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: CPU lacks " << MissingCpuFlags("avx512");
+  if (cpu::ActiveKernels().gemm_w4a8_panels == nullptr) GTEST_SKIP() << "PDQ_ISA forces a path without W4A8";
+  std::mt19937 rng(33);
+  ThreadPool pool(2);
+  const CpuContext ctx{&pool};
+  const int64_t n = 40, k = 130;
+  auto w = Random(n * k, rng), s = Random(k, rng);
+  auto p = PackW4(w, n, k, 32, false);
+  PackedW4 a8 = p.view;
+  a8.a8_min_rows = 8;
+  for (int64_t m : {int64_t{7}, int64_t{8}, int64_t{33}, kW4IntMaxRows, kW4IntMaxRows + 1}) {
+    auto x = Random(m * k, rng);
+    std::vector<float> plain(m * n), mixed(m * n), scaled_in(m * k), prescaled(m * n), scaled(m * n);
+    std::vector<uint8_t> scratch(GemmW4A16ScratchBytes(m, k, 32));
+    GemmW4A16(ctx, p.view, x.data(), m, k, plain.data(), n, scratch.data());
+    GemmW4A16(ctx, a8, x.data(), m, k, mixed.data(), n, scratch.data());
+    const bool int8 = m >= 8 && m <= kW4IntMaxRows;
+    if (int8) {
+      const int64_t groups = PackedW4Groups(k, 32), row = cpu::W4A8RowBytes(k);
+      std::vector<int8_t> xq(m * row);
+      std::vector<float> xs(m * groups), xsum(m * groups), want(m * n);
+      for (int64_t r = 0; r < m; ++r) {
+        cpu::kScalarKernels.quantize_row_i8_groups(x.data() + r * k, k, 32, xq.data() + r * row,
+                                                   xs.data() + r * groups, xsum.data() + r * groups);
+      }
+      cpu::kScalarKernels.gemm_w4a8_panels(p.view, 0, (n + 15) / 16, xq.data(), xs.data(),
+                                           xsum.data(), m, want.data(), n);
+      for (int64_t i = 0; i < m * n; ++i) ASSERT_NEAR(mixed[i], want[i], 1e-4f * (1 + std::abs(want[i])));
+      EXPECT_NE(mixed, plain) << "m=" << m << " should have run with int8 activations";
+    } else {
+      EXPECT_EQ(mixed, plain) << "m=" << m << " is outside the W4A8 range";
+    }
+    for (int64_t i = 0; i < m * k; ++i) scaled_in[i] = x[i] * s[i % k];
+    GemmW4A16(ctx, a8, x.data(), m, k, scaled.data(), n, scratch.data(), s.data());
+    GemmW4A16(ctx, a8, scaled_in.data(), m, k, prescaled.data(), n, scratch.data());
+    EXPECT_EQ(scaled, prescaled) << "m=" << m;
   }
 }
 

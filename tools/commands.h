@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "engine/context.h"
 #include "engine/model.h"
+#include "eval/quantized_load.h"
 #include "server/security.h"
 #include "tools/flags.h"
 
@@ -41,6 +42,7 @@ struct ModelFlags {
   std::string precision = "fp16";
   int64_t threads = 0;
   int64_t group_size = 0;  // 0: the default (eval/quantized_load.h)
+  int64_t w4a8_rows = kDefaultW4A8MinRows;  // W4A8 batched decode from this many rows; 0: never
   bool fp16_output = false;
   std::string fp16_layers = "default";
   std::string weights;

@@ -75,6 +75,10 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
   flags.String("w4-method", &w4_method,
                "W4A16 codes: rtn (round to nearest), awq (activation-aware channel scales), "
                "gptq (Hessian error compensation) or awq+gptq; all but rtn calibrate");
+  flags.Int("w4a8-rows", &w4a8_rows, 0, 1 << 20,
+            absl::StrCat("W4A16 batched decode: from this many rows per step (up to 64) the\n"
+                         "activations are int8 per group (W4A8) where the CPU has AVX-512 VNNI;\n"
+                         "0: never"));
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
@@ -98,6 +102,7 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
         model == DefaultModelPath() ? " (run `make model` to fetch the default model)" : ""));
   }
   o.w4_group = (int)group_size;
+  o.w4_a8_min_rows = (int)w4a8_rows;
   if (fp16_layers != "default" || fp16_output) {
     std::vector<std::string> layers =
         fp16_layers == "default" ? DefaultFp16Layers(o.precision) : std::vector<std::string>{};

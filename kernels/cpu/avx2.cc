@@ -740,9 +740,11 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
 }
 
 const KernelTable kAvx2Kernels = {
-    "avx2",           GemmF16PanelsAvx2, GemmW4PanelsAvx2,   GemmW4PanelsF32Avx2,
-    GemmI8PanelsAvx2, QuantizeRowI8Avx2, QuantizeRowI16Avx2, RmsNormRowAvx2,
-    SiluMulRowAvx2,   GeluMulRowAvx2,    AttendAvx2,         ToF16Avx2,
+    "avx2",             GemmF16PanelsAvx2, GemmW4PanelsAvx2, GemmW4PanelsF32Avx2,
+    GemmI8PanelsAvx2,   QuantizeRowI8Avx2,
+    nullptr,            nullptr,  // no W4A8 on AVX2 yet: int16 activations throughout
+    QuantizeRowI16Avx2, RmsNormRowAvx2,    SiluMulRowAvx2,   GeluMulRowAvx2,
+    AttendAvx2,         ToF16Avx2,
 };
 
 }  // namespace pdq::cpu

@@ -2,8 +2,7 @@
 // AMX-INT8 W8A8 GEMM for CPUs with tiles (Sapphire Rapids and later).
 // Compiled with those flags and reached only through the dispatch table when
 // the CPU (and, for AMX, the OS) has them; nothing here may be called from a
-// header-inline path. The attention kernel is still the AVX2 one (see
-// kAvx512Kernels at the end).
+// header-inline path.
 #include <immintrin.h>
 
 #include <cmath>
@@ -91,71 +90,89 @@ inline void PanelDirect(const float* x, int64_t ldx, const fp16_t* panel, int64_
   }
 }
 
-// An MR x 16 register tile over an fp32 k-block of one panel (b: kc x 16);
-// c rows are ldc floats apart.
-template <int MR>
-inline void Tile(const float* x, int64_t ldx, const float* b, int64_t kc, float* c, int64_t ldc,
-                 bool load_c) {
-  __m512 acc[MR];
-#pragma GCC unroll 14
-  for (int r = 0; r < MR; ++r) acc[r] = load_c ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
-  for (int64_t kk = 0; kk < kc; ++kk) {
-    const __m512 bv = _mm512_load_ps(b + kk * 16);
-#pragma GCC unroll 14
-    for (int r = 0; r < MR; ++r) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(x[r * ldx + kk]), bv, acc[r]);
+// An MR x (16 NP) register tile over fp32 k-blocks of NP panels (b: NP
+// slices of kc x 16, `b_stride` floats apart); c rows are ldc floats apart.
+// Two panels a tile halve the broadcasts per FMA (8 rows: 10 loads for 16
+// FMAs), which is what bounds the one-panel tile.
+template <int MR, int NP>
+inline void Tile(const float* x, int64_t ldx, const float* b, int64_t b_stride, int64_t kc,
+                 float* c, int64_t ldc, bool load_c) {
+  __m512 acc[MR][NP];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < NP; ++j) {
+      acc[r][j] = load_c ? _mm512_loadu_ps(c + r * ldc + 16 * j) : _mm512_setzero_ps();
+    }
   }
-#pragma GCC unroll 14
-  for (int r = 0; r < MR; ++r) _mm512_storeu_ps(c + r * ldc, acc[r]);
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    __m512 bv[NP];
+    for (int j = 0; j < NP; ++j) bv[j] = _mm512_load_ps(b + j * b_stride + kk * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const __m512 a = _mm512_set1_ps(x[r * ldx + kk]);
+      for (int j = 0; j < NP; ++j) acc[r][j] = _mm512_fmadd_ps(a, bv[j], acc[r][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    for (int j = 0; j < NP; ++j) _mm512_storeu_ps(c + r * ldc + 16 * j, acc[r][j]);
+  }
 }
 
-constexpr int64_t kKc = 256;  // k-block: a 16 KiB fp32 panel slice stays in L1
-constexpr int kMr = 12;       // 12 accumulators, one weight vector, broadcasts
-constexpr int64_t kMc = 96;   // rows per accumulator block (6 KiB of c)
+// k-block: two 8 KiB fp32 panel slices stay in L1; a multiple of every W4
+// group size (32, 64, 128), so a group never straddles two slices.
+constexpr int64_t kKc = 128;
+constexpr int kMr = 8;        // 8 x 2 accumulators, two weight vectors, broadcasts
+constexpr int64_t kMc = 96;   // rows per accumulator block (12 KiB of c)
 
-void TileAny(int mr, const float* x, int64_t ldx, const float* b, int64_t kc, float* c,
-             int64_t ldc, bool load_c) {
+template <int NP>
+void TileAny(int mr, const float* x, int64_t ldx, const float* b, int64_t b_stride, int64_t kc,
+             float* c, int64_t ldc, bool load_c) {
   switch (mr) {
-    case 12: Tile<12>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 11: Tile<11>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 10: Tile<10>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 9: Tile<9>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 8: Tile<8>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 7: Tile<7>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 6: Tile<6>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 5: Tile<5>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 4: Tile<4>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 3: Tile<3>(x, ldx, b, kc, c, ldc, load_c); break;
-    case 2: Tile<2>(x, ldx, b, kc, c, ldc, load_c); break;
-    default: Tile<1>(x, ldx, b, kc, c, ldc, load_c); break;
+    case 8: Tile<8, NP>(x, ldx, b, b_stride, kc, c, ldc, load_c); break;
+    case 7: Tile<7, NP>(x, ldx, b, b_stride, kc, c, ldc, load_c); break;
+    case 6: Tile<6, NP>(x, ldx, b, b_stride, kc, c, ldc, load_c); break;
+    case 5: Tile<5, NP>(x, ldx, b, b_stride, kc, c, ldc, load_c); break;
+    case 4: Tile<4, NP>(x, ldx, b, b_stride, kc, c, ldc, load_c); break;
+    case 3: Tile<3, NP>(x, ldx, b, b_stride, kc, c, ldc, load_c); break;
+    case 2: Tile<2, NP>(x, ldx, b, b_stride, kc, c, ldc, load_c); break;
+    default: Tile<1, NP>(x, ldx, b, b_stride, kc, c, ldc, load_c); break;
   }
 }
 
 // Blocked GEMM for many rows over panels [p_begin, p_end), as in the AVX2
-// kernel: a block of x rows stays in L2 while every panel passes; each
-// panel's fp32 k-slice, made by fill(p, k0, kc, b), sits in L1 while the
-// 12x16 tiles accumulate into a small local C block.
+// kernel but two panels at a time: a block of x rows stays in L2 while every
+// panel pair passes; each pair's fp32 k-slices, made by fill(p, k0, kc, b),
+// sit in L1 while the 8 x 32 tiles accumulate into a small local C block.
 template <typename FillB>
 void BlockedGemm(int64_t n, int64_t k, int64_t p_begin, int64_t p_end, const float* x,
                  int64_t m, int64_t ldx, float* y, int64_t ldy, const FillB& fill) {
-  alignas(64) float b[kKc * kPanelRows];
-  alignas(64) float c[kMc * kPanelRows];
+  constexpr int64_t kSlice = kKc * kPanelRows;
+  alignas(64) float b[2 * kSlice];
+  alignas(64) float c[kMc * 2 * kPanelRows];
   const int64_t rows_in_l2 = std::max<int64_t>(kMr, (256 << 10) / (4 * k) / kMr * kMr);
   const int64_t block = std::min(kMc, rows_in_l2);
   for (int64_t m0 = 0; m0 < m; m0 += block) {
     const int64_t mc = std::min(block, m - m0);
-    for (int64_t p = p_begin; p < p_end; ++p) {
+    for (int64_t p = p_begin; p < p_end; p += 2) {
+      const int np = (int)std::min<int64_t>(2, p_end - p);
+      const int64_t ldc = np * kPanelRows;
       for (int64_t k0 = 0; k0 < k; k0 += kKc) {
         const int64_t kc = std::min(kKc, k - k0);
-        fill(p, k0, kc, b);
+        for (int j = 0; j < np; ++j) fill(p + j, k0, kc, b + j * kSlice);
         for (int64_t r = 0; r < mc; r += kMr) {
           const int mr = (int)std::min<int64_t>(kMr, mc - r);
-          TileAny(mr, x + (m0 + r) * ldx + k0, ldx, b, kc, c + r * kPanelRows, kPanelRows,
-                  k0 != 0);
+          const float* xr = x + (m0 + r) * ldx + k0;
+          if (np == 2) {
+            TileAny<2>(mr, xr, ldx, b, kSlice, kc, c + r * ldc, ldc, k0 != 0);
+          } else {
+            TileAny<1>(mr, xr, ldx, b, kSlice, kc, c + r * ldc, ldc, k0 != 0);
+          }
         }
       }
-      const int cols = (int)std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+      const int cols = (int)std::min<int64_t>(ldc, n - p * kPanelRows);
       for (int64_t r = 0; r < mc; ++r) {
-        std::memcpy(y + (m0 + r) * ldy + p * kPanelRows, c + r * kPanelRows, cols * sizeof(float));
+        std::memcpy(y + (m0 + r) * ldy + p * kPanelRows, c + r * ldc, cols * sizeof(float));
       }
     }
   }
@@ -298,6 +315,116 @@ void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const
       default: break;
     }
   }
+}
+
+// ---- W4A8 (batched decode): int8 activations, vpdpbusd ------------------------
+
+// Four input pairs of a panel (64 bytes; fewer zero the rest), permuted so
+// that int32 lane 2i + h holds row i's codes for inputs 2t + 4h .. 2t + 4h + 3
+// as bytes: `lo` rows 0-7, `hi` rows 8-15, each ready for vpdpbusd against
+// an 8-byte broadcast of x[2t .. 2t + 8).
+inline W4Codes2 LoadW4Codes4(const uint8_t* p, int pairs) {
+  // Output word 4i + 2h + j takes input pair 2h + j's word i.
+  alignas(64) static constexpr int16_t kIdx[32] = {
+      0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27,
+      4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22, 30, 7, 15, 23, 31};
+  const __m512i idx = _mm512_load_si512(kIdx);
+  const __m512i raw = pairs == 4 ? _mm512_loadu_si512(p)
+                                 : _mm512_maskz_loadu_epi8((__mmask64)((1ull << (16 * pairs)) - 1), p);
+  const __m512i v = _mm512_permutexvar_epi16(idx, raw);
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  return {_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask)};
+}
+
+// Rows [0, MR) of the int8 activations (rows `row_bytes` apart) against one
+// panel; the same sums and per-group scaling as W4IntTile.
+template <int MR>
+void W4A8Tile(const PackedW4& w, int64_t p, const int8_t* xq, int64_t row_bytes, const float* xs,
+              const float* xsum, float* y, int64_t ldy, int cols) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  __m512 out[MR];
+  for (int r = 0; r < MR; ++r) out[r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
+    __m512i lo[MR], hi[MR];
+    for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
+    for (int64_t t = t0; t < t1; t += 4) {
+      const W4Codes2 c = LoadW4Codes4(q + t * kPanelRows, (int)std::min<int64_t>(4, t1 - t));
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        int64_t x8;  // within the row's padding: 2t is a multiple of 8
+        std::memcpy(&x8, xq + r * row_bytes + 2 * t, 8);
+        const __m512i a = _mm512_set1_epi64(x8);
+        lo[r] = _mm512_dpbusd_epi32(lo[r], c.lo, a);
+        hi[r] = _mm512_dpbusd_epi32(hi[r], c.hi, a);
+      }
+    }
+    const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
+    for (int r = 0; r < MR; ++r) {
+      const __m512 dot = _mm512_cvtepi32_ps(FoldRows(lo[r], hi[r]));
+      out[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xsum[r * groups + g]), out[r]);
+      out[r] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[r * groups + g])), dot, out[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
+}
+
+void GemmW4A8PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                          const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group), row_bytes = W4A8RowBytes(w.k);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    float* yp = y + p * kPanelRows;
+    auto tile = [&](auto rows, int64_t r) {
+      W4A8Tile<decltype(rows)::value>(w, p, xq + r * row_bytes, row_bytes, xs + r * groups,
+                                      xsum + r * groups, yp + r * ldy, ldy, cols);
+    };
+    int64_t r = 0;
+    for (; r + 8 <= m; r += 8) tile(std::integral_constant<int, 8>{}, r);
+    switch (m - r) {
+      case 7: tile(std::integral_constant<int, 7>{}, r); break;
+      case 6: tile(std::integral_constant<int, 6>{}, r); break;
+      case 5: tile(std::integral_constant<int, 5>{}, r); break;
+      case 4: tile(std::integral_constant<int, 4>{}, r); break;
+      case 3: tile(std::integral_constant<int, 3>{}, r); break;
+      case 2: tile(std::integral_constant<int, 2>{}, r); break;
+      case 1: tile(std::integral_constant<int, 1>{}, r); break;
+      default: break;
+    }
+  }
+}
+
+// Same values and rounding as QuantizeRowI8GroupsRef.
+void QuantizeRowI8GroupsAvx512(const float* x, int64_t k, int group, int8_t* q, float* scale,
+                               float* sum) {
+  const __m512 sign = _mm512_set1_ps(-0.0f);
+  for (int64_t g = 0; g * group < k; ++g) {
+    const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
+    __m512 vmax = _mm512_setzero_ps();
+    int64_t i = k0;
+    for (; i + 16 <= k1; i += 16) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)));
+    float absmax = _mm512_reduce_max_ps(vmax);
+    for (; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
+    const float inv = absmax > 0.0f ? 127.0f / absmax : 0.0f;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    __m512i total = _mm512_setzero_si512();
+    for (i = k0; i + 16 <= k1; i += 16) {
+      const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
+      total = _mm512_add_epi32(total, v);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(v));
+    }
+    int32_t acc = _mm512_reduce_add_epi32(total);
+    for (; i < k1; ++i) {
+      q[i] = (int8_t)std::nearbyint(x[i] * inv);
+      acc += q[i];
+    }
+    scale[g] = absmax / 127.0f;
+    sum[g] = scale[g] * (float)acc;
+  }
+  for (int64_t i = k; i < W4A8RowBytes(k); ++i) q[i] = 0;
 }
 
 // Same values and rounding as QuantizeRowI16Ref: vcvtps2dq rounds to
@@ -664,20 +791,175 @@ void ToF16Avx512(const float* src, int64_t n, fp16_t* dst) {
   }
 }
 
+// ---- Attention ----------------------------------------------------------------
+
+// Transposes a 16 x 16 block of floats: rows r[0..16) in, columns out.
+inline void Transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  // Per 128-bit lane L, r[i + c] becomes column 4 L + c of rows i .. i + 3.
+  for (int i = 0; i < 16; i += 4) {
+    for (int j = 0; j < 2; ++j) {
+      const __m512d a = _mm512_castps_pd(t[i + j]), b = _mm512_castps_pd(t[i + 2 + j]);
+      r[i + 2 * j] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+      r[i + 2 * j + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+    }
+  }
+  // Each 128-bit lane now holds 4 x 4 sub-blocks; gather them across lanes.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
+    r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd);
+  }
+}
+
+// out[0, 16 NV) += sum_j p[j] * v[j][0, 16 NV) over nj rows of v (d apart).
+template <int NV>
+inline void AccumulatePv(const float* p, int64_t nj, const float* v, int d, float* out) {
+  __m512 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = _mm512_loadu_ps(out + 16 * i);
+  for (int64_t j = 0; j < nj; ++j) {
+    const __m512 pj = _mm512_set1_ps(p[j]);
+    for (int i = 0; i < NV; ++i) acc[i] = _mm512_fmadd_ps(pj, _mm512_load_ps(v + j * d + 16 * i), acc[i]);
+  }
+  for (int i = 0; i < NV; ++i) _mm512_storeu_ps(out + 16 * i, acc[i]);
+}
+
+// The prefill attention (AttendAvx2's contract): each 16-key K block is
+// converted and transposed once for all rows * group queries, so a query's
+// 16 scores are d FMAs of a broadcast query element against a row of K^T,
+// with no horizontal sums; P V accumulates 16 lanes of the head at a time.
+// The transpose pays off from 8 queries a call; fewer (decode) and other
+// shapes take the AVX2 kernel.
+void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                  int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+                  int64_t out_stride, float* scratch) {
+  const int d = layer.head_dim;
+  const int nq = rows * group;
+  constexpr int kMaxQ = 64;
+  if (d % 16 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ || nq < 8) {
+    AttendAvx2(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
+               out_stride, scratch);
+    return;
+  }
+  const int dv = d / 16;
+  const int64_t n_max = n_pos + rows - 1;  // positions the last row sees
+  const int64_t stride = n_max + 16;
+  float* scores = scratch;  // [nq][stride]
+  // 16 x d fp32: K^T (d rows of 16 keys) in the scores pass, V rows in the
+  // P V pass; 64-byte aligned for the vector loads.
+  float* kv = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(scratch + nq * stride) + 63) & ~uintptr_t{63});
+  const int64_t head_stride = (int64_t)layer.block_tokens * d;
+  const int64_t block_stride = head_stride * layer.kv_heads;
+  auto block_of = [&](const fp16_t* base, int64_t j0) {
+    return base + block_table[j0 / 16] * block_stride + kv_head * head_stride;
+  };
+  auto q_of = [&](int h) { return q + (h / group) * q_stride + (h % group) * d; };
+  auto out_of = [&](int h) { return out + (h / group) * out_stride + (h % group) * d; };
+  auto visible = [&](int h) { return n_pos + h / group; };  // positions query h sees
+  const __m512 vscale = _mm512_set1_ps(scale);
+
+  __m512 vmax[kMaxQ];
+  for (int h = 0; h < nq; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
+  for (int64_t j0 = 0; j0 < n_max; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_max - j0);
+    const fp16_t* src = block_of(layer.k, j0);
+    for (int c = 0; c < dv; ++c) {  // K^T rows [16 c, 16 c + 16)
+      __m512 r[16];
+      for (int t = 0; t < 16; ++t) r[t] = t < nj ? LoadF16x16(src + t * d + 16 * c) : _mm512_setzero_ps();
+      Transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_store_ps(kv + (16 * c + i) * 16, r[i]);
+    }
+    for (int h0 = 0; h0 < nq; h0 += 4) {
+      const int nh4 = std::min(4, nq - h0);
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      const float* qh[4];
+      for (int u = 0; u < 4; ++u) qh[u] = q_of(h0 + std::min(u, nh4 - 1));
+      for (int i = 0; i < d; ++i) {
+        const __m512 kt = _mm512_load_ps(kv + i * 16);
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) acc[u] = _mm512_fmadd_ps(_mm512_set1_ps(qh[u][i]), kt, acc[u]);
+      }
+      for (int u = 0; u < nh4; ++u) {
+        const int h = h0 + u;
+        const int64_t nh = std::min<int64_t>(nj, visible(h) - j0);  // keys of this block it sees
+        if (nh <= 0) continue;
+        const __m512 sc = _mm512_mul_ps(acc[u], vscale);
+        _mm512_storeu_ps(scores + h * stride + j0, sc);  // the row has 16 floats of slack
+        vmax[h] = _mm512_mask_max_ps(vmax[h], (__mmask16)((1u << nh) - 1), vmax[h], sc);
+      }
+    }
+  }
+
+  float inv_sum[kMaxQ];
+  for (int h = 0; h < nq; ++h) {
+    const int64_t n = visible(h);
+    float* sh = scores + h * stride;
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[h]));
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 valid = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+      const __m512 e = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(_mm512_loadu_ps(sh + j), m)));
+      _mm512_storeu_ps(sh + j, e);  // zeros past n stay within the row's slack
+      vsum = _mm512_add_ps(vsum, e);
+    }
+    inv_sum[h] = 1.0f / _mm512_reduce_add_ps(vsum);
+    float* oh = out_of(h);
+    for (int i = 0; i < d; i += 16) _mm512_storeu_ps(oh + i, _mm512_setzero_ps());
+  }
+
+  for (int64_t j0 = 0; j0 < n_max; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_max - j0);
+    const fp16_t* src = block_of(layer.v, j0);
+    for (int64_t i = 0; i < nj * d; i += 16) _mm512_store_ps(kv + i, LoadF16x16(src + i));
+    for (int h = 0; h < nq; ++h) {
+      const int64_t nh = std::min<int64_t>(nj, visible(h) - j0);
+      if (nh <= 0) continue;
+      const float* ph = scores + h * stride + j0;
+      float* oh = out_of(h);
+      for (int v0 = 0; v0 < dv; v0 += 4) {  // up to 4 output vectors in registers
+        const float* vb = kv + 16 * v0;
+        switch (std::min(4, dv - v0)) {
+          case 4: AccumulatePv<4>(ph, nh, vb, d, oh + 16 * v0); break;
+          case 3: AccumulatePv<3>(ph, nh, vb, d, oh + 16 * v0); break;
+          case 2: AccumulatePv<2>(ph, nh, vb, d, oh + 16 * v0); break;
+          default: AccumulatePv<1>(ph, nh, vb, d, oh + 16 * v0); break;
+        }
+      }
+    }
+  }
+  for (int h = 0; h < nq; ++h) {
+    const __m512 inv = _mm512_set1_ps(inv_sum[h]);
+    float* oh = out_of(h);
+    for (int i = 0; i < d; i += 16) _mm512_storeu_ps(oh + i, _mm512_mul_ps(_mm512_loadu_ps(oh + i), inv));
+  }
+}
+
 }  // namespace
 
-// The attention kernel is the AVX2 one (avx2.cc): its blocks are 16 keys of
-// head_dim 64, where 256-bit vectors already keep the loads in L1.
 const KernelTable kAvx512Kernels = {
-    "avx512",           GemmF16PanelsAvx512,   GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
-    GemmI8PanelsAvx512, QuantizeRowI8Avx512,   QuantizeRowI16Avx512, RmsNormRowAvx512,
-    GatedRow<false>,    GatedRow<true>,        AttendAvx2,           ToF16Avx512,
+    "avx512",             GemmF16PanelsAvx512,  GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
+    GemmI8PanelsAvx512,   QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowI8GroupsAvx512,
+    QuantizeRowI16Avx512, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
+    AttendAvx512,         ToF16Avx512,
 };
 
 const KernelTable kAvx512AmxKernels = {
-    "avx512+amx",     GemmF16PanelsAvx512,   GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
-    GemmI8PanelsAmx,  QuantizeRowI8Avx512,   QuantizeRowI16Avx512, RmsNormRowAvx512,
-    GatedRow<false>,  GatedRow<true>,        AttendAvx2,           ToF16Avx512,
+    "avx512+amx",         GemmF16PanelsAvx512,  GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
+    GemmI8PanelsAmx,      QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowI8GroupsAvx512,
+    QuantizeRowI16Avx512, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
+    AttendAvx512,         ToF16Avx512,
 };
 
 }  // namespace pdq::cpu

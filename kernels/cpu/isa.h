@@ -28,6 +28,16 @@ struct KernelTable {
                          const float* xs, int64_t m, float* y, int64_t ldy);
   // Quantizes one activation row: returns its scale, writes k4 * 4 bytes.
   float (*quantize_row_i8)(const float* x, int64_t k, int8_t* q);
+  // W4A8: the same with int8 activations (rows W4A8RowBytes(k) bytes apart,
+  // quantized by quantize_row_i8_groups). Null where the path has no integer
+  // u8 x s8 products; GemmW4A16 then keeps int16 activations.
+  void (*gemm_w4a8_panels)(const PackedW4& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                           const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy);
+  // Quantizes one activation row to int8 per group of `group` inputs (absmax
+  // / 127): writes W4A8RowBytes(k) bytes (zero past k), and per group its
+  // scale and scale * sum of the quantized values.
+  void (*quantize_row_i8_groups)(const float* x, int64_t k, int group, int8_t* q, float* scale,
+                                 float* sum);
   // Quantizes one activation row to int16 per group of `group` inputs:
   // writes k values, and per group its scale (absmax / 32767) and
   // scale * sum of the quantized values.
@@ -47,6 +57,9 @@ struct KernelTable {
   // Converts n floats to fp16 (round to nearest even).
   void (*to_f16)(const float* src, int64_t n, fp16_t* dst);
 };
+
+// Bytes between W4A8 activation rows: k rounded up to whole 8-input steps.
+inline int64_t W4A8RowBytes(int64_t k) { return (k + 7) / 8 * 8; }
 
 inline int64_t AttendScratch(int64_t n_pos, int queries, int head_dim) {
   return queries * (n_pos + 16) + 2 * 16 * (int64_t)head_dim + 8;  // + 8: alignment slack

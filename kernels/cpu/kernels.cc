@@ -94,6 +94,22 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
   const int64_t groups = PackedW4Groups(w.k, w.group);
   float* xs = scaled + (in_scale ? m * w.k : 0);
   float* xsum = xs + m * groups;
+  if (w.a8_min_rows > 0 && m >= w.a8_min_rows && kt.gemm_w4a8_panels != nullptr) {
+    // W4A8: int8 rows where the int16 ones would be (GemmW4A16ScratchBytes
+    // sizes them for the larger of the two).
+    int8_t* xq8 = reinterpret_cast<int8_t*>(xsum + m * groups);
+    const int64_t row_bytes = cpu::W4A8RowBytes(w.k);
+    ForRows(ctx, m, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        kt.quantize_row_i8_groups(row_of(i), w.k, w.group, xq8 + i * row_bytes, xs + i * groups,
+                                  xsum + i * groups);
+      }
+    });
+    ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
+      kt.gemm_w4a8_panels(w, b, e, xq8, xs, xsum, m, y, ldy);
+    });
+    return;
+  }
   int16_t* xq = reinterpret_cast<int16_t*>(xsum + m * groups);
   auto quantize = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {

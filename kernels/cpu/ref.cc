@@ -44,9 +44,12 @@ void GemmW4PanelsF32Ref(const PackedW4& w, int64_t p_begin, int64_t p_end, const
   }
 }
 
-// Per group: (scale_w * scale_x) * sum(q_w * q_x) + min_w * scale_x * sum(q_x).
-void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
-                     const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
+// Per group: (scale_w * scale_x) * sum(q_w * q_x) + min_w * scale_x * sum(q_x),
+// for int16 (W4A16) or int8 (W4A8) activation rows `row_stride` apart.
+template <typename T>
+void GemmW4PanelsRefT(const PackedW4& w, int64_t p_begin, int64_t p_end, const T* xq,
+                      int64_t row_stride, const float* xs, const float* xsum, int64_t m, float* y,
+                      int64_t ldy) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
   for (int64_t p = p_begin; p < p_end; ++p) {
     const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
@@ -57,7 +60,7 @@ void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const in
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t k0 = g * w.group, k1 = std::min<int64_t>(w.k, k0 + w.group);
           int32_t dot = 0;
-          for (int64_t kk = k0; kk < k1; ++kk) dot += PackedW4Code(q, kk, j) * xq[i * w.k + kk];
+          for (int64_t kk = k0; kk < k1; ++kk) dot += PackedW4Code(q, kk, j) * xq[i * row_stride + kk];
           const int64_t sg = (p * groups + g) * kPanelRows + j;
           acc += Fp16ToFp32(w.scale[sg]) * xs[i * groups + g] * (float)dot +
                  Fp16ToFp32(w.min[sg]) * xsum[i * groups + g];
@@ -66,6 +69,16 @@ void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const in
       }
     }
   }
+}
+
+void GemmW4PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                     const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
+  GemmW4PanelsRefT(w, p_begin, p_end, xq, w.k, xs, xsum, m, y, ldy);
+}
+
+void GemmW4A8PanelsRef(const PackedW4& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                       const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
+  GemmW4PanelsRefT(w, p_begin, p_end, xq, W4A8RowBytes(w.k), xs, xsum, m, y, ldy);
 }
 
 void GemmI8PanelsRef(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
@@ -97,6 +110,24 @@ float QuantizeRowI8Ref(const float* x, int64_t k, int8_t* q) {
     q[i] = i < k ? (int8_t)std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f) : 0;
   }
   return s;
+}
+
+void QuantizeRowI8GroupsRef(const float* x, int64_t k, int group, int8_t* q, float* scale,
+                            float* sum) {
+  for (int64_t g = 0; g * group < k; ++g) {
+    const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
+    float absmax = 0.0f;
+    for (int64_t i = k0; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
+    const float inv = absmax > 0.0f ? 127.0f / absmax : 0.0f;
+    int32_t total = 0;
+    for (int64_t i = k0; i < k1; ++i) {
+      q[i] = (int8_t)std::nearbyint(x[i] * inv);
+      total += q[i];
+    }
+    scale[g] = absmax / 127.0f;
+    sum[g] = scale[g] * (float)total;
+  }
+  for (int64_t i = k; i < W4A8RowBytes(k); ++i) q[i] = 0;
 }
 
 void QuantizeRowI16Ref(const float* x, int64_t k, int group, int16_t* q, float* scale,
@@ -185,9 +216,10 @@ void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
 }  // namespace
 
 const KernelTable kScalarKernels = {
-    "scalar",        GemmF16PanelsRef, GemmW4PanelsRef,   GemmW4PanelsF32Ref,
-    GemmI8PanelsRef, QuantizeRowI8Ref, QuantizeRowI16Ref, RmsNormRowRef,
-    SiluMulRowRef,   GeluMulRowRef,    AttendRef,         ToF16Ref,
+    "scalar",          GemmF16PanelsRef,       GemmW4PanelsRef,  GemmW4PanelsF32Ref,
+    GemmI8PanelsRef,   QuantizeRowI8Ref,       GemmW4A8PanelsRef, QuantizeRowI8GroupsRef,
+    QuantizeRowI16Ref, RmsNormRowRef,          SiluMulRowRef,    GeluMulRowRef,
+    AttendRef,         ToF16Ref,
 };
 
 }  // namespace pdq::cpu
