@@ -11,9 +11,11 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench/roofline.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
 
@@ -80,9 +82,12 @@ BENCHMARK(BM_GemmF16)
     ->Args({512, 576, 1536})
     ->UseRealTime();
 
+// Args: m, n, k, group, and W4A8's a8_min_rows (0: int16 activations
+// throughout).
 void BM_GemmW4A16(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int group = (int)state.range(3);
+  const int a8_min_rows = (int)state.range(4);
   std::vector<float> w(n * k);
   std::mt19937 rng(1);
   for (auto& v : w) v = std::uniform_real_distribution<float>(-1, 1)(rng);
@@ -92,7 +97,7 @@ void BM_GemmW4A16(benchmark::State& state) {
   std::vector<float> x(m * k), y(m * n);
   for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
   std::vector<uint8_t> scratch(GemmW4A16ScratchBytes(m, k, group));
-  const PackedW4 pw{q.data(), scale.data(), mins.data(), n, k, group};
+  const PackedW4 pw{q.data(), scale.data(), mins.data(), n, k, group, a8_min_rows};
   CpuContext ctx{&Pool()};
   const auto t0 = Clock::now();
   for (auto _ : state) {
@@ -107,6 +112,8 @@ void BM_GemmW4A16(benchmark::State& state) {
                                                 benchmark::Counter::kIs1000);
   if (m == 1) {
     AddFraction(state, "of_read_bw", bytes, Roof().read_gbps, t0);
+  } else if (m <= kW4IntMaxRows && a8_min_rows > 0 && m >= a8_min_rows) {
+    AddFraction(state, "of_int8_peak", (double)2 * m * n * k, Roof().int8_gops, t0);
   } else if (m <= kW4IntMaxRows) {
     AddFraction(state, "of_int16_peak", (double)2 * m * n * k, Roof().int16_gops, t0);
   } else {
@@ -115,15 +122,19 @@ void BM_GemmW4A16(benchmark::State& state) {
 }
 
 BENCHMARK(BM_GemmW4A16)
-    ->Args({1, 3072, 576, 128})
-    ->Args({1, 49152, 576, 128})
-    ->Args({1, 131072, 576, 128})  // 38 MB: larger than a 32 MB L3
-    ->Args({1, 576, 1536, 32})
-    ->Args({4, 3072, 576, 128})
-    ->Args({32, 3072, 576, 128})
-    ->Args({64, 3072, 576, 128})
-    ->Args({65, 3072, 576, 128})
-    ->Args({512, 3072, 576, 128})
+    ->Args({1, 3072, 576, 128, 0})
+    ->Args({1, 49152, 576, 128, 0})
+    ->Args({1, 131072, 576, 128, 0})  // 38 MB: larger than a 32 MB L3
+    ->Args({1, 576, 1536, 32, 0})
+    ->Args({4, 3072, 576, 128, 0})
+    ->Args({32, 3072, 576, 128, 0})
+    ->Args({64, 3072, 576, 128, 0})
+    ->Args({8, 3072, 576, 128, 8})  // W4A8 where the CPU has VNNI
+    ->Args({32, 3072, 576, 128, 8})
+    ->Args({32, 3072, 576, 32, 8})
+    ->Args({64, 3072, 576, 128, 8})
+    ->Args({65, 3072, 576, 128, 0})
+    ->Args({512, 3072, 576, 128, 0})
     ->UseRealTime();
 
 void BM_GemmW8A8(benchmark::State& state) {
@@ -171,9 +182,16 @@ int main(int argc, char** argv) {
   r.fma_gflops = pdq::MeasureFmaPeakGflops(pdq::Pool());
   r.int16_gops = pdq::MeasureIntPeakGops(pdq::Pool(), /*int8=*/false);
   r.int8_gops = pdq::MeasureIntPeakGops(pdq::Pool(), /*int8=*/true);
-  std::printf("rooflines, %d threads: read %.1f GB/s, fp32 FMA %.1f GFLOP/s, "
-              "int16 vpmaddwd %.1f GOP/s, int8 vpmaddubsw %.1f GOP/s\n",
-              pdq::Pool().size(), r.read_gbps, r.fma_gflops, r.int16_gops, r.int8_gops);
+  // The integer peaks probe the instructions of the dispatched path: vpmaddwd
+  // and vpmaddubsw (AVX2), vpdpwssd and vpdpbusd (AVX-512), AMX tdpbssd for
+  // int8 on "avx512+amx".
+  const std::string isa = pdq::KernelIsaName();
+  const bool avx512 = isa.rfind("avx512", 0) == 0;
+  std::printf("rooflines, %d threads, %s kernels: read %.1f GB/s, fp32 FMA %.1f GFLOP/s, "
+              "int16 %s %.1f GOP/s, int8 %s %.1f GOP/s\n",
+              pdq::Pool().size(), isa.c_str(), r.read_gbps, r.fma_gflops,
+              avx512 ? "vpdpwssd" : "vpmaddwd", r.int16_gops,
+              isa == "avx512+amx" ? "AMX tdpbssd" : avx512 ? "vpdpbusd" : "vpmaddubsw", r.int8_gops);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -60,6 +61,15 @@ CpuFeatures Detect() {
       f.amx_int8 = false;
     }
     if (std::strcmp(force, "avx512") == 0) f.amx_int8 = false;
+    const bool known = std::strcmp(force, "scalar") == 0 || std::strcmp(force, "avx2") == 0 ||
+                       std::strcmp(force, "avx512") == 0 || std::strcmp(force, "amx") == 0 ||
+                       std::strcmp(force, "avx512+amx") == 0 || *force == '\0';
+    if (!known) {
+      std::fprintf(stderr,
+                   "pdq: PDQ_ISA=%s is not one of scalar, avx2, avx512, amx; using every "
+                   "path the CPU has\n",
+                   force);
+    }
   }
   return f;
 }

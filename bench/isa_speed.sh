@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# pdq's kernel paths against each other and against llama.cpp on this CPU, in
+# one run with the two systems alternating (bench/RESULTS.md, "AVX-512 and
+# AMX kernels"). llama.cpp is built beside pdq, outside the project, and its
+# F16, Q8_0 and Q4_0 files are made from the same model with its own
+# llama-quantize; none of its code enters pdq.
+#
+# Usage: bench/isa_speed.sh BUILD LLAMA_BIN LLAMA_MODELS [ROUNDS]
+#   BUILD         pdq's build folder (build)
+#   LLAMA_BIN     folder with llama-bench and llama-batched-bench
+#   LLAMA_MODELS  folder with f16.gguf, q8_0.gguf and q4_0.gguf
+#   ROUNDS        alternating rounds (default 3)
+# Prints every raw line; about 25 minutes on 2 cores with 3 rounds.
+set -euo pipefail
+if [ $# -lt 3 ]; then
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+fi
+build="$1"
+llama_bin="$2"
+llama_models="$3"
+rounds="${4:-3}"
+pdq="$build/bin/pdq"
+for f in "$pdq" "$llama_bin/llama-bench" "$llama_bin/llama-batched-bench" \
+         "$llama_models/f16.gguf" "$llama_models/q8_0.gguf" "$llama_models/q4_0.gguf"; do
+  [ -e "$f" ] || { echo "isa_speed: $f not found" >&2; exit 1; }
+done
+export LD_LIBRARY_PATH="$llama_bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+isas=(avx2 avx512 amx)
+
+run() {
+  echo "+ $*"
+  "$@" 2>&1 | grep -v '^pdq: \|^llama_\|^load\|^print_info\|^main: \|^build_\|^common_\|^system_info' || true
+}
+
+echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
+  "flags: $(grep -o 'avx512[a-z_0-9]*\|amx_[a-z0-9]*\|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+for round in $(seq 1 "$rounds"); do
+  echo "== round $round"
+  # Batch 1: prefill pp512 and decode tg128, each precision on each path.
+  for isa in "${isas[@]}"; do
+    for precision in w8a8 w4a16 fp16; do
+      run env PDQ_ISA="$isa" "$pdq" bench-engine --precision "$precision" --threads 2 \
+        --prompt-tokens 512 --gen-tokens 128 --repetitions 2 --json
+    done
+  done
+  run "$llama_bin/llama-bench" -m "$llama_models/f16.gguf" -m "$llama_models/q8_0.gguf" \
+    -m "$llama_models/q4_0.gguf" -t 2 -p 512 -n 128 -r 2 -o md
+  # Batched decode: 32 sequences, each with 128 tokens of context.
+  for isa in avx2 "${isas[-1]}"; do
+    run env PDQ_ISA="$isa" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
+      --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --json
+  done
+  run "$llama_bin/llama-batched-bench" -m "$llama_models/q4_0.gguf" -t 2 -c 8192 -b 2048 \
+    -ub 512 -npp 128 -ntg 64 -npl 32
+done
