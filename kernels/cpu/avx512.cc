@@ -266,10 +266,6 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
     for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
     int64_t t = t0;
     for (; t + 2 <= t1; t += 2) {
-      if (MR == 1) {
-        _mm_prefetch(reinterpret_cast<const char*>(q + (t + kW4PrefetchSteps) * kPanelRows),
-                     _MM_HINT_T0);
-      }
       const W4Codes2 c = LoadW4Codes2(q + t * kPanelRows);
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
@@ -296,6 +292,52 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
   for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
 }
 
+// One activation row (decode) against one panel: W4IntTile<1>'s sums with
+// four independent accumulator pairs, since one pair's chain of vpdpwssd
+// (latency 5, one step per two input pairs) would bound a group of 32 inputs
+// at 40 cycles instead of the 8 its loads need.
+void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs, const float* xsum,
+              float* y, int cols) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  __m512 out = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
+    __m512i lo[4], hi[4];
+    for (int c = 0; c < 4; ++c) lo[c] = hi[c] = _mm512_setzero_si512();
+    int64_t t = t0;
+    for (; t + 8 <= t1; t += 8) {
+      _mm_prefetch(reinterpret_cast<const char*>(q + (t + kW4PrefetchSteps) * kPanelRows),
+                   _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(q + (t + kW4PrefetchSteps + 4) * kPanelRows),
+                   _MM_HINT_T0);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        const W4Codes2 codes = LoadW4Codes2(q + (t + 2 * c) * kPanelRows);
+        const __m512i a = ActivationPairs(xq + 2 * (t + 2 * c), 2);
+        lo[c] = _mm512_dpwssd_epi32(lo[c], codes.lo, a);
+        hi[c] = _mm512_dpwssd_epi32(hi[c], codes.hi, a);
+      }
+    }
+    for (int c = 0; t < t1; t += 2, c = (c + 1) % 4) {
+      const int pairs = (int)std::min<int64_t>(2, t1 - t);
+      const W4Codes2 codes = pairs == 2 ? LoadW4Codes2(q + t * kPanelRows) : LoadW4Codes1(q + t * kPanelRows);
+      const __m512i a = ActivationPairs(xq + 2 * t, pairs);
+      lo[c] = _mm512_dpwssd_epi32(lo[c], codes.lo, a);
+      hi[c] = _mm512_dpwssd_epi32(hi[c], codes.hi, a);
+    }
+    const __m512i l = _mm512_add_epi32(_mm512_add_epi32(lo[0], lo[1]), _mm512_add_epi32(lo[2], lo[3]));
+    const __m512i h = _mm512_add_epi32(_mm512_add_epi32(hi[0], hi[1]), _mm512_add_epi32(hi[2], hi[3]));
+    const __m512 dot = _mm512_cvtepi32_ps(FoldRows(l, h));
+    const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
+    out = _mm512_fmadd_ps(mn, _mm512_set1_ps(xsum[g]), out);
+    out = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[g])), dot, out);
+  }
+  StoreCols(y, out, cols);
+}
+
 void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                         const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
@@ -311,7 +353,9 @@ void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const
     switch (m - r) {
       case 3: tile(std::integral_constant<int, 3>{}, r); break;
       case 2: tile(std::integral_constant<int, 2>{}, r); break;
-      case 1: tile(std::integral_constant<int, 1>{}, r); break;
+      case 1:  // decode, or the last row of a batch
+        W4IntRow(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
+        break;
       default: break;
     }
   }
