@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/amx_config.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace pdq {
@@ -127,19 +128,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double IntLoopAvx512(int6
 
 // AMX int8 tiles as the W8A8 GEMM uses them: tdpbssd on full 16 x 64-byte
 // tiles (16 * 16 * 64 products an instruction), four accumulators.
-struct alignas(64) AmxProbeConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 __attribute__((target("amx-tile,amx-int8"))) double AmxLoop(int64_t iters, float* sink) {
-  AmxProbeConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
+  const cpu::AmxTileConfig cfg = cpu::FullAmxTiles();
   alignas(64) int8_t src[16 * 64];
   std::memset(src, 3, sizeof(src));
   alignas(64) int32_t out[16 * 16];

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/amx_config.h"
 #include "kernels/cpu/isa.h"
 
 namespace pdq::cpu {
@@ -244,6 +245,16 @@ inline __m512i FoldRows(__m512i lo, __m512i hi) {
                                    _mm512_add_epi32(hi, _mm512_srli_epi64(hi, 32)));
 }
 
+// One group's share of a row's 16 outputs: min * xsum + (scale * xs) * dot,
+// with dot folded from lo (rows 0-7) and hi (rows 8-15); as the reference
+// sums it, in fused steps.
+inline __m512 AddGroup(__m512 out, __m512 scale, __m512 min, __m512i lo, __m512i hi, float xs,
+                       float xsum) {
+  const __m512 dot = _mm512_cvtepi32_ps(FoldRows(lo, hi));
+  out = _mm512_fmadd_ps(min, _mm512_set1_ps(xsum), out);
+  return _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(xs)), dot, out);
+}
+
 // Input pairs (16 bytes each) the decode GEMV prefetches ahead, as in the
 // AVX2 kernel.
 constexpr int64_t kW4PrefetchSteps = 64;
@@ -284,9 +295,7 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
     }
     const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
     for (int r = 0; r < MR; ++r) {
-      const __m512 dot = _mm512_cvtepi32_ps(FoldRows(lo[r], hi[r]));
-      out[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xsum[r * groups + g]), out[r]);
-      out[r] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[r * groups + g])), dot, out[r]);
+      out[r] = AddGroup(out[r], s, mn, lo[r], hi[r], xs[r * groups + g], xsum[r * groups + g]);
     }
   }
   for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
@@ -330,10 +339,8 @@ void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs, 
     }
     const __m512i l = _mm512_add_epi32(_mm512_add_epi32(lo[0], lo[1]), _mm512_add_epi32(lo[2], lo[3]));
     const __m512i h = _mm512_add_epi32(_mm512_add_epi32(hi[0], hi[1]), _mm512_add_epi32(hi[2], hi[3]));
-    const __m512 dot = _mm512_cvtepi32_ps(FoldRows(l, h));
-    const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
-    out = _mm512_fmadd_ps(mn, _mm512_set1_ps(xsum[g]), out);
-    out = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[g])), dot, out);
+    out = AddGroup(out, LoadF16x16(sp + g * kPanelRows), LoadF16x16(mp + g * kPanelRows), l, h,
+                   xs[g], xsum[g]);
   }
   StoreCols(y, out, cols);
 }
@@ -408,9 +415,7 @@ void W4A8Tile(const PackedW4& w, int64_t p, const int8_t* xq, int64_t row_bytes,
     }
     const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
     for (int r = 0; r < MR; ++r) {
-      const __m512 dot = _mm512_cvtepi32_ps(FoldRows(lo[r], hi[r]));
-      out[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xsum[r * groups + g]), out[r]);
-      out[r] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[r * groups + g])), dot, out[r]);
+      out[r] = AddGroup(out[r], s, mn, lo[r], hi[r], xs[r * groups + g], xsum[r * groups + g]);
     }
   }
   for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
@@ -441,9 +446,13 @@ void GemmW4A8PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, con
   }
 }
 
-// Same values and rounding as QuantizeRowI8GroupsRef.
-void QuantizeRowI8GroupsAvx512(const float* x, int64_t k, int group, int8_t* q, float* scale,
-                               float* sum) {
+// Per group of `group` inputs: codes of x * (kMax / absmax) rounded to
+// nearest even (vcvtps2dq, as the reference's nearbyint), the group's scale
+// and scale * the exact sum of its codes. kMax 32767 writes int16 (W4A16),
+// 127 int8 (W4A8, zero-padded to W4A8RowBytes).
+template <typename T>
+void QuantizeRowGroups(const float* x, int64_t k, int group, T* q, float* scale, float* sum) {
+  constexpr float kMax = sizeof(T) == 1 ? 127.0f : 32767.0f;
   const __m512 sign = _mm512_set1_ps(-0.0f);
   for (int64_t g = 0; g * group < k; ++g) {
     const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
@@ -452,52 +461,28 @@ void QuantizeRowI8GroupsAvx512(const float* x, int64_t k, int group, int8_t* q, 
     for (; i + 16 <= k1; i += 16) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)));
     float absmax = _mm512_reduce_max_ps(vmax);
     for (; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
-    const float inv = absmax > 0.0f ? 127.0f / absmax : 0.0f;
+    const float inv = absmax > 0.0f ? kMax / absmax : 0.0f;
     const __m512 vinv = _mm512_set1_ps(inv);
     __m512i total = _mm512_setzero_si512();
     for (i = k0; i + 16 <= k1; i += 16) {
       const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
       total = _mm512_add_epi32(total, v);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(v));
+      if constexpr (sizeof(T) == 1) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), _mm512_cvtsepi32_epi8(v));
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_cvtsepi32_epi16(v));
+      }
     }
     int32_t acc = _mm512_reduce_add_epi32(total);
     for (; i < k1; ++i) {
-      q[i] = (int8_t)std::nearbyint(x[i] * inv);
+      q[i] = (T)std::nearbyint(x[i] * inv);
       acc += q[i];
     }
-    scale[g] = absmax / 127.0f;
+    scale[g] = absmax / kMax;
     sum[g] = scale[g] * (float)acc;
   }
-  for (int64_t i = k; i < W4A8RowBytes(k); ++i) q[i] = 0;
-}
-
-// Same values and rounding as QuantizeRowI16Ref: vcvtps2dq rounds to
-// nearest even like nearbyint, and the sums are exact integers.
-void QuantizeRowI16Avx512(const float* x, int64_t k, int group, int16_t* q, float* scale,
-                          float* sum) {
-  const __m512 sign = _mm512_set1_ps(-0.0f);
-  for (int64_t g = 0; g * group < k; ++g) {
-    const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
-    __m512 vmax = _mm512_setzero_ps();
-    int64_t i = k0;
-    for (; i + 16 <= k1; i += 16) vmax = _mm512_max_ps(vmax, _mm512_andnot_ps(sign, _mm512_loadu_ps(x + i)));
-    float absmax = _mm512_reduce_max_ps(vmax);
-    for (; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
-    const float inv = absmax > 0.0f ? 32767.0f / absmax : 0.0f;
-    const __m512 vinv = _mm512_set1_ps(inv);
-    __m512i total = _mm512_setzero_si512();
-    for (i = k0; i + 16 <= k1; i += 16) {
-      const __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv));
-      total = _mm512_add_epi32(total, v);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm512_cvtsepi32_epi16(v));
-    }
-    int32_t acc = _mm512_reduce_add_epi32(total);
-    for (; i < k1; ++i) {
-      q[i] = (int16_t)std::nearbyint(x[i] * inv);
-      acc += q[i];
-    }
-    scale[g] = absmax / 32767.0f;
-    sum[g] = scale[g] * (float)acc;
+  if constexpr (sizeof(T) == 1) {
+    for (int64_t i = k; i < W4A8RowBytes(k); ++i) q[i] = 0;
   }
 }
 
@@ -657,14 +642,8 @@ void GemmI8PanelsAvx512(const PackedI8& w, int64_t p_begin, int64_t p_end, const
 // apart) are one B tile of 64 inputs x 16 outputs. A tiles are 16
 // activation rows x 64 inputs, read in place from the quantized rows.
 // tdpbssd multiplies signed by signed bytes, so no offset is needed.
-// Tiles 0-3 accumulate C (2 row tiles x 2 panels), 4-5 hold A, 6-7 B.
-struct alignas(64) AmxConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
+// Tiles 0-3 accumulate C (2 row tiles x 2 panels), 4-5 hold A, 6-7 B
+// (FullAmxTiles).
 
 // 16 x 16 int32 C tiles, plus inputs past the last full 64 (AMX covers
 // whole tiles; the rest, under 64 inputs, runs on VNNI), scaled and stored.
@@ -699,11 +678,7 @@ __attribute__((target("amx-tile,amx-int8"))) void GemmI8PanelsAmx(
     GemmI8Vnni(w, p_begin, p_end, xq, xs, 0, m, y, ldy);
     return;
   }
-  AmxConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
+  const AmxTileConfig cfg = FullAmxTiles();
   _tile_loadconfig(&cfg);
   alignas(64) int32_t c[4][256];
   // Row blocks of about 256 KiB of activations stay in L2 while the panels
@@ -994,15 +969,15 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
 
 const KernelTable kAvx512Kernels = {
     "avx512",             GemmF16PanelsAvx512,  GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
-    GemmI8PanelsAvx512,   QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowI8GroupsAvx512,
-    QuantizeRowI16Avx512, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
+    GemmI8PanelsAvx512,   QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowGroups<int8_t>,
+    QuantizeRowGroups<int16_t>, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
     AttendAvx512,         ToF16Avx512,
 };
 
 const KernelTable kAvx512AmxKernels = {
     "avx512+amx",         GemmF16PanelsAvx512,  GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
-    GemmI8PanelsAmx,      QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowI8GroupsAvx512,
-    QuantizeRowI16Avx512, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
+    GemmI8PanelsAmx,      QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowGroups<int8_t>,
+    QuantizeRowGroups<int16_t>, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
     AttendAvx512,         ToF16Avx512,
 };
 

@@ -112,38 +112,27 @@ float QuantizeRowI8Ref(const float* x, int64_t k, int8_t* q) {
   return s;
 }
 
-void QuantizeRowI8GroupsRef(const float* x, int64_t k, int group, int8_t* q, float* scale,
-                            float* sum) {
+// Per group: codes of x * (kMax / absmax) rounded to nearest, the scale and
+// scale * the sum of the codes; kMax 32767 for int16 (W4A16), 127 for int8
+// (W4A8, zero-padded to W4A8RowBytes).
+template <typename T>
+void QuantizeRowGroupsRef(const float* x, int64_t k, int group, T* q, float* scale, float* sum) {
+  constexpr float kMax = sizeof(T) == 1 ? 127.0f : 32767.0f;
   for (int64_t g = 0; g * group < k; ++g) {
     const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
     float absmax = 0.0f;
     for (int64_t i = k0; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
-    const float inv = absmax > 0.0f ? 127.0f / absmax : 0.0f;
+    const float inv = absmax > 0.0f ? kMax / absmax : 0.0f;
     int32_t total = 0;
     for (int64_t i = k0; i < k1; ++i) {
-      q[i] = (int8_t)std::nearbyint(x[i] * inv);
+      q[i] = (T)std::nearbyint(x[i] * inv);
       total += q[i];
     }
-    scale[g] = absmax / 127.0f;
+    scale[g] = absmax / kMax;
     sum[g] = scale[g] * (float)total;
   }
-  for (int64_t i = k; i < W4A8RowBytes(k); ++i) q[i] = 0;
-}
-
-void QuantizeRowI16Ref(const float* x, int64_t k, int group, int16_t* q, float* scale,
-                       float* sum) {
-  for (int64_t g = 0; g * group < k; ++g) {
-    const int64_t k0 = g * group, k1 = std::min<int64_t>(k, k0 + group);
-    float absmax = 0.0f;
-    for (int64_t i = k0; i < k1; ++i) absmax = std::max(absmax, std::abs(x[i]));
-    const float inv = absmax > 0.0f ? 32767.0f / absmax : 0.0f;
-    int32_t total = 0;
-    for (int64_t i = k0; i < k1; ++i) {
-      q[i] = (int16_t)std::nearbyint(x[i] * inv);
-      total += q[i];
-    }
-    scale[g] = absmax / 32767.0f;
-    sum[g] = scale[g] * (float)total;
+  if constexpr (sizeof(T) == 1) {
+    for (int64_t i = k; i < W4A8RowBytes(k); ++i) q[i] = 0;
   }
 }
 
@@ -217,8 +206,8 @@ void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
 
 const KernelTable kScalarKernels = {
     "scalar",          GemmF16PanelsRef,       GemmW4PanelsRef,  GemmW4PanelsF32Ref,
-    GemmI8PanelsRef,   QuantizeRowI8Ref,       GemmW4A8PanelsRef, QuantizeRowI8GroupsRef,
-    QuantizeRowI16Ref, RmsNormRowRef,          SiluMulRowRef,    GeluMulRowRef,
+    GemmI8PanelsRef,   QuantizeRowI8Ref,       GemmW4A8PanelsRef, QuantizeRowGroupsRef<int8_t>,
+    QuantizeRowGroupsRef<int16_t>, RmsNormRowRef,          SiluMulRowRef,    GeluMulRowRef,
     AttendRef,         ToF16Ref,
 };
 
