@@ -183,15 +183,15 @@ int main(int argc, char** argv) {
   r.int16_gops = pdq::MeasureIntPeakGops(pdq::Pool(), /*int8=*/false);
   r.int8_gops = pdq::MeasureIntPeakGops(pdq::Pool(), /*int8=*/true);
   // The integer peaks probe the instructions of the dispatched path: vpmaddwd
-  // and vpmaddubsw (AVX2), vpdpwssd and vpdpbusd (AVX-512), AMX tdpbssd for
-  // int8 on "avx512+amx".
+  // and vpmaddubsw (AVX2), vpdpwssd and vpdpbusd (AVX-VNNI, AVX-512), AMX
+  // tdpbssd for int8 on "avx512+amx".
   const std::string isa = pdq::KernelIsaName();
-  const bool avx512 = isa.rfind("avx512", 0) == 0;
+  const bool vnni = isa.rfind("avx512", 0) == 0 || isa == "avx2+vnni";
   std::printf("rooflines, %d threads, %s kernels: read %.1f GB/s, fp32 FMA %.1f GFLOP/s, "
               "int16 %s %.1f GOP/s, int8 %s %.1f GOP/s\n",
               pdq::Pool().size(), isa.c_str(), r.read_gbps, r.fma_gflops,
-              avx512 ? "vpdpwssd" : "vpmaddwd", r.int16_gops,
-              isa == "avx512+amx" ? "AMX tdpbssd" : avx512 ? "vpdpbusd" : "vpmaddubsw", r.int8_gops);
+              vnni ? "vpdpwssd" : "vpmaddwd", r.int16_gops,
+              isa == "avx512+amx" ? "AMX tdpbssd" : vnni ? "vpdpbusd" : "vpmaddubsw", r.int8_gops);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

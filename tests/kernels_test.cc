@@ -31,6 +31,7 @@ std::vector<const KernelTable*> FastTables() {
   std::vector<const KernelTable*> tables;
   const CpuFeatures& f = GetCpuFeatures();
   if (f.avx2) tables.push_back(&cpu::kAvx2Kernels);
+  if (f.avx2 && f.avxvnni) tables.push_back(&cpu::AvxVnniKernels());
   if (f.avx2 && f.avx512_kernels()) tables.push_back(&cpu::kAvx512Kernels);
   if (f.avx2 && f.avx512_kernels() && f.amx_int8) tables.push_back(&cpu::kAvx512AmxKernels);
   return tables;
@@ -363,7 +364,7 @@ TEST(KernelsTest, DispatchPicksTheFastestPathTheCpuHas) {
   if (!GetCpuFeatures().avx2) GTEST_SKIP() << "CPU has no AVX2; scalar path in use";
   const std::string isa = KernelIsaName();
   EXPECT_STREQ(cpu::ActiveKernels().name, isa.c_str());
-  for (const char* path : {"avx512+amx", "avx512", "avx2"}) {
+  for (const char* path : {"avx512+amx", "avx512", "avx2+vnni", "avx2"}) {
     if (MissingCpuFlags(path).empty()) {
       EXPECT_EQ(isa, path) << "the CPU has every flag " << path << " needs";
       break;
@@ -378,6 +379,13 @@ TEST(KernelsTest, Avx512TablesRunHere) {
   if (!missing.empty()) GTEST_SKIP() << "AVX-512 kernels not tested: CPU lacks " << missing;
   const auto tables = FastTables();
   EXPECT_NE(std::find(tables.begin(), tables.end(), &cpu::kAvx512Kernels), tables.end());
+}
+
+TEST(KernelsTest, AvxVnniTableRunsHere) {
+  const std::string missing = MissingCpuFlags("avx2+vnni");
+  if (!missing.empty()) GTEST_SKIP() << "AVX-VNNI kernels not tested: CPU lacks " << missing;
+  const auto tables = FastTables();
+  EXPECT_NE(std::find(tables.begin(), tables.end(), &cpu::AvxVnniKernels()), tables.end());
 }
 
 TEST(KernelsTest, AmxTableRunsHere) {

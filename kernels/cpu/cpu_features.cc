@@ -56,17 +56,19 @@ CpuFeatures Detect() {
   }
   if (const char* force = std::getenv("PDQ_ISA")) {
     if (std::strcmp(force, "scalar") == 0) f = CpuFeatures{};
-    if (std::strcmp(force, "avx2") == 0) {
+    if (std::strcmp(force, "avx2") == 0 || std::strcmp(force, "avxvnni") == 0) {
       f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = false;
       f.amx_int8 = false;
+      if (std::strcmp(force, "avx2") == 0) f.avxvnni = false;
     }
     if (std::strcmp(force, "avx512") == 0) f.amx_int8 = false;
     const bool known = std::strcmp(force, "scalar") == 0 || std::strcmp(force, "avx2") == 0 ||
-                       std::strcmp(force, "avx512") == 0 || std::strcmp(force, "amx") == 0 ||
+                       std::strcmp(force, "avxvnni") == 0 || std::strcmp(force, "avx512") == 0 ||
+                       std::strcmp(force, "amx") == 0 ||
                        std::strcmp(force, "avx512+amx") == 0 || *force == '\0';
     if (!known) {
       std::fprintf(stderr,
-                   "pdq: PDQ_ISA=%s is not one of scalar, avx2, avx512, amx; using every "
+                   "pdq: PDQ_ISA=%s is not one of scalar, avx2, avxvnni, avx512, amx; using every "
                    "path the CPU has\n",
                    force);
     }
@@ -84,6 +86,7 @@ const CpuFeatures& GetCpuFeatures() {
 std::string KernelIsaName() {
   const CpuFeatures& f = GetCpuFeatures();
   if (f.avx2 && f.avx512_kernels()) return f.amx_int8 ? "avx512+amx" : "avx512";
+  if (f.avx2 && f.avxvnni) return "avx2+vnni";
   if (f.avx2) return "avx2";
   return "scalar";
 }
@@ -94,7 +97,10 @@ std::string MissingCpuFlags(const std::string& isa) {
   auto need = [&](bool have, const char* flag) {
     if (!have) missing += (missing.empty() ? "" : " ") + std::string(flag);
   };
-  if (isa == "avx2" || isa == "avx512" || isa == "avx512+amx") need(f.avx2, "avx2/fma/f16c");
+  if (isa == "avx2" || isa == "avx2+vnni" || isa == "avx512" || isa == "avx512+amx") {
+    need(f.avx2, "avx2/fma/f16c");
+  }
+  if (isa == "avx2+vnni") need(f.avxvnni, "avx_vnni");
   if (isa == "avx512" || isa == "avx512+amx") {
     need(f.avx512f, "avx512f");
     need(f.avx512dq, "avx512dq");

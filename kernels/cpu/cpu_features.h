@@ -24,13 +24,14 @@ struct CpuFeatures {
   }
 };
 
-// Detected once; honours PDQ_ISA=scalar|avx2|avx512|amx to force a lower
-// path ("avx512": the AVX-512 kernels without AMX tiles; "amx": everything
-// the CPU has, the default).
+// Detected once; honours PDQ_ISA=scalar|avx2|avxvnni|avx512|amx to force a
+// lower path ("avx2": without AVX-VNNI either; "avxvnni": AVX2 with AVX-VNNI's
+// 256-bit integer products; "avx512": the AVX-512 kernels without AMX tiles;
+// "amx": everything the CPU has, the default).
 const CpuFeatures& GetCpuFeatures();
 
-// The kernel table dispatch uses: "avx512+amx", "avx512", "avx2" or
-// "scalar".
+// The kernel table dispatch uses: "avx512+amx", "avx512", "avx2+vnni",
+// "avx2" or "scalar".
 std::string KernelIsaName();
 
 // What a forced or missing path lacks, for messages: the CPU flags (as

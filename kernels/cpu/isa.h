@@ -81,6 +81,10 @@ extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA
 extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx512AmxKernels;
 
+// AVX2 with AVX-VNNI's 256-bit integer products (CpuFeatures::avxvnni):
+// the AVX2 table with its W4A16 int16 and W8A8 GEMMs on vpdpwssd/vpdpbusd.
+const KernelTable& AvxVnniKernels();
+
 // The AVX2 attention body, shared by the AVX-512 tables (see avx512.cc).
 void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
                 int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,

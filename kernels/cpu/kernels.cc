@@ -18,6 +18,7 @@ const KernelTable& ActiveKernels() {
     const std::string isa = KernelIsaName();
     if (isa == "avx512+amx") return &kAvx512AmxKernels;
     if (isa == "avx512") return &kAvx512Kernels;
+    if (isa == "avx2+vnni") return &AvxVnniKernels();
     if (isa == "avx2") return &kAvx2Kernels;
     return &kScalarKernels;
   }();

@@ -1,0 +1,117 @@
+// AVX-VNNI kernels (256-bit vpdpbusd and vpdpwssd: Alder Lake and later
+// client CPUs, Sierra Forest, Zen 5), for CPUs that have them without the
+// AVX-512 table's requirements. Compiled with -mavx2 -mfma -mf16c -mavxvnni
+// and reached only through dispatch. Only the integer products differ from
+// the AVX2 table: the W4A16 int16 kernels (avx2_w4_int.inc with vpdpwssd)
+// and the W8A8 GEMM (vpdpbusd); every other entry is the AVX2 one.
+#include <immintrin.h>
+
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cpu/isa.h"
+
+namespace pdq::cpu {
+namespace {
+
+inline __m256 LoadF16x8(const fp16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+inline __m256i DotPairs(__m256i acc, __m256i a, __m256i b) {
+  return _mm256_dpwssd_avx_epi32(acc, a, b);
+}
+#include "kernels/cpu/avx2_w4_int.inc"
+
+// ---- W8A8 ---------------------------------------------------------------------
+
+// As in the AVX-512 kernel: vpdpbusd multiplies unsigned by signed bytes, so
+// activations enter as x ^ 0x80 (x + 128) and 128 x each weight row's sum
+// is subtracted, exactly. A panel's quad step is two vectors (rows 0-7,
+// rows 8-15).
+template <int MR>
+void I8VnniTile(const int8_t* panel, int64_t k4, const int8_t* xq, int64_t row_bytes,
+                const float* xs, const __m256i offset[2], const __m256 ws[2], float* y,
+                int64_t ldy, int cols) {
+  __m256i acc[MR][2];
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+  const __m256i flip = _mm256_set1_epi32((int)0x80808080u);
+  for (int64_t t = 0; t < k4; ++t) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64 + 32));
+#pragma GCC unroll 4
+    for (int r = 0; r < MR; ++r) {
+      int32_t quad;
+      std::memcpy(&quad, xq + r * row_bytes + 4 * t, 4);
+      const __m256i a = _mm256_xor_si256(_mm256_set1_epi32(quad), flip);
+      acc[r][0] = _mm256_dpbusd_avx_epi32(acc[r][0], a, w0);
+      acc[r][1] = _mm256_dpbusd_avx_epi32(acc[r][1], a, w1);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    // (float)dot * xs * ws in the reference's order.
+    const __m256 xsr = _mm256_set1_ps(xs[r]);
+    alignas(32) float tmp[16];
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dot = _mm256_cvtepi32_ps(_mm256_sub_epi32(acc[r][h], offset[h]));
+      _mm256_store_ps(tmp + 8 * h, _mm256_mul_ps(_mm256_mul_ps(dot, xsr), ws[h]));
+    }
+    std::memcpy(y + r * ldy, tmp, cols * sizeof(float));
+  }
+}
+
+void GemmI8PanelsVnni(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
+                      const float* xs, int64_t m, float* y, int64_t ldy) {
+  const int64_t k4 = PackedI8K4(w.k), row_bytes = k4 * 4;
+  const __m256i k128 = _mm256_set1_epi8((char)0x80);
+  // Rows in blocks that stay in L2 while every panel passes by.
+  const int64_t block = std::max<int64_t>(4, (128 << 10) / row_bytes / 4 * 4);
+  for (int64_t m0 = 0; m0 < m; m0 += block) {
+    const int64_t mc = std::min(block, m - m0);
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      const int8_t* panel = w.q + p * k4 * 4 * kPanelRows;
+      const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+      // Padding rows past n have zero weights; their scale slots may not exist.
+      alignas(32) float scales[16] = {};
+      for (int j = 0; j < cols; ++j) scales[j] = w.scale[p * kPanelRows + j];
+      const __m256 ws[2] = {_mm256_load_ps(scales), _mm256_load_ps(scales + 8)};
+      __m256i offset[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      for (int64_t t = 0; t < k4; ++t) {
+        for (int h = 0; h < 2; ++h) {
+          const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64 + 32 * h));
+          offset[h] = _mm256_dpbusd_avx_epi32(offset[h], k128, wv);
+        }
+      }
+      for (int64_t r = m0; r < m0 + mc;) {
+        const int64_t left = m0 + mc - r;
+        const int8_t* a = xq + r * row_bytes;
+        float* yr = y + r * ldy + p * kPanelRows;
+        const int mr = (int)std::min<int64_t>(4, left);
+        switch (mr) {
+          case 4: I8VnniTile<4>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+          case 3: I8VnniTile<3>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+          case 2: I8VnniTile<2>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+          default: I8VnniTile<1>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
+        }
+        r += mr;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+const KernelTable& AvxVnniKernels() {
+  // Built on first use from the AVX2 table (constant-initialized, so ready
+  // before any caller), with the integer products replaced.
+  static const KernelTable table = [] {
+    KernelTable t = kAvx2Kernels;
+    t.name = "avx2+vnni";
+    t.gemm_w4_panels = GemmW4PanelsInt;
+    t.gemm_i8_panels = GemmI8PanelsVnni;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace pdq::cpu
