@@ -300,7 +300,8 @@ int RunEval(int argc, char** argv) {
   std::vector<LowbitRun> lowbit_runs;
   if (!skip_lowbit && config.contains("lowbit")) {
     fs::create_directories(raw + "/lowbit", ec);
-    for (const json& isa : lowbit.value("isas", json::array({"scalar", "avx2", "avx512"}))) {
+    const json all_paths = json::array({"scalar", "avx2", "avx2+vnni", "avx512", "avx512+amx"});
+    for (const json& isa : lowbit.value("isas", all_paths)) {
       for (const json& t : lowbit.value("threads", json::array({1}))) {
         for (const char* p : {"w4a16", "w8a8"}) {
           const std::string threads = std::to_string(t.get<int>());

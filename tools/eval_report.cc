@@ -185,7 +185,8 @@ std::string LowbitSection(const json& config, const std::string& raw) {
   };
   std::vector<Row> rows;
   std::vector<std::string> absent;
-  for (const json& isa : lowbit.value("isas", json::array({"scalar", "avx2", "avx512"}))) {
+  const json all_paths = json::array({"scalar", "avx2", "avx2+vnni", "avx512", "avx512+amx"});
+  for (const json& isa : lowbit.value("isas", all_paths)) {
     for (const json& t : lowbit.value("threads", json::array({1}))) {
       const std::string stem = absl::StrCat(raw, "/lowbit/", isa.get<std::string>(), "-");
       const std::string tail = absl::StrCat("-t", t.get<int>(), ".json");

@@ -56,6 +56,8 @@ CpuFeatures Detect() {
   }
   if (const char* force = std::getenv("PDQ_ISA")) {
     if (std::strcmp(force, "scalar") == 0) f = CpuFeatures{};
+    // The table names ("avx2+vnni", "avx512+amx") are accepted as well.
+    if (std::strcmp(force, "avx2+vnni") == 0) force = "avxvnni";
     if (std::strcmp(force, "avx2") == 0 || std::strcmp(force, "avxvnni") == 0) {
       f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = false;
       f.amx_int8 = false;
