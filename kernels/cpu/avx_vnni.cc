@@ -1,27 +1,19 @@
-// AVX-VNNI kernels (256-bit vpdpbusd and vpdpwssd: Alder Lake and later
-// client CPUs, Sierra Forest, Zen 5), for CPUs that have them without the
-// AVX-512 table's requirements. Compiled with -mavx2 -mfma -mf16c -mavxvnni
-// and reached only through dispatch. Only the integer products differ from
-// the AVX2 table: the W4A16 int16 kernels (avx2_w4_int.inc with vpdpwssd)
-// and the W8A8 GEMM (vpdpbusd); every other entry is the AVX2 one.
+// AVX-VNNI kernels (256-bit vpdpbusd: Alder Lake and later client CPUs,
+// Sierra Forest), for CPUs that have them without the AVX-512 table's
+// requirements. Compiled with -mavx2 -mfma -mf16c -mavxvnni and reached only
+// through dispatch. Only the W8A8 GEMM differs from the AVX2 table: on the
+// Xeon this was measured on, 256-bit vpdpwssd did not beat vpmaddwd + vpaddd
+// for the W4A16 int16 kernels (0.85-1.0x), nor vpdpbusd the AVX2 W8A8 kernel
+// below 4 rows, so those stay AVX2's (bench/RESULTS.md).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cpu/isa.h"
 
 namespace pdq::cpu {
 namespace {
-
-inline __m256 LoadF16x8(const fp16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-inline __m256i DotPairs(__m256i acc, __m256i a, __m256i b) {
-  return _mm256_dpwssd_avx_epi32(acc, a, b);
-}
-#include "kernels/cpu/avx2_w4_int.inc"
 
 // ---- W8A8 ---------------------------------------------------------------------
 
@@ -62,6 +54,10 @@ void I8VnniTile(const int8_t* panel, int64_t k4, const int8_t* xq, int64_t row_b
 
 void GemmI8PanelsVnni(const PackedI8& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
                       const float* xs, int64_t m, float* y, int64_t ldy) {
+  if (m < 4) {  // decode: one or two dpbusd chains are latency-bound; AVX2 is faster
+    kAvx2Kernels.gemm_i8_panels(w, p_begin, p_end, xq, xs, m, y, ldy);
+    return;
+  }
   const int64_t k4 = PackedI8K4(w.k), row_bytes = k4 * 4;
   const __m256i k128 = _mm256_set1_epi8((char)0x80);
   // Rows in blocks that stay in L2 while every panel passes by.
@@ -107,7 +103,6 @@ const KernelTable& AvxVnniKernels() {
   static const KernelTable table = [] {
     KernelTable t = kAvx2Kernels;
     t.name = "avx2+vnni";
-    t.gemm_w4_panels = GemmW4PanelsInt;
     t.gemm_i8_panels = GemmI8PanelsVnni;
     return t;
   }();

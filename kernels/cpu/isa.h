@@ -81,8 +81,8 @@ extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA
 extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx512AmxKernels;
 
-// AVX2 with AVX-VNNI's 256-bit integer products (CpuFeatures::avxvnni):
-// the AVX2 table with its W4A16 int16 and W8A8 GEMMs on vpdpwssd/vpdpbusd.
+// AVX2 with AVX-VNNI (CpuFeatures::avxvnni): the AVX2 table with its W8A8
+// GEMM on 256-bit vpdpbusd from 4 rows up.
 const KernelTable& AvxVnniKernels();
 
 // The AVX2 attention body, shared by the AVX-512 tables (see avx512.cc).
