@@ -20,8 +20,8 @@ double MeasureFmaPeakGflops(ThreadPool& pool);
 
 // GOP/s (2 per product) of independent integer multiply-add chains on every
 // thread: int16 pairs (`int8` false) or u8 x s8 quads: vpmaddwd and
-// vpmaddubsw on AVX2, vpdpwssd and vpdpbusd (256-bit on "avx2+vnni", 512-bit
-// on AVX-512), and for int8 AMX's
+// vpmaddubsw on AVX2 (and vpdpbusd for int8 on "avx2+vnni"), vpdpwssd and
+// vpdpbusd on AVX-512, and for int8 AMX's
 // tdpbssd on the "avx512+amx" path. 0 without AVX2.
 double MeasureIntPeakGops(ThreadPool& pool, bool int8);
 

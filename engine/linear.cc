@@ -166,8 +166,8 @@ class W4A16Linear final : public WritableLinear {
     thread_local std::vector<uint8_t> scratch;
     const size_t need = GemmW4A16ScratchBytes(m, in_, group_);
     if (scratch.size() < need) scratch.resize(need);
-    GemmW4A16(ctx, PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_, a8_min_rows_}, x, m,
-              ldx, y, ldy, scratch.data(), inv_s_.empty() ? nullptr : inv_s_.data());
+    const PackedW4 w{q_.data(), scale_.data(), min_.data(), out_, in_, group_, a8_min_rows_};
+    GemmW4A16(ctx, w, x, m, ldx, y, ldy, scratch.data(), inv_s_.empty() ? nullptr : inv_s_.data());
     AddBias(y, m, ldy);
   }
   void SetRows(int64_t row0, int64_t rows, const float* src) override {

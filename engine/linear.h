@@ -110,9 +110,10 @@ struct LinearOptions {
   bool w4_symmetric = false;
   float smooth_alpha = 0.0f;  // W8A8: SmoothQuant migration strength; 0 is off
   W4Method w4_method = W4Method::kRtn;
-  // W4A16: from this many rows per call (batched decode) up to
-  // kW4IntMaxRows, int8 activations per group (PackedW4::a8_min_rows); 0:
-  // never. A run-time choice, not part of the stored weights.
+  // W4A16: in calls of this many rows up to kW4IntMaxRows (batched decode,
+  // short prefill chunks), int8 activations per group
+  // (PackedW4::a8_min_rows); 0: never. A run-time choice, not part of the
+  // stored weights.
   int w4_a8_min_rows = 0;
 };
 

@@ -25,7 +25,7 @@ struct LoadOptions {
   int w4_group = 128;                   // 32, 64 or 128 inputs per scale
   bool w4_symmetric = false;            // asymmetric (scale and min) by default
   W4Method w4_method = W4Method::kRtn;  // non-RTN methods need activation_stats with Gram
-  // W4A16 batched decode with int8 activations from this many rows up
+  // W4A16 with int8 activations in calls of this many rows up to 64
   // (LinearOptions::w4_a8_min_rows); 0: never. Not stored in artifacts.
   int w4_a8_min_rows = 0;
   // Linear layers that stay FP16 under a quantized precision: patterns with

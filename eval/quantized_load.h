@@ -18,8 +18,9 @@
 
 namespace pdq {
 
-// The measured default of QuantizedLoadOptions::w4_a8_min_rows
-// (bench/RESULTS.md, "W4A8 batched decode").
+// The measured default of QuantizedLoadOptions::w4_a8_min_rows: never, as
+// W4A8 moved the top token against FP16 in about 4% of positions
+// (bench/RESULTS.md, "AVX-512 and AMX kernels", W4A8's accuracy).
 constexpr int kDefaultW4A8MinRows = 0;
 
 struct QuantizedLoadOptions {
@@ -31,9 +32,9 @@ struct QuantizedLoadOptions {
   int w4_group = 0;
   bool w4_symmetric = false;
   W4Method w4_method = W4Method::kRtn;
-  // W4A16 batched decode: from this many rows per step up to 64, int8
-  // activations per group (W4A8) where the kernels have u8 x s8 products
-  // (AVX-512 VNNI); 0: never. A kernel choice, not a weight format.
+  // W4A16: in calls of this many rows up to 64 (batched decode, short
+  // prefill chunks), int8 activations per group (W4A8) where the kernel path
+  // has it (W4A8Supported()); 0: never. A kernel choice, not a weight format.
   int w4_a8_min_rows = kDefaultW4A8MinRows;
   // Layers kept FP16 (patterns, see LoadOptions::fp16_layers). Unset: the
   // measured default of the precision, DefaultFp16Layers().

@@ -1,6 +1,8 @@
 // pdq's CPU compute kernels. Each takes the device context first, never
-// allocates, and dispatches at run time to the fastest ISA the CPU has
-// (AVX2+FMA+F16C, else the scalar reference in kernels/cpu/ref.h).
+// allocates, and dispatches at run time to the fastest path the CPU has
+// (AVX-512 with AMX tiles, AVX-512 VNNI, AVX2 with AVX-VNNI, AVX2+FMA+F16C,
+// else the scalar reference in kernels/cpu/ref.cc; see KernelIsaName in
+// kernels/cpu/cpu_features.h).
 #pragma once
 
 #include <algorithm>
@@ -61,12 +63,16 @@ struct PackedW4 {
   int64_t n = 0;
   int64_t k = 0;  // even
   int group = 128;
-  // W4A8: from this many rows up to kW4IntMaxRows (batched decode), the
-  // activations are quantized per weight group to int8 (absmax / 127) instead
-  // of int16, where the kernel path has integer u8 x s8 products (AVX-512
-  // VNNI); elsewhere the int16 path runs. 0: never.
+  // W4A8: in calls of this many rows up to kW4IntMaxRows (batched decode,
+  // and prefill chunks that short), the activations are quantized per weight
+  // group to int8 (absmax / 127) instead of int16, on the paths that have a
+  // W4A8 kernel (AVX-512 and the scalar reference; W4A8Supported()); the AVX2
+  // paths keep int16. 0: never.
   int a8_min_rows = 0;
 };
+// True when the kernel path dispatch chose has W4A8, so a8_min_rows takes
+// effect.
+bool W4A8Supported();
 inline int64_t PackedW4Groups(int64_t k, int group) { return (k + group - 1) / group; }
 inline int64_t PackedW4QBytes(int64_t n, int64_t k) {
   return (n + kPanelRows - 1) / kPanelRows * kPanelRows * (k / 2);
@@ -103,9 +109,9 @@ void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, 
 // Up to kW4IntMaxRows rows (decode, batched decode), the activations are
 // quantized per weight group to int16 (scale = group absmax / 32767: 16-bit
 // activations, finer than fp16's 11-bit mantissa for the values that
-// dominate a dot product); each group's products are summed exactly in int32
-// and scaled once. More rows (prefill) dequantize the weights into fp32
-// tiles instead. `scratch`: GemmW4A16ScratchBytes(m, k, group) bytes. With
+// dominate a dot product), or to int8 from PackedW4::a8_min_rows rows up
+// (W4A8); each group's products are summed exactly in int32 and scaled once.
+// More rows (prefill) dequantize the weights into fp32 tiles instead. `scratch`: GemmW4A16ScratchBytes(m, k, group) bytes. With
 // `in_scale` (k entries), x[i][j] * in_scale[j] is multiplied instead:
 // AWQ's input scaling, whose inverse the weights carry.
 constexpr int64_t kW4IntMaxRows = 64;

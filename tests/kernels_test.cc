@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,6 +37,14 @@ std::vector<const KernelTable*> FastTables() {
   if (f.avx2 && f.avx512_kernels() && f.amx_int8) tables.push_back(&cpu::kAvx512AmxKernels);
   return tables;
 }
+// Why a path's kernels are not here, for skip messages: the CPU flags it
+// lacks, as PDQ_ISA (when set) leaves them.
+std::string WhyNot(const char* path) {
+  std::string why = "CPU lacks " + MissingCpuFlags(path);
+  if (const char* forced = std::getenv("PDQ_ISA")) why += std::string(" with PDQ_ISA=") + forced;
+  return why;
+}
+
 #define SKIP_WITHOUT_FAST_PATHS()                                                       \
   if (FastTables().empty()) GTEST_SKIP() << "no vectorized kernels on this CPU (or PDQ_ISA=scalar)"
 
@@ -263,7 +272,8 @@ TEST(KernelsTest, AttendMatchesReference) {
   SKIP_WITHOUT_FAST_PATHS();
   std::mt19937 rng(6);
   for (const KernelTable* kt : FastTables()) {
-    for (int head_dim : {8, 24, 64, 128}) {
+    // 16 to 128 by 16 reach every P V register count of the AVX-512 kernel.
+    for (int head_dim : {8, 16, 24, 48, 64, 96, 128}) {
       // rows * group from 1 to 64: the AVX-512 kernel transposes K blocks
       // from 8 queries a call up and hands fewer to the AVX2 one.
       for (int group : {1, 3, 8}) {
@@ -375,22 +385,23 @@ TEST(KernelsTest, DispatchPicksTheFastestPathTheCpuHas) {
 // The AVX-512 tables are tested wherever the CPU has them; elsewhere these
 // say which flags are missing, so a skip is never mistaken for a pass.
 TEST(KernelsTest, Avx512TablesRunHere) {
-  const std::string missing = MissingCpuFlags("avx512");
-  if (!missing.empty()) GTEST_SKIP() << "AVX-512 kernels not tested: CPU lacks " << missing;
+  if (!MissingCpuFlags("avx512").empty()) GTEST_SKIP() << "AVX-512 kernels not tested: " << WhyNot("avx512");
   const auto tables = FastTables();
   EXPECT_NE(std::find(tables.begin(), tables.end(), &cpu::kAvx512Kernels), tables.end());
 }
 
 TEST(KernelsTest, AvxVnniTableRunsHere) {
-  const std::string missing = MissingCpuFlags("avx2+vnni");
-  if (!missing.empty()) GTEST_SKIP() << "AVX-VNNI kernels not tested: CPU lacks " << missing;
+  if (!MissingCpuFlags("avx2+vnni").empty()) {
+    GTEST_SKIP() << "AVX-VNNI kernels not tested: " << WhyNot("avx2+vnni");
+  }
   const auto tables = FastTables();
   EXPECT_NE(std::find(tables.begin(), tables.end(), &cpu::AvxVnniKernels()), tables.end());
 }
 
 TEST(KernelsTest, AmxTableRunsHere) {
-  const std::string missing = MissingCpuFlags("avx512+amx");
-  if (!missing.empty()) GTEST_SKIP() << "AMX W8A8 kernel not tested: CPU lacks " << missing;
+  if (!MissingCpuFlags("avx512+amx").empty()) {
+    GTEST_SKIP() << "AMX W8A8 kernel not tested: " << WhyNot("avx512+amx");
+  }
   const auto tables = FastTables();
   EXPECT_NE(std::find(tables.begin(), tables.end(), &cpu::kAvx512AmxKernels), tables.end());
 }
@@ -552,7 +563,7 @@ std::vector<const KernelTable*> W4A8Tables() {
 }
 
 TEST(W4A8Test, ActivationQuantizationMatchesReferenceExactly) {
-  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: CPU lacks " << MissingCpuFlags("avx512");
+  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: " << WhyNot("avx512");
   std::mt19937 rng(31);
   for (const KernelTable* kt : W4A8Tables()) {
     for (int group : {32, 64, 128}) {
@@ -577,13 +588,15 @@ TEST(W4A8Test, ActivationQuantizationMatchesReferenceExactly) {
 }
 
 TEST(W4A8Test, GemmMatchesReferenceAndStaysNearFloat) {
-  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: CPU lacks " << MissingCpuFlags("avx512");
+  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: " << WhyNot("avx512");
   std::mt19937 rng(32);
   for (const KernelTable* kt : W4A8Tables()) {
     for (int group : {32, 64, 128}) {
-      for (int64_t m : {1, 3, 8, 9, 17, 64}) {
-        // k = 202 ends in a group of 5 input pairs; k = 70 (group 64) in 3.
-        for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {20, 202}, {48, 70}}) {
+      // Every tile height (1 to 8 rows) and tails of 1, 2 and 3 input pairs:
+      // k = 202 ends in a group of 5 pairs, 70 (group 64) in 3, 68 (group 32) in 2.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 64}) {
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {20, 202}, {48, 70},
+                            {17, 68}}) {
           auto w = Random(n * k, rng), x = Random(m * k, rng);
           auto p = PackW4(w, n, k, group, m % 2 == 0);
           const int64_t panels = (n + 15) / 16, groups = PackedW4Groups(k, group);
@@ -617,7 +630,7 @@ TEST(W4A8Test, GemmMatchesReferenceAndStaysNearFloat) {
 // The public entry point takes the W4A8 path from a8_min_rows up (and only
 // there), threaded, with and without an input scale.
 TEST(W4A8Test, PublicGemmSwitchesAtMinRows) {
-  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: CPU lacks " << MissingCpuFlags("avx512");
+  if (W4A8Tables().empty()) GTEST_SKIP() << "no W4A8 kernels here: " << WhyNot("avx512");
   if (cpu::ActiveKernels().gemm_w4a8_panels == nullptr) GTEST_SKIP() << "PDQ_ISA forces a path without W4A8";
   std::mt19937 rng(33);
   ThreadPool pool(2);

@@ -76,9 +76,9 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
                "W4A16 codes: rtn (round to nearest), awq (activation-aware channel scales), "
                "gptq (Hessian error compensation) or awq+gptq; all but rtn calibrate");
   flags.Int("w4a8-rows", &w4a8_rows, 0, 1 << 20,
-            absl::StrCat("W4A16 batched decode: from this many rows per step (up to 64) the\n"
-                         "activations are int8 per group (W4A8) where the CPU has AVX-512 VNNI;\n"
-                         "0: never"));
+            "W4A16: in steps of this many rows up to 64 (batched decode, short prompt\n"
+            "chunks) the activations are int8 per group (W4A8) where the kernels have it\n"
+            "(AVX-512); 0: never");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
@@ -147,6 +147,10 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
     std::string detail;
     if (out.model->precision() == Precision::kW4A16) {
       detail = absl::StrCat(", group ", lo.w4_group, ", ", W4MethodName(lo.w4_method));
+      if (lo.w4_a8_min_rows > 0) {
+        absl::StrAppend(&detail, ", W4A8 from ", lo.w4_a8_min_rows, " rows",
+                        W4A8Supported() ? "" : " (not on these kernels: int16 activations)");
+      }
     } else if (out.model->precision() == Precision::kW8A8) {
       detail = lo.smooth_alpha > 0 ? absl::StrCat(", SmoothQuant ", lo.smooth_alpha)
                                    : ", no SmoothQuant";

@@ -1,4 +1,4 @@
-// AVX-512 kernels (F, BW, VL and VNNI: Ice Lake, Zen 4 and later), and the
+// AVX-512 kernels (F, DQ, BW, VL and VNNI: Ice Lake, Zen 4 and later), and the
 // AMX-INT8 W8A8 GEMM for CPUs with tiles (Sapphire Rapids and later).
 // Compiled with those flags and reached only through the dispatch table when
 // the CPU (and, for AMX, the OS) has them; nothing here may be called from a

@@ -3,7 +3,7 @@
 // requirements. Compiled with -mavx2 -mfma -mf16c -mavxvnni and reached only
 // through dispatch. Only the W8A8 GEMM differs from the AVX2 table: on the
 // Xeon this was measured on, 256-bit vpdpwssd did not beat vpmaddwd + vpaddd
-// for the W4A16 int16 kernels (0.85-1.0x), nor vpdpbusd the AVX2 W8A8 kernel
+// for the W4A16 int16 kernels (0.8-0.9x), nor vpdpbusd the AVX2 W8A8 kernel
 // below 4 rows, so those stay AVX2's (bench/RESULTS.md).
 #include <immintrin.h>
 

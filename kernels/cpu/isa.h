@@ -29,8 +29,8 @@ struct KernelTable {
   // Quantizes one activation row: returns its scale, writes k4 * 4 bytes.
   float (*quantize_row_i8)(const float* x, int64_t k, int8_t* q);
   // W4A8: the same with int8 activations (rows W4A8RowBytes(k) bytes apart,
-  // quantized by quantize_row_i8_groups). Null where the path has no integer
-  // u8 x s8 products; GemmW4A16 then keeps int16 activations.
+  // quantized by quantize_row_i8_groups). Null where the path has no W4A8
+  // kernel (the AVX2 tables so far); GemmW4A16 then keeps int16 activations.
   void (*gemm_w4a8_panels)(const PackedW4& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
                            const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy);
   // Quantizes one activation row to int8 per group of `group` inputs (absmax

@@ -27,6 +27,8 @@ const KernelTable& ActiveKernels() {
 
 }  // namespace cpu
 
+bool W4A8Supported() { return cpu::ActiveKernels().gemm_w4a8_panels != nullptr; }
+
 namespace {
 void ForRows(const CpuContext& ctx, int64_t m, const std::function<void(int64_t, int64_t)>& fn) {
   if (ctx.pool == nullptr || m < 2) {
