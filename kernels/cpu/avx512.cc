@@ -7,6 +7,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/amx_config.h"
 #include "kernels/cpu/isa.h"
@@ -259,12 +261,54 @@ inline __m512 AddGroup(__m512 out, __m512 scale, __m512 min, __m512i lo, __m512i
 // AVX2 kernel.
 constexpr int64_t kW4PrefetchSteps = 64;
 
-// Rows [0, MR) of the int16 activations against one panel: per group, exact
+// Calls tile(std::integral_constant<int, MR>{}, r) over rows [0, m): tiles
+// of kMax rows, then one of the rows left.
+template <int kMax, typename Tile>
+inline void ForEachTile(int64_t m, const Tile& tile) {
+  int64_t r = 0;
+  for (; r + kMax <= m; r += kMax) tile(std::integral_constant<int, kMax>{}, r);
+  const int64_t left = m - r;
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((left == I + 1 ? tile(std::integral_constant<int, I + 1>{}, r) : void()), ...);
+  }(std::make_integer_sequence<int, kMax - 1>{});
+}
+
+// W4A16's int16 activation rows (`stride` values apart): per group, exact
 // int32 dot products with vpdpwssd (16 rows x 4 inputs a pair of
-// instructions), then one scale per group, as the AVX2 and scalar kernels.
-template <int MR>
-void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
-               const float* xsum, float* y, int64_t ldy, int cols) {
+// instructions), as the AVX2 and scalar kernels.
+struct Int16Rows {
+  const int16_t* x;
+  int64_t stride;
+  Int16Rows At(int64_t r) const { return {x + r * stride, stride}; }
+  // Adds input pairs [t0, t1) of a panel's codes q into lo and hi.
+  template <int MR>
+  void Accumulate(const uint8_t* q, int64_t t0, int64_t t1, __m512i* lo, __m512i* hi) const {
+    int64_t t = t0;
+    for (; t + 2 <= t1; t += 2) {
+      const W4Codes2 c = LoadW4Codes2(q + t * kPanelRows);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        const __m512i a = ActivationPairs(x + r * stride + 2 * t, 2);
+        lo[r] = _mm512_dpwssd_epi32(lo[r], c.lo, a);
+        hi[r] = _mm512_dpwssd_epi32(hi[r], c.hi, a);
+      }
+    }
+    if (t < t1) {
+      const W4Codes2 c = LoadW4Codes1(q + t * kPanelRows);
+      for (int r = 0; r < MR; ++r) {
+        const __m512i a = ActivationPairs(x + r * stride + 2 * t, 1);
+        lo[r] = _mm512_dpwssd_epi32(lo[r], c.lo, a);
+        hi[r] = _mm512_dpwssd_epi32(hi[r], c.hi, a);
+      }
+    }
+  }
+};
+
+// Rows [0, MR) of `rows` (Int16Rows, or W4A8's Int8Rows below) against one
+// panel: per group the rows' exact int32 sums, then one scale per group.
+template <int MR, typename Rows>
+void W4Tile(const PackedW4& w, int64_t p, const Rows& rows, const float* xs, const float* xsum,
+            float* y, int64_t ldy, int cols) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
   const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
   const fp16_t* sp = w.scale + p * groups * kPanelRows;
@@ -275,24 +319,7 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
     const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
     __m512i lo[MR], hi[MR];
     for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
-    int64_t t = t0;
-    for (; t + 2 <= t1; t += 2) {
-      const W4Codes2 c = LoadW4Codes2(q + t * kPanelRows);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const __m512i a = ActivationPairs(xq + r * w.k + 2 * t, 2);
-        lo[r] = _mm512_dpwssd_epi32(lo[r], c.lo, a);
-        hi[r] = _mm512_dpwssd_epi32(hi[r], c.hi, a);
-      }
-    }
-    if (t < t1) {
-      const W4Codes2 c = LoadW4Codes1(q + t * kPanelRows);
-      for (int r = 0; r < MR; ++r) {
-        const __m512i a = ActivationPairs(xq + r * w.k + 2 * t, 1);
-        lo[r] = _mm512_dpwssd_epi32(lo[r], c.lo, a);
-        hi[r] = _mm512_dpwssd_epi32(hi[r], c.hi, a);
-      }
-    }
+    rows.template Accumulate<MR>(q, t0, t1, lo, hi);
     const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
     for (int r = 0; r < MR; ++r) {
       out[r] = AddGroup(out[r], s, mn, lo[r], hi[r], xs[r * groups + g], xsum[r * groups + g]);
@@ -301,7 +328,7 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
   for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
 }
 
-// One activation row (decode) against one panel: W4IntTile<1>'s sums with
+// One activation row (decode) against one panel: W4Tile<1>'s sums with
 // four independent accumulator pairs, since one pair's chain of vpdpwssd
 // (latency 5, one step per two input pairs) would bound a group of 32 inputs
 // at 40 cycles instead of the 8 its loads need.
@@ -348,23 +375,19 @@ void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs, 
 void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                         const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
+  const Int16Rows rows{xq, w.k};
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    auto tile = [&](auto rows, int64_t r) {
-      W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
-                                       yp + r * ldy, ldy, cols);
-    };
-    int64_t r = 0;
-    for (; r + 4 <= m; r += 4) tile(std::integral_constant<int, 4>{}, r);
-    switch (m - r) {
-      case 3: tile(std::integral_constant<int, 3>{}, r); break;
-      case 2: tile(std::integral_constant<int, 2>{}, r); break;
-      case 1:  // decode, or the last row of a batch
+    // Tiles of 4 rows; a single row (decode, or a batch's last) on W4IntRow.
+    ForEachTile<4>(m, [&](auto mr, int64_t r) {
+      if constexpr (decltype(mr)::value == 1) {
         W4IntRow(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
-        break;
-      default: break;
-    }
+      } else {
+        W4Tile<decltype(mr)::value>(w, p, rows.At(r), xs + r * groups, xsum + r * groups,
+                                    yp + r * ldy, ldy, cols);
+      }
+    });
   }
 }
 
@@ -387,62 +410,39 @@ inline W4Codes2 LoadW4Codes4(const uint8_t* p, int pairs) {
   return {_mm512_and_si512(v, mask), _mm512_and_si512(_mm512_srli_epi16(v, 4), mask)};
 }
 
-// Rows [0, MR) of the int8 activations (rows `row_bytes` apart) against one
-// panel; the same sums and per-group scaling as W4IntTile.
-template <int MR>
-void W4A8Tile(const PackedW4& w, int64_t p, const int8_t* xq, int64_t row_bytes, const float* xs,
-              const float* xsum, float* y, int64_t ldy, int cols) {
-  const int64_t groups = PackedW4Groups(w.k, w.group);
-  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
-  const fp16_t* sp = w.scale + p * groups * kPanelRows;
-  const fp16_t* mp = w.min + p * groups * kPanelRows;
-  __m512 out[MR];
-  for (int r = 0; r < MR; ++r) out[r] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
-    __m512i lo[MR], hi[MR];
-    for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
+// W4A8's int8 activation rows (`stride` bytes apart, W4A8RowBytes): four
+// input pairs a pair of vpdpbusd; the sums W4Tile scales as Int16Rows'.
+struct Int8Rows {
+  const int8_t* x;
+  int64_t stride;
+  Int8Rows At(int64_t r) const { return {x + r * stride, stride}; }
+  template <int MR>
+  void Accumulate(const uint8_t* q, int64_t t0, int64_t t1, __m512i* lo, __m512i* hi) const {
     for (int64_t t = t0; t < t1; t += 4) {
       const W4Codes2 c = LoadW4Codes4(q + t * kPanelRows, (int)std::min<int64_t>(4, t1 - t));
 #pragma GCC unroll 8
       for (int r = 0; r < MR; ++r) {
         int64_t x8;  // within the row's padding: 2t is a multiple of 8
-        std::memcpy(&x8, xq + r * row_bytes + 2 * t, 8);
+        std::memcpy(&x8, x + r * stride + 2 * t, 8);
         const __m512i a = _mm512_set1_epi64(x8);
         lo[r] = _mm512_dpbusd_epi32(lo[r], c.lo, a);
         hi[r] = _mm512_dpbusd_epi32(hi[r], c.hi, a);
       }
     }
-    const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
-    for (int r = 0; r < MR; ++r) {
-      out[r] = AddGroup(out[r], s, mn, lo[r], hi[r], xs[r * groups + g], xsum[r * groups + g]);
-    }
   }
-  for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
-}
+};
 
 void GemmW4A8PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const int8_t* xq,
                           const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
-  const int64_t groups = PackedW4Groups(w.k, w.group), row_bytes = W4A8RowBytes(w.k);
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const Int8Rows rows{xq, W4A8RowBytes(w.k)};
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    auto tile = [&](auto rows, int64_t r) {
-      W4A8Tile<decltype(rows)::value>(w, p, xq + r * row_bytes, row_bytes, xs + r * groups,
-                                      xsum + r * groups, yp + r * ldy, ldy, cols);
-    };
-    int64_t r = 0;
-    for (; r + 8 <= m; r += 8) tile(std::integral_constant<int, 8>{}, r);
-    switch (m - r) {
-      case 7: tile(std::integral_constant<int, 7>{}, r); break;
-      case 6: tile(std::integral_constant<int, 6>{}, r); break;
-      case 5: tile(std::integral_constant<int, 5>{}, r); break;
-      case 4: tile(std::integral_constant<int, 4>{}, r); break;
-      case 3: tile(std::integral_constant<int, 3>{}, r); break;
-      case 2: tile(std::integral_constant<int, 2>{}, r); break;
-      case 1: tile(std::integral_constant<int, 1>{}, r); break;
-      default: break;
-    }
+    ForEachTile<8>(m, [&](auto mr, int64_t r) {
+      W4Tile<decltype(mr)::value>(w, p, rows.At(r), xs + r * groups, xsum + r * groups,
+                                  yp + r * ldy, ldy, cols);
+    });
   }
 }
 
@@ -645,26 +645,40 @@ void GemmI8PanelsAvx512(const PackedI8& w, int64_t p_begin, int64_t p_end, const
 // Tiles 0-3 accumulate C (2 row tiles x 2 panels), 4-5 hold A, 6-7 B
 // (FullAmxTiles).
 
-// 16 x 16 int32 C tiles, plus inputs past the last full 64 (AMX covers
-// whole tiles; the rest, under 64 inputs, runs on VNNI), scaled and stored.
-void FinishAmxBlock(const int32_t* c, const PackedI8& w, int64_t p, int64_t full_quads,
-                    const int8_t* xq, int64_t row_bytes, const float* xs, float* y, int64_t ldy) {
+// What the epilogue of one panel needs, the same for every row block: the
+// panel, its weight scales and, for the inputs past the last whole 64, the
+// offset share of VNNI's unsigned activations.
+struct AmxPanel {
+  const int8_t* q = nullptr;
+  __m512 scales = _mm512_setzero_ps();
+  __m512i offset = _mm512_setzero_si512();
+  int cols = 0;
+};
+inline AmxPanel PrepareAmxPanel(const PackedI8& w, int64_t p, int64_t full_quads) {
+  AmxPanel panel;
   const int64_t k4 = PackedI8K4(w.k);
-  const int8_t* panel = w.q + p * k4 * 64;
-  int cols;
-  const __m512 ws = PanelScales(w, p, &cols);
-  const __m512i offset = OffsetShare(panel, full_quads, k4);
+  panel.q = w.q + p * k4 * 64;
+  panel.scales = PanelScales(w, p, &panel.cols);
+  panel.offset = OffsetShare(panel.q, full_quads, k4);
+  return panel;
+}
+
+// 16 x 16 int32 C tiles, plus inputs past the last full 64 (AMX covers
+// whole tiles; the rest, under 64 inputs, runs on VNNI), scaled and stored
+// at y (the panel's first column).
+void FinishAmxBlock(const int32_t* c, const AmxPanel& panel, int64_t full_quads, int64_t k4,
+                    const int8_t* xq, int64_t row_bytes, const float* xs, float* y, int64_t ldy) {
   const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
   for (int r = 0; r < 16; ++r) {
     __m512i acc = _mm512_load_si512(c + r * 16);
     if (full_quads < k4) {
       for (int64_t t = full_quads; t < k4; ++t) {
         const __m512i a = _mm512_xor_si512(_mm512_set1_epi32(LoadQuad(xq + r * row_bytes + 4 * t)), flip);
-        acc = _mm512_dpbusd_epi32(acc, a, PanelQuads(panel, t));
+        acc = _mm512_dpbusd_epi32(acc, a, PanelQuads(panel.q, t));
       }
-      acc = _mm512_sub_epi32(acc, offset);
+      acc = _mm512_sub_epi32(acc, panel.offset);
     }
-    StoreI8(y + r * ldy + p * kPanelRows, acc, xs[r], ws, cols);
+    StoreI8(y + r * ldy, acc, xs[r], panel.scales, panel.cols);
   }
 }
 
@@ -689,8 +703,15 @@ __attribute__((target("amx-tile,amx-int8"))) void GemmI8PanelsAmx(
     const int64_t m1 = std::min(m16, m0 + block);
     for (int64_t p = p_begin; p < p_end; p += 2) {
       const bool two_panels = p + 1 < p_end;
-      const int8_t* b0 = w.q + p * panel_bytes;
+      const AmxPanel panels[2] = {PrepareAmxPanel(w, p, full_quads),
+                                  two_panels ? PrepareAmxPanel(w, p + 1, full_quads) : AmxPanel{}};
+      const int8_t* b0 = panels[0].q;
       const int8_t* b1 = b0 + panel_bytes;
+      // C tile `c` of panel j for the 16 rows from `row`, finished.
+      auto finish = [&](const int32_t* c, int j, int64_t row) {
+        FinishAmxBlock(c, panels[j], full_quads, k4, xq + row * row_bytes, row_bytes, xs + row,
+                       y + row * ldy + (p + j) * kPanelRows, ldy);
+      };
       for (int64_t r = m0; r < m1; r += 32) {
         const bool two_rows = r + 16 < m1;
         const int8_t* a0 = xq + r * row_bytes;
@@ -714,18 +735,17 @@ __attribute__((target("amx-tile,amx-int8"))) void GemmI8PanelsAmx(
           }
         }
         _tile_stored(0, c[0], 64);
-        FinishAmxBlock(c[0], w, p, full_quads, a0, row_bytes, xs + r, y + r * ldy, ldy);
+        finish(c[0], 0, r);
         if (two_panels) {
           _tile_stored(1, c[1], 64);
-          FinishAmxBlock(c[1], w, p + 1, full_quads, a0, row_bytes, xs + r, y + r * ldy, ldy);
+          finish(c[1], 1, r);
         }
         if (two_rows) {
           _tile_stored(2, c[2], 64);
-          FinishAmxBlock(c[2], w, p, full_quads, a1, row_bytes, xs + r + 16, y + (r + 16) * ldy, ldy);
+          finish(c[2], 0, r + 16);
           if (two_panels) {
             _tile_stored(3, c[3], 64);
-            FinishAmxBlock(c[3], w, p + 1, full_quads, a1, row_bytes, xs + r + 16,
-                           y + (r + 16) * ldy, ldy);
+            finish(c[3], 1, r + 16);
           }
         }
       }

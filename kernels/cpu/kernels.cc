@@ -97,37 +97,29 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
   const int64_t groups = PackedW4Groups(w.k, w.group);
   float* xs = scaled + (in_scale ? m * w.k : 0);
   float* xsum = xs + m * groups;
-  if (w.a8_min_rows > 0 && m >= w.a8_min_rows && kt.gemm_w4a8_panels != nullptr) {
-    // W4A8: int8 rows where the int16 ones would be (GemmW4A16ScratchBytes
-    // sizes them for the larger of the two).
-    int8_t* xq8 = reinterpret_cast<int8_t*>(xsum + m * groups);
-    const int64_t row_bytes = cpu::W4A8RowBytes(w.k);
-    ForRows(ctx, m, [&](int64_t b, int64_t e) {
+  // Quantizes every row into xq (rows `stride` apart), then runs the GEMM:
+  // int8 rows for W4A8, else int16 (GemmW4A16ScratchBytes sizes the rows for
+  // the larger of the two).
+  auto run = [&](auto* xq, int64_t stride, auto quantize_row, auto gemm_panels) {
+    auto quantize = [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        kt.quantize_row_i8_groups(row_of(i), w.k, w.group, xq8 + i * row_bytes, xs + i * groups,
-                                  xsum + i * groups);
+        quantize_row(row_of(i), w.k, w.group, xq + i * stride, xs + i * groups, xsum + i * groups);
       }
-    });
-    ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
-      kt.gemm_w4a8_panels(w, b, e, xq8, xs, xsum, m, y, ldy);
-    });
-    return;
-  }
-  int16_t* xq = reinterpret_cast<int16_t*>(xsum + m * groups);
-  auto quantize = [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      kt.quantize_row_i16(row_of(i), w.k, w.group, xq + i * w.k, xs + i * groups,
-                          xsum + i * groups);
+    };
+    if (m < 8) {
+      quantize(0, m);  // cheaper than waking the threads
+    } else {
+      ForRows(ctx, m, quantize);
     }
+    ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { gemm_panels(w, b, e, xq, xs, xsum, m, y, ldy); });
   };
-  if (m < 8) {
-    quantize(0, m);  // cheaper than waking the threads
+  if (w.a8_min_rows > 0 && m >= w.a8_min_rows && kt.gemm_w4a8_panels != nullptr) {
+    run(reinterpret_cast<int8_t*>(xsum + m * groups), cpu::W4A8RowBytes(w.k),
+        kt.quantize_row_i8_groups, kt.gemm_w4a8_panels);
   } else {
-    ForRows(ctx, m, quantize);
+    run(reinterpret_cast<int16_t*>(xsum + m * groups), w.k, kt.quantize_row_i16,
+        kt.gemm_w4_panels);
   }
-  ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
-    kt.gemm_w4_panels(w, b, e, xq, xs, xsum, m, y, ldy);
-  });
 }
 
 void GemmW8A8(const CpuContext& ctx, const PackedI8& w, const float* x, int64_t m, int64_t ldx,
