@@ -2,10 +2,12 @@
 // blocks for KV transfer.
 #include "engine/kv_cache.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/prefix_hash.h"
 
 namespace pdq {
 namespace {
@@ -48,6 +50,8 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvCacheConfig& co
       list->push_back(static_cast<fp16_t*>(p));
     }
   }
+  cache->meta_.resize(config.num_blocks);
+  cache->block_tokens_.resize((size_t)config.num_blocks * l.block_tokens);
   cache->free_.reserve(config.num_blocks);
   for (int64_t b = config.num_blocks - 1; b >= 0; --b) cache->free_.push_back((int32_t)b);
   return cache;
@@ -84,7 +88,10 @@ absl::StatusOr<const KvCache::Sequence*> KvCache::Find(SeqId seq) const {
 absl::Status KvCache::RemoveSequence(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no KV sequence ", seq));
-  for (int32_t b : it->second.blocks) free_.push_back(b);
+  // Last block first, so that a prefix outlives its tails in the eviction
+  // order (the tail is the least likely to be shared).
+  const std::vector<int32_t>& blocks = it->second.blocks;
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) Unref(*b);
   seqs_.erase(it);
   return absl::OkStatus();
 }
@@ -102,10 +109,7 @@ absl::Status KvCache::Reserve(SeqId seq, int64_t tokens) {
         "KV cache full: ", tokens, " tokens need ", more, " more blocks of ", bt,
         " tokens but only ", num_free_blocks(), " of ", config_.num_blocks, " are free"));
   }
-  for (int64_t i = 0; i < more; ++i) {
-    s.blocks.push_back(free_.back());
-    free_.pop_back();
-  }
+  for (int64_t i = 0; i < more; ++i) s.blocks.push_back(TakeBlock());
   return absl::OkStatus();
 }
 
@@ -208,6 +212,202 @@ absl::StatusOr<std::vector<KvSpan>> KvCache::LayerSpans(SeqId seq, int layer,
                                               s->blocks.size() * bt, " tokens, not ", tokens));
   }
   return Spans(*s, layer, blocks);
+}
+
+// ---- Prefix cache -------------------------------------------------------------
+
+void KvCache::Unref(int32_t block) {
+  BlockMeta& m = meta_[block];
+  PDQ_CHECK(m.refs > 0);
+  if (--m.refs > 0) return;
+  if (m.cached) {
+    LruPushBack(block);
+  } else {
+    free_.push_back(block);
+  }
+}
+
+int32_t KvCache::TakeBlock() {
+  int32_t b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else {
+    PDQ_CHECK(lru_head_ >= 0);
+    b = lru_head_;
+    LruRemove(b);
+    Uncache(b);
+    ++evictions_;
+  }
+  meta_[b].refs = 1;
+  return b;
+}
+
+void KvCache::LruRemove(int32_t block) {
+  BlockMeta& m = meta_[block];
+  (m.lru_prev >= 0 ? meta_[m.lru_prev].lru_next : lru_head_) = m.lru_next;
+  (m.lru_next >= 0 ? meta_[m.lru_next].lru_prev : lru_tail_) = m.lru_prev;
+  m.lru_prev = m.lru_next = -1;
+  --lru_size_;
+}
+
+void KvCache::LruPushBack(int32_t block) {
+  BlockMeta& m = meta_[block];
+  m.lru_prev = lru_tail_;
+  m.lru_next = -1;
+  (lru_tail_ >= 0 ? meta_[lru_tail_].lru_next : lru_head_) = block;
+  lru_tail_ = block;
+  ++lru_size_;
+}
+
+void KvCache::Uncache(int32_t block) {
+  BlockMeta& m = meta_[block];
+  PDQ_CHECK(m.cached);
+  auto it = index_.find(m.hash & config_.prefix_hash_mask);
+  PDQ_CHECK(it != index_.end());
+  std::erase(it->second, block);
+  if (it->second.empty()) index_.erase(it);
+  LogEvent(false, m.hash);
+  m.cached = false;
+  m.writer = 0;
+  ++m.gen;
+  --cached_;
+}
+
+void KvCache::LogEvent(bool stored, uint64_t hash) {
+  if (!log_events_) return;
+  constexpr size_t kMaxEvents = 1 << 16;
+  std::vector<uint64_t>& log = stored ? events_.stored : events_.removed;
+  if (log.size() >= kMaxEvents) {
+    events_.overflowed = true;
+    events_.stored.clear();
+    events_.removed.clear();
+    return;
+  }
+  if (!events_.overflowed) log.push_back(hash);
+}
+
+uint64_t KvCache::PrefixSeed(std::string_view salt) const {
+  return pdq::PrefixSeed(config_.layout.Serialize(), salt);
+}
+
+int32_t KvCache::FindCached(uint64_t hash, int32_t parent, uint32_t parent_gen,
+                            std::span<const int32_t> tokens) const {
+  auto it = index_.find(hash & config_.prefix_hash_mask);
+  if (it == index_.end()) return -1;
+  const int64_t bt = config_.layout.block_tokens;
+  for (int32_t b : it->second) {
+    const BlockMeta& m = meta_[b];
+    if (m.hash != hash || m.parent != parent || (parent >= 0 && m.parent_gen != parent_gen)) {
+      continue;
+    }
+    if (std::equal(tokens.begin(), tokens.end(), block_tokens_.begin() + (int64_t)b * bt)) return b;
+  }
+  return -1;
+}
+
+absl::StatusOr<int64_t> KvCache::AttachPrefix(SeqId seq, std::span<const int32_t> tokens,
+                                              uint64_t seed, int64_t max_tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no KV sequence ", seq));
+  Sequence& s = it->second;
+  if (!s.blocks.empty() || s.length != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV sequence ", seq, " is not empty; a prefix attaches only to a new one"));
+  }
+  const int64_t bt = config_.layout.block_tokens;
+  const int64_t limit = std::min<int64_t>(max_tokens, (int64_t)tokens.size()) / bt;
+  uint64_t h = seed;
+  int32_t parent = -1;
+  for (int64_t i = 0; i < limit; ++i) {
+    std::span<const int32_t> block = tokens.subspan(i * bt, bt);
+    h = ChainBlockHash(h, block);
+    const int32_t b = FindCached(h, parent, parent >= 0 ? meta_[parent].gen : 0, block);
+    if (b < 0) break;
+    if (meta_[b].refs++ == 0) LruRemove(b);
+    s.blocks.push_back(b);
+    parent = b;
+  }
+  s.length = (int64_t)s.blocks.size() * bt;
+  return s.length;
+}
+
+absl::StatusOr<int64_t> KvCache::CachePrefix(SeqId seq, std::span<const int32_t> tokens,
+                                             uint64_t seed, std::string_view writer) {
+  PDQ_ASSIGN_OR_RETURN(const Sequence* s, Find(seq));
+  const int64_t bt = config_.layout.block_tokens;
+  const int64_t n = std::min<int64_t>(s->length, (int64_t)tokens.size()) / bt;
+  uint8_t writer_id = 0;
+  for (; writer_id < writers_.size() && writers_[writer_id] != writer; ++writer_id) {
+  }
+  if (writer_id == writers_.size()) {
+    if (writers_.size() == 255) return absl::ResourceExhaustedError("too many KV writer names");
+    writers_.emplace_back(writer);
+  }
+  uint64_t h = seed;
+  int32_t parent = -1;
+  int64_t added = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    std::span<const int32_t> block = tokens.subspan(i * bt, bt);
+    h = ChainBlockHash(h, block);
+    const int32_t mine = s->blocks[i];
+    const uint32_t parent_gen = parent >= 0 ? meta_[parent].gen : 0;
+    BlockMeta& m = meta_[mine];
+    if (m.cached) {
+      if (m.hash == h && m.parent == parent && m.parent_gen == parent_gen) {
+        parent = mine;  // cached already, as this prefix
+        continue;
+      }
+      // Cached behind a block that has since left the index (or another
+      // copy of its parent): file it again behind this chain.
+      Uncache(mine);
+    }
+    const int32_t other = FindCached(h, parent, parent_gen, block);
+    if (other >= 0) {
+      // Another sequence cached this prefix first: the chain continues
+      // through its block, and later blocks of this sequence can only be
+      // found behind it.
+      parent = other;
+      continue;
+    }
+    m.cached = true;
+    m.hash = h;
+    m.parent = parent;
+    m.parent_gen = parent_gen;
+    m.writer = writer_id;
+    std::copy(block.begin(), block.end(), block_tokens_.begin() + (int64_t)mine * bt);
+    index_[h & config_.prefix_hash_mask].push_back(mine);
+    LogEvent(true, h);
+    ++cached_;
+    ++added;
+    parent = mine;
+  }
+  return added;
+}
+
+std::string_view KvCache::BlockWriter(int32_t block) const {
+  PDQ_CHECK(block >= 0 && block < (int32_t)meta_.size());
+  return writers_[meta_[block].writer];
+}
+
+PrefixCacheStats KvCache::prefix_stats() const {
+  return PrefixCacheStats{cached_, lru_size_, evictions_};
+}
+
+PrefixEvents KvCache::TakePrefixEvents() {
+  log_events_ = true;
+  PrefixEvents out = std::move(events_);
+  events_ = PrefixEvents{};
+  return out;
+}
+
+std::vector<uint64_t> KvCache::CachedHashes() const {
+  std::vector<uint64_t> out;
+  out.reserve(cached_);
+  for (const BlockMeta& m : meta_) {
+    if (m.cached) out.push_back(m.hash);
+  }
+  return out;
 }
 
 }  // namespace pdq

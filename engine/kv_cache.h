@@ -1,6 +1,9 @@
 // Paged KV cache: fixed-size blocks of FP16 keys and values shared by all
 // sequences, a block table per sequence, and an allocator whose free-block
-// count is observable. Its layout (engine/kv_layout.h) never depends on the
+// count is observable. Whole blocks can outlive their sequence as a prefix
+// cache: identified by a chained hash of their tokens (common/prefix_hash.h),
+// shared by reference count between sequences, and evicted least recently
+// used first when a reservation needs the memory. Its layout (engine/kv_layout.h) never depends on the
 // precision of the weights that write or read it, so a cache written by an
 // FP16 or W8A8 prefill worker can be continued by a W4A16 decode worker, in
 // this process or, through export and import, in another.
@@ -13,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -41,6 +45,26 @@ struct KvCacheConfig {
   KvLayout layout;
   int64_t num_blocks = 0;
   std::shared_ptr<KvAllocator> allocator = nullptr;  // null: host memory
+  // Test hook: ANDed into every block hash of the prefix index, so a test
+  // can force collisions (0: every block collides). The stored tokens and
+  // parent decide a match, never the hash alone.
+  uint64_t prefix_hash_mask = ~0ull;
+};
+
+// What the prefix cache did, since the cache was made.
+struct PrefixCacheStats {
+  int64_t cached_blocks = 0;     // blocks in the index now (in use or not)
+  int64_t evictable_blocks = 0;  // of those, held by no sequence
+  int64_t evictions = 0;
+};
+
+// Changes to the set of cached block hashes, for a router that routes by
+// them (unmasked hashes, as PrefixBlockHashes computes them).
+struct PrefixEvents {
+  std::vector<uint64_t> stored, removed;
+  // Events were dropped (more than the log holds): start again from
+  // CachedHashes().
+  bool overflowed = false;
 };
 
 using SeqId = int64_t;
@@ -69,7 +93,10 @@ class KvCache {
 
   const KvLayout& layout() const { return config_.layout; }
   int64_t num_blocks() const { return config_.num_blocks; }
-  int64_t num_free_blocks() const { return (int64_t)free_.size(); }
+  // Blocks a reservation can have: unused ones and cached ones no sequence
+  // holds (evicted on demand). After every sequence is removed this equals
+  // num_blocks().
+  int64_t num_free_blocks() const { return (int64_t)free_.size() + lru_size_; }
   // Bytes of K plus V for one block in one layer.
   int64_t block_bytes() const { return config_.layout.block_bytes(); }
   // "host" or the device memory the blocks live in, and what allocated it.
@@ -80,7 +107,8 @@ class KvCache {
   // A new empty sequence.
   SeqId AddSequence();
   bool HasSequence(SeqId seq) const { return seqs_.contains(seq); }
-  // Returns the sequence's blocks to the pool. NotFound for an unknown id
+  // Drops the sequence's hold on its blocks: unshared blocks return to the
+  // pool, cached ones stay cached until evicted. NotFound for an unknown id
   // (nothing changes).
   absl::Status RemoveSequence(SeqId seq);
 
@@ -97,6 +125,35 @@ class KvCache {
   // The sequence's block ids in position order; valid until the next call
   // that changes this sequence. NotFound for an unknown sequence.
   absl::StatusOr<std::span<const int32_t>> BlockTable(SeqId seq) const;
+
+  // ---- Prefix cache ----
+  // The seed of a request's block hashes: this cache's layout and `salt`.
+  uint64_t PrefixSeed(std::string_view salt) const;
+  // Appends to an empty sequence the longest run of cached whole blocks
+  // that hold tokens[0, n), n at most max_tokens, and sets its length to n;
+  // returns n (a multiple of block_tokens; 0 on a miss). The blocks are
+  // shared, never written again: the sequence continues in blocks of its
+  // own. FailedPrecondition for a sequence that is not empty, NotFound for
+  // an unknown one.
+  absl::StatusOr<int64_t> AttachPrefix(SeqId seq, std::span<const int32_t> tokens, uint64_t seed,
+                                       int64_t max_tokens);
+  // Offers the sequence's stored whole blocks holding tokens[0, n) (n at
+  // most its length) to the index, so later sequences with the same prefix
+  // and seed reuse them. Blocks already cached keep their writer; new ones
+  // record `writer` (the precision whose forward pass wrote them: "fp16",
+  // "w8a8", "w4a16"). A block whose prefix another block already holds stays
+  // private. Returns how many blocks it added.
+  absl::StatusOr<int64_t> CachePrefix(SeqId seq, std::span<const int32_t> tokens, uint64_t seed,
+                                      std::string_view writer);
+  // The writer recorded for a block of a sequence's table ("" if the block
+  // was never cached).
+  std::string_view BlockWriter(int32_t block) const;
+  PrefixCacheStats prefix_stats() const;
+  // Turns on the event log (off by default) and returns what changed since
+  // the last call.
+  PrefixEvents TakePrefixEvents();
+  // Every hash in the index now (for a full resynchronisation).
+  std::vector<uint64_t> CachedHashes() const;
 
   // The storage of one layer, for kernels.
   KvLayerView Layer(int layer) const;
@@ -134,7 +191,33 @@ class KvCache {
     std::vector<int32_t> blocks;
     int64_t length = 0;
   };
+  // Per block: who holds it and, while it is in the prefix index, what it
+  // holds.
+  struct BlockMeta {
+    int32_t refs = 0;
+    bool cached = false;
+    uint64_t hash = 0;        // unmasked chain hash
+    int32_t parent = -1;      // the previous block of the prefix; -1: first
+    uint32_t parent_gen = 0;  // its generation when this block was cached
+    uint32_t gen = 0;         // bumps each time the block leaves the index
+    uint8_t writer = 0;       // index into writers_
+    int32_t lru_prev = -1, lru_next = -1;  // while cached and unreferenced
+  };
   explicit KvCache(const KvCacheConfig& config) : config_(config) {}
+  // Drops one hold on a block: unreferenced, it goes to the eviction list
+  // (cached) or the free stack.
+  void Unref(int32_t block);
+  // A block for a reservation: a free one, else the least recently used
+  // cached one, evicted. Callers have checked num_free_blocks().
+  int32_t TakeBlock();
+  void LruRemove(int32_t block);
+  void LruPushBack(int32_t block);
+  void Uncache(int32_t block);
+  // The cached block holding `tokens` after `parent` (generation
+  // parent_gen), or -1.
+  int32_t FindCached(uint64_t hash, int32_t parent, uint32_t parent_gen,
+                     std::span<const int32_t> tokens) const;
+  void LogEvent(bool stored, uint64_t hash);
   absl::StatusOr<const Sequence*> Find(SeqId seq) const;
   // FailedPrecondition unless the CPU can read the blocks.
   absl::Status CheckHostAccessible() const;
@@ -146,6 +229,14 @@ class KvCache {
   std::vector<fp16_t*> k_, v_;  // per layer, aligned allocations
   int64_t region_bytes_ = 0;    // bytes of each of them
   std::vector<int32_t> free_;   // free block ids (a stack)
+  std::vector<BlockMeta> meta_;
+  std::vector<int32_t> block_tokens_;  // the ids a cached block holds
+  absl::flat_hash_map<uint64_t, std::vector<int32_t>> index_;  // masked hash -> blocks
+  std::vector<std::string> writers_ = {""};
+  int32_t lru_head_ = -1, lru_tail_ = -1;  // head: evicted first
+  int64_t lru_size_ = 0, cached_ = 0, evictions_ = 0;
+  bool log_events_ = false;
+  PrefixEvents events_;
   absl::flat_hash_map<SeqId, Sequence> seqs_;
   SeqId next_id_ = 1;
 };
