@@ -190,7 +190,7 @@ absl::StatusOr<std::vector<KvSpan>> KvCache::ExportLayer(SeqId seq, int layer) c
 absl::StatusOr<SeqId> KvCache::ImportSequence(const KvLayout& sender, int64_t tokens) {
   PDQ_RETURN_IF_ERROR(CheckKvCompatible(config_.layout, sender));
   PDQ_RETURN_IF_ERROR(CheckHostAccessible());
-  if (tokens <= 0) {
+  if (tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("cannot import ", tokens, " tokens"));
   }
   const SeqId seq = AddSequence();

@@ -176,7 +176,7 @@ class KvCache {
   absl::StatusOr<std::vector<KvSpan>> ExportLayer(SeqId seq, int layer) const;
   // Receiving side: checks that blocks laid out as `sender` can be read
   // here (FailedPrecondition naming the field otherwise), then creates a
-  // sequence with room for `tokens` tokens and length 0 (ResourceExhausted
+  // sequence with room for `tokens` tokens (0: none yet) and length 0 (ResourceExhausted
   // when the blocks cannot be had; nothing changes).
   absl::StatusOr<SeqId> ImportSequence(const KvLayout& sender, int64_t tokens);
   // Where layer `layer` of the sequence's first `tokens` tokens lives, in

@@ -342,6 +342,13 @@ std::optional<HttpError> ParseBody(const json& body, bool chat, Parsed* p) {
     if (!body["user"].is_string()) return BadRequest("'user' must be a string", "user");
     req.set_client_id(body["user"].get<std::string>());
   }
+  // vLLM's tenant isolation for the prefix cache.
+  if (Present(body, "cache_salt")) {
+    if (!body["cache_salt"].is_string()) {
+      return BadRequest("'cache_salt' must be a string", "cache_salt");
+    }
+    req.set_cache_salt(body["cache_salt"].get<std::string>());
+  }
   bool ignore_eos = false;
   if (auto e = ReadBool(body, "ignore_eos", &ignore_eos)) return e;
   req.set_ignore_eos(ignore_eos);
@@ -556,7 +563,8 @@ class Server : public OpenAiHttpServer {
     static json Usage(const v1::GenerateSummary& s) {
       return {{"prompt_tokens", s.prompt_tokens()},
               {"completion_tokens", s.output_tokens()},
-              {"total_tokens", s.prompt_tokens() + s.output_tokens()}};
+              {"total_tokens", s.prompt_tokens() + s.output_tokens()},
+              {"prompt_tokens_details", {{"cached_tokens", s.cached_tokens()}}}};
     }
   };
 

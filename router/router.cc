@@ -207,6 +207,8 @@ class Registry {
     return std::vector<std::string>(pools.begin(), pools.end());
   }
 
+  const RouterOptions& options() const { return options_; }
+
   void Done(const std::shared_ptr<Worker>& w) {
     if (w == nullptr) return;
     std::lock_guard lock(mu_);
@@ -316,6 +318,7 @@ struct Attempt {
   v1::DecodeRequest decode_req;
   bool failed = false;
   bool reserved = false;  // the decode worker holds a reservation for it
+  bool prefilled = false;  // the Prefill call answered OK
   int open_calls = 0;     // worker calls not yet completed
   // The Reserve call is left to complete: cancelling it could lose a
   // reservation the worker made; OnReserved releases it instead.
@@ -462,6 +465,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     d.set_ignore_eos(req_.ignore_eos());
     if (a->decode->info.role() == v1::ROLE_BOTH) {
       for (int32_t t : prompt_) d.add_prompt(t);
+      d.set_cache_salt(req_.cache_salt());
       StartDecodeLocked(a);
       return;
     }
@@ -469,6 +473,10 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     a->reserve_req.set_prompt_tokens((int64_t)prompt_.size());
     a->reserve_req.set_max_tokens(req_.max_tokens());
     a->reserve_req.set_kv_layout(a->prefill->info.kv_layout());
+    for (int32_t t : prompt_) a->reserve_req.add_prompt(t);
+    a->reserve_req.set_cache_salt(req_.cache_salt());
+    a->reserve_req.set_local_prefill_max_tokens(registry_.options().local_prefill_tokens);
+    a->reserve_req.set_kv_writer(PrecisionLabel(a->prefill->info.precision()));
     ++a->open_calls;
     auto self = shared_from_this();
     a->decode->decode->async()->Reserve(&a->reserve_ctx, &a->reserve_req, &a->reserve_resp,
@@ -487,6 +495,14 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       return;
     }
     a->reserved = true;
+    a->decode_req.set_reservation_id(a->reserve_resp.reservation_id());
+    if (a->reserve_resp.local_prefill()) {
+      // The decode worker holds all but a short suffix and prefills it.
+      registry_.Done(a->prefill);
+      a->prefill = nullptr;
+      StartDecodeLocked(a);
+      return;
+    }
     v1::PrefillRequest& p = a->prefill_req;
     p.set_request_id(request_id_);
     for (int32_t t : prompt_) p.add_prompt(t);
@@ -495,7 +511,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     p.set_decode_kv_transport(a->reserve_resp.kv_transport());
     p.set_reservation_id(a->reserve_resp.reservation_id());
     p.set_transfer_token(a->reserve_resp.transfer_token());
-    a->decode_req.set_reservation_id(a->reserve_resp.reservation_id());
+    p.set_decode_cached_tokens(a->reserve_resp.cached_tokens());
+    p.set_cache_salt(req_.cache_salt());
     // Prefill and decode start together: neither waits on the other here.
     ++a->open_calls;
     auto self = shared_from_this();
@@ -541,6 +558,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   void OnPrefilled(std::shared_ptr<Attempt> a, const grpc::Status& s) {
     std::lock_guard lock(mu_);
     --a->open_calls;
+    a->prefilled = s.ok();
     if (!s.ok() && !finished_ && a == attempt_ && !relayed_) {
       FailAttemptLocked(a, s, "prefill worker " + a->prefill->info.worker_id());
       return;
@@ -591,6 +609,10 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
                                         (output_tokens_ - 1)
                                   : 0.0);
     sum.set_pool(served_pool_);
+    // Prompt tokens nobody computed: the prefill worker's reuse when one
+    // ran (the decode worker's then only saves the transfer), else the
+    // decode worker's own.
+    if (a->prefilled) sum.set_cached_tokens(a->prefill_resp.cached_tokens());
     v1::GenerateResponse m;
     *m.mutable_summary() = sum;
     out_->Send(std::move(m));
@@ -840,6 +862,7 @@ class PdqService : public PdqBase {
     }
     if (req.stop_token_ids_size() > 64) return Invalid("at most 64 stop token ids");
     if (req.client_id().size() > 256) return Invalid("client_id must have at most 256 bytes");
+    if (req.cache_salt().size() > 256) return Invalid("cache_salt must have at most 256 bytes");
     for (int32_t t : req.stop_token_ids()) {
       if (t < 0 || t >= w->vocab_size()) {
         return Invalid(absl::StrCat("stop token id ", t, " is outside the vocabulary [0, ",

@@ -46,6 +46,10 @@ struct RouterOptions {
   std::string split;
   // With a split, requests carrying a client_id always go to the same pool.
   bool split_sticky = false;
+  // When a decode worker's prefix cache holds part of a prompt and all but
+  // at most this many tokens, it prefills them itself and no prefill worker
+  // is involved (conditional disaggregation); 0: always a prefill worker.
+  int local_prefill_tokens = 256;
 };
 
 class Router {

@@ -30,7 +30,8 @@ int RouterMain(int argc, char** argv) {
               http_address_file, worker_tls_name, api_key_file, split;
   bool split_sticky = false;
   ServerSecurityFlags security;
-  int64_t heartbeat_ms = 500, missed = 3, http_connections = 128, drain_seconds = 30;
+  int64_t heartbeat_ms = 500, missed = 3, http_connections = 128, drain_seconds = 30,
+          local_prefill = RouterOptions().local_prefill_tokens;
   FlagParser flags("pdq-router",
                    "The pdq router: serves pdq.v1.Pdq (Generate, Tokenize, GetModelInfo) and the "
                    "worker Registry, with health and reflection.",
@@ -66,6 +67,10 @@ int RouterMain(int argc, char** argv) {
   flags.Bool("split-sticky", &split_sticky,
              "with --split, requests carrying a client_id (OpenAI's \"user\") always go to the "
              "same pool");
+  flags.Int("local-prefill-tokens", &local_prefill, 0, 1 << 20,
+            "when a decode worker's prefix cache holds part of a prompt and all but at most this many "
+            "tokens (a conversation's next turn), the decode worker prefills them itself at its "
+            "own precision and no prefill worker or KV transfer is involved; 0: never");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
@@ -83,6 +88,7 @@ int RouterMain(int argc, char** argv) {
   o.health_listen = security.health_listen;
   o.split = split;
   o.split_sticky = split_sticky;
+  o.local_prefill_tokens = (int)local_prefill;
   absl::StatusOr<std::unique_ptr<Router>> router = Router::Start(o);
   if (!router.ok()) {
     std::fprintf(stderr, "pdq-router: error: %s\n", std::string(router.status().message()).c_str());

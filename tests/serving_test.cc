@@ -51,7 +51,9 @@ void ExpectSameAnswers(const std::string& prefill_precision, const std::string& 
   EXPECT_NE(want.back().tokens, want[0].tokens) << "the sampled request answered greedily";
   for (const std::string& transport : kvtransfer::TransportNames()) {
     SCOPED_TRACE("KV over " + transport);
-    const Proc split = c.Router();
+    // Every request through a prefill worker, even a repeated prompt the
+    // decode worker holds (the short-suffix path has tests of its own).
+    const Proc split = c.Router({"--local-prefill-tokens", "0"});
     ASSERT_TRUE(split.ok());
     const Proc prefill =
         c.Worker(split.address, "prefill", prefill_precision, {"--kv-transport", transport});

@@ -102,6 +102,31 @@ struct WorkMetrics {
   }
 };
 
+// The prefix cache's figures, labelled by the worker's pool and by the
+// precision that wrote the reused blocks.
+struct CacheMetrics {
+  explicit CacheMetrics(const std::string& pool)
+      : pool(pool),
+        lookups(server::Metrics::Global().GetCounter(
+            "pdq_prefix_cache_lookups_total", "Prompts looked up in the KV prefix cache.",
+            {{"pool", pool}})),
+        lookup_tokens(server::Metrics::Global().GetCounter(
+            "pdq_prefix_cache_lookup_tokens_total",
+            "Prompt tokens looked up in the KV prefix cache (the hit rate's denominator).",
+            {{"pool", pool}})),
+        evictions(server::Metrics::Global().GetCounter(
+            "pdq_prefix_cache_evictions_total",
+            "Cached KV blocks evicted to make room for new sequences.", {{"pool", pool}})) {}
+  server::Counter& hit_tokens(const std::string& writer) {
+    return server::Metrics::Global().GetCounter(
+        "pdq_prefix_cache_hit_tokens_total",
+        "Prompt tokens whose KV was reused from the prefix cache, by the precision that wrote it.",
+        {{"pool", pool}, {"writer", writer}});
+  }
+  const std::string pool;
+  server::Counter &lookups, &lookup_tokens, &evictions;
+};
+
 }  // namespace
 
 struct Scheduler::Sequence {
@@ -113,8 +138,12 @@ struct Scheduler::Sequence {
   absl::Time arrival, deadline = absl::InfiniteFuture();
 
   // Prefill.
-  std::vector<int32_t> prompt;
+  // The prompt, then (for a sequence that decodes) the tokens generated.
+  std::vector<int32_t> tokens;
   int64_t prompt_tokens = 0;
+  uint64_t cache_seed = 0;     // the prefix cache's seed for its salt
+  int64_t cached_tokens = 0;   // prompt tokens reused from the prefix cache
+  int64_t skip_tokens = 0;     // prefill: leading tokens the receiver holds, not sent
   int64_t prefilled = 0;
   SamplingParams first_sampling;
   std::unique_ptr<kvtransfer::Outbound> outbound;
@@ -127,6 +156,9 @@ struct Scheduler::Sequence {
   absl::Time lease_end = absl::InfiniteFuture();
   std::unique_ptr<kvtransfer::Inbound> inbound;
   int64_t kv_bytes = 0;  // what the transfer brings
+  std::string kv_writer;  // the precision of the prefill that sends it
+  // The missing prompt tokens are prefilled here (a short suffix), not sent.
+  bool local_prefill = false;
   bool kv_landed = false;
   // The prefill worker connected for this reservation's KV (it does when
   // it queues the prompt): from then on its connection, not the lease,
@@ -192,6 +224,7 @@ SchedulerLoad Scheduler::load() const {
   l.kv_blocks_total = kv_->num_blocks();
   l.active_sequences = active_.load();
   l.reservations = reservations_.load();
+  l.kv_blocks_cached = kv_blocks_cached_.load();
   return l;
 }
 
@@ -206,13 +239,18 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
   Post([this, args = std::move(args), done = std::move(done)] {
     const int64_t ctx = decode_->model().config().max_context;
     const int64_t tokens = std::min(ctx, args.prompt_tokens + args.max_tokens);
-    absl::StatusOr<SeqId> seq = kv_->ImportSequence(args.sender, tokens);
-    if (!seq.ok()) {
-      LogLine(absl::StrCat("request ", args.request_id,
-                           ": reservation refused: ", seq.status().message()));
-      done(seq.status());
-      return;
+    auto refuse = [&](const absl::Status& st) {
+      LogLine(absl::StrCat("request ", args.request_id, ": reservation refused: ", st.message()));
+      done(st);
+    };
+    if (!args.prompt.empty() && (int64_t)args.prompt.size() != args.prompt_tokens) {
+      return refuse(absl::InvalidArgumentError(absl::StrCat(
+          "the prompt has ", args.prompt.size(), " ids but prompt_tokens is ", args.prompt_tokens)));
     }
+    // A new sequence of length 0 whose blocks the transfer fills, after the
+    // prompt's cached prefix.
+    absl::StatusOr<SeqId> seq = kv_->ImportSequence(args.sender, 0);
+    if (!seq.ok()) return refuse(seq.status());
     auto s = std::make_unique<Sequence>();
     s->key = ++next_id_;
     s->kind = Kind::kDecodeReservation;
@@ -222,15 +260,41 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     s->arrival = absl::Now();
     s->deadline = args.deadline;
     s->prompt_tokens = args.prompt_tokens;
+    s->tokens = std::move(args.prompt);
+    s->cache_seed = kv_->PrefixSeed(args.cache_salt);
+    s->kv_writer = args.kv_writer.empty() ? "?" : args.kv_writer;
+    const int64_t hit = AttachCachedPrefix(*s, s->prompt_tokens - 1);
+    if (absl::Status r = kv_->Reserve(s->seq, tokens); !r.ok()) {
+      PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
+      return refuse(r);
+    }
     s->lease_end = std::min(args.deadline, s->arrival + options_.reservation_lease);
     s->reservation_id = NewId();
-    Reservation r{s->reservation_id, NewId(), options_.reservation_lease};
+    Reservation r{s->reservation_id, NewId(), options_.reservation_lease, hit};
+    if (hit > 0 && s->prompt_tokens - hit <= args.local_prefill_max_tokens) {
+      // A follow-up whose missing part is short enough to prefill here: the
+      // sequence waits for its Decode call (which brings the sampling) and
+      // then queues like role both's. A prompt this worker holds nothing of
+      // goes to the prefill worker, however short: that is its precision.
+      r.local_prefill = true;
+      s->local_prefill = true;
+      s->kv_landed = true;  // no transfer to wait for
+      LogLine(absl::StrCat("request ", s->request_id, ": reserved ", tokens, " tokens of KV, ", hit,
+                           " of the ", s->prompt_tokens,
+                           "-token prompt cached; prefilling the rest here"));
+      sequences_.push_back(std::move(s));
+      done(r);
+      return;
+    }
     kvtransfer::InboundSpec spec;
     spec.token = r.transfer_token;
     spec.tokens = args.prompt_tokens;
     for (int l = 0; l < kv_->layout().num_layers; ++l) {
-      spec.layers.push_back(*kv_->LayerSpans(s->seq, l, args.prompt_tokens));
-      s->kv_bytes += SpanBytes(spec.layers.back());
+      std::vector<KvSpan> spans = *kv_->LayerSpans(s->seq, l, args.prompt_tokens);
+      // The cached blocks are not sent.
+      spans.erase(spans.begin(), spans.begin() + 2 * (hit / kv_->layout().block_tokens));
+      s->kv_bytes += SpanBytes(spans);
+      spec.layers.push_back(std::move(spans));
     }
     spec.done = [this, key = s->key](absl::Status st, const kvtransfer::KvNotice& n) {
       Post([this, key, st, n] {
@@ -244,10 +308,11 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
             WorkMetrics::Get().kv_received.Add(double(s->kv_bytes));
             s->kv_landed = true;
             s->notice = n;
+            PDQ_CHECK(kv_->SetLength(s->seq, s->prompt_tokens).ok());
+            CacheBlocks(*s, s->kv_writer);
             // The Decode call gets a lease of its own from now.
             s->lease_end = std::min(s->deadline, absl::Now() + options_.reservation_lease);
             if (s->stream) {
-              PDQ_CHECK(kv_->SetLength(s->seq, s->prompt_tokens).ok());
               s->stage = Stage::kDecoding;
               EmitToken(*s, n.first_token);
             }
@@ -274,7 +339,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     }
     s->inbound = std::move(*in);
     LogLine(absl::StrCat("request ", s->request_id, ": reserved ", tokens, " tokens of KV for a ",
-                         args.prompt_tokens, "-token prompt"));
+                         s->prompt_tokens, "-token prompt, ", hit, " of them cached"));
     sequences_.push_back(std::move(s));
     done(r);
   });
@@ -307,13 +372,19 @@ void Scheduler::Decode(std::string reservation_id, GenerationParams params,
       s->params = std::move(params);
       s->deadline = std::min(s->deadline, s->params.deadline);
       s->sampler = std::make_unique<Sampler>(s->params.sampling);
-      s->sampler->SkipSamples(1);  // the prefill worker drew the first token
       s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
       s->arrival = absl::Now();
-      if (s->kv_landed) {
-        PDQ_CHECK(kv_->SetLength(s->seq, s->prompt_tokens).ok());
-        s->stage = Stage::kDecoding;
-        EmitToken(*s, s->notice.first_token);
+      if (s->local_prefill) {
+        s->stage = Stage::kQueued;
+        s->prefilled = s->cached_tokens;
+        s->first_sampling = s->params.sampling;
+        queued_prompt_tokens_ += s->prompt_tokens - s->prefilled;
+      } else {
+        s->sampler->SkipSamples(1);  // the prefill worker drew the first token
+        if (s->kv_landed) {
+          s->stage = Stage::kDecoding;
+          EmitToken(*s, s->notice.first_token);
+        }
       }
       return;
     }
@@ -332,30 +403,31 @@ void Scheduler::Generate(std::vector<int32_t> prompt, GenerationParams params,
       return;
     }
     const int64_t ctx = prefill_->model().config().max_context;
-    const SeqId seq = kv_->AddSequence();
     const int64_t tokens = std::min(ctx, (int64_t)prompt.size() + params.max_tokens);
-    if (absl::Status r = kv_->Reserve(seq, tokens); !r.ok()) {
-      PDQ_CHECK(kv_->RemoveSequence(seq).ok());
-      stream->Finish(r, {});
-      return;
-    }
     auto s = std::make_unique<Sequence>();
     s->key = ++next_id_;
     s->kind = Kind::kBoth;
     s->request_id = params.request_id;
-    s->seq = seq;
+    s->seq = kv_->AddSequence();
     s->arrival = absl::Now();
     s->deadline = params.deadline;
     s->prompt_tokens = (int64_t)prompt.size();
-    s->prompt = std::move(prompt);
+    s->tokens = std::move(prompt);
+    s->cache_seed = kv_->PrefixSeed(params.cache_salt);
+    s->prefilled = AttachCachedPrefix(*s, s->prompt_tokens - 1);
+    if (absl::Status r = kv_->Reserve(s->seq, tokens); !r.ok()) {
+      PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
+      stream->Finish(r, {});
+      return;
+    }
     s->first_sampling = params.sampling;
     s->stream = std::move(stream);
     s->params = std::move(params);
     s->sampler = std::make_unique<Sampler>(s->params.sampling);
     s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
-    queued_prompt_tokens_ += s->prompt_tokens;
+    queued_prompt_tokens_ += s->prompt_tokens - s->prefilled;
     LogLine(absl::StrCat("request ", s->request_id, ": queued ", s->prompt_tokens,
-                         " prompt tokens (prefill and decode here)"));
+                         " prompt tokens (prefill and decode here), ", s->prefilled, " cached"));
     sequences_.push_back(std::move(s));
   });
 }
@@ -367,21 +439,31 @@ void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
       call->Finish(absl::ResourceExhaustedError("the prefill queue is full"));
       return;
     }
-    const SeqId seq = kv_->AddSequence();
-    if (absl::Status r = kv_->Reserve(seq, (int64_t)args.prompt.size()); !r.ok()) {
-      PDQ_CHECK(kv_->RemoveSequence(seq).ok());
-      call->Finish(r);
+    const int64_t bt = kv_->layout().block_tokens;
+    if (args.decode_cached_tokens < 0 || args.decode_cached_tokens % bt != 0 ||
+        args.decode_cached_tokens >= (int64_t)args.prompt.size()) {
+      call->Finish(absl::InvalidArgumentError(absl::StrCat(
+          "decode_cached_tokens ", args.decode_cached_tokens, " is not a multiple of ", bt,
+          " below the prompt's ", args.prompt.size(), " tokens")));
       return;
     }
     auto s = std::make_unique<Sequence>();
     s->key = ++next_id_;
     s->kind = Kind::kPrefillOnly;
     s->request_id = args.request_id;
-    s->seq = seq;
+    s->seq = kv_->AddSequence();
     s->arrival = absl::Now();
     s->deadline = args.deadline;
     s->prompt_tokens = (int64_t)args.prompt.size();
-    s->prompt = std::move(args.prompt);
+    s->tokens = std::move(args.prompt);
+    s->skip_tokens = args.decode_cached_tokens;
+    s->cache_seed = kv_->PrefixSeed(args.cache_salt);
+    s->prefilled = AttachCachedPrefix(*s, s->prompt_tokens - 1);
+    if (absl::Status r = kv_->Reserve(s->seq, s->prompt_tokens); !r.ok()) {
+      PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
+      call->Finish(r);
+      return;
+    }
     s->first_sampling = args.sampling;
     s->call = std::move(call);
     // The connection and handshake run while the prompt waits and computes.
@@ -399,9 +481,10 @@ void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
             }
           });
         });
-    queued_prompt_tokens_ += s->prompt_tokens;
+    queued_prompt_tokens_ += s->prompt_tokens - s->prefilled;
     LogLine(absl::StrCat("request ", s->request_id, ": queued ", s->prompt_tokens,
-                         " prompt tokens for prefill, KV to ", args.kv_address));
+                         " prompt tokens for prefill (", s->prefilled, " cached here, ",
+                         s->skip_tokens, " held there), KV to ", args.kv_address));
     sequences_.push_back(std::move(s));
   });
 }
@@ -518,30 +601,35 @@ void Scheduler::PrefillStep() {
     budget -= n;
   }
   if (chunks.empty()) return;
+  Context* const ctx = prefill_context();
+  const std::string writer = prefill_writer();
+  const int64_t bt = kv_->layout().block_tokens;
   std::vector<BatchEntry> batch;
   for (const Chunk& c : chunks) {
     if (c.s->prefilled == 0) c.s->compute_start = absl::Now();
-    batch.push_back({c.s->seq, std::span<const int32_t>(c.s->prompt).subspan(c.s->prefilled, c.n),
+    batch.push_back({c.s->seq, std::span<const int32_t>(c.s->tokens).subspan(c.s->prefilled, c.n),
                      c.last ? 1 : 0});
   }
   // Each finished layer of a prompt's last chunk goes to its decode worker
   // while the next layers compute.
-  prefill_->SetLayerObserver([&](int layer) {
+  ctx->SetLayerObserver([&](int layer) {
     for (const Chunk& c : chunks) {
       if (c.last && c.s->outbound) {
         std::vector<KvSpan> spans = *kv_->LayerSpans(c.s->seq, layer, c.s->prompt_tokens);
+        // Blocks the receiver holds already are not sent.
+        spans.erase(spans.begin(), spans.begin() + 2 * (c.s->skip_tokens / bt));
         WorkMetrics::Get().kv_sent.Add(double(SpanBytes(spans)));
         c.s->outbound->PostLayer(layer, std::move(spans));
       }
     }
   });
   const absl::Time start = absl::Now();
-  const absl::Status all = prefill_->Forward(*kv_, batch, &logits_);
-  prefill_->SetLayerObserver(nullptr);
+  const absl::Status all = ctx->Forward(*kv_, batch, &logits_);
+  ctx->SetLayerObserver(nullptr);
   WorkMetrics::Get().prefill_busy.Add(Seconds(absl::Now() - start));
   double ops = 0;
   for (const Chunk& c : chunks) {
-    ops += prefill_->model().config().ForwardFlops(c.s->prefilled, c.n, c.last ? 1 : 0);
+    ops += ctx->model().config().ForwardFlops(c.s->prefilled, c.n, c.last ? 1 : 0);
   }
   WorkMetrics::Get().prefill_ops.Add(ops);
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -557,8 +645,9 @@ void Scheduler::PrefillStep() {
     if (!chunks[i].last) continue;
     s.compute_end = absl::Now();
     WorkMetrics::Get().prefill_seconds.Observe(Seconds(s.compute_end - s.compute_start));
+    CacheBlocks(s, writer);
     Sampler first(s.first_sampling);
-    const int32_t token = s.kind == Kind::kBoth
+    const int32_t token = s.kind != Kind::kPrefillOnly
                               ? s.sampler->Sample(logits_.Row(i, 0), logits_.vocab_size)
                               : first.Sample(logits_.Row(i, 0), logits_.vocab_size);
     if (s.kind == Kind::kPrefillOnly) {
@@ -632,6 +721,7 @@ void Scheduler::EmitToken(Sequence& s, int32_t token) {
   } else {
     ++s.generated;
     s.last_token = token;
+    s.tokens.push_back(token);
     s.last_token_time = now;
     absl::StatusOr<std::string> text = s.text->Push(token);
     if (!text.ok()) {
@@ -658,6 +748,7 @@ void Scheduler::EmitToken(Sequence& s, int32_t token) {
   sum.reason = reason;
   sum.prompt_tokens = s.prompt_tokens;
   sum.output_tokens = s.generated;
+  sum.cached_tokens = s.cached_tokens;
   sum.ttft_seconds = Seconds(s.first_token_time - s.arrival);
   sum.mean_tpot_seconds =
       s.generated > 1 ? Seconds(s.last_token_time - s.first_token_time) / (s.generated - 1) : 0.0;
@@ -689,6 +780,7 @@ void Scheduler::FinishSequence(Sequence& s, const absl::Status& status) {
       PrefillResult r;
       r.first_token = s.first_token;
       r.prompt_tokens = s.prompt_tokens;
+      r.cached_tokens = s.cached_tokens;
       r.prefill_seconds = Seconds(s.compute_end - s.compute_start);
       r.transfer_seconds = Seconds(absl::Now() - s.compute_end);
       WorkMetrics::Get().kv_transfer_seconds.Observe(r.transfer_seconds);
@@ -705,11 +797,53 @@ void Scheduler::FinishSequence(Sequence& s, const absl::Status& status) {
   } else if (s.kind == Kind::kDecodeReservation && !status.ok()) {
     LogLine(absl::StrCat("request ", s.request_id, ": reservation freed: ", status.message()));
   }
+  // What the sequence stored stays reusable (tokens up to its length only:
+  // a failed or cut transfer or forward pass never moved it).
+  if (s.kind != Kind::kPrefillOnly) {
+    CacheBlocks(s, s.stage == Stage::kQueued ? prefill_writer() : decode_writer());
+  }
   PDQ_CHECK(kv_->RemoveSequence(s.seq).ok());
+}
+
+int64_t Scheduler::AttachCachedPrefix(Sequence& s, int64_t max_tokens) {
+  if (!options_.prefix_cache || s.tokens.empty()) return 0;
+  CacheMetrics m(options_.pool);
+  m.lookups.Add();
+  m.lookup_tokens.Add(double(s.prompt_tokens));
+  const std::span<const int32_t> prompt(s.tokens.data(), (size_t)s.prompt_tokens);
+  const int64_t hit = *kv_->AttachPrefix(s.seq, prompt, s.cache_seed, max_tokens);
+  s.cached_tokens = hit;
+  if (hit > 0) {
+    const int64_t bt = kv_->layout().block_tokens;
+    std::span<const int32_t> blocks = *kv_->BlockTable(s.seq);
+    for (int64_t b = 0; b < hit / bt; ++b) {
+      m.hit_tokens(std::string(kv_->BlockWriter(blocks[b]))).Add(double(bt));
+    }
+  }
+  return hit;
+}
+
+void Scheduler::CacheBlocks(Sequence& s, const std::string& writer) {
+  if (!options_.prefix_cache || s.tokens.empty()) return;
+  PDQ_CHECK(kv_->CachePrefix(s.seq, s.tokens, s.cache_seed, writer).ok());
+}
+
+std::string Scheduler::prefill_writer() const {
+  return PrecisionName(prefill_context()->model().precision());
+}
+
+std::string Scheduler::decode_writer() const {
+  return decode_ != nullptr ? PrecisionName(decode_->model().precision()) : prefill_writer();
 }
 
 void Scheduler::UpdateLoad() {
   kv_blocks_free_ = kv_->num_free_blocks();
+  const PrefixCacheStats cache = kv_->prefix_stats();
+  kv_blocks_cached_ = cache.cached_blocks;
+  if (cache.evictions > evictions_seen_) {
+    CacheMetrics(options_.pool).evictions.Add(double(cache.evictions - evictions_seen_));
+    evictions_seen_ = cache.evictions;
+  }
   int64_t active = 0, reservations = 0;
   for (const auto& s : sequences_) {
     if (s->finished) continue;

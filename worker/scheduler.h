@@ -53,6 +53,11 @@ struct SchedulerOptions {
   // connected (its prompt queued at the prefill worker), at most; the
   // request's deadline when sooner.
   absl::Duration max_prefill_wait = absl::Minutes(10);
+  // Keep whole prompt and answer blocks after a request ends and reuse them
+  // for later prompts that start the same way (engine/kv_cache.h).
+  bool prefix_cache = true;
+  // Labels the prefix-cache metrics (the worker's --pool).
+  std::string pool;
 };
 
 enum class FinishReason { kEos = 1, kStop = 2, kLength = 3, kContextFull = 4 };
@@ -65,12 +70,14 @@ struct GenerationParams {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   absl::Time deadline = absl::InfiniteFuture();
+  std::string cache_salt;  // role both: requests share cached KV only under equal salts
 };
 
 struct Summary {
   FinishReason reason = FinishReason::kLength;
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens reused from the prefix cache
   double ttft_seconds = 0;       // from the call's arrival to its first token
   double mean_tpot_seconds = 0;  // between later tokens
 };
@@ -90,6 +97,7 @@ class TokenStream {
 struct PrefillResult {
   int32_t first_token = -1;
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;    // reused from this worker's prefix cache
   double prefill_seconds = 0;   // queue wait excluded
   double transfer_seconds = 0;  // from the end of compute to the receiver's acknowledgement
 };
@@ -108,11 +116,23 @@ struct ReserveArgs {
   int64_t max_tokens = 0;
   KvLayout sender;
   absl::Time deadline = absl::InfiniteFuture();
+  // The prompt's ids (may be empty: then nothing is reused) and its salt.
+  std::vector<int32_t> prompt;
+  std::string cache_salt;
+  // When part of the prompt is cached here and at most this many tokens
+  // are missing, they are prefilled here instead of by a prefill worker;
+  // 0: never.
+  int64_t local_prefill_max_tokens = 0;
+  // The precision of the prefill that will write the KV ("w8a8"), recorded
+  // on the blocks it fills.
+  std::string kv_writer;
 };
 struct Reservation {
   std::string id;
   std::string transfer_token;
   absl::Duration lease;
+  int64_t cached_tokens = 0;   // leading prompt tokens held here: not sent
+  bool local_prefill = false;  // prefilled here; no transfer
 };
 
 struct PrefillArgs {
@@ -122,6 +142,8 @@ struct PrefillArgs {
   std::string kv_address;
   std::string transfer_token;
   absl::Time deadline = absl::InfiniteFuture();
+  int64_t decode_cached_tokens = 0;  // the receiver holds these; they are not sent
+  std::string cache_salt;
 };
 
 // What the router balances on (and /metrics shows).
@@ -131,6 +153,7 @@ struct SchedulerLoad {
   int64_t kv_blocks_total = 0;
   int64_t active_sequences = 0;
   int64_t reservations = 0;
+  int64_t kv_blocks_cached = 0;  // in the prefix cache (held by a sequence or not)
 };
 
 class Scheduler {
@@ -177,6 +200,16 @@ class Scheduler {
   // decides whether the sequence is finished.
   void EmitToken(Sequence& s, int32_t token);
   void FinishSequence(Sequence& s, const absl::Status& status);
+  // Prefix cache: reuses what the cache holds of s.tokens (at most
+  // `max_tokens`) for the new sequence s.seq; returns the tokens reused.
+  int64_t AttachCachedPrefix(Sequence& s, int64_t max_tokens);
+  // Offers s's stored blocks to the cache, new ones recorded as `writer`'s.
+  void CacheBlocks(Sequence& s, const std::string& writer);
+  // The context prompts run on (a decode worker prefills short suffixes
+  // with its decode context) and the names of the two precisions.
+  Context* prefill_context() const { return prefill_ != nullptr ? prefill_ : decode_; }
+  std::string prefill_writer() const;
+  std::string decode_writer() const;
   void UpdateLoad();
   std::string NewId();
 
@@ -199,7 +232,9 @@ class Scheduler {
   std::vector<int32_t> step_tokens_;
   Logits logits_;
 
-  std::atomic<int64_t> queued_prompt_tokens_{0}, kv_blocks_free_{0}, active_{0}, reservations_{0};
+  std::atomic<int64_t> queued_prompt_tokens_{0}, kv_blocks_free_{0}, active_{0}, reservations_{0},
+      kv_blocks_cached_{0};
+  int64_t evictions_seen_ = 0;
   std::thread thread_;
 };
 

@@ -119,6 +119,11 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
             "on SIGTERM, leave the router's rotation and let requests in flight finish for up "
             "to this long before ending them (0: end them at once); keep it below the "
             "orchestrator's grace period; the exit status is 3 when the time ran out");
+  std::string prefix_cache = "on";
+  flags.String("prefix-cache", &prefix_cache,
+               "on: keep whole KV blocks of prompts and answers after requests end (until the "
+               "memory is needed) and reuse them for prompts that start the same way, such as "
+               "a conversation's next turn; off: compute every prompt whole (for comparisons)");
   bool skip_peaks = false;
   flags.Bool("skip-peaks", &skip_peaks,
              "do not measure the machine's compute peak and read bandwidth at start-up (about "
@@ -128,6 +133,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
     std::fprintf(stderr, "%s: error: %s\n", program, std::string(s.message()).c_str());
     return 1;
   };
+  if (prefix_cache != "on" && prefix_cache != "off") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--prefix-cache must be on or off, not '", prefix_cache, "'")));
+  }
   absl::StatusOr<Role> role = ParseRole(role_name);
   if (!role.ok()) return fail(WithFlagNames(role.status(), {{"role", "--role"}}));
   if (!prefill_precision.empty() && *role != Role::kBoth) {
@@ -186,6 +195,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   so.reservation_lease = absl::Seconds(lease_s);
   so.stalled_stream_timeout = absl::Seconds(stall_s);
   so.max_unsent_tokens = max_unsent;
+  so.prefix_cache = prefix_cache == "on";
+  so.pool = pool;
   Context* decode_ctx = *role == Role::kPrefill ? nullptr : main_model->ctx.get();
   if (*role == Role::kDecode) prefill_ctx = nullptr;
   auto scheduler =

@@ -61,6 +61,7 @@ class GrpcTokenStream : public TokenStream {
       sum->set_finish_reason(ToProto(summary.reason));
       sum->set_prompt_tokens((int32_t)summary.prompt_tokens);
       sum->set_output_tokens((int32_t)summary.output_tokens);
+      sum->set_cached_tokens((int32_t)summary.cached_tokens);
       sum->set_ttft_seconds(summary.ttft_seconds);
       sum->set_mean_tpot_seconds(summary.mean_tpot_seconds);
       s_->Send(std::move(m));
@@ -114,8 +115,17 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
                                    "prompt_tokens and max_tokens must be at least 1"));
       return reactor;
     }
+    if (req->cache_salt().size() > 256) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "cache_salt must have at most 256 bytes"));
+      return reactor;
+    }
     ReserveArgs args{req->request_id(), req->prompt_tokens(), req->max_tokens(), *layout,
                      DeadlineOf(*ctx)};
+    args.prompt.assign(req->prompt().begin(), req->prompt().end());
+    args.cache_salt = req->cache_salt();
+    args.local_prefill_max_tokens = std::max(0, req->local_prefill_max_tokens());
+    args.kv_writer = req->kv_writer();
     w_.scheduler_->Reserve(std::move(args), [this, reactor, resp](absl::StatusOr<Reservation> r) {
       if (r.ok()) {
         resp->set_reservation_id(r->id);
@@ -123,6 +133,8 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
         resp->set_kv_address(w_.transport_->address());
         resp->set_kv_transport(w_.transport_->name());
         resp->set_lease_ms(absl::ToInt64Milliseconds(r->lease));
+        resp->set_cached_tokens(r->cached_tokens);
+        resp->set_local_prefill(r->local_prefill);
       }
       reactor->Finish(ToGrpc(r.status()));
     });
@@ -169,7 +181,11 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     p.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
     p.ignore_eos = req->ignore_eos();
     p.deadline = DeadlineOf(*ctx);
+    p.cache_salt = req->cache_salt();
     absl::Status valid = ValidateGeneration(p);
+    if (valid.ok() && p.cache_salt.size() > 256) {
+      valid = absl::InvalidArgumentError("cache_salt must have at most 256 bytes");
+    }
     const bool local = req->prompt_size() > 0;
     if (valid.ok() && local && w_.options_.role != Role::kBoth) {
       valid = absl::FailedPreconditionError(
@@ -221,6 +237,7 @@ class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackServ
           if (r.ok()) {
             resp->set_first_token(r->first_token);
             resp->set_prompt_tokens((int32_t)r->prompt_tokens);
+            resp->set_cached_tokens((int32_t)r->cached_tokens);
             resp->set_prefill_seconds(r->prefill_seconds);
             resp->set_transfer_seconds(r->transfer_seconds);
           }
@@ -285,6 +302,8 @@ class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackServ
     args.kv_address = req->decode_kv_address();
     args.transfer_token = req->transfer_token();
     args.deadline = DeadlineOf(*ctx);
+    args.decode_cached_tokens = req->decode_cached_tokens();
+    args.cache_salt = req->cache_salt();
     w_.scheduler_->Prefill(std::move(args), call->state());
     return call;
   }
