@@ -55,6 +55,10 @@ TEST(CliTest, EveryCommandHasHelp) {
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
   }
   EXPECT_NE(RunPdq("generate --help").out.find("--max-tokens"), std::string::npos);
+  const std::string bench = RunPdq("bench --help").out;
+  for (const char* flag : {"--sessions", "--turns", "--first-tokens", "--turn-tokens"}) {
+    EXPECT_NE(bench.find(flag), std::string::npos) << flag << " in\n" << bench;
+  }
 }
 
 // The serving clients: a router that is not there, and bad arguments, are
@@ -68,8 +72,18 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   }
   Result r = RunPdq("bench --workload poetry --text README.md");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find("--workload must be chat, summarize, analysis or custom"), std::string::npos)
+  EXPECT_NE(r.out.find("--workload must be chat, summarize, analysis, conversation or custom"),
+            std::string::npos)
       << r.out;
+  // Flags of the other kind of workload are refused, not ignored.
+  r = RunPdq("bench --workload conversation --concurrency 4 --text README.md");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--concurrency does not apply to --workload conversation"),
+            std::string::npos)
+      << r.out;
+  r = RunPdq("bench --sessions 2 --text README.md");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--sessions needs --workload conversation"), std::string::npos) << r.out;
   r = RunPdq("bench --concurrency 2,zero --text README.md");
   EXPECT_NE(r.out.find("--concurrency: 'zero' is not a level"), std::string::npos) << r.out;
   r = RunPdq("bench --text /nonexistent/words.txt");

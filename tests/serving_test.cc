@@ -7,6 +7,7 @@
 // serving_faults_test.cc.)
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <tuple>
 
 #include "kvtransfer/transport.h"
@@ -244,6 +245,72 @@ TEST_F(ServingTest, PdqBenchAndPdqStatusAgainstARealDeployment) {
   for (const char* want :
        {"2 live workers", "prefill  fp16   serving", "decode   fp16   serving", "2048/2048"}) {
     EXPECT_NE(st.str().find(want), std::string::npos) << want << " in\n" << st.str();
+  }
+  std::filesystem::remove_all(dir);
+  ExpectRecovered(split);
+}
+
+// pdq bench --workload conversation: every session's turns all answer, each
+// turn's prompt is the previous one with its answer and a new message (so it
+// grows by at least the message), and the report has every turn.
+TEST_F(ServingTest, PdqBenchConversationResendsTheGrowingConversation) {
+  Cluster c;
+  const Split split = StartSplit(c);
+  ASSERT_TRUE(split.ok());
+  char tmpl[] = "/tmp/pdq-bench-conversation-XXXXXX";
+  const std::string dir = mkdtemp(tmpl), json = dir + "/bench.json", text = dir + "/text.txt";
+  {
+    std::ofstream t(text);
+    for (int i = 0; i < 200; ++i) {
+      t << "Line " << i << ": Paris is the capital of France, and caf\u00e9 is French. ";
+    }
+  }
+  const std::string cmd = std::string(PDQ_BIN_DIR) + "/pdq bench --router " + split.router.address +
+                          " --workload conversation --sessions 2 --turns 3 --first-tokens 40"
+                          " --turn-tokens 16 --output-tokens 4 --text " +
+                          text + " --json " + json + " >" + dir + "/out.txt 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::ifstream out_in(dir + "/out.txt");
+  std::stringstream out;
+  out << out_in.rdbuf();
+  ASSERT_EQ(rc, 0) << cmd << "\n" << out.str();
+  EXPECT_NE(out.str().find("2/2 conversations of 3 turns"), std::string::npos) << out.str();
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << json;
+  EXPECT_EQ(j["workload"], "conversation");
+  ASSERT_EQ(j["requests"].size(), 6u) << j.dump();
+  std::map<int, std::vector<nlohmann::json>> by_session;
+  for (const nlohmann::json& r : j["requests"]) {
+    EXPECT_TRUE(r["ok"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["output_tokens"], 4) << r.dump();
+    EXPECT_FALSE(r["output_text"].get<std::string>().empty()) << r.dump();
+    EXPECT_GT(r["ttft_s"].get<double>(), 0.0);
+    EXPECT_GE(r["cached_tokens"].get<int>(), 0);  // no prefix cache needed
+    EXPECT_LE(r["cached_tokens"].get<int>(), r["prompt_tokens"].get<int>());
+    by_session[r["session"].get<int>()].push_back(r);
+  }
+  ASSERT_EQ(by_session.size(), 2u);
+  for (const auto& [session, turns] : by_session) {
+    ASSERT_EQ(turns.size(), 3u);
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(turns[k]["turn"], k + 1) << turns[k].dump();
+    // 40 tokens of text, and the BOS where the model's tokenizer adds one.
+    EXPECT_GE(turns[0]["prompt_tokens"].get<int>(), 40);
+    EXPECT_LE(turns[0]["prompt_tokens"].get<int>(), 42);
+    for (int k = 1; k < 3; ++k) {
+      // The previous prompt, its 4-token answer and a 16-token message,
+      // less a few where tokens merge across the joins.
+      EXPECT_GT(turns[k]["prompt_tokens"].get<int>(), turns[k - 1]["prompt_tokens"].get<int>() + 12)
+          << "session " << session << " turn " << k + 1;
+    }
+  }
+  const nlohmann::json& summary = j["conversation"];
+  EXPECT_EQ(summary["conversations_ok"], 2);
+  EXPECT_GT(summary["output_tokens_per_s"].get<double>(), 0.0);
+  ASSERT_EQ(summary["per_turn"].size(), 3u);
+  for (const nlohmann::json& t : summary["per_turn"]) {
+    EXPECT_EQ(t["requests_ok"], 2) << t.dump();
+    EXPECT_GT(t["ttft_s"]["p50"].get<double>(), 0.0);
   }
   std::filesystem::remove_all(dir);
   ExpectRecovered(split);

@@ -9,6 +9,10 @@
 // every inter-token gap, end-to-end latency (p50/p90/p99), requests/s,
 // output and total tokens/s, and goodput when targets are given. --json
 // writes the summaries and every request's record.
+//
+// --workload conversation instead runs --sessions multi-turn chats at once,
+// each turn resending the conversation so far (the prompt, its answer, a new
+// message), and reports per turn: TTFT, prompt and prefix-cached tokens.
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -55,6 +59,30 @@ double Percentile(std::vector<double> v, double p) {
   const size_t lo = (size_t)rank;
   const size_t hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (v[hi] - v[lo]) * (rank - lo);
+}
+
+// p50, p90, p99 and the mean of `v`.
+nlohmann::json Stats(const std::vector<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return {{"p50", Percentile(v, 50)},
+          {"p90", Percentile(v, 90)},
+          {"p99", Percentile(v, 99)},
+          {"mean", v.empty() ? 0.0 : sum / v.size()}};
+}
+
+// A line rewritten in place on a terminal, a line every 10 s in a log, until
+// `done` reaches `total`.
+void Progress(const std::atomic<int>& done, int total, const char* label, const char* unit) {
+  const bool tty = isatty(STDERR_FILENO);
+  for (int tick = 1; done.load() < total; ++tick) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (tty || tick % 20 == 0) {
+      std::fprintf(stderr, "%spdq bench: %s: %d/%d %s%s", tty ? "\r" : "", label, done.load(),
+                   total, unit, tty ? "" : "\n");
+    }
+  }
+  if (tty) std::fprintf(stderr, "\n");
 }
 
 using Tokenize = std::function<absl::StatusOr<std::vector<int32_t>>(const std::string&)>;
@@ -116,8 +144,13 @@ class PdqTarget : public BenchTarget {
     v1::GenerateResponse m;
     Clock::time_point last = start;
     while (reader->Read(&m)) {
-      if (m.has_summary()) r.pool = m.summary().pool();
-      if (!m.has_delta() || m.delta().token_ids_size() == 0) continue;
+      if (m.has_summary()) {
+        r.pool = m.summary().pool();
+        r.cached_tokens = m.summary().cached_tokens();
+      }
+      if (!m.has_delta()) continue;
+      r.output_text += m.delta().text();
+      if (m.delta().token_ids_size() == 0) continue;
       const Clock::time_point now = Clock::now();
       const int n = m.delta().token_ids_size();
       if (r.output_tokens == 0) {
@@ -174,16 +207,6 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
   for (const Record& r : records) {
     if (per_pool && !r.pool.empty()) by_pool[r.pool].push_back(r);
   }
-  auto pct = [](const std::vector<double>& v) {
-    return nlohmann::json{{"p50", Percentile(v, 50)},
-                          {"p90", Percentile(v, 90)},
-                          {"p99", Percentile(v, 99)},
-                          {"mean", v.empty() ? 0.0 : [&] {
-                             double s = 0;
-                             for (double x : v) s += x;
-                             return s / v.size();
-                           }()}};
-  };
   nlohmann::json pools = nlohmann::json::object();
   for (const auto& [pool, rs] : by_pool) {
     nlohmann::json p = Summarize(level, rs, seconds, targets, /*per_pool=*/false);
@@ -194,10 +217,10 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
                         {"requests_ok", ok},
                         {"requests_failed", failed},
                         {"seconds", seconds},
-                        {"ttft_s", pct(ttft)},
-                        {"tpot_s", pct(tpot)},
-                        {"itl_s", pct(gaps)},
-                        {"e2e_s", pct(e2e)},
+                        {"ttft_s", Stats(ttft)},
+                        {"tpot_s", Stats(tpot)},
+                        {"itl_s", Stats(gaps)},
+                        {"e2e_s", Stats(e2e)},
                         {"requests_per_s", per_second(ok)},
                         {"output_tokens_per_s", per_second(out_tokens)},
                         {"total_tokens_per_s", per_second(out_tokens + in_tokens)},
@@ -275,7 +298,7 @@ class Driver {
         });
       }
     }
-    Progress(done, total, label);
+    Progress(done, total, label, "requests");
     for (std::thread& t : threads) t.join();
     serial_ += total;
     // The warm-up requests are the ones that finished first.
@@ -292,19 +315,6 @@ class Driver {
   }
 
  private:
-  // A line rewritten in place on a terminal, a line every 10 s in a log.
-  static void Progress(const std::atomic<int>& done, int total, const char* label) {
-    const bool tty = isatty(STDERR_FILENO);
-    for (int tick = 1; done.load() < total; ++tick) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      if (tty || tick % 20 == 0) {
-        std::fprintf(stderr, "%spdq bench: %s: %d/%d requests%s", tty ? "\r" : "", label,
-                     done.load(), total, tty ? "" : "\n");
-      }
-    }
-    if (tty) std::fprintf(stderr, "\n");
-  }
-
   BenchTarget& target_;
   const std::vector<BenchPrompt> prompts_;
   const int64_t output_tokens_, timeout_s_;
@@ -555,6 +565,311 @@ std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOption
   return "";
 }
 
+// --workload conversation: sessions of multi-turn chat in which every turn
+// resends the whole conversation so far, the traffic a KV prefix cache
+// speeds up. Prompts are text, the same for every target; each turn is
+// tokenized as a whole by the target's tokenizer.
+struct ConversationOptions {
+  int sessions = 4, turns = 8;
+  int64_t first_tokens = 512, turn_tokens = 64, output_tokens = 64, timeout_s = 600;
+  bool warmup = true;
+};
+
+// The tokens `tokenize` puts before any text (a BOS): what it gives "a" and
+// "b" alike at the front.
+absl::StatusOr<size_t> LeadingTokens(const Tokenize& tokenize) {
+  absl::StatusOr<std::vector<int32_t>> a = tokenize("a");
+  if (!a.ok()) return a.status();
+  absl::StatusOr<std::vector<int32_t>> b = tokenize("b");
+  if (!b.ok()) return b.status();
+  size_t n = 0;
+  while (n < a->size() && n < b->size() && (*a)[n] == (*b)[n]) ++n;
+  return n;
+}
+
+// The shortest run of whole UTF-8 characters of `text` from byte `at` (going
+// on at the start past the end) that `tokenize` makes `tokens` tokens of
+// besides its `leading` ones. Token counts do not grow strictly with the
+// length, so now and then it is a token longer.
+absl::StatusOr<std::string> CutChunk(const Tokenize& tokenize, size_t leading,
+                                     const std::string& text, size_t at, int64_t tokens) {
+  const size_t size = text.size();
+  if (size == 0) return absl::InvalidArgumentError("the text is empty");
+  auto continuation = [&](size_t k) { return (text[k % size] & 0xC0) == 0x80; };
+  for (int i = 0; i < 4 && continuation(at); ++i) at = (at + 1) % size;
+  auto piece = [&](size_t len) {
+    return at + len <= size ? text.substr(at, len)
+                            : text.substr(at) + text.substr(0, at + len - size);
+  };
+  auto count = [&](size_t len) -> absl::StatusOr<int64_t> {
+    absl::StatusOr<std::vector<int32_t>> ids = tokenize(piece(len));
+    if (!ids.ok()) return ids.status();
+    return (int64_t)ids->size() - (int64_t)leading;
+  };
+  // Lengths in bytes, at character edges: count(lo) < tokens <= count(hi).
+  size_t lo = 0, hi = std::min(size, (size_t)tokens * 6 + 64);
+  for (;;) {
+    while (hi < size && continuation(at + hi)) ++hi;
+    absl::StatusOr<int64_t> n = count(hi);
+    if (!n.ok()) return n.status();
+    if (*n >= tokens) break;
+    if (hi == size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the text is too short for ", tokens, "-token messages"));
+    }
+    lo = hi;
+    hi = std::min(size, hi * 2);
+  }
+  for (;;) {
+    size_t mid = lo + (hi - lo) / 2;
+    while (mid > lo && continuation(at + mid)) --mid;
+    if (mid == lo) {
+      mid = lo + (hi - lo) / 2;
+      while (mid < hi && continuation(at + mid)) ++mid;
+    }
+    if (mid == lo || mid == hi) break;
+    absl::StatusOr<int64_t> n = count(mid);
+    if (!n.ok()) return n.status();
+    (*n >= tokens ? hi : lo) = mid;
+  }
+  return piece(hi);
+}
+
+// The user messages: each session's first (--first-tokens) and later ones
+// (--turn-tokens), each from its own place in `text`, so that sessions
+// differ from their first token; and one more first-length message, apart
+// from them all, for the warm-up.
+struct UserMessages {
+  std::vector<std::vector<std::string>> by_session;  // [session][turn - 1]
+  std::string warmup;
+};
+
+absl::StatusOr<UserMessages> MakeUserMessages(const Tokenize& tokenize, const std::string& text,
+                                              const ConversationOptions& o) {
+  absl::StatusOr<size_t> leading = LeadingTokens(tokenize);
+  if (!leading.ok()) return leading.status();
+  const size_t count = (size_t)o.sessions * o.turns + 1;
+  auto cut = [&](size_t i, int64_t tokens) {
+    return CutChunk(tokenize, *leading, text, i * text.size() / count, tokens);
+  };
+  UserMessages m;
+  m.by_session.resize(o.sessions);
+  for (int s = 0; s < o.sessions; ++s) {
+    for (int turn = 1; turn <= o.turns; ++turn) {
+      absl::StatusOr<std::string> chunk =
+          cut((size_t)s * o.turns + turn - 1, turn == 1 ? o.first_tokens : o.turn_tokens);
+      if (!chunk.ok()) return chunk.status();
+      m.by_session[s].push_back(std::move(*chunk));
+    }
+  }
+  absl::StatusOr<std::string> warmup = cut(count - 1, o.first_tokens);
+  if (!warmup.ok()) return warmup.status();
+  m.warmup = std::move(*warmup);
+  return m;
+}
+
+struct ConversationRun {
+  std::vector<Record> records;  // every turn sent, by session, then turn
+  double seconds = 0;           // from the first turn's start to the last session's end
+  int completed = 0;            // sessions whose every turn succeeded
+};
+
+// Every session in its own thread, turns back to back: turn 1 sends the
+// first message; turn k the previous turn's prompt, its answer and the next
+// message. A failed turn ends its session.
+ConversationRun RunConversations(BenchTarget& target, const Tokenize& tokenize,
+                                 const UserMessages& messages, const ConversationOptions& o) {
+  std::vector<std::vector<Record>> by_session(o.sessions);
+  std::vector<double> ends(o.sessions, 0);
+  std::atomic<int> done{0};
+  const int total = o.sessions * o.turns;
+  const Clock::time_point start = Clock::now();
+  auto session = [&](int s) {
+    std::vector<Record>& records = by_session[s];
+    std::string conversation;
+    for (int turn = 1; turn <= o.turns; ++turn) {
+      if (turn > 1) conversation += records.back().output_text;
+      conversation += messages.by_session[s][turn - 1];
+      Record r;
+      absl::StatusOr<std::vector<int32_t>> ids = tokenize(conversation);
+      const double begun = Since(start, Clock::now());
+      if (ids.ok()) {
+        r = target.Run({std::move(*ids), conversation}, o.output_tokens, o.timeout_s,
+                       absl::StrCat("bench-conversation-", s, "-", turn));
+      } else {
+        r.error = absl::StrCat("tokenizing the conversation: ", ids.status().message());
+      }
+      r.start = begun;
+      r.session = s;
+      r.turn = turn;
+      records.push_back(std::move(r));
+      ++done;
+      if (!records.back().ok) {
+        done += o.turns - turn;  // the turns it will not send
+        break;
+      }
+    }
+    ends[s] = Since(start, Clock::now());
+  };
+  std::vector<std::thread> threads;
+  for (int s = 0; s < o.sessions; ++s) threads.emplace_back(session, s);
+  Progress(done, total, "conversation", "turns");
+  for (std::thread& t : threads) t.join();
+  ConversationRun run;
+  double first = 1e300, last = 0;
+  for (int s = 0; s < o.sessions; ++s) {
+    for (Record& r : by_session[s]) {
+      first = std::min(first, r.start);
+      run.records.push_back(std::move(r));
+    }
+    last = std::max(last, ends[s]);
+    run.completed += (int)by_session[s].size() == o.turns && by_session[s].back().ok;
+  }
+  run.seconds = run.records.empty() ? 0 : last - first;
+  return run;
+}
+
+// Per turn: requests, TTFT, TPOT, end-to-end, mean prompt and cached
+// tokens; over the run: conversations and output tokens per second, and
+// the TTFT of the turns that resend a conversation (2 on).
+nlohmann::json SummarizeConversations(const ConversationRun& run, const ConversationOptions& o) {
+  nlohmann::json per_turn = nlohmann::json::array();
+  std::vector<double> later_ttft;
+  int64_t ok_total = 0, failed_total = 0, out_tokens = 0;
+  for (int turn = 1; turn <= o.turns; ++turn) {
+    std::vector<double> ttft, tpot, e2e;
+    int64_t ok = 0, failed = 0;
+    double prompt = 0, cached = 0, output = 0;
+    for (const Record& r : run.records) {
+      if (r.turn != turn) continue;
+      if (!r.ok) {
+        ++failed;
+        continue;
+      }
+      ++ok;
+      ttft.push_back(r.ttft);
+      if (r.output_tokens > 1) tpot.push_back(r.tpot);
+      e2e.push_back(r.e2e);
+      prompt += r.prompt_tokens;
+      cached += r.cached_tokens;
+      output += r.output_tokens;
+      if (turn >= 2) later_ttft.push_back(r.ttft);
+    }
+    ok_total += ok;
+    failed_total += failed;
+    out_tokens += (int64_t)output;
+    auto mean = [&](double sum) { return ok > 0 ? sum / ok : 0.0; };
+    per_turn.push_back({{"turn", turn},
+                        {"requests_ok", ok},
+                        {"requests_failed", failed},
+                        {"ttft_s", Stats(ttft)},
+                        {"tpot_s", Stats(tpot)},
+                        {"e2e_s", Stats(e2e)},
+                        {"prompt_tokens_mean", mean(prompt)},
+                        {"cached_tokens_mean", mean(cached)},
+                        {"output_tokens_mean", mean(output)}});
+  }
+  auto per_second = [&](double n) { return run.seconds > 0 ? n / run.seconds : 0.0; };
+  return {{"sessions", o.sessions},
+          {"turns", o.turns},
+          {"conversations_ok", run.completed},
+          {"requests_ok", ok_total},
+          {"requests_failed", failed_total},
+          {"seconds", run.seconds},
+          {"conversations_per_s", per_second(run.completed)},
+          {"output_tokens_per_s", per_second((double)out_tokens)},
+          {"ttft_later_turns_s", Stats(later_ttft)},
+          {"per_turn", std::move(per_turn)}};
+}
+
+void PrintConversations(const nlohmann::json& s) {
+  std::printf("%5s %9s %8s %8s %8s %8s %8s\n", "turn", "ok/all", "ttft p50", "p90", "tpot50",
+              "prompt", "cached");
+  std::printf("%5s %9s %8s %8s %8s %8s %8s\n", "", "", "ms", "ms", "ms", "tokens", "tokens");
+  const int sessions = s["sessions"].get<int>();
+  for (const nlohmann::json& t : s["per_turn"]) {
+    std::printf("%5d %4lld/%-4d %8.1f %8.1f %8.2f %8.1f %8.1f\n", t["turn"].get<int>(),
+                (long long)t["requests_ok"].get<int64_t>(), sessions,
+                t["ttft_s"]["p50"].get<double>() * 1e3, t["ttft_s"]["p90"].get<double>() * 1e3,
+                t["tpot_s"]["p50"].get<double>() * 1e3, t["prompt_tokens_mean"].get<double>(),
+                t["cached_tokens_mean"].get<double>());
+  }
+  std::printf(
+      "%d/%d conversations of %d turns in %.2f s: %.3f conversations/s, %.1f output tok/s; "
+      "TTFT p50 of turns 2 on: %.1f ms\n",
+      s["conversations_ok"].get<int>(), sessions, s["turns"].get<int>(), s["seconds"].get<double>(),
+      s["conversations_per_s"].get<double>(), s["output_tokens_per_s"].get<double>(),
+      s["ttft_later_turns_s"]["p50"].get<double>() * 1e3);
+  std::fflush(stdout);
+}
+
+absl::Status WriteJson(const std::string& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  // Answers cut at a token count may end inside a UTF-8 character.
+  f << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  if (!f) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+// The whole conversation workload: messages, warm-up, sessions, report;
+// `out` has the run's settings and gets the summary and every turn's record.
+// `stub`: a pdq router's, for its workers' resources (null for --openai).
+int ConversationBench(BenchTarget& target, const Tokenize& tokenize, v1::Pdq::Stub* stub,
+                      const std::string& text, const ConversationOptions& o, nlohmann::json out,
+                      const std::string& json_path) {
+  absl::StatusOr<UserMessages> messages = MakeUserMessages(tokenize, text, o);
+  if (!messages.ok()) return Fail("bench", messages.status());
+  if (o.warmup) {
+    absl::StatusOr<std::vector<int32_t>> ids = tokenize(messages->warmup);
+    if (!ids.ok()) return Fail("bench", ids.status());
+    const Record r =
+        target.Run({std::move(*ids), messages->warmup}, std::min<int64_t>(o.output_tokens, 8),
+                   o.timeout_s, "bench-conversation-warmup");
+    if (!r.ok) {
+      return Fail("bench",
+                  absl::UnavailableError(absl::StrCat("the warm-up request failed: ", r.error)));
+    }
+  }
+  const absl::StatusOr<Snapshot> before =
+      stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
+  const ConversationRun run = RunConversations(target, tokenize, *messages, o);
+  const absl::StatusOr<Snapshot> after =
+      stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
+  nlohmann::json summary = SummarizeConversations(run, o);
+  summary["workers"] =
+      before.ok() && after.ok() ? Resources(*before, *after) : nlohmann::json::array();
+  int exit_code = 0;
+  out["requests"] = nlohmann::json::array();
+  for (const Record& r : run.records) {
+    if (!r.ok) {
+      exit_code = 1;
+      std::fprintf(stderr, "pdq bench: session %d turn %d failed (the session ends): %s\n",
+                   r.session, r.turn, r.error.c_str());
+    }
+    out["requests"].push_back({{"session", r.session},
+                               {"turn", r.turn},
+                               {"ok", r.ok},
+                               {"error", r.error},
+                               {"start_s", r.start},
+                               {"prompt_tokens", r.prompt_tokens},
+                               {"cached_tokens", r.cached_tokens},
+                               {"output_tokens", r.output_tokens},
+                               {"ttft_s", r.ttft},
+                               {"tpot_s", r.tpot},
+                               {"e2e_s", r.e2e},
+                               {"gaps_s", r.gaps},
+                               {"pool", r.pool},
+                               {"output_text", r.output_text}});
+  }
+  PrintConversations(summary);
+  PrintResources(summary["workers"]);
+  out["conversation"] = std::move(summary);
+  if (!json_path.empty()) {
+    if (absl::Status s = WriteJson(json_path, out); !s.ok()) return Fail("bench", s);
+  }
+  return exit_code;
+}
+
 }  // namespace
 
 int BenchCommand(int argc, char** argv) {
@@ -563,13 +878,15 @@ int BenchCommand(int argc, char** argv) {
               openai_model, model_path = DefaultModelPath();
   ConnectionFlags connection;
   int64_t input_tokens = 128, output_tokens = 128, requests = 0, per_client = 0, warmup = 1,
-          timeout_s = 600, cycles = 3, high = 8, low = 1;
+          timeout_s = 600, cycles = 3, high = 8, low = 1, sessions = 4, turns = 8,
+          first_tokens = 512, turn_tokens = 64;
   double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256;
   FlagParser flags("bench",
                    "Load-tests a pdq router with streaming requests of real text at fixed "
                    "input and output lengths, at concurrency levels or a Poisson arrival rate, "
                    "and prints TTFT, TPOT, throughput and goodput; --pattern alternate checks "
-                   "that the deployment recovers fully between bursts.");
+                   "that the deployment recovers fully between bursts; --workload conversation "
+                   "runs multi-turn chats that resend the whole conversation every turn.");
   flags.String("router", &router, "the router's gRPC address (host:port)");
   flags.String("openai", &openai_url,
                "instead of --router: an OpenAI-compatible server's base URL "
@@ -578,13 +895,24 @@ int BenchCommand(int argc, char** argv) {
                "--openai: the model to ask for (default: the first of GET /models)");
   connection.Register(flags);
   flags.String("model", &model_path,
-               "--openai: the GGUF whose tokenizer cuts prompts to --input-tokens (the served "
+               "--openai: the GGUF whose tokenizer cuts prompts to their lengths (the served "
                "model's)");
   flags.String("workload", &workload,
-               "chat (128 in, 512 out), summarize (2048, 32), analysis (2048, 512), or custom "
-               "(--input-tokens, --output-tokens)");
+               "chat (128 in, 512 out), summarize (2048, 32), analysis (2048, 512), custom "
+               "(--input-tokens, --output-tokens), or conversation: --sessions concurrent "
+               "chats of --turns turns each, where turn 1 sends a --first-tokens message and "
+               "every later turn resends the previous prompt and its answer with a new "
+               "--turn-tokens message (as text; for --router tokenized by the router)");
   flags.Int("input-tokens", &input_tokens, 1, 1 << 20, "custom: prompt length in tokens");
-  flags.Int("output-tokens", &output_tokens, 1, 1 << 20, "custom: tokens generated per request");
+  flags.Int("output-tokens", &output_tokens, 1, 1 << 20,
+            "custom and conversation: tokens generated per request (conversation: per turn, "
+            "64 unless given)");
+  flags.Int("sessions", &sessions, 1, 4096, "conversation: concurrent conversations");
+  flags.Int("turns", &turns, 1, 10000, "conversation: turns per conversation");
+  flags.Int("first-tokens", &first_tokens, 1, 1 << 20,
+            "conversation: tokens of the first user message");
+  flags.Int("turn-tokens", &turn_tokens, 1, 1 << 20,
+            "conversation: tokens of each later user message");
   flags.String("concurrency", &levels_flag, "concurrency levels, comma-separated (1,2,4,8)");
   flags.Float("rate", &rate, 0, 1e6,
               "requests per second arriving as a Poisson process, instead of --concurrency");
@@ -592,8 +920,12 @@ int BenchCommand(int argc, char** argv) {
             "requests counted per level (default: 4 x the level, at least 8; with --rate, 32)");
   flags.Int("requests-per-client", &per_client, 0, 1 << 20,
             "instead of --requests: this many per concurrent client (level x N counted)");
-  flags.Int("warmup", &warmup, 0, 1 << 20, "requests per level run first and not counted");
-  flags.String("text", &text_path, "where prompts come from (plain text)");
+  flags.Int("warmup", &warmup, 0, 1 << 20,
+            "requests per level run first and not counted (conversation: one untimed "
+            "request of --first-tokens before the sessions start; 0: none)");
+  flags.String("text", &text_path,
+               "where prompts come from (plain text; conversation: every user message, each "
+               "from its own place)");
   flags.Float("ttft-target-ms", &ttft_target_ms, 0, 1e9, "goodput counts requests within this");
   flags.Float("tpot-target-ms", &tpot_target_ms, 0, 1e9, "...and within this TPOT");
   flags.String("pattern", &pattern,
@@ -604,26 +936,59 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("low", &low, 1, 4096, "alternate: the low concurrency");
   flags.Float("max-rss-growth-mib", &max_rss_growth_mib, 0, 1e9,
               "alternate: how much a worker's resident memory may grow");
-  flags.Int("timeout", &timeout_s, 1, 86400, "deadline of each request in seconds");
+  flags.Int("timeout", &timeout_s, 1, 86400,
+            "deadline of each request in seconds (conversation: of each turn; a failed turn "
+            "ends its session)");
   flags.String("json", &json_path, "write the summaries and every request's record here");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (const char* k = std::getenv("OPENAI_API_KEY");
       k != nullptr && connection.api_key.empty() && !openai_url.empty()) {
     connection.api_key = k;  // what OpenAI's own clients read
   }
-  if (workload != "custom") {
+  const bool conversation = workload == "conversation";
+  // Flags of one kind of workload only, refused with the other.
+  for (const char* f : {"sessions", "turns", "first-tokens", "turn-tokens"}) {
+    if (!conversation && flags.Given(f)) {
+      return Fail("bench", absl::InvalidArgumentError(
+                               absl::StrCat("--", f, " needs --workload conversation")));
+    }
+  }
+  for (const char* f : {"input-tokens", "concurrency", "rate", "requests", "requests-per-client",
+                        "pattern", "ttft-target-ms", "tpot-target-ms"}) {
+    if (conversation && flags.Given(f)) {
+      return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
+                               "--", f,
+                               " does not apply to --workload conversation (see --sessions, "
+                               "--turns, --first-tokens, --turn-tokens)")));
+    }
+  }
+  if (conversation) {
+    if (!flags.Given("output-tokens")) output_tokens = 64;
+  } else if (workload != "custom") {
     const Workload* w = nullptr;
     for (const Workload& k : kWorkloads) {
       if (workload == k.name) w = &k;
     }
     if (w == nullptr) {
       return Fail("bench", absl::InvalidArgumentError(absl::StrCat(
-                               "--workload must be chat, summarize, analysis or custom, not '",
+                               "--workload must be chat, summarize, analysis, conversation or "
+                               "custom, not '",
                                workload, "'")));
     }
     input_tokens = w->input;
     output_tokens = w->output;
   }
+  // What a report's first line says of the load; the longest prompt and
+  // answer, which must fit the model's context.
+  const std::string shape =
+      conversation ? absl::StrFormat(
+                         "conversation: %d sessions x %d turns, %d then %d more tokens in "
+                         "per turn, %d out",
+                         sessions, turns, first_tokens, turn_tokens, output_tokens)
+                   : absl::StrFormat("%s: %d in, %d out", workload, input_tokens, output_tokens);
+  const int64_t longest =
+      conversation ? first_tokens + (turns - 1) * (turn_tokens + output_tokens) + output_tokens
+                   : input_tokens + output_tokens;
   if (!pattern.empty() && pattern != "alternate") {
     return Fail("bench", absl::InvalidArgumentError(
                              absl::StrCat("--pattern must be alternate, not '", pattern, "'")));
@@ -667,9 +1032,8 @@ int BenchCommand(int argc, char** argv) {
       return tokenizer->Encode(t, /*add_bos=*/false, /*parse_special=*/false);
     };
     detokenize = [&](const std::vector<int32_t>& ids) { return tokenizer->Decode(ids); };
-    std::fprintf(stderr, "pdq bench: %s at %s; %s: %lld in, %lld out\n", model_used.c_str(),
-                 openai_url.c_str(), workload.c_str(), (long long)input_tokens,
-                 (long long)output_tokens);
+    std::fprintf(stderr, "pdq bench: %s at %s; %s\n", model_used.c_str(), openai_url.c_str(),
+                 shape.c_str());
   } else {
     absl::StatusOr<server::Dialing> dialing = connection.Dialing();
     if (!dialing.ok()) return Fail("bench", dialing.status());
@@ -682,14 +1046,16 @@ int BenchCommand(int argc, char** argv) {
       return Fail("bench",
                   absl::UnavailableError(absl::StrCat("router ", router, ": ", s.error_message())));
     }
-    if (input_tokens + output_tokens > info.max_context()) {
+    if (longest > info.max_context()) {
       return Fail("bench",
                   absl::InvalidArgumentError(absl::StrCat(
-                      "input + output tokens must fit the context of ", info.max_context())));
+                      conversation ? "the last turn's prompt and answer (first + (turns - 1) x "
+                                     "(turn + output) + output tokens = "
+                                   : "input + output tokens (",
+                      longest, ") must fit the context of ", info.max_context())));
     }
-    std::fprintf(stderr, "pdq bench: %s at %s, %d live workers; %s: %lld in, %lld out\n",
-                 info.name().c_str(), router.c_str(), info.live_workers(), workload.c_str(),
-                 (long long)input_tokens, (long long)output_tokens);
+    std::fprintf(stderr, "pdq bench: %s at %s, %d live workers; %s\n", info.name().c_str(),
+                 router.c_str(), info.live_workers(), shape.c_str());
     tokenize = [&](const std::string& t) -> absl::StatusOr<std::vector<int32_t>> {
       grpc::ClientContext c;
       c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
@@ -705,6 +1071,19 @@ int BenchCommand(int argc, char** argv) {
       return std::string();  // pdq takes the ids
     };
     target = std::make_unique<PdqTarget>(*stub);
+  }
+  if (conversation) {
+    const ConversationOptions o{(int)sessions, (int)turns, first_tokens, turn_tokens,
+                                output_tokens, timeout_s,  warmup > 0};
+    const nlohmann::json out = {{"router", router},
+                                {"target", openai_url.empty() ? "pdq" : "openai"},
+                                {"workload", workload},
+                                {"sessions", sessions},
+                                {"turns", turns},
+                                {"first_tokens", first_tokens},
+                                {"turn_tokens", turn_tokens},
+                                {"output_tokens", output_tokens}};
+    return ConversationBench(*target, tokenize, stub.get(), *text, o, out, json_path);
   }
   absl::StatusOr<std::vector<BenchPrompt>> prompts =
       MakePrompts(tokenize, detokenize, *text, input_tokens, 64);
@@ -790,9 +1169,7 @@ int BenchCommand(int argc, char** argv) {
     }
   }
   if (!json_path.empty()) {
-    std::ofstream f(json_path);
-    f << out.dump(1) << "\n";
-    if (!f) return Fail("bench", absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
+    if (absl::Status s = WriteJson(json_path, out); !s.ok()) return Fail("bench", s);
   }
   return exit_code;
 }

@@ -28,20 +28,30 @@ struct BenchRecord {
   double ttft = 0, tpot = 0, e2e = 0;
   std::vector<double> gaps;  // between consecutive tokens after the first
   std::string pool;          // the pool that served it (a router's A/B split)
+  // Prompt tokens the server says it took from its prefix cache (0 where it
+  // says nothing).
+  int cached_tokens = 0;
+  std::string output_text;  // the answer, as streamed
+  // --workload conversation: the session (from 0) and its turn (from 1);
+  // both 0 in the other workloads.
+  int session = 0, turn = 0;
 };
 
 class BenchTarget {
  public:
   virtual ~BenchTarget() = default;
   // Streams one answer of exactly `output_tokens` tokens (where the server
-  // honours ignore_eos) and times it; thread-safe.
+  // honours ignore_eos), times it and keeps its text; thread-safe. A failure
+  // is a record with ok false and its error.
   virtual BenchRecord Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
                           const std::string& request_id) = 0;
 };
 
 // An OpenAI-compatible server at `base_url` (http://host:port/v1): POST
 // {base_url}/completions with stream, ignore_eos (vLLM's and pdq's
-// extension) and stream_options.include_usage. `model` empty: the first of
+// extension) and stream_options.include_usage; the prefix-cache hits come
+// from usage.prompt_tokens_details.cached_tokens (or llama-server's
+// timings.cache_n) where the server reports them. `model` empty: the first of
 // GET {base_url}/models. `api_key`, when given, goes in the Authorization
 // header; over https the server's certificate is checked against `ca_path`
 // (empty: the system's CAs).

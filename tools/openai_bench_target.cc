@@ -1,7 +1,9 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -67,6 +69,31 @@ std::unique_ptr<httplib::Client> Connect(const Url& url, const std::string& ca_p
   return client;
 }
 
+// An integer at `path` in `j`, or nullopt where a step is missing or not
+// of the right type (servers differ; none of this may throw).
+std::optional<int> IntAt(const json& j, std::initializer_list<const char*> path) {
+  const json* at = &j;
+  for (const char* key : path) {
+    if (!at->is_object()) return std::nullopt;
+    auto it = at->find(key);
+    if (it == at->end()) return std::nullopt;
+    at = &*it;
+  }
+  if (!at->is_number()) return std::nullopt;
+  return (int)at->get<double>();
+}
+
+// The prompt tokens a server says came from its prefix cache, wherever it
+// puts them: OpenAI's usage.prompt_tokens_details.cached_tokens, a flat
+// usage.cached_tokens, or llama-server's timings.cache_n.
+std::optional<int> CachedTokens(const json& event) {
+  if (std::optional<int> n = IntAt(event, {"usage", "prompt_tokens_details", "cached_tokens"})) {
+    return n;
+  }
+  if (std::optional<int> n = IntAt(event, {"usage", "cached_tokens"})) return n;
+  return IntAt(event, {"timings", "cache_n"});
+}
+
 class OpenAiTarget : public BenchTarget {
  public:
   OpenAiTarget(Url url, std::string model, std::string api_key, std::string ca_path)
@@ -129,14 +156,16 @@ class OpenAiTarget : public BenchTarget {
           continue;
         }
         if (j.contains("usage") && j["usage"].is_object()) {
-          r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
-          r.output_tokens = j["usage"].value("completion_tokens", 0);
+          r.prompt_tokens = IntAt(j, {"usage", "prompt_tokens"}).value_or(0);
+          r.output_tokens = IntAt(j, {"usage", "completion_tokens"}).value_or(0);
         }
+        if (std::optional<int> cached = CachedTokens(j)) r.cached_tokens = *cached;
         if (!j.contains("choices") || !j["choices"].is_array() || j["choices"].empty()) continue;
         const json& c = j["choices"][0];
         if (!c.contains("text") || !c["text"].is_string() || c["text"].get<std::string>().empty()) {
           continue;
         }
+        r.output_text += c["text"].get<std::string>();
         const Clock::time_point now = Clock::now();
         if (chunks == 0) {
           r.ttft = Since(start, now);

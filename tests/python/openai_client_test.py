@@ -148,6 +148,32 @@ class OpenAiClientTest(unittest.TestCase):
             self.assertGreater(r["ttft_s"], 0)
         self.assertEqual(report["levels"][0]["requests_ok"], 4)
 
+    def test_pdq_bench_conversation_over_the_openai_endpoint(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "bench.json")
+            subprocess.run([ARGS.pdq, "bench", "--openai", f"http://{UP.http}/v1",
+                            "--model", ARGS.model, "--text", "README.md",
+                            "--workload", "conversation", "--sessions", "2", "--turns", "2",
+                            "--first-tokens", "32", "--turn-tokens", "8",
+                            "--output-tokens", "6", "--json", out],
+                           check=True, capture_output=True, text=True)
+            with open(out) as f:
+                report = json.load(f)
+        self.assertEqual(report["target"], "openai")
+        self.assertEqual(report["conversation"]["conversations_ok"], 2)
+        turns = {}
+        for r in report["requests"]:
+            self.assertTrue(r["ok"], r["error"])
+            self.assertEqual(r["output_tokens"], 6)
+            self.assertTrue(r["output_text"])  # the streamed text, resent next turn
+            self.assertGreaterEqual(r["cached_tokens"], 0)
+            turns[(r["session"], r["turn"])] = r
+        self.assertEqual(sorted(turns), [(0, 1), (0, 2), (1, 1), (1, 2)])
+        for s in (0, 1):
+            # The first prompt, its answer and an 8-token message (the
+            # router's count, from the usage block).
+            self.assertGreater(turns[(s, 2)]["prompt_tokens"], turns[(s, 1)]["prompt_tokens"] + 8)
+
     def test_client_that_leaves_mid_stream_frees_its_kv(self):
         before = self.decode_metrics()
         total = before["pdq_kv_blocks_total"]
