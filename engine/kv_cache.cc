@@ -307,7 +307,8 @@ int32_t KvCache::FindCached(uint64_t hash, int32_t parent, uint32_t parent_gen,
 }
 
 absl::StatusOr<int64_t> KvCache::AttachPrefix(SeqId seq, std::span<const int32_t> tokens,
-                                              uint64_t seed, int64_t max_tokens) {
+                                              uint64_t seed, int64_t max_tokens,
+                                              std::string_view writer) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("no KV sequence ", seq));
   Sequence& s = it->second;
@@ -323,7 +324,7 @@ absl::StatusOr<int64_t> KvCache::AttachPrefix(SeqId seq, std::span<const int32_t
     std::span<const int32_t> block = tokens.subspan(i * bt, bt);
     h = ChainBlockHash(h, block);
     const int32_t b = FindCached(h, parent, parent >= 0 ? meta_[parent].gen : 0, block);
-    if (b < 0) break;
+    if (b < 0 || (!writer.empty() && writers_[meta_[b].writer] != writer)) break;
     if (meta_[b].refs++ == 0) LruRemove(b);
     s.blocks.push_back(b);
     parent = b;

@@ -133,10 +133,11 @@ class KvCache {
   // that hold tokens[0, n), n at most max_tokens, and sets its length to n;
   // returns n (a multiple of block_tokens; 0 on a miss). The blocks are
   // shared, never written again: the sequence continues in blocks of its
-  // own. FailedPrecondition for a sequence that is not empty, NotFound for
-  // an unknown one.
+  // own. With `writer` set, only blocks that writer wrote count (the run
+  // stops at the first another precision wrote). FailedPrecondition for a
+  // sequence that is not empty, NotFound for an unknown one.
   absl::StatusOr<int64_t> AttachPrefix(SeqId seq, std::span<const int32_t> tokens, uint64_t seed,
-                                       int64_t max_tokens);
+                                       int64_t max_tokens, std::string_view writer = {});
   // Offers the sequence's stored whole blocks holding tokens[0, n) (n at
   // most its length) to the index, so later sequences with the same prefix
   // and seed reuse them. Blocks already cached keep their writer; new ones

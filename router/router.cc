@@ -13,9 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/prefix_hash.h"
 #include "gguf/gguf.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"
+#include "router/cache_routing.h"
 #include "router/openai_http.h"
 #include "router/traffic_split.h"
 #include "server/grpc_util.h"
@@ -50,6 +52,17 @@ struct Worker {
   std::unique_ptr<v1::DecodeWorker::Stub> decode;
   std::unique_ptr<v1::PrefillWorker::Stub> prefill;
   int64_t in_flight = 0;  // requests the router sent and not yet finished (guarded by the registry)
+  // The block hashes its prefix cache holds, as its heartbeats said.
+  absl::flat_hash_set<uint64_t> cached;
+};
+
+// What the router knows of a request when it picks workers for it: its
+// prompt's block hashes (for the workers' prefix caches) and its client.
+struct RouteRequest {
+  std::vector<uint64_t> hashes;
+  int64_t prompt_tokens = 0;
+  int64_t block_tokens = 16;
+  std::string client_id;
 };
 
 class Registry {
@@ -104,11 +117,16 @@ class Registry {
     return absl::OkStatus();
   }
 
-  bool Heartbeat(const std::string& id, const v1::WorkerLoad& load) {
+  bool Heartbeat(const std::string& id, const v1::WorkerLoad& load,
+                 const v1::PrefixCacheUpdate& cache) {
     std::lock_guard lock(mu_);
     auto it = workers_.find(id);
     if (it == workers_.end()) return false;
     it->second->load = load;
+    absl::flat_hash_set<uint64_t>& held = it->second->cached;
+    if (cache.full()) held.clear();
+    for (uint64_t h : cache.removed()) held.erase(h);
+    held.insert(cache.stored().begin(), cache.stored().end());
     it->second->last_seen = absl::Now();
     return true;
   }
@@ -165,35 +183,46 @@ class Registry {
     return std::nullopt;
   }
 
-  // The live worker of one of `roles` (in `pool`, unless that is empty) with
-  // the least work, preferring those not in `avoid` and whose connection
-  // works; with `wanted_only`, none rather than one of those. Counts it as
-  // one more request in flight.
+  // The live worker of one of `roles` (in `pool`, unless that is empty)
+  // that the request costs least (router/cache_routing.h: the prompt its
+  // prefix cache lacks against its work), preferring those not in `avoid`
+  // and whose connection works; with `wanted_only`, none rather than one of
+  // those. Prefill workers' work is their queued prompt tokens. Counts the
+  // pick as one more request in flight.
   std::shared_ptr<Worker> Pick(std::initializer_list<v1::Role> roles,
                                const absl::flat_hash_set<std::string>& avoid, bool by_tokens,
-                               const std::string& pool, bool wanted_only = false) {
+                               const std::string& pool, const RouteRequest& request,
+                               bool wanted_only = false) {
     std::lock_guard lock(mu_);
     const absl::Time now = absl::Now();
-    std::shared_ptr<Worker> best;
-    auto score = [&](const Worker& w) {
-      const double work = by_tokens ? (double)w.load.queued_prompt_tokens() + 1000.0 * w.in_flight
-                                    : (double)w.load.active_sequences() + (double)w.in_flight;
-      // A worker whose connection just broke (killed, restarting) is still
-      // "alive" until its heartbeats lapse; use it only if nothing else is.
-      const bool unwanted = avoid.contains(w.info.worker_id()) ||
-                            w.channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
-      return std::make_tuple(unwanted, work, -(double)w.load.kv_blocks_free());
-    };
+    const double load_tokens = options_.cache_load_tokens;
+    std::vector<std::shared_ptr<Worker>> workers;
+    std::vector<RouteCandidate> candidates;
     for (const auto& [id, w] : workers_) {
       if (!Alive(*w, now) || std::find(roles.begin(), roles.end(), w->info.role()) == roles.end() ||
           (!pool.empty() && w->info.pool() != pool)) {
         continue;
       }
-      if (best == nullptr || score(*w) < score(*best)) best = w;
+      RouteCandidate& c = candidates.emplace_back();
+      // A worker whose connection just broke (killed, restarting) is still
+      // "alive" until its heartbeats lapse; use it only if nothing else is.
+      c.unwanted = avoid.contains(id) ||
+                   w->channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
+      c.cached_tokens = CachedPrefixTokens(request.hashes, w->cached, request.block_tokens);
+      c.load = by_tokens ? (double)w->load.queued_prompt_tokens() / load_tokens + (double)w->in_flight
+                         : (double)w->load.active_sequences() + (double)w->in_flight;
+      c.kv_blocks_free = w->load.kv_blocks_free();
+      c.affinity = Affinity(request.client_id, id);
+      workers.push_back(w);
     }
-    if (best && wanted_only && std::get<0>(score(*best))) best = nullptr;
-    if (best) ++best->in_flight;
-    return best;
+    const int i = BestCandidate(candidates, request.prompt_tokens, load_tokens);
+    if (i < 0 || (wanted_only && candidates[i].unwanted)) return nullptr;
+    ++workers[i]->in_flight;
+    // The worker will hold the prompt's blocks: a follow-up sent before its
+    // next heartbeat says so still finds them (the heartbeats correct this
+    // when the request fails or the blocks are evicted).
+    workers[i]->cached.insert(request.hashes.begin(), request.hashes.end());
+    return workers[i];
   }
 
   // The pools of the live workers, sorted.
@@ -245,7 +274,7 @@ class RegistryService : public v1::Registry::CallbackService {
                                       v1::HeartbeatResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
     if (!Authorized(*ctx, "heartbeat", req->worker_id(), reactor)) return reactor;
-    resp->set_registered(r_.Heartbeat(req->worker_id(), req->load()));
+    resp->set_registered(r_.Heartbeat(req->worker_id(), req->load(), req->cache()));
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -392,7 +421,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   // serve the request whole; `*missing` then names the phase it lacks.
   bool PickInPoolLocked(Attempt& a, const std::string& pool, bool wanted_only,
                         const char** missing) {
-    a.decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false, pool, wanted_only);
+    a.decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false, pool, route_,
+                              wanted_only);
     if (a.decode == nullptr) {
       *missing = "decode";
       return false;
@@ -401,7 +431,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     // Under a split both phases come from one pool: an arm is a precision
     // pair, and mixing arms would measure neither.
     a.prefill = registry_.Pick({v1::ROLE_PREFILL}, avoid_, true,
-                               pool_.empty() ? "" : a.decode->info.pool(), wanted_only);
+                               pool_.empty() ? "" : a.decode->info.pool(), route_, wanted_only);
     if (a.prefill != nullptr) return true;
     registry_.Done(a.decode);
     a.decode = nullptr;
@@ -410,6 +440,16 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   }
 
   void StartAttemptLocked() {
+    if (route_.prompt_tokens == 0) {
+      // Every live worker shares one KV layout (Register checks).
+      route_.prompt_tokens = (int64_t)prompt_.size();
+      route_.client_id = req_.client_id();
+      if (std::optional<v1::WorkerInfo> m = registry_.Model(); m && m->block_tokens() > 0) {
+        route_.block_tokens = m->block_tokens();
+        route_.hashes = PrefixBlockHashes(PrefixSeed(m->kv_layout(), req_.cache_salt()), prompt_,
+                                          route_.block_tokens);
+      }
+    }
     auto a = std::make_shared<Attempt>();
     a->number = ++attempts_;
     attempt_ = a;
@@ -685,6 +725,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   std::shared_ptr<Attempt> attempt_;
   int attempts_ = 0;
   absl::flat_hash_set<std::string> avoid_;
+  RouteRequest route_;
   bool relayed_ = false, finished_ = false, have_summary_ = false;
   int64_t output_tokens_ = 0;
   absl::Time first_token_, last_token_;

@@ -50,6 +50,9 @@ struct RouterOptions {
   // at most this many tokens, it prefills them itself and no prefill worker
   // is involved (conditional disaggregation); 0: always a prefill worker.
   int local_prefill_tokens = 256;
+  // Cache-aware routing (router/cache_routing.h): how many prompt tokens
+  // one request of load on a worker is worth.
+  double cache_load_tokens = 512;
 };
 
 class Router {

@@ -31,7 +31,8 @@ int RouterMain(int argc, char** argv) {
   bool split_sticky = false;
   ServerSecurityFlags security;
   int64_t heartbeat_ms = 500, missed = 3, http_connections = 128, drain_seconds = 30,
-          local_prefill = RouterOptions().local_prefill_tokens;
+          local_prefill = RouterOptions().local_prefill_tokens,
+          cache_load_tokens = (int64_t)RouterOptions().cache_load_tokens;
   FlagParser flags("pdq-router",
                    "The pdq router: serves pdq.v1.Pdq (Generate, Tokenize, GetModelInfo) and the "
                    "worker Registry, with health and reflection.",
@@ -71,6 +72,10 @@ int RouterMain(int argc, char** argv) {
             "when a decode worker's prefix cache holds part of a prompt and all but at most this many "
             "tokens (a conversation's next turn), the decode worker prefills them itself at its "
             "own precision and no prefill worker or KV transfer is involved; 0: never");
+  flags.Int("cache-load-tokens", &cache_load_tokens, 0, 1 << 20,
+            "cache-aware routing: a request goes to the worker with the lowest (prompt tokens "
+            "its KV prefix cache lacks) + this * (requests it is busy with); 0: the longest "
+            "cached prefix wins whatever the load");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
@@ -89,6 +94,7 @@ int RouterMain(int argc, char** argv) {
   o.split = split;
   o.split_sticky = split_sticky;
   o.local_prefill_tokens = (int)local_prefill;
+  o.cache_load_tokens = (double)cache_load_tokens;
   absl::StatusOr<std::unique_ptr<Router>> router = Router::Start(o);
   if (!router.ok()) {
     std::fprintf(stderr, "pdq-router: error: %s\n", std::string(router.status().message()).c_str());

@@ -161,6 +161,14 @@ int UpCommand(int argc, char** argv) {
     rargs.insert(rargs.end(), {"--split", cfg["split"].get<std::string>()});
     if (cfg.value("split_sticky", false)) rargs.push_back("--split-sticky");
   }
+  // More router flags: "router_args": ["--local-prefill-tokens", "0"].
+  if (cfg.contains("router_args")) {
+    if (!cfg["router_args"].is_array()) return fail("\"router_args\" must be an array of strings");
+    for (const auto& a : cfg["router_args"]) {
+      if (!a.is_string()) return fail("\"router_args\" must be an array of strings");
+      rargs.push_back(a.get<std::string>());
+    }
+  }
   router.pid = Spawn(rargs);
   if (router.pid < 0) return fail("fork failed");
   children.push_back(router);

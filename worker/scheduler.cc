@@ -188,6 +188,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, Context* prefill, Context*
   PDQ_CHECK(options_.role == Role::kBoth || transport_ != nullptr);
   std::random_device rd;
   id_salt_ = ((uint64_t)rd() << 32) ^ rd();
+  kv_->TakePrefixEvents();  // starts the event log
   UpdateLoad();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -263,7 +264,8 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     s->tokens = std::move(args.prompt);
     s->cache_seed = kv_->PrefixSeed(args.cache_salt);
     s->kv_writer = args.kv_writer.empty() ? "?" : args.kv_writer;
-    const int64_t hit = AttachCachedPrefix(*s, s->prompt_tokens - 1);
+    // What the prefill would write is what the reuse must match.
+    const int64_t hit = AttachCachedPrefix(*s, s->prompt_tokens - 1, s->kv_writer);
     if (absl::Status r = kv_->Reserve(s->seq, tokens); !r.ok()) {
       PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
       return refuse(r);
@@ -271,7 +273,10 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     s->lease_end = std::min(args.deadline, s->arrival + options_.reservation_lease);
     s->reservation_id = NewId();
     Reservation r{s->reservation_id, NewId(), options_.reservation_lease, hit};
-    if (hit > 0 && s->prompt_tokens - hit <= args.local_prefill_max_tokens) {
+    // Prefilling here writes at this worker's precision: only where that is
+    // the sender's, or where any precision's KV may be reused.
+    const bool same_precision = options_.reuse_any_precision || s->kv_writer == decode_writer();
+    if (hit > 0 && same_precision && s->prompt_tokens - hit <= args.local_prefill_max_tokens) {
       // A follow-up whose missing part is short enough to prefill here: the
       // sequence waits for its Decode call (which brings the sampling) and
       // then queues like role both's. A prompt this worker holds nothing of
@@ -414,7 +419,7 @@ void Scheduler::Generate(std::vector<int32_t> prompt, GenerationParams params,
     s->prompt_tokens = (int64_t)prompt.size();
     s->tokens = std::move(prompt);
     s->cache_seed = kv_->PrefixSeed(params.cache_salt);
-    s->prefilled = AttachCachedPrefix(*s, s->prompt_tokens - 1);
+    s->prefilled = AttachCachedPrefix(*s, s->prompt_tokens - 1, prefill_writer());
     if (absl::Status r = kv_->Reserve(s->seq, tokens); !r.ok()) {
       PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
       stream->Finish(r, {});
@@ -458,7 +463,7 @@ void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
     s->tokens = std::move(args.prompt);
     s->skip_tokens = args.decode_cached_tokens;
     s->cache_seed = kv_->PrefixSeed(args.cache_salt);
-    s->prefilled = AttachCachedPrefix(*s, s->prompt_tokens - 1);
+    s->prefilled = AttachCachedPrefix(*s, s->prompt_tokens - 1, prefill_writer());
     if (absl::Status r = kv_->Reserve(s->seq, s->prompt_tokens); !r.ok()) {
       PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
       call->Finish(r);
@@ -606,7 +611,7 @@ void Scheduler::PrefillStep() {
   const int64_t bt = kv_->layout().block_tokens;
   std::vector<BatchEntry> batch;
   for (const Chunk& c : chunks) {
-    if (c.s->prefilled == 0) c.s->compute_start = absl::Now();
+    if (c.s->prefilled == c.s->cached_tokens) c.s->compute_start = absl::Now();
     batch.push_back({c.s->seq, std::span<const int32_t>(c.s->tokens).subspan(c.s->prefilled, c.n),
                      c.last ? 1 : 0});
   }
@@ -805,13 +810,14 @@ void Scheduler::FinishSequence(Sequence& s, const absl::Status& status) {
   PDQ_CHECK(kv_->RemoveSequence(s.seq).ok());
 }
 
-int64_t Scheduler::AttachCachedPrefix(Sequence& s, int64_t max_tokens) {
+int64_t Scheduler::AttachCachedPrefix(Sequence& s, int64_t max_tokens, const std::string& writer) {
   if (!options_.prefix_cache || s.tokens.empty()) return 0;
   CacheMetrics m(options_.pool);
   m.lookups.Add();
   m.lookup_tokens.Add(double(s.prompt_tokens));
   const std::span<const int32_t> prompt(s.tokens.data(), (size_t)s.prompt_tokens);
-  const int64_t hit = *kv_->AttachPrefix(s.seq, prompt, s.cache_seed, max_tokens);
+  const int64_t hit = *kv_->AttachPrefix(s.seq, prompt, s.cache_seed, max_tokens,
+                                         options_.reuse_any_precision ? "" : writer);
   s.cached_tokens = hit;
   if (hit > 0) {
     const int64_t bt = kv_->layout().block_tokens;
@@ -836,7 +842,44 @@ std::string Scheduler::decode_writer() const {
   return decode_ != nullptr ? PrecisionName(decode_->model().precision()) : prefill_writer();
 }
 
+void Scheduler::PublishCacheEvents() {
+  PrefixEvents e = kv_->TakePrefixEvents();
+  if (e.stored.empty() && e.removed.empty() && !e.overflowed) return;
+  std::lock_guard lock(cache_mu_);
+  if (e.overflowed) {
+    const std::vector<uint64_t> all = kv_->CachedHashes();
+    cached_hashes_ = absl::flat_hash_set<uint64_t>(all.begin(), all.end());
+    pending_ = CacheUpdate{true, {}, {}};
+    return;
+  }
+  // A block evicted and cached again between two calls shows in both lists;
+  // removals first keeps the set right.
+  for (uint64_t h : e.removed) cached_hashes_.erase(h);
+  for (uint64_t h : e.stored) cached_hashes_.insert(h);
+  if (pending_.full) return;  // the next update sends the whole set anyway
+  if (pending_.stored.size() + pending_.removed.size() > (1 << 16)) {
+    pending_ = CacheUpdate{true, {}, {}};
+    return;
+  }
+  pending_.removed.insert(pending_.removed.end(), e.removed.begin(), e.removed.end());
+  pending_.stored.insert(pending_.stored.end(), e.stored.begin(), e.stored.end());
+}
+
+CacheUpdate Scheduler::TakeCacheUpdate(bool want_full) {
+  std::lock_guard lock(cache_mu_);
+  CacheUpdate out;
+  if (want_full || pending_.full) {
+    out.full = true;
+    out.stored.assign(cached_hashes_.begin(), cached_hashes_.end());
+  } else {
+    out = std::move(pending_);
+  }
+  pending_ = CacheUpdate{};
+  return out;
+}
+
 void Scheduler::UpdateLoad() {
+  PublishCacheEvents();
   kv_blocks_free_ = kv_->num_free_blocks();
   const PrefixCacheStats cache = kv_->prefix_stats();
   kv_blocks_cached_ = cache.cached_blocks;

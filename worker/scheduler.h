@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/context.h"
@@ -56,6 +57,11 @@ struct SchedulerOptions {
   // Keep whole prompt and answer blocks after a request ends and reuse them
   // for later prompts that start the same way (engine/kv_cache.h).
   bool prefix_cache = true;
+  // Reuse cached blocks whatever precision wrote them. Off (the default),
+  // a prompt reuses only blocks written at the precision that would compute
+  // it here (a W4A16-written answer is recomputed by a W8A8 prefill), so
+  // answers are the same as without the cache.
+  bool reuse_any_precision = false;
   // Labels the prefix-cache metrics (the worker's --pool).
   std::string pool;
 };
@@ -156,6 +162,12 @@ struct SchedulerLoad {
   int64_t kv_blocks_cached = 0;  // in the prefix cache (held by a sequence or not)
 };
 
+// Changes to the set of block hashes the prefix cache holds, for the router.
+struct CacheUpdate {
+  bool full = false;  // `stored` is the whole set
+  std::vector<uint64_t> stored, removed;
+};
+
 class Scheduler {
  public:
   // `prefill` runs prompts, `decode` continues them (the same context, or
@@ -184,6 +196,9 @@ class Scheduler {
   void Wake();
 
   SchedulerLoad load() const;
+  // What changed in the prefix cache since the last call, or with
+  // `want_full` (or when changes were dropped) the whole set. Thread-safe.
+  CacheUpdate TakeCacheUpdate(bool want_full);
   const KvCache& kv() const { return *kv_; }  // layout and sizes only
 
  private:
@@ -201,8 +216,9 @@ class Scheduler {
   void EmitToken(Sequence& s, int32_t token);
   void FinishSequence(Sequence& s, const absl::Status& status);
   // Prefix cache: reuses what the cache holds of s.tokens (at most
-  // `max_tokens`) for the new sequence s.seq; returns the tokens reused.
-  int64_t AttachCachedPrefix(Sequence& s, int64_t max_tokens);
+  // `max_tokens`, written by `writer` unless any precision may be reused)
+  // for the new sequence s.seq; returns the tokens reused.
+  int64_t AttachCachedPrefix(Sequence& s, int64_t max_tokens, const std::string& writer);
   // Offers s's stored blocks to the cache, new ones recorded as `writer`'s.
   void CacheBlocks(Sequence& s, const std::string& writer);
   // The context prompts run on (a decode worker prefills short suffixes
@@ -235,6 +251,12 @@ class Scheduler {
   std::atomic<int64_t> queued_prompt_tokens_{0}, kv_blocks_free_{0}, active_{0}, reservations_{0},
       kv_blocks_cached_{0};
   int64_t evictions_seen_ = 0;
+  // The cache's block hashes as the router should see them: the set now and
+  // what changed since TakeCacheUpdate last ran.
+  std::mutex cache_mu_;
+  absl::flat_hash_set<uint64_t> cached_hashes_;  // guarded by cache_mu_
+  CacheUpdate pending_;                          // guarded by cache_mu_
+  void PublishCacheEvents();
   std::thread thread_;
 };
 

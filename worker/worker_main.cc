@@ -124,6 +124,12 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
                "on: keep whole KV blocks of prompts and answers after requests end (until the "
                "memory is needed) and reuse them for prompts that start the same way, such as "
                "a conversation's next turn; off: compute every prompt whole (for comparisons)");
+  bool reuse_any_precision = false;
+  flags.Bool("reuse-kv-any-precision", &reuse_any_precision,
+             "with --prefix-cache on, reuse cached KV whatever precision wrote it (a W8A8 "
+             "prefill then reuses a W4A16-written answer, and a decode worker prefills short "
+             "follow-ups at its own precision); by default only KV written at the precision "
+             "that would compute it is reused, so answers equal those without the cache");
   bool skip_peaks = false;
   flags.Bool("skip-peaks", &skip_peaks,
              "do not measure the machine's compute peak and read bandwidth at start-up (about "
@@ -196,6 +202,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   so.stalled_stream_timeout = absl::Seconds(stall_s);
   so.max_unsent_tokens = max_unsent;
   so.prefix_cache = prefix_cache == "on";
+  so.reuse_any_precision = reuse_any_precision;
   so.pool = pool;
   Context* decode_ctx = *role == Role::kPrefill ? nullptr : main_model->ctx.get();
   if (*role == Role::kDecode) prefill_ctx = nullptr;

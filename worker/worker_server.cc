@@ -452,6 +452,13 @@ void WorkerServer::RegistrationLoop() {
       server::Dial(options_.router, server::Dialing{options_.tls, options_.router_tls_name, ""});
   auto stub = pdq::v1::Registry::NewStub(channel);
   bool registered = false;
+  // The router's copy of the prefix cache's block set is whole only after
+  // a full update reached it: after (re)registering or a failed heartbeat.
+  bool cache_synced = false;
+  // Now and then the whole set anyway: the router also guesses what a
+  // worker will cache from where it sends requests, and a full update drops
+  // guesses that did not come true.
+  int heartbeats = 0;
   absl::Duration interval = absl::Seconds(1);
   std::string last_error;
   for (;;) {
@@ -469,6 +476,7 @@ void WorkerServer::RegistrationLoop() {
       s = stub->Register(&ctx, req, &resp);
       if (s.ok()) {
         registered = true;
+        cache_synced = false;
         interval = absl::Milliseconds(std::max(50, resp.heartbeat_interval_ms()));
         LogLine(absl::StrCat("registered with the router at ", options_.router, " as ",
                              options_.worker_id));
@@ -480,8 +488,14 @@ void WorkerServer::RegistrationLoop() {
       req.mutable_load()->set_queued_prompt_tokens(l.queued_prompt_tokens);
       req.mutable_load()->set_kv_blocks_free(l.kv_blocks_free);
       req.mutable_load()->set_active_sequences((int32_t)l.active_sequences);
+      CacheUpdate cache = scheduler_->TakeCacheUpdate(!cache_synced || ++heartbeats % 120 == 0);
+      pdq::v1::PrefixCacheUpdate* u = req.mutable_cache();
+      u->set_full(cache.full);
+      u->mutable_stored()->Add(cache.stored.begin(), cache.stored.end());
+      u->mutable_removed()->Add(cache.removed.begin(), cache.removed.end());
       pdq::v1::HeartbeatResponse resp;
       s = stub->Heartbeat(&ctx, req, &resp);
+      cache_synced = s.ok();
       if (s.ok() && !resp.registered()) registered = false;
     }
     if (!s.ok() && s.error_message() != last_error) {

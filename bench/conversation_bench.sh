@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The KV-reuse figures of bench/RESULTS.md ("Conversations: KV reuse across
+# turns"), each a ratio measured in this run on this machine:
+#  - per deployment (monolithic FP16 on 2 threads; 1 prefill + 1 decode
+#    worker, FP16/FP16 and W8A8/W4A16, one core each), the conversation
+#    workload with the prefix cache on and off: conversations finish
+#    (wall time) and TTFT p50 per turn;
+#  - the TTFT of a fresh prompt as long as a turn's new tokens (128: the
+#    previous answer and the new message) at the same concurrency, cache on;
+#  - llama.cpp's llama-server (built beside pdq, outside the project; Q4_0
+#    of the same model, 2 threads, one slot per session, its prompt cache on)
+#    under the same client, alternated with pdq's monolithic deployment.
+# Usage: bench/conversation_bench.sh BUILD [LLAMA_SERVER Q4_0_GGUF] [ROUNDS]
+#        (about 10 minutes on 2 cores with llama-server, ROUNDS=1)
+set -euo pipefail
+build="${1:-build}"
+llama_server="${2:-}"
+llama_model="${3:-}"
+rounds="${4:-1}"
+bin="$build/bin"
+model="${PDQ_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+sessions=4 turns=8
+conv=(--workload conversation --sessions "$sessions" --turns "$turns" --first-tokens 512
+      --turn-tokens 64 --output-tokens 64)
+work="$(mktemp -d /tmp/pdq-conversation-bench-XXXXXX)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+log() { echo "+ $*" >&2; }
+
+up() {  # up NAME WORKERS-JSON [ROUTER-ARGS-JSON]: starts pdq up; sets router=
+  printf '{"model": "%s", "listen": "127.0.0.1:0", "kv_transport": "tcp", "router_args": %s, "workers": %s}\n' \
+    "$model" "${3:-[]}" "$2" >"$work/$1.json"
+  rm -f "$work/addr"
+  "$bin/pdq" up --config "$work/$1.json" --address-file "$work/addr" >"$work/up.out" 2>"$work/up.err" &
+  pids=("$!")
+  for _ in $(seq 600); do
+    [ -s "$work/addr" ] && break
+    kill -0 "${pids[0]}" 2>/dev/null || { cat "$work/up.err" >&2; exit 1; }
+    sleep 0.5
+  done
+  router="$(cat "$work/addr")"
+}
+down() { kill "${pids[0]}"; wait "${pids[0]}" || true; pids=(); }
+
+# summary FILE LABEL: one line per run, from the bench's JSON.
+summary() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))["conversation"]
+turns = d["per_turn"]
+p50 = lambda t: t["ttft_s"]["p50"] * 1e3
+print(f"{sys.argv[2]:<34} wall {d['seconds']:6.1f} s  TTFT p50 turn1 {p50(turns[0]):7.1f} ms"
+      f"  turn2 {p50(turns[1]):7.1f}  turn8 {p50(turns[-1]):7.1f}"
+      f"  turns2+ {d['ttft_later_turns_s']['p50']*1e3:7.1f} ms  cached/prompt {sum(t['cached_tokens_mean'] for t in turns[1:]) / sum(t['prompt_tokens_mean'] for t in turns[1:]):.2f}")
+PY
+}
+
+run_pdq() {  # run_pdq NAME WORKERS-JSON [fresh|-] [ROUTER-ARGS-JSON]
+  log "pdq up ($1: $2 ${4:-}); pdq bench ${conv[*]}"
+  up "$1" "$2" "${4:-[]}"
+  "$bin/pdq" bench --router "$router" "${conv[@]}" --json "$work/$1.conv.json" >"$work/$1.out"
+  summary "$work/$1.conv.json" "$1" | tee -a "$work/summary"
+  if [ "${3:-}" = fresh ]; then
+    log "pdq bench --input-tokens 128 --output-tokens 64 --concurrency $sessions --requests 16"
+    "$bin/pdq" bench --router "$router" --input-tokens 128 --output-tokens 64 \
+      --concurrency "$sessions" --requests 16 --json "$work/$1.fresh.json" >/dev/null
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'{sys.argv[2]:<34} fresh 128-token prompt at concurrency $sessions: TTFT p50 {d[\"levels\"][0][\"ttft_s\"][\"p50\"]*1e3:.1f} ms')" \
+      "$work/$1.fresh.json" "$1" | tee -a "$work/summary"
+  fi
+  down
+}
+
+run_llama() {
+  log "llama-server -m $llama_model -t 2 -np $sessions -c 8192; pdq bench --openai ${conv[*]}"
+  local port=$((20000 + RANDOM % 20000))
+  "$llama_server" -m "$llama_model" -t 2 -tb 2 -np "$sessions" -c 8192 --host 127.0.0.1 \
+    --port "$port" >"$work/llama.out" 2>&1 &
+  pids=("$!")
+  for _ in $(seq 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  "$bin/pdq" bench --openai "http://127.0.0.1:$port/v1" --model "$model" "${conv[@]}" \
+    --json "$work/llama.conv.json" >"$work/llama.out2"
+  summary "$work/llama.conv.json" "llama-server (Q4_0, prompt cache)" | tee -a "$work/summary"
+  down
+}
+
+mono='[{"role": "both", "precision": "fp16", "threads": 2}]'
+mono_off='[{"role": "both", "precision": "fp16", "threads": 2, "args": ["--prefix-cache", "off"]}]'
+for r in $(seq "$rounds"); do
+  run_pdq mono-fp16-cache-on "$mono" fresh
+  [ -n "$llama_server" ] && run_llama
+done
+run_pdq mono-fp16-cache-off "$mono_off"
+# pdq's precisions in one process: W8A8 prompts, W4A16 decode.
+mixed='[{"role": "both", "prefill_precision": "w8a8", "precision": "w4a16", "threads": 2}]'
+mixed_off='[{"role": "both", "prefill_precision": "w8a8", "precision": "w4a16", "threads": 2, "args": ["--prefix-cache", "off"]}]'
+run_pdq mono-w8a8-w4a16-cache-on "$mixed" fresh
+run_pdq mono-w8a8-w4a16-cache-off "$mixed_off"
+for pair in "fp16 fp16" "w8a8 w4a16"; do
+  set -- $pair
+  on="[{\"role\": \"prefill\", \"precision\": \"$1\", \"threads\": 1, \"cpus\": \"0\"},
+       {\"role\": \"decode\", \"precision\": \"$2\", \"threads\": 1, \"cpus\": \"1\"}]"
+  off="${on//\"cpus\": \"0\"/\"cpus\": \"0\", \"args\": [\"--prefix-cache\", \"off\"]}"
+  off="${off//\"cpus\": \"1\"\}/\"cpus\": \"1\", \"args\": [\"--prefix-cache\", \"off\"]\}}"
+  run_pdq "1p1d-$1-$2-cache-on" "$on" fresh
+  # Every follow-up through the prefill worker (no short-suffix prefill on
+  # the decode worker): what --local-prefill-tokens buys.
+  [ "$1" = "$2" ] && run_pdq "1p1d-$1-$2-cache-on-local-0" "$on" - '["--local-prefill-tokens", "0"]'
+  run_pdq "1p1d-$1-$2-cache-off" "$off"
+done
+echo
+echo "## Summary ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores)"
+cat "$work/summary"

@@ -1,0 +1,253 @@
+// KV reuse across requests through real processes: multi-turn conversations
+// answer exactly as they do with the prefix cache off (monolithic and one
+// prefill + one decode worker; FP16, and W8A8 prefill with W4A16 decode),
+// later turns reuse their prefix (cached_tokens), the short-suffix path on
+// the decode worker answers as the prefill worker's path does, eviction
+// keeps answers and block counts right, salts isolate, and the router
+// sends a follow-up to the worker holding its conversation.
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/serving_cluster.h"
+
+namespace pdq::testing {
+namespace {
+
+constexpr int kTurns = 3;
+constexpr int kAnswerTokens = 12;
+
+// The user's message for turn `t` of conversation `c`; the first is long
+// enough to fill several KV blocks.
+std::string Message(int c, int t) {
+  if (t == 0) {
+    return "Conversation " + std::to_string(c) + ". " + LongText(70 + 9 * c) +
+           kPrompts[c % kPrompts.size()];
+  }
+  return kPrompts[(c + t) % kPrompts.size()] + " Answer in one sentence.";
+}
+
+struct Conversation {
+  std::vector<std::vector<int32_t>> answers;  // per turn
+  std::vector<int> cached;                    // per turn: summary.cached_tokens
+  std::vector<int> prompt;                    // per turn: summary.prompt_tokens
+};
+
+// Runs conversation `c`: every turn resends the earlier messages and
+// answers (as a chat) with a new user message, greedy.
+Conversation Converse(v1::Pdq::Stub& stub, int c, const std::string& salt = "") {
+  Conversation out;
+  v1::GenerateRequest r;
+  r.set_max_tokens(kAnswerTokens);
+  r.set_cache_salt(salt);
+  for (int t = 0; t < kTurns; ++t) {
+    v1::ChatMessage* m = r.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(Message(c, t));
+    const Answer a = Generate(stub, r);
+    EXPECT_TRUE(a.status.ok()) << a.status.error_message();
+    if (!a.status.ok()) break;
+    out.answers.push_back(a.tokens);
+    out.cached.push_back(a.summary.cached_tokens());
+    out.prompt.push_back(a.summary.prompt_tokens());
+    v1::ChatMessage* reply = r.mutable_chat()->add_messages();
+    reply->set_role("assistant");
+    reply->set_content(a.text);
+  }
+  return out;
+}
+
+struct Deployment {
+  Proc router;
+  std::vector<Proc> workers;
+  std::unique_ptr<v1::Pdq::Stub> stub;
+};
+
+// One router and its workers: "both" (args for it) or a prefill and a
+// decode worker.
+Deployment Start(Cluster& c, const std::vector<std::string>& router_args,
+                 const std::vector<std::pair<std::string, std::vector<std::string>>>& workers) {
+  Deployment d;
+  d.router = c.Router(router_args);
+  if (!d.router.ok()) return d;
+  for (const auto& [role, args] : workers) {
+    std::vector<std::string> a = args;
+    std::string precision = "fp16";
+    for (size_t i = 0; i + 1 < a.size(); ++i) {
+      if (a[i] == "--precision") precision = a[i + 1], a.erase(a.begin() + i, a.begin() + i + 2);
+    }
+    d.workers.push_back(c.Worker(d.router.address, role, precision, a));
+    if (!d.workers.back().ok()) return d;
+  }
+  auto stub = Client(d.router.address);
+  if (WaitForWorkers(*stub, (int)workers.size())) d.stub = std::move(stub);
+  return d;
+}
+
+// How much of a later turn must come from the cache.
+enum class Reuse {
+  kAll,    // everything up to the previous answer, less a partly filled block
+  kSome,   // some (the prompts, when the answers were written at another precision)
+};
+
+// Answers equal the reference's turn by turn; first turns reuse nothing,
+// later ones as `reuse` says.
+void ExpectSame(const std::vector<Conversation>& got, const std::vector<Conversation>& want,
+                Reuse reuse, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t c = 0; c < got.size(); ++c) {
+    SCOPED_TRACE(what + ", conversation " + std::to_string(c));
+    ASSERT_EQ(got[c].answers.size(), (size_t)kTurns);
+    for (int t = 0; t < kTurns; ++t) {
+      EXPECT_EQ(got[c].answers[t], want[c].answers[t]) << "turn " << t + 1;
+      EXPECT_EQ(got[c].prompt[t], want[c].prompt[t]) << "turn " << t + 1;
+      EXPECT_EQ(want[c].cached[t], 0) << "the reference has its cache off";
+      if (t == 0) {
+        // A new conversation shares at most the chat template's system
+        // prompt with earlier ones.
+        if (c == 0) EXPECT_EQ(got[c].cached[t], 0) << "turn 1";
+        EXPECT_LE(got[c].cached[t], 48) << "turn 1";
+      } else if (reuse == Reuse::kAll) {
+        EXPECT_GE(got[c].cached[t], got[c].prompt[t - 1] - 16) << "turn " << t + 1;
+      } else {
+        EXPECT_GT(got[c].cached[t], 0) << "turn " << t + 1;
+      }
+      EXPECT_LT(got[c].cached[t], got[c].prompt[t]) << "turn " << t + 1;
+    }
+  }
+}
+
+std::vector<Conversation> ConverseAll(const Deployment& d, int n) {
+  std::vector<Conversation> out;
+  for (int c = 0; c < n; ++c) out.push_back(Converse(*d.stub, c));
+  return out;
+}
+
+void ExpectAllFree(const Deployment& d) {
+  for (const Proc& w : d.workers) ExpectAllBlocksFree(w.address, "worker " + w.address);
+}
+
+TEST(PrefixCacheServingTest, Fp16ConversationsAnswerTheSameWithTheCacheOnAndOff) {
+  Cluster c;
+  const std::vector<std::string> off = {"--prefix-cache", "off"};
+  Deployment ref = Start(c, {}, {{"both", off}});
+  ASSERT_NE(ref.stub, nullptr);
+  const std::vector<Conversation> want = ConverseAll(ref, 2);
+  for (const Conversation& x : want) {
+    ASSERT_EQ(x.answers.size(), (size_t)kTurns);
+  }
+
+  Deployment mono = Start(c, {}, {{"both", {}}});
+  ASSERT_NE(mono.stub, nullptr);
+  ExpectSame(ConverseAll(mono, 2), want, Reuse::kAll, "monolithic");
+  ExpectAllFree(mono);
+  // Salts: the same first prompt under another salt reuses nothing; under
+  // the first salt again it does.
+  v1::GenerateRequest r = Chat(Message(0, 0), 2);
+  r.set_cache_salt("tenant-a");
+  EXPECT_EQ(Generate(*mono.stub, r).summary.cached_tokens(), 0);
+  r.set_cache_salt("tenant-b");
+  EXPECT_EQ(Generate(*mono.stub, r).summary.cached_tokens(), 0);
+  EXPECT_GT(Generate(*mono.stub, r).summary.cached_tokens(), 0);
+  EXPECT_GT(Metric(mono.workers[0].metrics,
+                   "pdq_prefix_cache_hit_tokens_total{pool=\"\",writer=\"fp16\"}"),
+            0);
+
+  // 1P+1D, every turn through the prefill worker: the decode worker holds
+  // the earlier turns and the prefill sends only the rest.
+  Deployment split = Start(c, {"--local-prefill-tokens", "0"}, {{"prefill", {}}, {"decode", {}}});
+  ASSERT_NE(split.stub, nullptr);
+  ExpectSame(ConverseAll(split, 2), want, Reuse::kAll, "1P+1D through the prefill worker");
+  ExpectAllFree(split);
+
+  // 1P+1D where the decode worker prefills short follow-ups itself: the
+  // prefill worker sees the first turns only (the second conversation's
+  // too is short once the system prompt is cached).
+  Deployment local = Start(c, {}, {{"prefill", {}}, {"decode", {}}});
+  ASSERT_NE(local.stub, nullptr);
+  ExpectSame(ConverseAll(local, 2), want, Reuse::kAll, "1P+1D, short suffixes on the decode worker");
+  const double prefills = Metric(local.workers[0].metrics, "pdq_requests_total{code=\"OK\"}");
+  EXPECT_GE(prefills, 1);
+  EXPECT_LE(prefills, 2);
+  ExpectAllFree(local);
+}
+
+TEST(PrefixCacheServingTest, W8a8W4a16ConversationsAnswerTheSameWithTheCacheOnAndOff) {
+  Cluster c;
+  const std::vector<std::string> both = {"--prefill-precision", "w8a8", "--precision", "w4a16"};
+  std::vector<std::string> both_off = both;
+  both_off.insert(both_off.end(), {"--prefix-cache", "off"});
+  Deployment ref = Start(c, {}, {{"both", both_off}});
+  ASSERT_NE(ref.stub, nullptr);
+  const std::vector<Conversation> want = ConverseAll(ref, 2);
+
+  // The W4A16-written answers are not reused by the W8A8 prefill (not the
+  // precision that would write them), the prompts before them are.
+  Deployment mono = Start(c, {}, {{"both", both}});
+  ASSERT_NE(mono.stub, nullptr);
+  ExpectSame(ConverseAll(mono, 2), want, Reuse::kSome, "monolithic");
+  ExpectAllFree(mono);
+  Deployment split = Start(c, {}, {{"prefill", {"--precision", "w8a8"}},
+                                   {"decode", {"--precision", "w4a16"}}});
+  ASSERT_NE(split.stub, nullptr);
+  ExpectSame(ConverseAll(split, 2), want, Reuse::kSome, "1P+1D");
+  ExpectAllFree(split);
+}
+
+TEST(PrefixCacheServingTest, EvictionUnderMemoryPressureKeepsAnswersAndBlockCounts) {
+  Cluster c;
+  Deployment ref = Start(c, {}, {{"both", {"--prefix-cache", "off"}}});
+  ASSERT_NE(ref.stub, nullptr);
+  const std::vector<Conversation> want = ConverseAll(ref, 3);
+  // Room for one conversation's turn at a time (32 blocks of 16 tokens).
+  Deployment small = Start(c, {}, {{"both", {"--kv-tokens", "512"}}});
+  ASSERT_NE(small.stub, nullptr);
+  std::vector<Conversation> got = ConverseAll(small, 3);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].answers.size(), (size_t)kTurns);
+    for (int t = 0; t < kTurns; ++t) EXPECT_EQ(got[i].answers[t], want[i].answers[t]);
+  }
+  // The first conversation was partly evicted to make room for the others
+  // (its last blocks first): again, it reuses what is left.
+  const Conversation again = Converse(*small.stub, 0);
+  EXPECT_EQ(again.answers, want[0].answers);
+  EXPECT_GT(Metric(small.workers[0].metrics, "pdq_prefix_cache_evictions_total{pool=\"\"}"), 0);
+  ExpectAllFree(small);
+}
+
+TEST(PrefixCacheServingTest, TheRouterSendsAFollowUpToTheWorkerHoldingItsConversation) {
+  Cluster c;
+  // These prompts are short: weigh load lightly, so that the cached prefix
+  // decides (the default weight would send a 150-token follow-up to a
+  // worker one request less busy).
+  Deployment d = Start(c, {"--cache-load-tokens", "32"}, {{"both", {}}, {"both", {}}});
+  ASSERT_NE(d.stub, nullptr);
+  // Four conversations at once spread over both workers; every later turn
+  // finds its conversation where the earlier ones ran.
+  std::vector<Conversation> got(4);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&, i] { got[i] = Converse(*d.stub, i); });
+  }
+  for (std::thread& t : clients) t.join();
+  for (const Conversation& x : got) {
+    ASSERT_EQ(x.answers.size(), (size_t)kTurns);
+    for (int t = 1; t < kTurns; ++t) {
+      EXPECT_GE(x.cached[t], x.prompt[t - 1] - 16) << "turn " << t + 1;
+    }
+  }
+  for (const Proc& w : d.workers) {
+    EXPECT_GT(Metric(w.metrics, "pdq_prefix_cache_hit_tokens_total{pool=\"\",writer=\"fp16\"}"), 0)
+        << "one worker took every conversation";
+  }
+  // The worker holding conversation 0 dies: its next turn is served by the
+  // other one, computed afresh.
+  c.Kill(d.workers[0]);
+  const Conversation after = Converse(*d.stub, 0);
+  ASSERT_EQ(after.answers.size(), (size_t)kTurns);
+  EXPECT_EQ(after.answers, got[0].answers);
+  ExpectAllBlocksFree(d.workers[1].address, "the surviving worker");
+}
+
+}  // namespace
+}  // namespace pdq::testing
