@@ -267,7 +267,7 @@ void KvCache::Uncache(int32_t block) {
   PDQ_CHECK(it != index_.end());
   std::erase(it->second, block);
   if (it->second.empty()) index_.erase(it);
-  LogEvent(false, m.hash);
+  if (!HashCached(m.hash, block)) LogEvent(false, m.hash);
   m.cached = false;
   m.writer = 0;
   ++m.gen;
@@ -287,18 +287,28 @@ void KvCache::LogEvent(bool stored, uint64_t hash) {
   if (!events_.overflowed) log.push_back(hash);
 }
 
+bool KvCache::HashCached(uint64_t hash, int32_t except) const {
+  auto it = index_.find(hash & config_.prefix_hash_mask);
+  if (it == index_.end()) return false;
+  for (int32_t b : it->second) {
+    if (b != except && meta_[b].hash == hash) return true;
+  }
+  return false;
+}
+
 uint64_t KvCache::PrefixSeed(std::string_view salt) const {
   return pdq::PrefixSeed(config_.layout.Serialize(), salt);
 }
 
 int32_t KvCache::FindCached(uint64_t hash, int32_t parent, uint32_t parent_gen,
-                            std::span<const int32_t> tokens) const {
+                            std::span<const int32_t> tokens, std::string_view writer) const {
   auto it = index_.find(hash & config_.prefix_hash_mask);
   if (it == index_.end()) return -1;
   const int64_t bt = config_.layout.block_tokens;
   for (int32_t b : it->second) {
     const BlockMeta& m = meta_[b];
-    if (m.hash != hash || m.parent != parent || (parent >= 0 && m.parent_gen != parent_gen)) {
+    if (m.hash != hash || m.parent != parent || (parent >= 0 && m.parent_gen != parent_gen) ||
+        (!writer.empty() && writers_[m.writer] != writer)) {
       continue;
     }
     if (std::equal(tokens.begin(), tokens.end(), block_tokens_.begin() + (int64_t)b * bt)) return b;
@@ -323,8 +333,8 @@ absl::StatusOr<int64_t> KvCache::AttachPrefix(SeqId seq, std::span<const int32_t
   for (int64_t i = 0; i < limit; ++i) {
     std::span<const int32_t> block = tokens.subspan(i * bt, bt);
     h = ChainBlockHash(h, block);
-    const int32_t b = FindCached(h, parent, parent >= 0 ? meta_[parent].gen : 0, block);
-    if (b < 0 || (!writer.empty() && writers_[meta_[b].writer] != writer)) break;
+    const int32_t b = FindCached(h, parent, parent >= 0 ? meta_[parent].gen : 0, block, writer);
+    if (b < 0) break;
     if (meta_[b].refs++ == 0) LruRemove(b);
     s.blocks.push_back(b);
     parent = b;
@@ -363,7 +373,7 @@ absl::StatusOr<int64_t> KvCache::CachePrefix(SeqId seq, std::span<const int32_t>
       // copy of its parent): file it again behind this chain.
       Uncache(mine);
     }
-    const int32_t other = FindCached(h, parent, parent_gen, block);
+    const int32_t other = FindCached(h, parent, parent_gen, block, writer);
     if (other >= 0) {
       // Another sequence cached this prefix first: the chain continues
       // through its block, and later blocks of this sequence can only be
@@ -371,6 +381,7 @@ absl::StatusOr<int64_t> KvCache::CachePrefix(SeqId seq, std::span<const int32_t>
       parent = other;
       continue;
     }
+    const bool first_copy = !HashCached(h, mine);
     m.cached = true;
     m.hash = h;
     m.parent = parent;
@@ -378,7 +389,7 @@ absl::StatusOr<int64_t> KvCache::CachePrefix(SeqId seq, std::span<const int32_t>
     m.writer = writer_id;
     std::copy(block.begin(), block.end(), block_tokens_.begin() + (int64_t)mine * bt);
     index_[h & config_.prefix_hash_mask].push_back(mine);
-    LogEvent(true, h);
+    if (first_copy) LogEvent(true, h);  // the router tracks hashes, not copies
     ++cached_;
     ++added;
     parent = mine;
@@ -408,6 +419,8 @@ std::vector<uint64_t> KvCache::CachedHashes() const {
   for (const BlockMeta& m : meta_) {
     if (m.cached) out.push_back(m.hash);
   }
+  std::sort(out.begin(), out.end());  // a hash once, however many copies hold it
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 

@@ -142,8 +142,10 @@ class KvCache {
   // most its length) to the index, so later sequences with the same prefix
   // and seed reuse them. Blocks already cached keep their writer; new ones
   // record `writer` (the precision whose forward pass wrote them: "fp16",
-  // "w8a8", "w4a16"). A block whose prefix another block already holds stays
-  // private. Returns how many blocks it added.
+  // "w8a8", "w4a16"). A block whose prefix another block written by the same
+  // writer already holds stays private; one written by another precision
+  // is cached beside it (a W8A8 prefill's copy of a W4A16-written answer).
+  // Returns how many blocks it added.
   absl::StatusOr<int64_t> CachePrefix(SeqId seq, std::span<const int32_t> tokens, uint64_t seed,
                                       std::string_view writer);
   // The writer recorded for a block of a sequence's table ("" if the block
@@ -215,9 +217,11 @@ class KvCache {
   void LruPushBack(int32_t block);
   void Uncache(int32_t block);
   // The cached block holding `tokens` after `parent` (generation
-  // parent_gen), or -1.
+  // parent_gen), written by `writer` (empty: any), or -1.
   int32_t FindCached(uint64_t hash, int32_t parent, uint32_t parent_gen,
-                     std::span<const int32_t> tokens) const;
+                     std::span<const int32_t> tokens, std::string_view writer) const;
+  // Whether a cached block other than `except` has this (unmasked) hash.
+  bool HashCached(uint64_t hash, int32_t except) const;
   void LogEvent(bool stored, uint64_t hash);
   absl::StatusOr<const Sequence*> Find(SeqId seq) const;
   // FailedPrecondition unless the CPU can read the blocks.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
@@ -19,8 +20,20 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
   PDQ_RETURN_IF_ERROR(CheckCompatible(reference.model(), decode.model(), "decode"));
   if (prompts.empty()) return absl::InvalidArgumentError("no prompts");
   if (options.max_tokens < 1) return absl::InvalidArgumentError("max tokens must be >= 1");
+  if (options.test_kv != nullptr && options.test_seqs.size() != prompts.size()) {
+    return absl::InvalidArgumentError("test_seqs must name one sequence per prompt");
+  }
+  std::vector<int64_t> held(prompts.size(), 0);
   int64_t total = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
+    if (options.test_kv != nullptr) {
+      PDQ_ASSIGN_OR_RETURN(held[i], options.test_kv->Length(options.test_seqs[i]));
+      if (held[i] >= (int64_t)prompts[i].size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt ", i + 1, " has ", prompts[i].size(),
+                         " tokens; its reused KV must hold fewer, not ", held[i]));
+      }
+    }
     if (prompts[i].empty()) {
       return absl::InvalidArgumentError(absl::StrCat("prompt ", i + 1, " is empty"));
     }
@@ -34,15 +47,20 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
   const int vocab = c.vocab_size;
   const size_t n = prompts.size();
   PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> ref_kv, reference.model().NewKvCache(total));
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> test_kv, prefill.model().NewKvCache(total));
+  std::unique_ptr<KvCache> own_kv;
+  KvCache* test_kv = options.test_kv;
+  if (test_kv == nullptr) {
+    PDQ_ASSIGN_OR_RETURN(own_kv, prefill.model().NewKvCache(total));
+    test_kv = own_kv.get();
+  }
 
   std::vector<SeqId> ref_seq(n), test_seq(n);
   std::vector<BatchEntry> ref_batch(n), test_batch(n);
   for (size_t i = 0; i < n; ++i) {
     ref_seq[i] = ref_kv->AddSequence();
-    test_seq[i] = test_kv->AddSequence();
+    test_seq[i] = options.test_kv != nullptr ? options.test_seqs[i] : test_kv->AddSequence();
     ref_batch[i] = BatchEntry{ref_seq[i], prompts[i], 1};
-    test_batch[i] = BatchEntry{test_seq[i], prompts[i], 1};
+    test_batch[i] = BatchEntry{test_seq[i], std::span<const int32_t>(prompts[i]).subspan(held[i]), 1};
   }
   DriftResult result;
   result.first_divergence.assign(n, -1);

@@ -18,6 +18,12 @@ struct DriftOptions {
   int max_tokens = 128;
   // Called after each generated position with (position, max_tokens).
   std::function<void(int, int)> progress;
+  // KV reuse (a prefix cache): the test side continues these sequences of
+  // `test_kv`, one per prompt, which already hold the KV of each prompt's
+  // first Length(seq) tokens (written by whatever wrote them), and prefills
+  // only the rest. Null: a fresh cache, every prompt prefilled whole.
+  KvCache* test_kv = nullptr;
+  std::vector<SeqId> test_seqs;
 };
 
 struct DriftResult {

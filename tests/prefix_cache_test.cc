@@ -2,6 +2,7 @@
 // shared blocks counted once, LRU eviction of unreferenced blocks only,
 // forced hash collisions that still serve the right blocks, salts that
 // isolate, and block accounting that always adds up.
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -176,10 +177,10 @@ TEST(PrefixCacheTest, ReCachingAfterTheParentLeftRefilesTheBlock) {
   // later blocks are filed behind x's first block.
   const SeqId x = kv->AddSequence();
   Write(*kv, x, std::vector<int32_t>(p.begin(), p.begin() + 16));
-  EXPECT_EQ(*kv->CachePrefix(x, p, seed, "fp16"), 1);
+  EXPECT_EQ(*kv->CachePrefix(x, p, seed, "w8a8"), 1);
   const SeqId y = kv->AddSequence();
   Write(*kv, y, p);
-  EXPECT_EQ(*kv->CachePrefix(y, p, seed, "w4a16"), 2);
+  EXPECT_EQ(*kv->CachePrefix(y, p, seed, "w8a8"), 2);
   ASSERT_TRUE(kv->RemoveSequence(x).ok());
   // x's block is evicted; y caches again (its answer grew): its first block
   // now heads the chain and the rest follow it.
@@ -187,14 +188,40 @@ TEST(PrefixCacheTest, ReCachingAfterTheParentLeftRefilesTheBlock) {
   ASSERT_TRUE(kv->Reserve(filler, 5 * kBlock).ok());
   EXPECT_EQ(kv->prefix_stats().evictions, 1);
   ASSERT_TRUE(kv->RemoveSequence(filler).ok());
-  EXPECT_EQ(*kv->CachePrefix(y, p, seed, "w4a16"), 3);
+  EXPECT_EQ(*kv->CachePrefix(y, p, seed, "w8a8"), 3);
   ASSERT_TRUE(kv->RemoveSequence(y).ok());
   const SeqId z = kv->AddSequence();
   EXPECT_EQ(*kv->AttachPrefix(z, p, seed, 48), 48);
   EXPECT_EQ(Read(*kv, z), p);
-  EXPECT_EQ(kv->BlockWriter((*kv->BlockTable(z))[0]), "w4a16");
+  EXPECT_EQ(kv->BlockWriter((*kv->BlockTable(z))[0]), "w8a8");
   ASSERT_TRUE(kv->RemoveSequence(z).ok());
   EXPECT_EQ(kv->num_free_blocks(), 8);
+}
+
+TEST(PrefixCacheTest, EachPrecisionsCopyOfABlockIsCachedAndFoundByWriter) {
+  auto kv = MakeCache(16);
+  const std::vector<int32_t> p = Tokens(40, 1);
+  const uint64_t seed = kv->PrefixSeed("");
+  auto serve = [&](const std::string& writer) {
+    const SeqId s = kv->AddSequence();
+    const int64_t hit = *kv->AttachPrefix(s, p, seed, 39, writer);
+    Write(*kv, s, p);
+    EXPECT_TRUE(kv->CachePrefix(s, p, seed, writer).ok());
+    EXPECT_TRUE(kv->RemoveSequence(s).ok());
+    return hit;
+  };
+  EXPECT_TRUE(kv->TakePrefixEvents().stored.empty());
+  EXPECT_EQ(serve("w4a16"), 0);
+  EXPECT_EQ(serve("w8a8"), 0);  // the W4A16 copy is not W8A8's
+  EXPECT_EQ(kv->prefix_stats().cached_blocks, 4);
+  EXPECT_EQ(serve("w8a8"), 32);
+  EXPECT_EQ(serve("w4a16"), 32);
+  const SeqId any = kv->AddSequence();
+  EXPECT_EQ(*kv->AttachPrefix(any, p, seed, 39), 32);
+  ASSERT_TRUE(kv->RemoveSequence(any).ok());
+  // The router hears of each hash once.
+  EXPECT_EQ(kv->TakePrefixEvents().stored.size(), 2u);
+  EXPECT_EQ(kv->CachedHashes().size(), 2u);
 }
 
 TEST(PrefixCacheTest, EventsListStoredAndEvictedHashes) {
@@ -203,6 +230,7 @@ TEST(PrefixCacheTest, EventsListStoredAndEvictedHashes) {
   Serve(*kv, Tokens(33, 1));
   PrefixEvents e = kv->TakePrefixEvents();
   ASSERT_EQ(e.stored.size(), 2u);
+  std::sort(e.stored.begin(), e.stored.end());
   EXPECT_EQ(e.stored, kv->CachedHashes());
   const SeqId big = kv->AddSequence();
   ASSERT_TRUE(kv->Reserve(big, 4 * kBlock).ok());

@@ -1,9 +1,11 @@
 // `pdq drift`: how far greedy generation under a (prefill, decode) precision
 // pair drifts from the reference, position by position.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/check.h"
 #include "eval/drift.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
@@ -18,12 +20,31 @@ namespace {
 // the whole history, prefilled by the prefill precision and continued by
 // the decode precision, as a disaggregated deployment without a prefix
 // cache would; drift is measured on each answer's positions.
+//
+// With `reuse_kv`, the test side keeps its KV from turn to turn as a prefix
+// cache would: each turn reuses the whole blocks of the previous turn's
+// prompt (written by the prefill precision) and answer (written by the
+// decode precision) that the new prompt starts with, and prefills only the
+// rest; the reference still computes every turn afresh. Against a run
+// without it, this is the accuracy cost of reading KV another precision
+// wrote.
 int ConversationDrift(Context& reference, Context& prefill, Context& decode,
                       const std::vector<std::string>& turns, int turn_tokens,
                       const std::string& prefill_precision, const std::string& decode_precision,
-                      const std::string& reference_precision, bool json) {
+                      const std::string& reference_precision, bool reuse_kv, bool json) {
   const Tokenizer& tok = reference.model().tokenizer();
   std::vector<ChatMessage> history;
+  std::unique_ptr<KvCache> kept;
+  SeqId seq = 0;
+  std::vector<int32_t> stored;  // the tokens whose KV `kept` holds
+  if (reuse_kv) {
+    absl::StatusOr<std::unique_ptr<KvCache>> kv =
+        prefill.model().NewKvCache(prefill.model().config().max_context);
+    if (!kv.ok()) return Fail("drift", kv.status());
+    kept = std::move(*kv);
+    seq = kept->AddSequence();
+  }
+  int64_t reused_total = 0, prompt_total = 0;
   nlohmann::json per_turn = nlohmann::json::array();
   std::vector<double> kl_by_position, agreement_by_position;
   double kl_sum = 0, agree_sum = 0;
@@ -34,6 +55,21 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
     const std::vector<int32_t> prompt = tok.Encode(*rendered, tok.add_bos(), true);
     DriftOptions options;
     options.max_tokens = turn_tokens;
+    int64_t reused = 0;
+    if (reuse_kv) {
+      // Whole blocks of the common prefix, at most the prompt less one
+      // token: what the prefix cache would reuse.
+      const int64_t bt = kept->layout().block_tokens;
+      const size_t common =
+          std::mismatch(stored.begin(), stored.end(), prompt.begin(), prompt.end()).first -
+          stored.begin();
+      reused = std::min<int64_t>((int64_t)common, (int64_t)prompt.size() - 1) / bt * bt;
+      if (absl::Status s = kept->SetLength(seq, reused); !s.ok()) return Fail("drift", s);
+      options.test_kv = kept.get();
+      options.test_seqs = {seq};
+    }
+    reused_total += reused;
+    prompt_total += (int64_t)prompt.size();
     absl::StatusOr<DriftResult> r = MeasureDrift(reference, prefill, decode, {prompt}, options);
     if (!r.ok()) {
       return Fail("drift", absl::Status(r.status().code(),
@@ -42,6 +78,12 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
     // The answer ends at the reference's end-of-generation token, which is
     // scored (predicting the end is part of the answer) but not kept.
     const std::vector<int32_t>& ref = r->reference_tokens[0];
+    if (reuse_kv) {
+      // The prompt and every answer token fed back (all but the last).
+      stored = prompt;
+      stored.insert(stored.end(), ref.begin(), ref.end() - 1);
+      PDQ_CHECK(*kept->Length(seq) == (int64_t)stored.size());
+    }
     size_t len = ref.size();
     for (size_t p = 0; p < ref.size(); ++p) {
       if (tok.IsEndOfGeneration(ref[p])) {
@@ -66,6 +108,7 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
     history.push_back({"assistant", *said});
     per_turn.push_back({{"turn", k + 1},
                         {"prompt_tokens", prompt.size()},
+                        {"reused_tokens", reused},
                         {"answer_tokens", len},
                         {"kl_mean", kl / (double)len},
                         {"agreement", agree / (double)len},
@@ -77,6 +120,8 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
   if (json) {
     nlohmann::json j;
     j["conversation"] = true;
+    j["reuse_kv"] = reuse_kv;
+    j["reused_fraction"] = prompt_total > 0 ? (double)reused_total / prompt_total : 0.0;
     j["reference"] = reference_precision;
     j["prefill_precision"] = prefill_precision;
     j["decode_precision"] = decode_precision;
@@ -89,19 +134,20 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
     std::puts(j.dump().c_str());
     return 0;
   }
-  std::printf("%s prefill -> %s decode vs %s, a conversation of %zu turns\n",
+  std::printf("%s prefill -> %s decode vs %s, a conversation of %zu turns%s\n",
               prefill_precision.c_str(), decode_precision.c_str(), reference_precision.c_str(),
-              turns.size());
-  std::printf("  turn  prompt  answer      KL mean  agreement  first divergence\n");
+              turns.size(), reuse_kv ? ", KV kept from turn to turn" : "");
+  std::printf("  turn  prompt  reused  answer      KL mean  agreement  first divergence\n");
   for (const nlohmann::json& t : per_turn) {
-    std::printf("  %4d  %6d  %6d  %11.5f  %8.1f%%  %s\n", t["turn"].get<int>(),
-                t["prompt_tokens"].get<int>(), t["answer_tokens"].get<int>(),
+    std::printf("  %4d  %6d  %6d  %6d  %11.5f  %8.1f%%  %s\n", t["turn"].get<int>(),
+                t["prompt_tokens"].get<int>(), t["reused_tokens"].get<int>(),
+                t["answer_tokens"].get<int>(),
                 t["kl_mean"].get<double>(), 100 * t["agreement"].get<double>(),
                 t["first_divergence"].get<int64_t>() < 0
                     ? "none"
                     : std::to_string(t["first_divergence"].get<int64_t>()).c_str());
   }
-  std::printf("  all                    %11.5f  %8.1f%%\n", kl_sum / positions,
+  std::printf("  all                            %11.5f  %8.1f%%\n", kl_sum / positions,
               100 * agree_sum / positions);
   return 0;
 }
@@ -135,11 +181,19 @@ int DriftCommand(int argc, char** argv) {
                "reported per turn");
   flags.Int("turn-tokens", &turn_tokens, 1, 1 << 16,
             "--conversation: tokens each answer may take at most");
+  bool reuse_kv = false;
+  flags.Bool("reuse-kv", &reuse_kv,
+             "--conversation: keep the KV from turn to turn as a prefix cache would (the "
+             "prompt's blocks written by the prefill precision, the answer's by the decode "
+             "precision) and prefill only what is new; the reference recomputes every turn");
   flags.Bool("json", &json, "print one JSON object");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (prompts_path.empty() == conversation_path.empty()) {
     return Fail("drift",
                 absl::InvalidArgumentError("give --prompts or --conversation (one of the two)"));
+  }
+  if (reuse_kv && conversation_path.empty()) {
+    return Fail("drift", absl::InvalidArgumentError("--reuse-kv needs --conversation"));
   }
   const std::string& lines_path = prompts_path.empty() ? conversation_path : prompts_path;
   std::ifstream in(lines_path);
@@ -170,7 +224,8 @@ int DriftCommand(int argc, char** argv) {
   }
   if (!conversation_path.empty()) {
     return ConversationDrift(*reference->ctx, *prefill->ctx, *decode, texts, (int)turn_tokens,
-                             prefill_precision, decode_precision, reference_precision, json);
+                             prefill_precision, decode_precision, reference_precision, reuse_kv,
+                             json);
   }
   const Tokenizer& tok = reference->model->tokenizer();
   std::vector<std::vector<int32_t>> prompts;

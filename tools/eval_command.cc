@@ -268,6 +268,15 @@ int RunEval(int argc, char** argv) {
 
   const json workloads = config.value("workloads", json::object());
   const json stability = config.value("stability", json::object());
+  // Multi-turn conversations on some deployments, with their prefix caches
+  // on (as deployed) and off.
+  const json conv = config.value("conversation_bench", json::object());
+  auto conversing = [&](const std::string& name) {
+    for (const json& n : conv.value("deployments", json::array())) {
+      if (n == name) return true;
+    }
+    return false;
+  };
   const json accuracy = config.value("accuracy", json::object());
   // The steps, counted first so progress can say "[k/n]".
   int steps = 0, step = 0;
@@ -275,6 +284,7 @@ int RunEval(int argc, char** argv) {
     if (skip_serving || (!selected.empty() && !selected.count(d["name"]))) continue;
     steps += (int)workloads.size();
     if (!skip_stability && stability.value("deployment", "") == d["name"]) ++steps;
+    if (conversing(d["name"])) steps += 2;
   }
   std::set<std::pair<std::string, std::string>> pairs;
   for (const json& d : config["deployments"]) {
@@ -289,7 +299,7 @@ int RunEval(int argc, char** argv) {
   const std::string code = accuracy.value("code", std::string());
   if (!skip_accuracy) {
     steps += (int)pairs.size() *
-             ((int)texts.size() + 1 + (conversation.empty() ? 0 : 1) + (code.empty() ? 0 : 1));
+             ((int)texts.size() + 1 + (conversation.empty() ? 0 : 2) + (code.empty() ? 0 : 1));
   }
   // Where low-bit stops paying: W4A16 and W8A8 against FP16 on each kernel
   // path (PDQ_ISA), at each thread count, in the engine alone.
@@ -327,8 +337,26 @@ int RunEval(int argc, char** argv) {
     }
     const bool stable = !skip_stability && stability.value("deployment", "") == name;
     const bool stability_todo = stable && !fs::exists(dir + "/stability.json");
-    if (!bench_todo && !stability_todo) {
-      step += (int)workloads.size() + (stable ? 1 : 0);
+    const std::string conv_on = dir + "/conversation-cache-on.json",
+                      conv_off = dir + "/conversation-cache-off.json";
+    const bool conv_on_todo = conversing(name) && !fs::exists(conv_on);
+    const bool conv_off_todo = conversing(name) && !fs::exists(conv_off);
+    // The conversation workload: the same for both runs.
+    auto converse = [&](const LocalDeployment& at, const std::string& file, const char* cache) {
+      Progress(++step, steps,
+               absl::StrCat(name, ": conversations, prefix cache ", cache, ", ",
+                            conv.value("sessions", 4), " sessions x ", conv.value("turns", 8),
+                            " turns"));
+      RunChild({SelfPath(), "bench", "--router", at.address(), "--workload", "conversation",
+                "--text", bench_text, "--sessions", std::to_string(conv.value("sessions", 4)),
+                "--turns", std::to_string(conv.value("turns", 8)), "--first-tokens",
+                std::to_string(conv.value("first_tokens", 512)), "--turn-tokens",
+                std::to_string(conv.value("turn_tokens", 64)), "--output-tokens",
+                std::to_string(conv.value("output_tokens", 64)), "--json", file + ".tmp"});
+      if (!Keep(file + ".tmp", file)) ++failures;
+    };
+    if (!bench_todo && !stability_todo && !conv_on_todo && !conv_off_todo) {
+      step += (int)workloads.size() + (stable ? 1 : 0) + (conversing(name) ? 2 : 0);
       std::fprintf(stderr, "pdq eval: %s: measured already (%s)\n", name.c_str(), dir.c_str());
       continue;
     }
@@ -343,7 +371,11 @@ int RunEval(int argc, char** argv) {
     std::fprintf(stderr, "pdq eval: %s: starting (%zu workers)\n", name.c_str(),
                  d["workers"].size());
     LocalDeployment dep;
-    if (absl::Status s = dep.Start(up, dir); !s.ok()) {
+    // Started only for the conversations: its files go beside, not over,
+    // those of the runs that measured the workloads.
+    const std::string dep_dir = bench_todo || stability_todo ? dir : dir + "/cache-on";
+    fs::create_directories(dep_dir, ec);
+    if (absl::Status s = dep.Start(up, dep_dir); !s.ok()) {
       std::fprintf(stderr, "pdq eval: %s: %s\n", name.c_str(), std::string(s.message()).c_str());
       ++failures;
       if (interrupted()) break;
@@ -429,7 +461,36 @@ int RunEval(int argc, char** argv) {
                 file + ".tmp"});
       if (!Keep(file + ".tmp", file)) ++failures;
     }
+    if (conv_on_todo && !interrupted()) {
+      converse(dep, conv_on, "on");
+    } else if (conversing(name)) {
+      ++step;
+    }
     dep.Stop();
+    if (interrupted()) break;
+    if (conv_off_todo) {
+      // The same deployment again with every worker's prefix cache off.
+      json off = up;
+      for (json& w : off["workers"]) {
+        json args = w.value("args", json::array());
+        args.insert(args.end(), {"--prefix-cache", "off"});
+        w["args"] = args;
+      }
+      std::fprintf(stderr, "pdq eval: %s: starting again with the prefix cache off\n",
+                   name.c_str());
+      LocalDeployment without;
+      fs::create_directories(dir + "/cache-off", ec);
+      if (absl::Status s = without.Start(off, dir + "/cache-off"); !s.ok()) {
+        std::fprintf(stderr, "pdq eval: %s: %s\n", name.c_str(), std::string(s.message()).c_str());
+        ++failures;
+        ++step;
+      } else {
+        converse(without, conv_off, "off");
+        without.Stop();
+      }
+    } else if (conversing(name)) {
+      ++step;
+    }
     if (interrupted()) break;
   }
 
@@ -494,6 +555,15 @@ int RunEval(int argc, char** argv) {
                       {SelfPath(), "drift", "--model", model, "--threads", threads,
                        "--conversation", conversation, "--prefill-precision", p,
                        "--decode-precision", dprec, "--reference", "fp16", "--turn-tokens",
+                       std::to_string(accuracy.value("conversation_turn_tokens", 96)), "--json"});
+        // The same conversation reading the KV of earlier turns, as a
+        // prefix cache that reuses any precision's KV would.
+        accuracy_step(absl::StrCat(raw, "/accuracy/conversation-reuse-", pair, ".json"), "",
+                      absl::StrCat("conversation drift reusing earlier turns' KV", on),
+                      {SelfPath(), "drift", "--model", model, "--threads", threads,
+                       "--conversation", conversation, "--prefill-precision", p,
+                       "--decode-precision", dprec, "--reference", "fp16", "--reuse-kv",
+                       "--turn-tokens",
                        std::to_string(accuracy.value("conversation_turn_tokens", 96)), "--json"});
       }
       if (!code.empty() && !interrupted()) {

@@ -315,6 +315,58 @@ std::string LowbitSection(const json& config, const std::string& raw) {
   return md;
 }
 
+// ---- Conversations: KV reuse across turns -----------------------------------------
+
+// `pdq bench --workload conversation` on the deployments the config names,
+// with their prefix caches on and off (conversation-cache-{on,off}.json).
+std::string ConversationSection(const json& config, const std::string& raw) {
+  const json conv = config.value("conversation_bench", json::object());
+  if (conv.value("deployments", json::array()).empty()) return "";
+  std::string md = absl::StrCat(
+      "## Conversations: KV reuse across turns\n\n", conv.value("sessions", 4),
+      " concurrent conversations of ", conv.value("turns", 8), " turns (`pdq bench --workload "
+      "conversation`): turn 1 sends ", conv.value("first_tokens", 512),
+      " tokens of text, every later turn the whole conversation so far (prompt and answer) and ",
+      conv.value("turn_tokens", 64), " new tokens; ", conv.value("output_tokens", 64),
+      " tokens per answer. Each deployment runs it with its workers' prefix caches on (the "
+      "default) and off (`--prefix-cache off`). Cached is the share of later turns' prompt "
+      "tokens the workers reused.\n\n"
+      "| deployment | prefix cache | conversations done in (s) | TTFT p50 turn 1 (ms) | TTFT p50 "
+      "turns 2+ (ms) | TTFT p50 turn ",
+      conv.value("turns", 8), " (ms) | cached | off / on |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const json& n : conv["deployments"]) {
+    const std::string name = n.get<std::string>();
+    double on_seconds = NAN;
+    for (const char* cache : {"on", "off"}) {
+      const json j =
+          Load(absl::StrCat(raw, "/", name, "/conversation-cache-", cache, ".json"));
+      if (!j.contains("conversation")) {
+        absl::StrAppend(&md, "| ", name, " | ", cache, " | not measured | | | | | |\n");
+        continue;
+      }
+      const json& c = j["conversation"];
+      const json turns = c.value("per_turn", json::array());
+      double prompt = 0, cached = 0;
+      for (size_t t = 1; t < turns.size(); ++t) {
+        prompt += Num(turns[t], {"prompt_tokens_mean"});
+        cached += Num(turns[t], {"cached_tokens_mean"});
+      }
+      const double seconds = Num(c, {"seconds"});
+      if (std::string(cache) == "on") on_seconds = seconds;
+      const bool failed = Num(c, {"requests_failed"}) > 0;
+      absl::StrAppend(
+          &md, "| ", name, " | ", cache, " | ", F(seconds, 1), failed ? " (requests failed)" : "",
+          " | ", turns.empty() ? "–" : F(1e3 * Num(turns[0], {"ttft_s", "p50"}), 0), " | ",
+          F(1e3 * Num(c, {"ttft_later_turns_s", "p50"}), 0), " | ",
+          turns.empty() ? "–" : F(1e3 * Num(turns.back(), {"ttft_s", "p50"}), 0), " | ",
+          prompt > 0 ? F(100 * cached / prompt, 0) + "%" : "–", " | ",
+          std::string(cache) == "off" ? F(seconds / on_seconds, 2) + "x" : "", " |\n");
+    }
+  }
+  return md + "\n";
+}
+
 // ---- Plots ----------------------------------------------------------------------
 
 class Plotter {
@@ -889,6 +941,7 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
   }
 
   // -- Stability
+  absl::StrAppend(&md, ConversationSection(config, raw));
   absl::StrAppend(&md, "## Stability under alternating load\n\n");
   bool any_stability = false;
   for (const Dep& d : deps) {
@@ -1048,7 +1101,13 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
         " tokens) goes back into the history, so the context grows turn by turn; every turn is "
         "prefilled again at the prefill precision and answered at the decode precision. KL "
         "against FP16 and argmax agreement over each answer's tokens: if low-bit errors "
-        "accumulated over a dialogue, the later turns would drift further.\n\n");
+        "accumulated over a dialogue, the later turns would drift further. The rows marked "
+        "\"KV reused\" (`pdq drift --conversation --reuse-kv`) keep the KV from turn to turn as "
+        "a prefix cache that reuses any precision's KV would: each turn reads the earlier "
+        "prompts' KV as the prefill precision wrote it and the earlier answers' as the decode "
+        "precision wrote it, and prefills only what is new; against the row above it, that is "
+        "the accuracy cost of cross-precision reuse (pdq's workers reuse only same-precision KV "
+        "unless `--reuse-kv-any-precision`).\n\n");
     std::string header = "| prefill / decode |", rule = "| --- |", conv_data;
     std::vector<std::string> conv_curves;
     int conv_block = 0;
@@ -1075,6 +1134,23 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
       conv_curves.push_back(absl::StrCat("datafile index ", conv_block++,
                                          " using 1:2 with linespoints title ",
                                          Quote(p + " / " + dprec)));
+      // The same conversation reading earlier turns' KV (any precision's).
+      const json r =
+          Load(absl::StrCat(raw, "/accuracy/conversation-reuse-", p, "-", dprec, ".json"));
+      if (r.is_null()) continue;
+      absl::StrAppend(&rows, "| ", p, " / ", dprec, ", KV reused |");
+      absl::StrAppendFormat(&conv_data, "# %s/%s reused\n", p, dprec);
+      for (const json& t : r.value("turns", json::array())) {
+        absl::StrAppendFormat(&rows, " %.4f / %.0f%% |", Num(t, {"kl_mean"}),
+                              100 * Num(t, {"agreement"}));
+        absl::StrAppendFormat(&conv_data, "%d %g\n", t.value("turn", 0), Num(t, {"kl_mean"}));
+      }
+      absl::StrAppendFormat(&rows, " %.4f / %.1f%% |\n", Num(r, {"kl_mean"}),
+                            100 * Num(r, {"agreement"}));
+      absl::StrAppend(&conv_data, "\n\n");
+      conv_curves.push_back(absl::StrCat("datafile index ", conv_block++,
+                                         " using 1:2 with linespoints dashtype 2 title ",
+                                         Quote(p + " / " + dprec + ", KV reused")));
     }
     for (size_t t = 1; t <= most_turns; ++t) {
       absl::StrAppend(&header, " turn ", t, " |");
