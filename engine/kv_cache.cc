@@ -275,16 +275,20 @@ void KvCache::Uncache(int32_t block) {
 }
 
 void KvCache::LogEvent(bool stored, uint64_t hash) {
-  if (!log_events_) return;
+  if (!log_events_ || events_overflowed_) return;
+  // A hash stored and removed again (or the reverse) since the last report
+  // is no change.
+  absl::flat_hash_set<uint64_t>& add = stored ? stored_since_ : removed_since_;
+  absl::flat_hash_set<uint64_t>& cancel = stored ? removed_since_ : stored_since_;
+  if (cancel.erase(hash) > 0) return;
   constexpr size_t kMaxEvents = 1 << 16;
-  std::vector<uint64_t>& log = stored ? events_.stored : events_.removed;
-  if (log.size() >= kMaxEvents) {
-    events_.overflowed = true;
-    events_.stored.clear();
-    events_.removed.clear();
+  if (add.size() >= kMaxEvents) {
+    events_overflowed_ = true;
+    stored_since_.clear();
+    removed_since_.clear();
     return;
   }
-  if (!events_.overflowed) log.push_back(hash);
+  add.insert(hash);
 }
 
 bool KvCache::HashCached(uint64_t hash, int32_t except) const {
@@ -408,8 +412,13 @@ PrefixCacheStats KvCache::prefix_stats() const {
 
 PrefixEvents KvCache::TakePrefixEvents() {
   log_events_ = true;
-  PrefixEvents out = std::move(events_);
-  events_ = PrefixEvents{};
+  PrefixEvents out;
+  out.stored.assign(stored_since_.begin(), stored_since_.end());
+  out.removed.assign(removed_since_.begin(), removed_since_.end());
+  out.overflowed = events_overflowed_;
+  stored_since_.clear();
+  removed_since_.clear();
+  events_overflowed_ = false;
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "engine/kv_layout.h"
 #include "kernels/kernels.h"
@@ -59,7 +60,9 @@ struct PrefixCacheStats {
 };
 
 // Changes to the set of cached block hashes, for a router that routes by
-// them (unmasked hashes, as PrefixBlockHashes computes them).
+// them (unmasked hashes, as PrefixBlockHashes computes them): the net
+// change since the last report, so `stored` and `removed` never share a
+// hash and may be applied in either order.
 struct PrefixEvents {
   std::vector<uint64_t> stored, removed;
   // Events were dropped (more than the log holds): start again from
@@ -241,7 +244,8 @@ class KvCache {
   int32_t lru_head_ = -1, lru_tail_ = -1;  // head: evicted first
   int64_t lru_size_ = 0, cached_ = 0, evictions_ = 0;
   bool log_events_ = false;
-  PrefixEvents events_;
+  absl::flat_hash_set<uint64_t> stored_since_, removed_since_;  // the net change
+  bool events_overflowed_ = false;
   absl::flat_hash_map<SeqId, Sequence> seqs_;
   SeqId next_id_ = 1;
 };

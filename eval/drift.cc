@@ -26,6 +26,9 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
   std::vector<int64_t> held(prompts.size(), 0);
   int64_t total = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt ", i + 1, " is empty"));
+    }
     if (options.test_kv != nullptr) {
       PDQ_ASSIGN_OR_RETURN(held[i], options.test_kv->Length(options.test_seqs[i]));
       if (held[i] >= (int64_t)prompts[i].size()) {
@@ -33,9 +36,6 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
             absl::StrCat("prompt ", i + 1, " has ", prompts[i].size(),
                          " tokens; its reused KV must hold fewer, not ", held[i]));
       }
-    }
-    if (prompts[i].empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("prompt ", i + 1, " is empty"));
     }
     const int64_t need = (int64_t)prompts[i].size() + options.max_tokens;
     if (need > c.max_context) {

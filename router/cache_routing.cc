@@ -10,7 +10,8 @@ int BestCandidate(std::span<const RouteCandidate> candidates, int64_t prompt_tok
                   double load_tokens) {
   int best = -1;
   auto key = [&](const RouteCandidate& c) {
-    const double cost = double(prompt_tokens - c.cached_tokens) + load_tokens * c.load;
+    const double cost =
+        double(prompt_tokens - c.cached_tokens) + double(c.queued_tokens) + load_tokens * c.load;
     // Lower is better in every field.
     return std::make_tuple(c.unwanted, cost, ~c.affinity, -c.kv_blocks_free);
   };

@@ -3,13 +3,14 @@
 // the policy is tested on its own (tests/cache_routing_test.cc) and stated
 // in one place (README, "Cache-aware routing").
 //
-//   cost(w) = (prompt_tokens - cached_tokens(w)) + load_tokens * load(w)
+//   cost(w) = (prompt_tokens - cached_tokens(w)) + queued_tokens(w)
+//             + load_tokens * load(w)
 //
 // cached_tokens(w): the leading whole blocks of the prompt whose chained
-// hashes (common/prefix_hash.h) w reported holding; load(w): its requests
-// decoding plus those the router has sent it and not yet seen answered (for
-// a prefill worker, its queued prompt tokens / load_tokens plus those in
-// flight). The lowest cost wins; among equal costs, the worker the client
+// hashes (common/prefix_hash.h) w reported holding; queued_tokens(w): the
+// prompt tokens waiting for its prefill; load(w): the requests it is
+// decoding (a prefill worker: none) plus those the router has sent it and
+// not yet seen answered. The lowest cost wins; among equal costs, the worker the client
 // id hashes to (rendezvous hashing: a client with no cached prefix anywhere
 // keeps landing on one worker), then the one with the most free KV blocks.
 // Health, drain and the A/B pool split are decided before: only workers
@@ -28,6 +29,7 @@ namespace pdq::router {
 struct RouteCandidate {
   bool unwanted = false;      // failed the last attempt, or its connection is failing
   int64_t cached_tokens = 0;  // leading prompt tokens its prefix cache holds
+  int64_t queued_tokens = 0;  // prompt tokens waiting for its prefill
   double load = 0;            // requests it is busy with (see above)
   int64_t kv_blocks_free = 0;
   uint64_t affinity = 0;      // Affinity(client_id, worker id); 0 without a client id

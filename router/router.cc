@@ -187,8 +187,8 @@ class Registry {
   // that the request costs least (router/cache_routing.h: the prompt its
   // prefix cache lacks against its work), preferring those not in `avoid`
   // and whose connection works; with `wanted_only`, none rather than one of
-  // those. Prefill workers' work is their queued prompt tokens. Counts the
-  // pick as one more request in flight.
+  // those. Prefill workers are not decoding. Counts the pick as one more
+  // request in flight.
   std::shared_ptr<Worker> Pick(std::initializer_list<v1::Role> roles,
                                const absl::flat_hash_set<std::string>& avoid, bool by_tokens,
                                const std::string& pool, const RouteRequest& request,
@@ -209,8 +209,8 @@ class Registry {
       c.unwanted = avoid.contains(id) ||
                    w->channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
       c.cached_tokens = CachedPrefixTokens(request.hashes, w->cached, request.block_tokens);
-      c.load = by_tokens ? (double)w->load.queued_prompt_tokens() / load_tokens + (double)w->in_flight
-                         : (double)w->load.active_sequences() + (double)w->in_flight;
+      c.queued_tokens = w->load.queued_prompt_tokens();
+      c.load = (by_tokens ? 0.0 : (double)w->load.active_sequences()) + (double)w->in_flight;
       c.kv_blocks_free = w->load.kv_blocks_free();
       c.affinity = Affinity(request.client_id, id);
       workers.push_back(w);
@@ -218,11 +218,16 @@ class Registry {
     const int i = BestCandidate(candidates, request.prompt_tokens, load_tokens);
     if (i < 0 || (wanted_only && candidates[i].unwanted)) return nullptr;
     ++workers[i]->in_flight;
-    // The worker will hold the prompt's blocks: a follow-up sent before its
-    // next heartbeat says so still finds them (the heartbeats correct this
-    // when the request fails or the blocks are evicted).
-    workers[i]->cached.insert(request.hashes.begin(), request.hashes.end());
     return workers[i];
+  }
+
+  // `w` is computing or receiving the prompt: count its blocks as cached
+  // there, so a follow-up sent before the worker's next heartbeat says so
+  // still finds them (heartbeats correct this when the request fails or the
+  // blocks are evicted).
+  void NoteCached(const std::shared_ptr<Worker>& w, const RouteRequest& request) {
+    std::lock_guard lock(mu_);
+    w->cached.insert(request.hashes.begin(), request.hashes.end());
   }
 
   // The pools of the live workers, sorted.
@@ -554,6 +559,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     p.set_decode_cached_tokens(a->reserve_resp.cached_tokens());
     p.set_cache_salt(req_.cache_salt());
     // Prefill and decode start together: neither waits on the other here.
+    registry_.NoteCached(a->prefill, route_);
     ++a->open_calls;
     auto self = shared_from_this();
     a->prefill->prefill->async()->Prefill(&a->prefill_ctx, &a->prefill_req, &a->prefill_resp,
@@ -591,6 +597,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   }
 
   void StartDecodeLocked(const std::shared_ptr<Attempt>& a) {
+    registry_.NoteCached(a->decode, route_);
     ++a->open_calls;
     (new DecodeReader(shared_from_this(), a))->Start();
   }

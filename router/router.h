@@ -51,7 +51,7 @@ struct RouterOptions {
   // is involved (conditional disaggregation); 0: always a prefill worker.
   int local_prefill_tokens = 256;
   // Cache-aware routing (router/cache_routing.h): how many prompt tokens
-  // one request of load on a worker is worth.
+  // one request a worker is busy with is worth.
   double cache_load_tokens = 512;
 };
 

@@ -74,8 +74,8 @@ int RouterMain(int argc, char** argv) {
             "own precision and no prefill worker or KV transfer is involved; 0: never");
   flags.Int("cache-load-tokens", &cache_load_tokens, 0, 1 << 20,
             "cache-aware routing: a request goes to the worker with the lowest (prompt tokens "
-            "its KV prefix cache lacks) + this * (requests it is busy with); 0: the longest "
-            "cached prefix wins whatever the load");
+            "its KV prefix cache lacks) + (prompt tokens queued there) + this * (requests it is "
+            "busy with); 0: requests in flight do not count");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");

@@ -28,6 +28,18 @@ TEST(CacheRoutingTest, LoadOutweighsACacheOnlyWhenItCostsMoreThanRecomputing) {
   EXPECT_EQ(BestCandidate(c, 1100, /*load_tokens=*/100), 0);
 }
 
+TEST(CacheRoutingTest, QueuedPromptTokensCountAsWork) {
+  std::vector<RouteCandidate> c(2);
+  c[0].cached_tokens = 512;
+  c[0].queued_tokens = 1000;  // more to compute first than the cache saves
+  EXPECT_EQ(BestCandidate(c, 600), 1);
+  c[0].queued_tokens = 100;
+  EXPECT_EQ(BestCandidate(c, 600), 0);
+  // A load weight of 0 leaves the cache and the queues to decide.
+  c[0].load = 5;
+  EXPECT_EQ(BestCandidate(c, 600, /*load_tokens=*/0), 0);
+}
+
 TEST(CacheRoutingTest, WithoutACacheTheLeastLoadedWins) {
   std::vector<RouteCandidate> c(3);
   c[0].load = 2;

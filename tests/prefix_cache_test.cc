@@ -238,6 +238,14 @@ TEST(PrefixCacheTest, EventsListStoredAndEvictedHashes) {
   EXPECT_EQ(e.removed.size(), 2u);
   EXPECT_FALSE(e.overflowed);
   EXPECT_TRUE(kv->CachedHashes().empty());
+  ASSERT_TRUE(kv->RemoveSequence(big).ok());
+  // Cached and evicted again between two reports: no change to report.
+  Serve(*kv, Tokens(33, 500));
+  const SeqId again = kv->AddSequence();
+  ASSERT_TRUE(kv->Reserve(again, 4 * kBlock).ok());
+  e = kv->TakePrefixEvents();
+  EXPECT_TRUE(e.stored.empty());
+  EXPECT_TRUE(e.removed.empty());
 }
 
 }  // namespace

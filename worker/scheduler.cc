@@ -380,6 +380,11 @@ void Scheduler::Decode(std::string reservation_id, GenerationParams params,
       s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
       s->arrival = absl::Now();
       if (s->local_prefill) {
+        const int64_t missing = s->prompt_tokens - s->cached_tokens;
+        if (queued_prompt_tokens_.load() + missing > options_.max_queued_prompt_tokens) {
+          FinishSequence(*s, absl::ResourceExhaustedError("the prefill queue is full"));
+          return;
+        }
         s->stage = Stage::kQueued;
         s->prefilled = s->cached_tokens;
         s->first_sampling = s->params.sampling;
@@ -726,7 +731,9 @@ void Scheduler::EmitToken(Sequence& s, int32_t token) {
   } else {
     ++s.generated;
     s.last_token = token;
-    s.tokens.push_back(token);
+    // (A reservation made without the prompt's ids caches nothing: its
+    // tokens would not name its KV.)
+    if (!s.tokens.empty()) s.tokens.push_back(token);
     s.last_token_time = now;
     absl::StatusOr<std::string> text = s.text->Push(token);
     if (!text.ok()) {
@@ -849,32 +856,34 @@ void Scheduler::PublishCacheEvents() {
   if (e.overflowed) {
     const std::vector<uint64_t> all = kv_->CachedHashes();
     cached_hashes_ = absl::flat_hash_set<uint64_t>(all.begin(), all.end());
-    pending_ = CacheUpdate{true, {}, {}};
+    pending_full_ = true;
     return;
   }
-  // A block evicted and cached again between two calls shows in both lists;
-  // removals first keeps the set right.
-  for (uint64_t h : e.removed) cached_hashes_.erase(h);
-  for (uint64_t h : e.stored) cached_hashes_.insert(h);
-  if (pending_.full) return;  // the next update sends the whole set anyway
-  if (pending_.stored.size() + pending_.removed.size() > (1 << 16)) {
-    pending_ = CacheUpdate{true, {}, {}};
-    return;
+  // Net changes (disjoint lists), netted again against what is pending.
+  for (uint64_t h : e.removed) {
+    cached_hashes_.erase(h);
+    if (pending_stored_.erase(h) == 0) pending_removed_.insert(h);
   }
-  pending_.removed.insert(pending_.removed.end(), e.removed.begin(), e.removed.end());
-  pending_.stored.insert(pending_.stored.end(), e.stored.begin(), e.stored.end());
+  for (uint64_t h : e.stored) {
+    cached_hashes_.insert(h);
+    if (pending_removed_.erase(h) == 0) pending_stored_.insert(h);
+  }
+  if (pending_stored_.size() + pending_removed_.size() > (1 << 16)) pending_full_ = true;
 }
 
 CacheUpdate Scheduler::TakeCacheUpdate(bool want_full) {
   std::lock_guard lock(cache_mu_);
   CacheUpdate out;
-  if (want_full || pending_.full) {
+  if (want_full || pending_full_) {
     out.full = true;
     out.stored.assign(cached_hashes_.begin(), cached_hashes_.end());
   } else {
-    out = std::move(pending_);
+    out.stored.assign(pending_stored_.begin(), pending_stored_.end());
+    out.removed.assign(pending_removed_.begin(), pending_removed_.end());
   }
-  pending_ = CacheUpdate{};
+  pending_stored_.clear();
+  pending_removed_.clear();
+  pending_full_ = false;
   return out;
 }
 

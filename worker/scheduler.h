@@ -255,7 +255,10 @@ class Scheduler {
   // what changed since TakeCacheUpdate last ran.
   std::mutex cache_mu_;
   absl::flat_hash_set<uint64_t> cached_hashes_;  // guarded by cache_mu_
-  CacheUpdate pending_;                          // guarded by cache_mu_
+  // The net change since the last update (guarded by cache_mu_); `full`:
+  // send the whole set instead.
+  absl::flat_hash_set<uint64_t> pending_stored_, pending_removed_;
+  bool pending_full_ = false;
   void PublishCacheEvents();
   std::thread thread_;
 };

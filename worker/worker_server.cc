@@ -126,6 +126,12 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     args.cache_salt = req->cache_salt();
     args.local_prefill_max_tokens = std::max(0, req->local_prefill_max_tokens());
     args.kv_writer = req->kv_writer();
+    if (!args.kv_writer.empty() && args.kv_writer != "fp16" && args.kv_writer != "w8a8" &&
+        args.kv_writer != "w4a16") {
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                   "kv_writer must be fp16, w8a8 or w4a16"));
+      return reactor;
+    }
     w_.scheduler_->Reserve(std::move(args), [this, reactor, resp](absl::StatusOr<Reservation> r) {
       if (r.ok()) {
         resp->set_reservation_id(r->id);
@@ -489,6 +495,11 @@ void WorkerServer::RegistrationLoop() {
       req.mutable_load()->set_kv_blocks_free(l.kv_blocks_free);
       req.mutable_load()->set_active_sequences((int32_t)l.active_sequences);
       CacheUpdate cache = scheduler_->TakeCacheUpdate(!cache_synced || ++heartbeats % 120 == 0);
+      // A heartbeat stays far below gRPC's 4 MiB message limit: a router
+      // that hears of fewer blocks only misses some hits.
+      constexpr size_t kMaxHashes = 200000;
+      if (cache.stored.size() > kMaxHashes) cache.stored.resize(kMaxHashes);
+      if (cache.removed.size() > kMaxHashes) cache.removed.resize(kMaxHashes);
       pdq::v1::PrefixCacheUpdate* u = req.mutable_cache();
       u->set_full(cache.full);
       u->mutable_stored()->Add(cache.stored.begin(), cache.stored.end());

@@ -6,4 +6,4 @@ datafile = 'docs/evaluation/cpu-2core/plots/conversation-kl-by-turn.dat'
 set title 'KL against FP16 by conversation turn'
 set xlabel 'turn'
 set ylabel 'KL mean (nats)'
-plot datafile index 0 using 1:2 with linespoints title "fp16 / fp16", datafile index 1 using 1:2 with linespoints title "w8a8 / w4a16", datafile index 2 using 1:2 with linespoints title "fp16 / w4a16", datafile index 3 using 1:2 with linespoints title "w4a16 / w4a16"
+plot datafile index 0 using 1:2 with linespoints title "fp16 / fp16", datafile index 1 using 1:2 with linespoints dashtype 2 title "fp16 / fp16, KV reused", datafile index 2 using 1:2 with linespoints title "w8a8 / w4a16", datafile index 3 using 1:2 with linespoints dashtype 2 title "w8a8 / w4a16, KV reused", datafile index 4 using 1:2 with linespoints title "fp16 / w4a16", datafile index 5 using 1:2 with linespoints dashtype 2 title "fp16 / w4a16, KV reused", datafile index 6 using 1:2 with linespoints title "w4a16 / w4a16", datafile index 7 using 1:2 with linespoints dashtype 2 title "w4a16 / w4a16, KV reused"
