@@ -35,11 +35,10 @@ struct RouteCandidate {
   uint64_t affinity = 0;      // Affinity(client_id, worker id); 0 without a client id
 };
 
-// How many prompt tokens one request of load is worth. The default: a
-// decode step of SmolLM2-135M at batch 4 on 2 cores takes about as long as
-// prefilling 256 tokens, and a request occupies a worker for a few dozen
-// steps, so a follow-up goes to the worker holding its conversation unless
-// that worker is several requests busier than another.
+// How many prompt tokens one request of load is worth. 512 was the best of
+// 0, 512 and 100000 with two workers under 8 conversations
+// (bench/routing_bench.sh): a follow-up goes to the worker holding its
+// conversation unless that worker is a request or two busier than another.
 inline constexpr double kDefaultLoadTokens = 512;
 
 // The index of the best candidate; -1 for none.
