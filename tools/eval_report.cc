@@ -1113,16 +1113,13 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
     int conv_block = 0;
     std::string rows;
     size_t most_turns = 0;
-    for (const auto& [p, dprec] : pairs) {
-      const json j = Load(absl::StrCat(raw, "/accuracy/conversation-", p, "-", dprec, ".json"));
-      if (j.is_null()) {
-        absl::StrAppend(&rows, "| ", p, " / ", dprec, " | not measured |\n");
-        continue;
-      }
+    // One run's row of the table and curve of the plot.
+    auto add_run = [&](const json& j, const std::string& label, const std::string& data_label,
+                       const char* style) {
       const json turns = j.value("turns", json::array());
       most_turns = std::max(most_turns, turns.size());
-      absl::StrAppend(&rows, "| ", p, " / ", dprec, " |");
-      absl::StrAppendFormat(&conv_data, "# %s/%s\n", p, dprec);
+      absl::StrAppend(&rows, "| ", label, " |");
+      absl::StrAppend(&conv_data, "# ", data_label, "\n");
       for (const json& t : turns) {
         absl::StrAppendFormat(&rows, " %.4f / %.0f%% |", Num(t, {"kl_mean"}),
                               100 * Num(t, {"agreement"}));
@@ -1131,26 +1128,23 @@ absl::StatusOr<std::string> WriteEvalReport(const json& config, const std::strin
       absl::StrAppendFormat(&rows, " %.4f / %.1f%% |\n", Num(j, {"kl_mean"}),
                             100 * Num(j, {"agreement"}));
       absl::StrAppend(&conv_data, "\n\n");
-      conv_curves.push_back(absl::StrCat("datafile index ", conv_block++,
-                                         " using 1:2 with linespoints title ",
-                                         Quote(p + " / " + dprec)));
+      conv_curves.push_back(absl::StrCat("datafile index ", conv_block++, " using 1:2 with ", style,
+                                         " title ", Quote(label)));
+    };
+    for (const auto& [p, dprec] : pairs) {
+      const json j = Load(absl::StrCat(raw, "/accuracy/conversation-", p, "-", dprec, ".json"));
+      if (j.is_null()) {
+        absl::StrAppend(&rows, "| ", p, " / ", dprec, " | not measured |\n");
+        continue;
+      }
+      add_run(j, p + " / " + dprec, p + "/" + dprec, "linespoints");
       // The same conversation reading earlier turns' KV (any precision's).
       const json r =
           Load(absl::StrCat(raw, "/accuracy/conversation-reuse-", p, "-", dprec, ".json"));
-      if (r.is_null()) continue;
-      absl::StrAppend(&rows, "| ", p, " / ", dprec, ", KV reused |");
-      absl::StrAppendFormat(&conv_data, "# %s/%s reused\n", p, dprec);
-      for (const json& t : r.value("turns", json::array())) {
-        absl::StrAppendFormat(&rows, " %.4f / %.0f%% |", Num(t, {"kl_mean"}),
-                              100 * Num(t, {"agreement"}));
-        absl::StrAppendFormat(&conv_data, "%d %g\n", t.value("turn", 0), Num(t, {"kl_mean"}));
+      if (!r.is_null()) {
+        add_run(r, p + " / " + dprec + ", KV reused", p + "/" + dprec + " reused",
+                "linespoints dashtype 2");
       }
-      absl::StrAppendFormat(&rows, " %.4f / %.1f%% |\n", Num(r, {"kl_mean"}),
-                            100 * Num(r, {"agreement"}));
-      absl::StrAppend(&conv_data, "\n\n");
-      conv_curves.push_back(absl::StrCat("datafile index ", conv_block++,
-                                         " using 1:2 with linespoints dashtype 2 title ",
-                                         Quote(p + " / " + dprec + ", KV reused")));
     }
     for (size_t t = 1; t <= most_turns; ++t) {
       absl::StrAppend(&header, " turn ", t, " |");
