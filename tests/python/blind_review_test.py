@@ -61,9 +61,13 @@ class Browser:
         return r["result"].get("value")
 
     def open(self, url):
+        # Mark the page being left: right after Page.navigate the old
+        # document may still answer (and say "complete"), so wait for a new
+        # document that has finished loading.
+        self.eval("window.__pdqLeaving = true")
         self.call("Page.navigate", url=url)
         end = time.time() + 30
-        while self.eval("document.readyState") != "complete":
+        while self.eval("window.__pdqLeaving === true || document.readyState !== 'complete'"):
             if time.time() > end:
                 raise RuntimeError(f"{url} did not load")
             time.sleep(0.1)
