@@ -144,6 +144,21 @@ class GenerateStream : public grpc::ClientReadReactor<v1::GenerateResponse> {
     std::lock_guard lock(mu_);
     return status_;
   }
+  // A refusal's Retry-After in whole seconds (the router's retry-after-ms
+  // trailer, rounded up); empty when there is none. After the call ended.
+  std::string RetryAfterSeconds() {
+    std::lock_guard lock(mu_);
+    if (!done_) return "";
+    const auto& trailers = ctx_.GetServerTrailingMetadata();
+    auto it = trailers.find("retry-after-ms");
+    int64_t ms = 0;
+    if (it == trailers.end() ||
+        !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms) ||
+        ms < 0) {
+      return "";
+    }
+    return absl::StrCat((ms + 999) / 1000);
+  }
 
   void OnReadDone(bool ok) override {
     {
@@ -349,6 +364,14 @@ std::optional<HttpError> ParseBody(const json& body, bool chat, Parsed* p) {
     }
     req.set_cache_salt(body["cache_salt"].get<std::string>());
   }
+  // pdq's admission classes: interactive (the default) before batch.
+  if (Present(body, "priority")) {
+    const json& v = body["priority"];
+    if (!v.is_string() || (v != "interactive" && v != "batch")) {
+      return BadRequest("'priority' must be \"interactive\" or \"batch\"", "priority");
+    }
+    req.set_priority(v == "batch" ? v1::PRIORITY_BATCH : v1::PRIORITY_INTERACTIVE);
+  }
   bool ignore_eos = false;
   if (auto e = ReadBool(body, "ignore_eos", &ignore_eos)) return e;
   req.set_ignore_eos(ignore_eos);
@@ -384,6 +407,14 @@ std::string RandomHex(int n) {
   return s.substr(0, n);
 }
 
+// The error a Generate call ended with, and when to retry a refusal.
+void SendStreamError(httplib::Response& res, GenerateStream& stream) {
+  SendError(res, FromGrpc(stream.status()));
+  if (const std::string after = stream.RetryAfterSeconds(); !after.empty()) {
+    res.set_header("Retry-After", after);
+  }
+}
+
 class Server : public OpenAiHttpServer {
  public:
   Server(const OpenAiHttpOptions& o, std::shared_ptr<grpc::Channel> channel)
@@ -402,12 +433,30 @@ class Server : public OpenAiHttpServer {
     http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
       Models(req, res, req.matches[1]);
     });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Complete(req, res, /*chat=*/false);
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-      Complete(req, res, /*chat=*/true);
-    });
+    // The body is read here, whatever its Content-Type: curl's default
+    // (form-urlencoded) would otherwise meet cpp-httplib's 8 KiB form
+    // limit; OpenAI-compatible servers read JSON regardless.
+    auto post = [this](bool chat) {
+      return [this, chat](const httplib::Request& req, httplib::Response& res,
+                          const httplib::ContentReader& reader) {
+        std::string body;
+        const bool read = reader([&](const char* data, size_t n) {
+          body.append(data, n);
+          return true;
+        });
+        if (!read) {
+          // cpp-httplib set 413 when the body passed the payload limit.
+          return SendError(res, res.status == 413
+                                    ? HttpError{413, "invalid_request_error",
+                                                "the request body is larger than 4 MiB", "",
+                                                "request_too_large"}
+                                    : BadRequest("the request body could not be read"));
+        }
+        Complete(req, body, res, chat);
+      };
+    };
+    http.Post("/v1/completions", post(/*chat=*/false));
+    http.Post("/v1/chat/completions", post(/*chat=*/true));
     http.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("ok\n", "text/plain");
     });
@@ -415,7 +464,13 @@ class Server : public OpenAiHttpServer {
       if (!res.body.empty()) return;
       HttpError e{res.status, "invalid_request_error",
                   absl::StrCat("no route for ", req.method, " ", req.path), "", "unknown_url"};
-      if (res.status == 413) e.message = "the request body is larger than 4 MiB";
+      if (res.status == 413) {
+        e.message = "the request body is larger than 4 MiB";
+        e.code = "request_too_large";
+      } else if (res.status != 404 && res.status != 405) {
+        e.message = absl::StrCat("the request could not be read (HTTP ", res.status, ")");
+        e.code = "bad_request";
+      }
       res.set_content(Dump(ErrorJson(e)), "application/json");
     });
     return server_->Start(o_.listen, o_.max_connections, "the HTTP API");
@@ -484,9 +539,10 @@ class Server : public OpenAiHttpServer {
                     "application/json");
   }
 
-  void Complete(const httplib::Request& http, httplib::Response& res, bool chat) {
+  void Complete(const httplib::Request& http, const std::string& raw, httplib::Response& res,
+                bool chat) {
     if (auto e = BadAuthorization(http)) return SendError(res, *e);
-    const json body = json::parse(http.body, nullptr, /*allow_exceptions=*/false);
+    const json body = json::parse(raw, nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded()) return SendError(res, BadRequest("the body is not valid JSON"));
     auto p = std::make_shared<Parsed>();
     if (auto e = ParseBody(body, chat, p.get())) return SendError(res, *e);
@@ -528,7 +584,7 @@ class Server : public OpenAiHttpServer {
     // Errors the router finds at once (validation, no worker) get their HTTP
     // status; after that the stream has begun and errors go in it.
     if (stream->Ready(absl::Milliseconds(250)) && !stream->HasMessage() && !stream->status().ok()) {
-      return SendError(res, FromGrpc(stream->status()));
+      return SendStreamError(res, *stream);
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Request-Id", rid);
@@ -579,7 +635,7 @@ class Server : public OpenAiHttpServer {
       if (m.has_delta()) text += m.delta().text();
       if (m.has_summary()) summary = m.summary();
     }
-    if (!stream.status().ok()) return SendError(res, FromGrpc(stream.status()));
+    if (!stream.status().ok()) return SendStreamError(res, stream);
     json out = reply.Envelope(false);
     out["choices"] =
         json::array({reply.Choice(text, FinishReason(summary.finish_reason()), false)});

@@ -17,6 +17,7 @@
 #include "gguf/gguf.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"
+#include "router/admission.h"
 #include "router/cache_routing.h"
 #include "router/openai_http.h"
 #include "router/traffic_split.h"
@@ -243,6 +244,21 @@ class Registry {
 
   const RouterOptions& options() const { return options_; }
 
+  // What the live workers that compute prompts (prefill and both) measured
+  // they prefill a second, together.
+  double PrefillRate() const {
+    std::lock_guard lock(mu_);
+    const absl::Time now = absl::Now();
+    double rate = 0;
+    for (const auto& [id, w] : workers_) {
+      if (Alive(*w, now) &&
+          (w->info.role() == v1::ROLE_PREFILL || w->info.role() == v1::ROLE_BOTH)) {
+        rate += w->load.prefill_tokens_per_second();
+      }
+    }
+    return rate;
+  }
+
   void Done(const std::shared_ptr<Worker>& w) {
     if (w == nullptr) return;
     std::lock_guard lock(mu_);
@@ -325,6 +341,14 @@ struct RouterMetrics {
       "pdq_prompt_tokens_total", "Prompt tokens of the requests answered OK.");
   server::Counter& output_tokens = server::Metrics::Global().GetCounter(
       "pdq_output_tokens_total", "Tokens streamed to clients.");
+  server::Counter& refused(Refusal r) {
+    return server::Metrics::Global().GetCounter(
+        "pdq_requests_refused_total",
+        "Requests refused at admission (RESOURCE_EXHAUSTED / HTTP 429), by reason: queue_full "
+        "(the bound on requests waiting for their first token), ttft (predicted time to first "
+        "token over the target or the deadline), rate_limit (the client's token bucket).",
+        {{"reason", RefusalName(r)}});
+  }
   server::Counter& pool_fallbacks(const std::string& pool) {
     return server::Metrics::Global().GetCounter(
         "pdq_split_fallbacks_total",
@@ -335,6 +359,46 @@ struct RouterMetrics {
     static RouterMetrics* m = new RouterMetrics;
     return *m;
   }
+};
+
+// Admission's books (router/admission.h): the requests admitted and not
+// yet at their first token, and each client's rate-limit bucket.
+class AdmissionBook {
+ public:
+  AdmissionBook(const AdmissionOptions& o, const Registry& registry)
+      : o_(o), registry_(registry), limiter_(o) {}
+
+  // Decides on a request and, when it is taken, books its prompt as waiting.
+  AdmissionDecision Admit(const AdmissionRequest& r, const std::string& client,
+                          double request_tokens) {
+    const double rate = registry_.PrefillRate();
+    std::lock_guard lock(mu_);
+    AdmissionSnapshot snap = snap_;
+    snap.prefill_tokens_per_second = rate;
+    AdmissionDecision d = router::Admit(o_, snap, r);
+    if (d.admitted()) {
+      AdmissionDecision limited = limiter_.Take(client, request_tokens, absl::Now());
+      if (!limited.admitted()) return limited;
+      ++snap_.waiting_requests;
+      (r.priority == Priority::kBatch ? snap_.waiting_batch_tokens
+                                      : snap_.waiting_interactive_tokens) += r.prompt_tokens;
+    }
+    return d;
+  }
+  // The request booked with `r` has its first token or ended.
+  void Unbook(const AdmissionRequest& r) {
+    std::lock_guard lock(mu_);
+    --snap_.waiting_requests;
+    (r.priority == Priority::kBatch ? snap_.waiting_batch_tokens
+                                    : snap_.waiting_interactive_tokens) -= r.prompt_tokens;
+  }
+
+ private:
+  const AdmissionOptions o_;
+  const Registry& registry_;
+  std::mutex mu_;
+  AdmissionSnapshot snap_;  // guarded by mu_
+  RateLimiter limiter_;     // guarded by mu_
 };
 
 class GenerateCall;
@@ -366,10 +430,13 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
  public:
   // `pool`: the arm of an A/B split this request was given; empty when
   // there is no split.
-  GenerateCall(Registry& registry, std::shared_ptr<server::ResponseStream> out,
-               std::string request_id, std::vector<int32_t> prompt, v1::GenerateRequest req,
+  GenerateCall(Registry& registry, AdmissionBook& book, AdmissionRequest booked,
+               std::shared_ptr<server::ResponseStream> out, std::string request_id,
+               std::vector<int32_t> prompt, v1::GenerateRequest req,
                std::chrono::system_clock::time_point deadline, std::string pool)
       : registry_(registry),
+        book_(book),
+        booked_(booked),
         out_(std::move(out)),
         request_id_(std::move(request_id)),
         prompt_(std::move(prompt)),
@@ -508,6 +575,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     *d.mutable_stop() = req_.stop();
     *d.mutable_stop_token_ids() = req_.stop_token_ids();
     d.set_ignore_eos(req_.ignore_eos());
+    d.set_priority(req_.priority());
     if (a->decode->info.role() == v1::ROLE_BOTH) {
       for (int32_t t : prompt_) d.add_prompt(t);
       d.set_cache_salt(req_.cache_salt());
@@ -558,6 +626,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     p.set_transfer_token(a->reserve_resp.transfer_token());
     p.set_decode_cached_tokens(a->reserve_resp.cached_tokens());
     p.set_cache_salt(req_.cache_salt());
+    p.set_priority(req_.priority());
     // Prefill and decode start together: neither waits on the other here.
     registry_.NoteCached(a->prefill, route_);
     ++a->open_calls;
@@ -620,7 +689,10 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       const absl::Time now = absl::Now();
       const int n = m.delta().token_ids_size();
       if (n > 0) {
-        if (output_tokens_ == 0) first_token_ = now;
+        if (output_tokens_ == 0) {
+          first_token_ = now;
+          UnbookLocked();
+        }
         last_token_ = now;
         output_tokens_ += n;
         RouterMetrics::Get().output_tokens.Add(n);
@@ -710,9 +782,16 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     a->decode = a->prefill = nullptr;
   }
 
+  void UnbookLocked() {
+    if (unbooked_) return;
+    unbooked_ = true;
+    book_.Unbook(booked_);
+  }
+
   void FinishLocked(const grpc::Status& s) {
     if (finished_) return;
     finished_ = true;
+    UnbookLocked();
     if (!s.ok()) LogLine(absl::StrCat("request ", request_id_, ": ", s.error_message()));
     RouterMetrics::Get().in_flight.Add(-1);
     server::CountRequest(static_cast<absl::StatusCode>(s.error_code()), served_pool_);
@@ -720,6 +799,9 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   }
 
   Registry& registry_;
+  AdmissionBook& book_;
+  const AdmissionRequest booked_;
+  bool unbooked_ = false;  // guarded by mu_
   std::shared_ptr<server::ResponseStream> out_;
   const std::string request_id_;
   const std::vector<int32_t> prompt_;
@@ -749,12 +831,13 @@ using PdqBase = v1::Pdq::WithRawCallbackMethod_Generate<
 class PdqService : public PdqBase {
  public:
   PdqService(Registry& r, const Tokenizer& tok, server::ApiKeys keys, TrafficSplit split,
-             bool split_sticky)
+             bool split_sticky, const AdmissionOptions& admission)
       : r_(r),
         tok_(tok),
         keys_(std::move(keys)),
         split_(std::move(split)),
-        split_sticky_(split_sticky) {}
+        split_sticky_(split_sticky),
+        book_(admission, r) {}
 
   server::ResponseStream::Reactor* Generate(grpc::CallbackServerContext* ctx,
                                             const grpc::ByteBuffer* raw) override {
@@ -776,14 +859,42 @@ class PdqService : public PdqBase {
       out->Finish(valid);
       return reactor;
     }
+    // Admission (router/admission.h): taken now, or refused at once.
+    AdmissionRequest ar;
+    ar.prompt_tokens = (int64_t)prompt.size();
+    ar.priority = req->priority() == v1::PRIORITY_BATCH ? Priority::kBatch : Priority::kInteractive;
+    if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
+      ar.time_left = absl::FromChrono(ctx->deadline()) - absl::Now();
+    }
+    // Rate limits are per API key where keys are required, else per
+    // client_id (OpenAI's "user"), else one bucket for all.
+    std::string client = req->client_id();
+    if (keys_.required()) {
+      auto it = ctx->client_metadata().find("authorization");
+      client = it == ctx->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
+    }
+    const AdmissionDecision admit =
+        book_.Admit(ar, client, double(prompt.size()) + double(req->max_tokens()));
+    if (!admit.admitted()) {
+      RouterMetrics::Get().refused(admit.refusal).Add();
+      LogLine(absl::StrCat("request ", id, ": refused (", RefusalName(admit.refusal),
+                           "): ", admit.message));
+      server::CountRequest(absl::StatusCode::kResourceExhausted);
+      ctx->AddTrailingMetadata(
+          "retry-after-ms",
+          absl::StrCat((int64_t)std::ceil(absl::ToDoubleMilliseconds(admit.retry_after))));
+      out->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, admit.message));
+      return reactor;
+    }
     std::string pool;
     if (!split_.empty()) {
       thread_local absl::BitGen rng;
       pool = split_.Choose(req->client_id(), split_sticky_, rng);
     }
     LogLine(absl::StrCat("request ", id, ": ", prompt.size(), " prompt tokens, max_tokens ",
-                         req->max_tokens(), pool.empty() ? "" : absl::StrCat(", pool ", pool)));
-    auto call = std::make_shared<GenerateCall>(r_, out, id, std::move(prompt), *req,
+                         req->max_tokens(), ar.priority == Priority::kBatch ? ", batch" : "",
+                         pool.empty() ? "" : absl::StrCat(", pool ", pool)));
+    auto call = std::make_shared<GenerateCall>(r_, book_, ar, out, id, std::move(prompt), *req,
                                                ctx->deadline(), std::move(pool));
     *holder = call;
     call->Start();
@@ -926,6 +1037,7 @@ class PdqService : public PdqBase {
   const server::ApiKeys keys_;
   const TrafficSplit split_;
   const bool split_sticky_;
+  AdmissionBook book_;
   std::atomic<uint64_t> next_id_{0};
 };
 
@@ -950,7 +1062,7 @@ class RouterImpl : public Router {
     if (!tok.ok()) return tok.status();
     r->tokenizer_ = std::move(*tok);
     r->pdq_ = std::make_unique<PdqService>(r->registry_, *r->tokenizer_, std::move(keys),
-                                           std::move(*split), o.split_sticky);
+                                           std::move(*split), o.split_sticky, o.admission);
     r->registry_service_ = std::make_unique<RegistryService>(
         r->registry_, o, /*require_certificates=*/tls->has_value());
     server::GrpcServerOptions go;

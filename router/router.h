@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "router/admission.h"
 #include "server/security.h"
 
 namespace pdq::router {
@@ -53,6 +54,8 @@ struct RouterOptions {
   // Cache-aware routing (router/cache_routing.h): how many prompt tokens
   // one request a worker is busy with is worth.
   double cache_load_tokens = 512;
+  // Admission control: bounded waiting, predicted TTFT, rate limits.
+  AdmissionOptions admission;
 };
 
 class Router {

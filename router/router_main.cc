@@ -76,6 +76,27 @@ int RouterMain(int argc, char** argv) {
             "cache-aware routing: a request goes to the worker with the lowest (prompt tokens "
             "its KV prefix cache lacks) + (prompt tokens queued there) + this * (requests it is "
             "busy with); 0: requests in flight do not count");
+  int64_t max_waiting = RouterOptions().admission.max_waiting_requests, ttft_target_ms = 0,
+          rate_tokens = 0, rate_burst = 0;
+  flags.Int("max-waiting-requests", &max_waiting, 0, 1 << 20,
+            "admission: requests admitted and still waiting for their first token, at most; "
+            "more are refused at once (RESOURCE_EXHAUSTED; HTTP 429 with Retry-After), batch "
+            "requests once half of this waits; 0: no bound");
+  flags.Int("ttft-target-ms", &ttft_target_ms, 0, 3600000,
+            "admission: refuse a request whose predicted time to first token (the prompt tokens "
+            "waiting ahead of it over the workers' measured prefill rate) is over this; a "
+            "request predicted to miss its own deadline is refused whatever this is; 0: the "
+            "deadline only");
+  bool admit_past_deadline = false;
+  flags.Bool("admit-past-deadline", &admit_past_deadline,
+             "admission: take requests predicted to miss their deadline too (they fail with "
+             "DEADLINE_EXCEEDED if it passes first); by default they are refused at once");
+  flags.Int("rate-limit-tokens", &rate_tokens, 0, int64_t{1} << 40,
+            "admission: prompt + max_tokens tokens a second each client may send (a token "
+            "bucket per API key, else per client_id / OpenAI \"user\"); 0: no limit");
+  flags.Int("rate-limit-burst", &rate_burst, 0, int64_t{1} << 40,
+            "admission: the bucket's size, the most tokens a client may send at once (0: ten "
+            "seconds of --rate-limit-tokens)");
   flags.Int("heartbeat-ms", &heartbeat_ms, 10, 60000, "how often workers report their load");
   flags.Int("missed-heartbeats", &missed, 1, 100,
             "heartbeats a worker may miss before it leaves rotation");
@@ -95,6 +116,11 @@ int RouterMain(int argc, char** argv) {
   o.split_sticky = split_sticky;
   o.local_prefill_tokens = (int)local_prefill;
   o.cache_load_tokens = (double)cache_load_tokens;
+  o.admission.max_waiting_requests = max_waiting;
+  o.admission.ttft_target = absl::Milliseconds(ttft_target_ms);
+  o.admission.refuse_past_deadline = !admit_past_deadline;
+  o.admission.rate_tokens_per_second = (double)rate_tokens;
+  o.admission.rate_burst_tokens = (double)rate_burst;
   absl::StatusOr<std::unique_ptr<Router>> router = Router::Start(o);
   if (!router.ok()) {
     std::fprintf(stderr, "pdq-router: error: %s\n", std::string(router.status().message()).c_str());

@@ -254,9 +254,10 @@ struct Split {
 inline Split StartSplit(Cluster& c, const std::string& prefill_precision = "fp16",
                         const std::string& decode_precision = "fp16",
                         const std::vector<std::string>& prefill_args = {},
-                        const std::vector<std::string>& decode_args = {}) {
+                        const std::vector<std::string>& decode_args = {},
+                        const std::vector<std::string>& router_args = {}) {
   Split s;
-  s.router = c.Router();
+  s.router = c.Router(router_args);
   if (!s.router.ok()) return s;
   s.prefill = c.Worker(s.router.address, "prefill", prefill_precision, prefill_args);
   s.decode = c.Worker(s.router.address, "decode", decode_precision, decode_args);

@@ -168,6 +168,7 @@ class PdqTarget : public BenchTarget {
     r.prompt_tokens = (int)prompt.ids.size();
     r.ok = s.ok();
     if (!s.ok()) r.error = absl::StrCat(s.error_code(), ": ", s.error_message());
+    r.refused = s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
     if (r.output_tokens > 1) r.tpot = Since(start, last) - r.ttft, r.tpot /= r.output_tokens - 1;
     return r;
   }
@@ -183,11 +184,15 @@ struct Targets {
 // The level's figures; with `per_pool`, also each A/B pool's ("pools").
 nlohmann::json Summarize(int level, const std::vector<Record>& records, double seconds,
                          const Targets& targets, bool per_pool = true) {
-  std::vector<double> ttft, tpot, e2e, gaps;
-  int64_t ok = 0, failed = 0, out_tokens = 0, in_tokens = 0, good = 0;
+  std::vector<double> ttft, tpot, e2e, gaps, refusals;
+  int64_t ok = 0, failed = 0, refused = 0, out_tokens = 0, in_tokens = 0, good = 0;
   for (const Record& r : records) {
     if (!r.ok) {
       ++failed;
+      if (r.refused) {
+        ++refused;
+        refusals.push_back(r.e2e);
+      }
       continue;
     }
     ++ok;
@@ -216,6 +221,8 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
   nlohmann::json out = {{"concurrency", level},
                         {"requests_ok", ok},
                         {"requests_failed", failed},
+                        {"requests_refused", refused},
+                        {"refusal_s", Stats(refusals)},
                         {"seconds", seconds},
                         {"ttft_s", Stats(ttft)},
                         {"tpot_s", Stats(tpot)},
@@ -1135,13 +1142,17 @@ int BenchCommand(int argc, char** argv) {
           stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
       const nlohmann::json resources =
           before.ok() && after.ok() ? Resources(*before, *after) : nlohmann::json::array();
+      int64_t refused = 0;
       for (const Record& r : kept) {
-        if (!r.ok) {
+        if (r.refused) {
+          ++refused;  // shed by the server's admission control: counted, not a failure
+        } else if (!r.ok) {
           exit_code = 1;
           std::fprintf(stderr, "pdq bench: a request failed: %s\n", r.error.c_str());
         }
         out["requests"].push_back({{"concurrency", r.level},
                                    {"ok", r.ok},
+                                   {"refused", r.refused},
                                    {"error", r.error},
                                    {"start_s", r.start},
                                    {"prompt_tokens", r.prompt_tokens},
@@ -1165,6 +1176,13 @@ int BenchCommand(int argc, char** argv) {
         }
       }
       PrintResources(resources);
+      if (refused > 0) {
+        std::printf("      %lld refused by the server (admission control), answered in p50 %.1f ms, "
+                    "p90 %.1f ms, p99 %.1f ms\n",
+                    (long long)refused, s["refusal_s"]["p50"].get<double>() * 1e3,
+                    s["refusal_s"]["p90"].get<double>() * 1e3,
+                    s["refusal_s"]["p99"].get<double>() * 1e3);
+      }
       out["levels"].push_back(std::move(s));
     }
   }

@@ -22,6 +22,9 @@ struct BenchPrompt {
 struct BenchRecord {
   int level = 0;
   bool ok = false;
+  // Not ok because the server shed it (gRPC RESOURCE_EXHAUSTED, HTTP 429):
+  // admission control at work, counted apart from failures.
+  bool refused = false;
   std::string error;
   int prompt_tokens = 0, output_tokens = 0;
   double start = 0;  // seconds since the level began

@@ -184,6 +184,7 @@ class OpenAiTarget : public BenchTarget {
     if (!res) {
       r.error = absl::StrCat("POST ", req.path, ": ", httplib::to_string(res.error()));
     } else if (status != 200) {
+      r.refused = status == 429;
       const json j = json::parse(body, nullptr, false);
       r.error = absl::StrCat(
           "HTTP ", status, ": ",

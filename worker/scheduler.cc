@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "server/metrics.h"
+#include "worker/step_plan.h"
 #include "worker/text_stream.h"
 
 namespace pdq::worker {
@@ -87,6 +88,11 @@ struct WorkMetrics {
                                                    "Sequences advanced, summed over decode steps.");
   server::Histogram& decode_step_seconds = m.GetHistogram(
       "pdq_decode_step_seconds", "Time of one decode step.", server::LatencyBuckets());
+  server::Histogram& step_prefill_tokens = m.GetHistogram(
+      "pdq_decode_step_prompt_tokens",
+      "Prompt tokens computed in the same step as the decode rows (in one forward pass, or "
+      "just before it when prefill runs at another precision): what delays decoding streams.",
+      {0, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096});
   server::Counter& kv_sent =
       m.GetCounter("pdq_kv_bytes_sent_total", "KV cache bytes posted to decode workers.");
   server::Counter& kv_received =
@@ -134,6 +140,7 @@ struct Scheduler::Sequence {
   Kind kind = Kind::kBoth;
   Stage stage = Stage::kQueued;
   std::string request_id;
+  bool batch = false;  // batch priority
   SeqId seq = 0;
   absl::Time arrival, deadline = absl::InfiniteFuture();
 
@@ -226,6 +233,7 @@ SchedulerLoad Scheduler::load() const {
   l.active_sequences = active_.load();
   l.reservations = reservations_.load();
   l.kv_blocks_cached = kv_blocks_cached_.load();
+  l.prefill_tokens_per_second = prefill_rate_.load();
   return l;
 }
 
@@ -376,6 +384,7 @@ void Scheduler::Decode(std::string reservation_id, GenerationParams params,
       s->stream = std::move(stream);
       s->params = std::move(params);
       s->deadline = std::min(s->deadline, s->params.deadline);
+      s->batch = s->params.batch;
       s->sampler = std::make_unique<Sampler>(s->params.sampling);
       s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
       s->arrival = absl::Now();
@@ -418,6 +427,7 @@ void Scheduler::Generate(std::vector<int32_t> prompt, GenerationParams params,
     s->key = ++next_id_;
     s->kind = Kind::kBoth;
     s->request_id = params.request_id;
+    s->batch = params.batch;
     s->seq = kv_->AddSequence();
     s->arrival = absl::Now();
     s->deadline = params.deadline;
@@ -461,6 +471,7 @@ void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
     s->key = ++next_id_;
     s->kind = Kind::kPrefillOnly;
     s->request_id = args.request_id;
+    s->batch = args.batch;
     s->seq = kv_->AddSequence();
     s->arrival = absl::Now();
     s->deadline = args.deadline;
@@ -525,8 +536,7 @@ void Scheduler::Loop() {
     if (stopping) break;
     next_wake = absl::InfiniteFuture();
     Housekeeping(absl::Now(), &next_wake);
-    PrefillStep();
-    DecodeStep();
+    Step();
     std::erase_if(sequences_, [](const auto& s) { return s->finished; });
     busy = false;
     for (const auto& s : sequences_) {
@@ -595,66 +605,163 @@ void Scheduler::Housekeeping(absl::Time now, absl::Time* next_wake) {
   }
 }
 
-void Scheduler::PrefillStep() {
-  struct Chunk {
-    Sequence* s;
-    int64_t n;
-    bool last;
-  };
-  std::vector<Chunk> chunks;
-  int64_t budget = options_.prefill_token_budget;
+void Scheduler::Step() {
+  // The decode rows: every running stream, up to the batch size.
+  std::vector<Sequence*> rows;
+  std::vector<Sequence*> queued;
   for (auto& sp : sequences_) {
     Sequence& s = *sp;
-    if (s.finished || s.stage != Stage::kQueued || budget <= 0) continue;
-    const int64_t n = std::min(budget, s.prompt_tokens - s.prefilled);
-    chunks.push_back({&s, n, s.prefilled + n == s.prompt_tokens});
-    budget -= n;
+    if (s.finished) continue;
+    if (s.stage == Stage::kQueued) queued.push_back(&s);
+    if (s.stage != Stage::kDecoding || s.paused_since != absl::InfiniteFuture()) continue;
+    if ((int)rows.size() < options_.max_decode_batch) rows.push_back(&s);
   }
-  if (chunks.empty()) return;
-  Context* const ctx = prefill_context();
-  const std::string writer = prefill_writer();
+  if (rows.empty() && queued.empty()) return;
+  // Interactive prompts first, each class in arrival order.
+  std::stable_partition(queued.begin(), queued.end(), [](Sequence* s) { return !s->batch; });
+  const absl::Time step_start = absl::Now();
+  // The ones that ran go to the back, so a full batch rotates fairly.
+  std::stable_partition(sequences_.begin(), sequences_.end(), [&](const auto& s) {
+    return std::find(rows.begin(), rows.end(), s.get()) == rows.end();
+  });
+  // The prompt work this step takes (worker/step_plan.h).
+  const bool fused = prefill_context() == decode_;
+  StepInput in;
+  in.fused = fused;
+  in.token_budget = options_.prefill_token_budget;
+  in.tpot_target = Seconds(options_.tpot_target);
+  in.min_chunk = in.align = kv_->layout().block_tokens;
+  for (Sequence* s : queued) in.prefill.push_back({s->prefilled, s->prompt_tokens - s->prefilled});
+  for (Sequence* s : rows) {
+    StepWork w;
+    w.AddDecodeRow(*kv_->Length(s->seq));
+    in.decode_attention += w.attention;
+  }
+  in.decode_rows = (int64_t)rows.size();
+  const StepPlan plan = PlanStep(in, fused ? decode_cost_ : prefill_cost_, decode_cost_);
+  std::vector<Chunk> chunks;
+  for (size_t i = 0; i < queued.size(); ++i) {
+    Sequence& s = *queued[i];
+    const int64_t n = plan.chunk[i];
+    if (n > 0) chunks.push_back({&s, n, s.prefilled + n == s.prompt_tokens});
+  }
+  if (!rows.empty()) {
+    step_stats_.decode_steps += 1;
+    step_stats_.bounded_steps += plan.bounded;
+    step_stats_.max_prefill_tokens_with_decode =
+        std::max(step_stats_.max_prefill_tokens_with_decode.load(), plan.prefill_tokens);
+  }
+  if (fused) {
+    RunPass(decode_, decode_cost_, chunks, rows);
+  } else {
+    // Two models: the prompt chunk first (the plan left the decode pass
+    // its time), then the decode rows.
+    if (!chunks.empty()) RunPass(prefill_context(), prefill_cost_, chunks, {});
+    std::erase_if(rows, [](Sequence* s) { return s->finished; });
+    if (!rows.empty()) RunPass(decode_, decode_cost_, {}, rows);
+  }
+  // The prefill rate while prompts wait, decode steps included: what the
+  // router predicts a new prompt's time to its first token from.
+  if (!queued.empty()) {
+    rate_tokens_ += plan.prefill_tokens;
+    rate_seconds_ += Seconds(absl::Now() - step_start);
+    if (rate_seconds_ >= 0.5) {
+      const double rate = double(rate_tokens_) / rate_seconds_;
+      const double old = prefill_rate_.load();
+      prefill_rate_ = old == 0 ? rate : 0.5 * old + 0.5 * rate;
+      rate_tokens_ = 0;
+      rate_seconds_ = 0;
+    }
+  }
+}
+
+void Scheduler::RunPass(Context* ctx, StepCostModel& cost, const std::vector<Chunk>& chunks,
+                        const std::vector<Sequence*>& rows) {
+  if (chunks.empty() && rows.empty()) return;
+  const std::string writer = PrecisionName(ctx->model().precision());
   const int64_t bt = kv_->layout().block_tokens;
+  // Decode rows first (one token each), then the prompt chunks.
   std::vector<BatchEntry> batch;
+  StepWork work;
+  step_tokens_.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    step_tokens_[i] = rows[i]->last_token;
+    batch.push_back({rows[i]->seq, {&step_tokens_[i], 1}, 1});
+    work.AddDecodeRow(*kv_->Length(rows[i]->seq));
+  }
   for (const Chunk& c : chunks) {
     if (c.s->prefilled == c.s->cached_tokens) c.s->compute_start = absl::Now();
     batch.push_back({c.s->seq, std::span<const int32_t>(c.s->tokens).subspan(c.s->prefilled, c.n),
                      c.last ? 1 : 0});
+    work.AddChunk(c.s->prefilled, c.n);
   }
   // Each finished layer of a prompt's last chunk goes to its decode worker
   // while the next layers compute.
-  ctx->SetLayerObserver([&](int layer) {
-    for (const Chunk& c : chunks) {
-      if (c.last && c.s->outbound) {
-        std::vector<KvSpan> spans = *kv_->LayerSpans(c.s->seq, layer, c.s->prompt_tokens);
-        // Blocks the receiver holds already are not sent.
-        spans.erase(spans.begin(), spans.begin() + 2 * (c.s->skip_tokens / bt));
-        WorkMetrics::Get().kv_sent.Add(double(SpanBytes(spans)));
-        c.s->outbound->PostLayer(layer, std::move(spans));
+  const bool sends = std::any_of(chunks.begin(), chunks.end(),
+                                 [](const Chunk& c) { return c.last && c.s->outbound; });
+  if (sends) {
+    ctx->SetLayerObserver([&](int layer) {
+      for (const Chunk& c : chunks) {
+        if (c.last && c.s->outbound) {
+          std::vector<KvSpan> spans = *kv_->LayerSpans(c.s->seq, layer, c.s->prompt_tokens);
+          // Blocks the receiver holds already are not sent.
+          spans.erase(spans.begin(), spans.begin() + 2 * (c.s->skip_tokens / bt));
+          WorkMetrics::Get().kv_sent.Add(double(SpanBytes(spans)));
+          c.s->outbound->PostLayer(layer, std::move(spans));
+        }
       }
-    }
-  });
+    });
+  }
+  // What the decode rows read: the weights once, and each row's KV.
+  const KvLayout& layout = kv_->layout();
+  const double kv_bytes_per_token =
+      double(layout.block_bytes()) / layout.block_tokens * layout.num_layers;
+  double bytes = double(ctx->model().weight_bytes_per_token());
+  for (Sequence* s : rows) bytes += kv_bytes_per_token * double(*kv_->Length(s->seq) + 1);
+
   const absl::Time start = absl::Now();
   const absl::Status all = ctx->Forward(*kv_, batch, &logits_);
-  ctx->SetLayerObserver(nullptr);
-  WorkMetrics::Get().prefill_busy.Add(Seconds(absl::Now() - start));
-  double ops = 0;
-  for (const Chunk& c : chunks) {
-    ops += ctx->model().config().ForwardFlops(c.s->prefilled, c.n, c.last ? 1 : 0);
+  const double seconds = Seconds(absl::Now() - start);
+  if (sends) ctx->SetLayerObserver(nullptr);
+  if (all.ok()) cost.Observe(work, seconds);
+  WorkMetrics& wm = WorkMetrics::Get();
+  if (!chunks.empty()) {
+    wm.prefill_busy.Add(seconds);
+    double ops = 0;
+    for (const Chunk& c : chunks) {
+      ops += ctx->model().config().ForwardFlops(c.s->prefilled, c.n, c.last ? 1 : 0);
+    }
+    wm.prefill_ops.Add(ops);
   }
-  WorkMetrics::Get().prefill_ops.Add(ops);
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    Sequence& s = *chunks[i].s;
+  if (!rows.empty()) {
+    wm.decode_bytes.Add(bytes);
+    wm.decode_step_seconds.Observe(seconds);
+    wm.decode_steps.Add();
+    wm.decode_step_rows.Add(double(rows.size()));
+    wm.step_prefill_tokens.Observe(double(work.prefill_tokens));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const absl::Status& st = all.ok() ? logits_.status[i] : all;
+    if (!st.ok()) {
+      FinishSequence(*rows[i], st);
+      continue;
+    }
+    EmitToken(*rows[i], rows[i]->sampler->Sample(logits_.Row(i, 0), logits_.vocab_size));
+  }
+  for (size_t j = 0; j < chunks.size(); ++j) {
+    const size_t i = rows.size() + j;
+    Sequence& s = *chunks[j].s;
     const absl::Status& st = all.ok() ? logits_.status[i] : all;
     if (!st.ok()) {
       FinishSequence(s, st);
       continue;
     }
-    s.prefilled += chunks[i].n;
-    queued_prompt_tokens_ -= chunks[i].n;
-    WorkMetrics::Get().prefill_tokens.Add(double(chunks[i].n));
-    if (!chunks[i].last) continue;
+    s.prefilled += chunks[j].n;
+    queued_prompt_tokens_ -= chunks[j].n;
+    wm.prefill_tokens.Add(double(chunks[j].n));
+    if (!chunks[j].last) continue;
     s.compute_end = absl::Now();
-    WorkMetrics::Get().prefill_seconds.Observe(Seconds(s.compute_end - s.compute_start));
+    wm.prefill_seconds.Observe(Seconds(s.compute_end - s.compute_start));
     CacheBlocks(s, writer);
     Sampler first(s.first_sampling);
     const int32_t token = s.kind != Kind::kPrefillOnly
@@ -668,50 +775,6 @@ void Scheduler::PrefillStep() {
       s.stage = Stage::kDecoding;
       EmitToken(s, token);
     }
-  }
-}
-
-void Scheduler::DecodeStep() {
-  std::vector<Sequence*> run;
-  for (auto& sp : sequences_) {
-    Sequence& s = *sp;
-    if (s.finished || s.stage != Stage::kDecoding || s.paused_since != absl::InfiniteFuture()) {
-      continue;
-    }
-    if ((int)run.size() == options_.max_decode_batch) break;
-    run.push_back(&s);
-  }
-  if (run.empty()) return;
-  // The ones that ran go to the back, so a full batch rotates fairly.
-  std::stable_partition(sequences_.begin(), sequences_.end(), [&](const auto& s) {
-    return std::find(run.begin(), run.end(), s.get()) == run.end();
-  });
-  step_tokens_.resize(run.size());
-  std::vector<BatchEntry> batch(run.size());
-  for (size_t i = 0; i < run.size(); ++i) {
-    step_tokens_[i] = run[i]->last_token;
-    batch[i] = {run[i]->seq, {&step_tokens_[i], 1}, 1};
-  }
-  // What the step reads: the weights once, and every running sequence's KV.
-  const KvLayout& layout = kv_->layout();
-  const double kv_bytes_per_token =
-      double(layout.block_bytes()) / layout.block_tokens * layout.num_layers;
-  double bytes = double(decode_->model().weight_bytes_per_token());
-  for (Sequence* s : run) bytes += kv_bytes_per_token * double(*kv_->Length(s->seq) + 1);
-  const absl::Time start = absl::Now();
-  const absl::Status all = decode_->Forward(*kv_, batch, &logits_);
-  WorkMetrics& wm = WorkMetrics::Get();
-  wm.decode_bytes.Add(bytes);
-  wm.decode_step_seconds.Observe(Seconds(absl::Now() - start));
-  wm.decode_steps.Add();
-  wm.decode_step_rows.Add(double(run.size()));
-  for (size_t i = 0; i < run.size(); ++i) {
-    const absl::Status& st = all.ok() ? logits_.status[i] : all;
-    if (!st.ok()) {
-      FinishSequence(*run[i], st);
-      continue;
-    }
-    EmitToken(*run[i], run[i]->sampler->Sample(logits_.Row(i, 0), logits_.vocab_size));
   }
 }
 

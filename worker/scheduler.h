@@ -28,6 +28,7 @@
 #include "engine/kv_cache.h"
 #include "engine/sampler.h"
 #include "kvtransfer/transport.h"
+#include "worker/step_plan.h"
 
 namespace pdq::worker {
 
@@ -42,6 +43,12 @@ struct SchedulerOptions {
   // Prompt tokens waiting for prefill beyond which new prompts are refused.
   int64_t max_queued_prompt_tokens = 1 << 17;
   int max_decode_batch = 64;
+  // While streams decode, each step takes only the prompt work that keeps
+  // the step (the time between a stream's tokens) within this, by the
+  // worker's measured step times (worker/step_plan.h); prompts progress by
+  // at least one KV block a step. Zero: every step takes
+  // prefill_token_budget, and decoding waits for it.
+  absl::Duration tpot_target = absl::Milliseconds(50);
   // A stream whose client has not taken this many tokens is paused...
   int64_t max_unsent_tokens = 64;
   // ...and cancelled when it stays paused this long.
@@ -77,6 +84,7 @@ struct GenerationParams {
   bool ignore_eos = false;
   absl::Time deadline = absl::InfiniteFuture();
   std::string cache_salt;  // role both: requests share cached KV only under equal salts
+  bool batch = false;      // batch priority: prompts prefilled here wait for interactive ones
 };
 
 struct Summary {
@@ -150,6 +158,7 @@ struct PrefillArgs {
   absl::Time deadline = absl::InfiniteFuture();
   int64_t decode_cached_tokens = 0;  // the receiver holds these; they are not sent
   std::string cache_salt;
+  bool batch = false;  // batch priority: computed after every interactive prompt waiting
 };
 
 // What the router balances on (and /metrics shows).
@@ -160,6 +169,17 @@ struct SchedulerLoad {
   int64_t active_sequences = 0;
   int64_t reservations = 0;
   int64_t kv_blocks_cached = 0;  // in the prefix cache (held by a sequence or not)
+  // Prompt tokens a second computed while prompts waited, decode steps
+  // included (what a new prompt's wait is predicted from); 0: not measured.
+  double prefill_tokens_per_second = 0;
+};
+
+// How the steps went while streams decoded (for tests and /metrics).
+struct StepStats {
+  std::atomic<int64_t> decode_steps{0};
+  // Steps whose prompt work the TPOT target cut short.
+  std::atomic<int64_t> bounded_steps{0};
+  std::atomic<int64_t> max_prefill_tokens_with_decode{0};
 };
 
 // Changes to the set of block hashes the prefix cache holds, for the router.
@@ -200,16 +220,23 @@ class Scheduler {
   // `want_full` (or when changes were dropped) the whole set. Thread-safe.
   CacheUpdate TakeCacheUpdate(bool want_full);
   const KvCache& kv() const { return *kv_; }  // layout and sizes only
+  const StepStats& step_stats() const { return step_stats_; }
 
  private:
   struct Sequence;
   struct Inbox;
   void Loop();
   void Post(std::function<void()> command);
-  // One prefill step over the queue's head; one decode step over every
-  // runnable sequence.
-  void PrefillStep();
-  void DecodeStep();
+  // One step: the decode rows and the prompt chunks the step plan allows,
+  // in one forward pass when one model runs both.
+  struct Chunk {
+    Sequence* s;
+    int64_t n;
+    bool last;  // the prompt's end
+  };
+  void Step();
+  void RunPass(Context* ctx, StepCostModel& cost, const std::vector<Chunk>& chunks,
+               const std::vector<Sequence*>& rows);
   void Housekeeping(absl::Time now, absl::Time* next_wake);
   // Emits a generated token (the first from a prefill, or a later one) and
   // decides whether the sequence is finished.
@@ -247,7 +274,15 @@ class Scheduler {
   uint64_t id_salt_ = 0;
   std::vector<int32_t> step_tokens_;
   Logits logits_;
+  // Measured step times of the pass over each context (one when fused).
+  StepCostModel prefill_cost_, decode_cost_;
+  StepStats step_stats_;
 
+  // The prefill rate: tokens and step time summed while prompts waited,
+  // folded into the published rate every half second or so.
+  int64_t rate_tokens_ = 0;
+  double rate_seconds_ = 0;
+  std::atomic<double> prefill_rate_{0};
   std::atomic<int64_t> queued_prompt_tokens_{0}, kv_blocks_free_{0}, active_{0}, reservations_{0},
       kv_blocks_cached_{0};
   int64_t evictions_seen_ = 0;

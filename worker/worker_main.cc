@@ -108,6 +108,12 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   flags.Int("prefill-budget", &budget, 1, 1 << 20,
             "prompt tokens per prefill step; longer prompts run in chunks");
   flags.Int("max-batch", &max_batch, 1, 4096, "sequences per decode step");
+  int64_t tpot_target_ms = 50;
+  flags.Int("tpot-target-ms", &tpot_target_ms, 0, 60000,
+            "while streams decode, each step takes only as much prompt work as keeps the time "
+            "between a stream's tokens within this (by the measured step times; prompts still "
+            "advance one KV block a step); 0: each step takes the whole --prefill-budget and "
+            "decoding waits for it");
   flags.Int("lease-seconds", &lease_s, 1, 3600,
             "how long a decode reservation waits for the prefill worker to connect (when it "
             "queues the prompt) and, once the KV landed, for the Decode call");
@@ -198,6 +204,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   so.role = *role;
   so.prefill_token_budget = budget;
   so.max_decode_batch = (int)max_batch;
+  so.tpot_target = absl::Milliseconds(tpot_target_ms);
   so.reservation_lease = absl::Seconds(lease_s);
   so.stalled_stream_timeout = absl::Seconds(stall_s);
   so.max_unsent_tokens = max_unsent;

@@ -164,6 +164,7 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     resp->set_kv_blocks_free(l.kv_blocks_free);
     resp->set_kv_blocks_total(l.kv_blocks_total);
     resp->set_active_sequences((int32_t)l.active_sequences);
+    resp->set_prefill_tokens_per_second(l.prefill_tokens_per_second);
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -188,6 +189,7 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     p.ignore_eos = req->ignore_eos();
     p.deadline = DeadlineOf(*ctx);
     p.cache_salt = req->cache_salt();
+    p.batch = req->priority() == pdq::v1::PRIORITY_BATCH;
     absl::Status valid = ValidateGeneration(p);
     if (valid.ok() && p.cache_salt.size() > 256) {
       valid = absl::InvalidArgumentError("cache_salt must have at most 256 bytes");
@@ -310,6 +312,7 @@ class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackServ
     args.deadline = DeadlineOf(*ctx);
     args.decode_cached_tokens = req->decode_cached_tokens();
     args.cache_salt = req->cache_salt();
+    args.batch = req->priority() == pdq::v1::PRIORITY_BATCH;
     w_.scheduler_->Prefill(std::move(args), call->state());
     return call;
   }
@@ -370,6 +373,10 @@ constexpr LoadGauge kLoadGauges[] = {
      [](const SchedulerLoad& l) {
        return l.kv_blocks_total > 0 ? 1.0 - double(l.kv_blocks_free) / l.kv_blocks_total : 0.0;
      }},
+    {"pdq_prefill_tokens_per_second",
+     "Prompt tokens a second computed while prompts waited, decode steps included (the rate "
+     "the router predicts time to first token from); 0 until measured.",
+     [](const SchedulerLoad& l) { return l.prefill_tokens_per_second; }},
     {"pdq_active_sequences", "Sequences decoding.",
      [](const SchedulerLoad& l) { return double(l.active_sequences); }},
     {"pdq_reservations", "Decode reservations waiting for their KV.",
@@ -494,6 +501,7 @@ void WorkerServer::RegistrationLoop() {
       req.mutable_load()->set_queued_prompt_tokens(l.queued_prompt_tokens);
       req.mutable_load()->set_kv_blocks_free(l.kv_blocks_free);
       req.mutable_load()->set_active_sequences((int32_t)l.active_sequences);
+      req.mutable_load()->set_prefill_tokens_per_second(l.prefill_tokens_per_second);
       CacheUpdate cache = scheduler_->TakeCacheUpdate(!cache_synced || ++heartbeats % 120 == 0);
       // A heartbeat stays far below gRPC's 4 MiB message limit: a router
       // that hears of fewer blocks only misses some hits.

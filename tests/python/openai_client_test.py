@@ -10,6 +10,8 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import openai
 
@@ -128,6 +130,31 @@ class OpenAiClientTest(unittest.TestCase):
         with self.assertRaises(openai.NotFoundError) as e:
             self.client.completions.create(model="gpt-nothing", prompt="x")
         self.assertEqual(e.exception.body["code"], "model_not_found")
+
+    def test_json_body_read_whatever_its_content_type(self):
+        # curl -d sends form-urlencoded; past 8 KiB that was refused as too
+        # large. The body is JSON whatever the header says.
+        prompt = "The sea " * 1200
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": 2,
+                           "temperature": 0}).encode()
+        self.assertGreater(len(body), 8192)
+        for ctype in ("application/x-www-form-urlencoded", "text/plain", None):
+            req = urllib.request.Request(f"http://{UP.http}/v1/completions", data=body,
+                                         method="POST")
+            req.remove_header("Content-type")
+            if ctype:
+                req.add_header("Content-Type", ctype)
+            with urllib.request.urlopen(req, timeout=120) as r:
+                answer = json.load(r)
+            self.assertEqual(answer["usage"]["completion_tokens"], 2, ctype)
+        # Past 4 MiB: 413 with OpenAI's error shape and its code.
+        big = urllib.request.Request(f"http://{UP.http}/v1/completions",
+                                     data=b"{" + b" " * (5 << 20) + b"}", method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with self.assertRaises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(big, timeout=120)
+        self.assertEqual(e.exception.code, 413)
+        self.assertEqual(json.load(e.exception)["error"]["code"], "request_too_large")
 
     def test_pdq_bench_measures_the_openai_endpoint(self):
         with tempfile.TemporaryDirectory() as d:

@@ -1,0 +1,118 @@
+#include "router/admission.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace pdq::router {
+
+const char* RefusalName(Refusal r) {
+  switch (r) {
+    case Refusal::kNone:
+      return "";
+    case Refusal::kQueueFull:
+      return "queue_full";
+    case Refusal::kTtft:
+      return "ttft";
+    case Refusal::kRateLimit:
+      return "rate_limit";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string Ms(absl::Duration d) { return absl::StrFormat("%.0f ms", absl::ToDoubleMilliseconds(d)); }
+
+}  // namespace
+
+AdmissionDecision Admit(const AdmissionOptions& o, const AdmissionSnapshot& s,
+                        const AdmissionRequest& r) {
+  AdmissionDecision d;
+  const bool batch = r.priority == Priority::kBatch;
+  // Interactive prompts are computed before batch ones (the workers order
+  // their queues so): an interactive request waits only for those.
+  const int64_t ahead = s.waiting_interactive_tokens + (batch ? s.waiting_batch_tokens : 0);
+  const double rate = s.prefill_tokens_per_second;
+  if (rate > 0) {
+    d.predicted_ttft = absl::Seconds(double(ahead + r.prompt_tokens) / rate);
+  }
+  // The queue bound: batch requests get half of it, so interactive ones
+  // always find room.
+  if (o.max_waiting_requests > 0) {
+    const int64_t bound = batch ? std::max<int64_t>(1, o.max_waiting_requests / 2)
+                                : o.max_waiting_requests;
+    if (s.waiting_requests >= bound) {
+      d.refusal = Refusal::kQueueFull;
+      d.message = absl::StrFormat(
+          "the router is at its bound of %d %srequests waiting for their first token; retry "
+          "later",
+          bound, batch ? "batch " : "");
+      // Those ahead drain at the measured rate; without one, a second.
+      d.retry_after = rate > 0 ? absl::Seconds(double(ahead) / rate / 2) : absl::Seconds(1);
+    }
+  }
+  const absl::Duration deadline =
+      o.refuse_past_deadline ? r.time_left : absl::InfiniteDuration();
+  if (d.admitted() && rate > 0) {
+    const absl::Duration limit =
+        o.ttft_target > absl::ZeroDuration() ? std::min(o.ttft_target, deadline) : deadline;
+    if (d.predicted_ttft > limit) {
+      d.refusal = Refusal::kTtft;
+      d.message = absl::StrFormat(
+          "predicted time to first token %s (%d prompt tokens waiting ahead at %.0f tokens/s) "
+          "is over the %s %s; retry later",
+          Ms(d.predicted_ttft), ahead, rate, Ms(limit),
+          limit == deadline ? "left before the deadline" : "target");
+      // When the queue ahead will have drained enough for this to fit.
+      d.retry_after = d.predicted_ttft - limit;
+    }
+  }
+  if (!d.admitted()) d.retry_after = std::max(d.retry_after, absl::Milliseconds(100));
+  return d;
+}
+
+RateLimiter::RateLimiter(const AdmissionOptions& o)
+    : rate_(o.rate_tokens_per_second),
+      burst_(o.rate_burst_tokens > 0 ? o.rate_burst_tokens : 10 * o.rate_tokens_per_second) {}
+
+AdmissionDecision RateLimiter::Take(const std::string& client, double tokens, absl::Time now) {
+  AdmissionDecision d;
+  if (rate_ <= 0) return d;
+  // Idle buckets are full: forget them rather than keep one per client
+  // forever.
+  if (buckets_.size() > 100000 && now - last_sweep_ >= absl::Seconds(1)) {
+    last_sweep_ = now;
+    absl::erase_if(buckets_, [&](const auto& kv) {
+      return kv.second.tokens + rate_ * absl::ToDoubleSeconds(now - kv.second.updated) >= burst_;
+    });
+  }
+  auto [it, fresh] = buckets_.try_emplace(client, Bucket{burst_, now});
+  Bucket& b = it->second;
+  if (!fresh && now > b.updated) {
+    b.tokens = std::min(burst_, b.tokens + rate_ * absl::ToDoubleSeconds(now - b.updated));
+    b.updated = now;
+  }
+  if (tokens > burst_) {
+    d.refusal = Refusal::kRateLimit;
+    d.message = absl::StrFormat(
+        "the request's %.0f tokens (prompt + max_tokens) exceed this client's burst of %.0f",
+        tokens, burst_);
+    d.retry_after = absl::Seconds(burst_ / rate_);
+    return d;
+  }
+  if (b.tokens < tokens) {
+    d.refusal = Refusal::kRateLimit;
+    d.retry_after = absl::Seconds((tokens - b.tokens) / rate_);
+    d.message = absl::StrFormat(
+        "rate limit: this client may send %.0f tokens (prompt + max_tokens) a second; retry in "
+        "%s",
+        rate_, Ms(d.retry_after));
+    return d;
+  }
+  b.tokens -= tokens;
+  return d;
+}
+
+}  // namespace pdq::router

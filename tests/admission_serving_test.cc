@@ -1,0 +1,210 @@
+// Admission control through the served system (router + a worker doing
+// both phases): each refusal reason comes at once with RESOURCE_EXHAUSTED,
+// its message, a retry-after and a /metrics count (HTTP: 429 with
+// Retry-After), and interactive requests overtake batch ones. Orders of
+// events are checked, never wall-clock bounds.
+#include <httplib.h>
+
+#include <future>
+
+#include "serving_cluster.h"
+
+namespace pdq::testing {
+namespace {
+
+class AdmissionServingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(kModel)) GTEST_SKIP() << kModel << " not found (make model)";
+  }
+};
+
+// A streamed call whose events are timed as they come.
+struct Timed {
+  grpc::Status status;
+  Clock::time_point first_token = Clock::time_point::max(), end;
+  std::string retry_after_ms;
+};
+Timed TimedGenerate(v1::Pdq::Stub& stub, const v1::GenerateRequest& req) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+  auto reader = stub.Generate(&ctx, req);
+  Timed t;
+  v1::GenerateResponse m;
+  while (reader->Read(&m)) {
+    if (m.has_delta() && t.first_token == Clock::time_point::max()) t.first_token = Clock::now();
+  }
+  t.status = reader->Finish();
+  t.end = Clock::now();
+  auto it = ctx.GetServerTrailingMetadata().find("retry-after-ms");
+  if (it != ctx.GetServerTrailingMetadata().end()) {
+    t.retry_after_ms.assign(it->second.data(), it->second.size());
+  }
+  return t;
+}
+
+v1::GenerateRequest Long(int words, int max_tokens, bool batch = false) {
+  v1::GenerateRequest r;
+  r.set_text(LongText(words));
+  r.set_max_tokens(max_tokens);
+  r.set_ignore_eos(true);
+  if (batch) r.set_priority(v1::PRIORITY_BATCH);
+  return r;
+}
+
+void WaitForMetric(const std::string& metrics, const std::string& series, double at_least) {
+  const auto end = Clock::now() + std::chrono::seconds(60);
+  while (Metric(metrics, series) < at_least && Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(Metric(metrics, series), at_least) << series;
+}
+
+TEST_F(AdmissionServingTest, TheWaitingBoundRefusesAtOnceOverGrpcAndHttp) {
+  Cluster c;
+  const std::string http_file = std::filesystem::temp_directory_path() /
+                                ("pdq-admission-http-" + std::to_string(getpid()));
+  Proc router = c.Router({"--max-waiting-requests", "2", "--http-listen", "127.0.0.1:0",
+                          "--http-address-file", http_file});
+  ASSERT_TRUE(router.ok());
+  Proc w = c.Worker(router.address, "both", "w4a16", {"--prefill-budget", "64"});
+  ASSERT_TRUE(w.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1));
+  // Two long prompts wait for their first tokens (64 tokens a step, one
+  // thread: seconds)...
+  auto a = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(1500, 2)); });
+  auto b = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(1500, 2)); });
+  WaitForMetric(router.metrics, "pdq_requests_in_flight", 2);
+  // ...so a third is refused, before either of them has a token.
+  const Timed refused = TimedGenerate(*stub, Long(10, 2));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.status.error_message().find("bound of 2 requests"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_GE(std::stoi(refused.retry_after_ms), 100);
+  // The same over HTTP: 429, OpenAI's error shape, Retry-After.
+  std::string http;
+  std::ifstream(http_file) >> http;
+  std::filesystem::remove(http_file);
+  httplib::Client hc("http://" + http);
+  hc.set_read_timeout(30);
+  const std::string model = std::filesystem::path(kModel).stem();
+  auto res = hc.Post("/v1/completions",
+                     R"({"model": ")" + model + R"(", "prompt": "Hello", "max_tokens": 2})",
+                     "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429) << res->body;
+  EXPECT_NE(res->body.find("bound of 2 requests"), std::string::npos) << res->body;
+  EXPECT_FALSE(res->get_header_value("Retry-After").empty());
+  const Timed ta = a.get(), tb = b.get();
+  EXPECT_TRUE(ta.status.ok()) << ta.status.error_message();
+  EXPECT_TRUE(tb.status.ok()) << tb.status.error_message();
+  EXPECT_LT(refused.end, std::min(ta.first_token, tb.first_token))
+      << "the refusal came after a waiting request's first token";
+  EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"queue_full\"}"), 2);
+  // Once they have their tokens there is room again.
+  EXPECT_TRUE(TimedGenerate(*stub, Long(10, 2)).status.ok());
+}
+
+TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
+  Cluster c;
+  Proc router = c.Router({"--ttft-target-ms", "400"});
+  ASSERT_TRUE(router.ok());
+  Proc w = c.Worker(router.address, "both", "w4a16", {"--prefill-budget", "128"});
+  ASSERT_TRUE(w.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1));
+  // Before any prefill was measured nothing is predicted: this is taken,
+  // and measures the rate.
+  EXPECT_TRUE(TimedGenerate(*stub, Long(1500, 2)).status.ok());
+  WaitForMetric(w.metrics, "pdq_prefill_tokens_per_second", 1);
+  const double rate = Metric(w.metrics, "pdq_prefill_tokens_per_second");
+  // Let the router hear it (heartbeats every 200 ms).
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  // A prompt that alone takes over twice the target at the measured rate.
+  const int words = std::min(5000, (int)(rate * 0.8) + 100);
+  const Timed refused = TimedGenerate(*stub, Long(words, 2));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << "rate " << rate << " tokens/s, " << words << " words";
+  EXPECT_NE(refused.status.error_message().find("predicted time to first token"),
+            std::string::npos)
+      << refused.status.error_message();
+  EXPECT_FALSE(refused.retry_after_ms.empty());
+  // One predicted to miss its own (sooner) deadline is refused too, not
+  // left to time out.
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    auto reader = stub->Generate(&ctx, Long(std::min(5000, (int)(rate * 0.4) + 100), 2));
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+    }
+    const grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_NE(s.error_message().find("deadline"), std::string::npos) << s.error_message();
+  }
+  EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"ttft\"}"), 2);
+  // A short one fits.
+  EXPECT_TRUE(TimedGenerate(*stub, Long(10, 2)).status.ok());
+}
+
+TEST_F(AdmissionServingTest, EachClientHasItsOwnTokenBucket) {
+  Cluster c;
+  Proc router = c.Router({"--rate-limit-tokens", "1", "--rate-limit-burst", "100"});
+  ASSERT_TRUE(router.ok());
+  Proc w = c.Worker(router.address, "both", "w4a16");
+  ASSERT_TRUE(w.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1));
+  v1::GenerateRequest r = Long(10, 30);  // about 40 tokens with max_tokens
+  r.set_client_id("alice");
+  EXPECT_TRUE(TimedGenerate(*stub, r).status.ok());
+  EXPECT_TRUE(TimedGenerate(*stub, r).status.ok());
+  const Timed refused = TimedGenerate(*stub, r);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.status.error_message().find("rate limit"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_GE(std::stoi(refused.retry_after_ms), 1000);  // a token a second
+  r.set_client_id("bob");
+  EXPECT_TRUE(TimedGenerate(*stub, r).status.ok());
+  // More than the bucket holds can never pass.
+  v1::GenerateRequest big = Long(10, 200);
+  big.set_client_id("carol");
+  const Timed never = TimedGenerate(*stub, big);
+  EXPECT_EQ(never.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(never.status.error_message().find("burst"), std::string::npos);
+  EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"rate_limit\"}"), 2);
+}
+
+TEST_F(AdmissionServingTest, InteractivePromptsOvertakeBatchOnes) {
+  Cluster c;
+  Proc router = c.Router();
+  ASSERT_TRUE(router.ok());
+  Proc w = c.Worker(router.address, "both", "w4a16", {"--prefill-budget", "64"});
+  ASSERT_TRUE(w.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1));
+  // Three batch prompts queue (64 tokens a step: each takes many steps)...
+  std::vector<std::future<Timed>> batch;
+  for (int i = 0; i < 3; ++i) {
+    batch.push_back(
+        std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(600, 2, true)); }));
+  }
+  WaitForMetric(w.metrics, "pdq_queued_prompt_tokens", 1500);
+  // ...and an interactive one sent after them is computed before the ones
+  // not yet started.
+  const Timed interactive = TimedGenerate(*stub, Long(600, 2));
+  ASSERT_TRUE(interactive.status.ok()) << interactive.status.error_message();
+  std::vector<Clock::time_point> firsts;
+  for (auto& f : batch) {
+    const Timed t = f.get();
+    EXPECT_TRUE(t.status.ok()) << t.status.error_message();
+    firsts.push_back(t.first_token);
+  }
+  std::sort(firsts.begin(), firsts.end());
+  // At most the batch prompt already being computed finishes first.
+  EXPECT_LT(interactive.first_token, firsts[1]);
+}
+
+}  // namespace
+}  // namespace pdq::testing

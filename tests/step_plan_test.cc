@@ -1,0 +1,267 @@
+// The scheduler's step planning (worker/step_plan.h) on its own, with step
+// costs from a known linear machine instead of a clock; and the scheduler
+// in-process on a synthetic model, checked in tokens per step.
+#include "worker/step_plan.h"
+
+#include <memory>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "test_models.h"
+#include "worker/scheduler.h"
+
+namespace pdq::worker {
+namespace {
+
+// A machine whose step takes 2 ms + 0.5 ms a decode row + 0.1 ms a prompt
+// token + 1 us per 1000 attention pairs.
+double TrueCost(const StepWork& w) {
+  return 2e-3 + 0.5e-3 * double(w.decode_rows) + 0.1e-3 * double(w.prefill_tokens) +
+         1e-9 * w.attention;
+}
+
+// A model trained on a mix of steps like the scheduler's.
+StepCostModel Trained() {
+  StepCostModel m;
+  for (int i = 0; i < 200; ++i) {
+    StepWork w;
+    for (int r = 0; r < 1 + i % 9; ++r) w.AddDecodeRow(100 + 37 * i % 500);
+    if (i % 3 != 0) w.AddChunk(64 * (i % 5), 16 * (1 + i % 20));
+    m.Observe(w, TrueCost(w));
+  }
+  return m;
+}
+
+TEST(StepCostModelTest, LearnsALinearMachine) {
+  const StepCostModel m = Trained();
+  for (int rows : {0, 1, 8, 32}) {
+    for (int tokens : {0, 16, 256, 1024}) {
+      StepWork w;
+      for (int r = 0; r < rows; ++r) w.AddDecodeRow(300);
+      if (tokens > 0) w.AddChunk(128, tokens);
+      EXPECT_NEAR(m.Predict(w), TrueCost(w), 0.02 * TrueCost(w) + 1e-5)
+          << rows << " rows, " << tokens << " tokens";
+    }
+  }
+}
+
+TEST(StepCostModelTest, FollowsAMachineThatSlowsDown) {
+  StepCostModel m = Trained();
+  StepWork w;
+  for (int r = 0; r < 4; ++r) w.AddDecodeRow(200);
+  w.AddChunk(0, 128);
+  // Another tenant halves the machine: within 100 steps the model knows.
+  for (int i = 0; i < 100; ++i) {
+    StepWork v;
+    for (int r = 0; r < 1 + i % 6; ++r) v.AddDecodeRow(200);
+    if (i % 2) v.AddChunk(0, 32 * (1 + i % 8));
+    m.Observe(v, 2 * TrueCost(v));
+  }
+  EXPECT_NEAR(m.Predict(w), 2 * TrueCost(w), 0.05 * TrueCost(w));
+}
+
+TEST(StepCostModelTest, StaysFiniteAfterHoursOfIdenticalSteps) {
+  StepCostModel m = Trained();
+  StepWork w;
+  w.AddDecodeRow(10);
+  for (int i = 0; i < 1000000; ++i) m.Observe(w, TrueCost(w));
+  StepWork big;
+  for (int r = 0; r < 8; ++r) big.AddDecodeRow(300);
+  big.AddChunk(0, 512);
+  EXPECT_TRUE(std::isfinite(m.Predict(big)));
+  EXPECT_NEAR(m.Predict(w), TrueCost(w), 1e-5);
+}
+
+TEST(PlanStepTest, WithoutDecodeRowsAStepTakesTheWholeBudgetAcrossPrompts) {
+  const StepCostModel m = Trained();
+  StepInput in;
+  in.tpot_target = 0.01;
+  in.token_budget = 1000;
+  in.prefill = {{0, 300}, {0, 500}, {0, 400}};
+  const StepPlan p = PlanStep(in, m, m);
+  EXPECT_EQ(p.chunk, (std::vector<int64_t>{300, 500, 200}));
+  EXPECT_EQ(p.prefill_tokens, 1000);
+  EXPECT_FALSE(p.bounded);
+}
+
+TEST(PlanStepTest, WithoutATargetDecodeWaitsForTheWholeBudget) {
+  const StepCostModel m = Trained();
+  StepInput in;
+  in.tpot_target = 0;
+  in.decode_rows = 8;
+  in.prefill = {{0, 2048}};
+  EXPECT_EQ(PlanStep(in, m, m).prefill_tokens, 2048);
+}
+
+TEST(PlanStepTest, FusedStepsKeepTheTargetUnderAStreamOfLongPrompts) {
+  const StepCostModel m = Trained();
+  // 8 streams decode while 2048-token prompts keep arriving; each step
+  // must fit 20 ms, and every prompt must still finish.
+  std::vector<PrefillNeed> queue;
+  int arrived = 0, finished = 0;
+  int64_t steps = 0, most = 0;
+  for (; steps < 2000 && finished < 10; ++steps) {
+    if (steps % 20 == 0 && arrived < 10) {
+      queue.push_back({0, 2048});
+      ++arrived;
+    }
+    StepInput in;
+    in.fused = true;
+    in.tpot_target = 0.020;
+    in.decode_rows = 8;
+    for (int r = 0; r < 8; ++r) in.decode_attention += 400.5;
+    in.prefill = queue;
+    const StepPlan p = PlanStep(in, m, m);
+    StepWork actual;
+    for (int r = 0; r < 8; ++r) actual.AddDecodeRow(400);
+    for (size_t i = 0; i < queue.size(); ++i) {
+      if (p.chunk[i] == 0) continue;
+      actual.AddChunk(queue[i].past, p.chunk[i]);
+      queue[i].past += p.chunk[i];
+      queue[i].remaining -= p.chunk[i];
+    }
+    // The plan's prediction is what the machine does, within the fit.
+    EXPECT_LE(TrueCost(actual), 0.020 * 1.02) << "step " << steps;
+    EXPECT_NEAR(p.predicted_seconds, TrueCost(actual), 0.02 * TrueCost(actual));
+    most = std::max(most, p.prefill_tokens);
+    finished += (int)std::erase_if(queue, [](const PrefillNeed& n) { return n.remaining == 0; });
+  }
+  EXPECT_EQ(finished, 10);
+  // 20 ms - 2 ms - 8 x 0.5 ms leaves about 140 prompt tokens a step.
+  EXPECT_GT(most, 96);
+  EXPECT_LT(most, 145);
+}
+
+TEST(PlanStepTest, TwoModelsShareTheTargetBetweenTheirPasses) {
+  const StepCostModel prefill = Trained();
+  StepCostModel decode;  // a decode pass three times as dear per row
+  for (int i = 0; i < 100; ++i) {
+    StepWork w;
+    for (int r = 0; r < 1 + i % 16; ++r) w.AddDecodeRow(300);
+    decode.Observe(w, 3e-3 + 1.5e-3 * double(w.decode_rows));
+  }
+  StepInput in;
+  in.fused = false;
+  in.tpot_target = 0.030;
+  in.decode_rows = 10;  // 18 ms of decode
+  for (int r = 0; r < 10; ++r) in.decode_attention += 300.5;
+  in.prefill = {{0, 4096}};
+  const StepPlan p = PlanStep(in, prefill, decode);
+  ASSERT_TRUE(p.bounded);
+  // 12 ms left for the prompt pass: (12 - 2) / 0.1 = 100 tokens, cut to 96.
+  EXPECT_EQ(p.chunk[0], 96);
+  EXPECT_LE(p.predicted_seconds, 0.030);
+}
+
+TEST(PlanStepTest, PromptsProgressWhateverTheTarget) {
+  const StepCostModel m = Trained();
+  StepInput in;
+  in.fused = true;
+  in.tpot_target = 1e-6;  // nothing fits
+  in.decode_rows = 64;
+  in.prefill = {{0, 100}, {0, 100}};
+  const StepPlan p = PlanStep(in, m, m);
+  EXPECT_EQ(p.chunk, (std::vector<int64_t>{16, 0}));
+  EXPECT_TRUE(p.bounded);
+}
+
+TEST(PlanStepTest, BeforeAnyTimingABoundedStepTakesAFewBlocks) {
+  const StepCostModel fresh;
+  StepInput in;
+  in.fused = true;
+  in.tpot_target = 0.05;
+  in.decode_rows = 2;
+  in.prefill = {{0, 1000}};
+  EXPECT_EQ(PlanStep(in, fresh, fresh).chunk[0], 64);
+}
+
+// ---- The scheduler, in-process ----------------------------------------------
+
+class Collect : public TokenStream {
+ public:
+  void Send(const std::vector<int32_t>& ids, const std::string&) override {
+    std::lock_guard lock(mu_);
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+  }
+  void Finish(const absl::Status& st, const Summary&) override {
+    status = st;
+    done.Notify();
+  }
+  int64_t Unsent() const override { return 0; }
+  bool Cancelled() const override { return false; }
+  std::mutex mu_;
+  std::vector<int32_t> tokens;
+  absl::Status status;
+  absl::Notification done;
+};
+
+struct Served {
+  std::vector<std::vector<int32_t>> answers;
+  int64_t max_prefill_with_decode = 0, bounded_steps = 0;
+};
+
+// Four streams decode while long prompts arrive, on one synthetic model
+// (fused steps) or a W8A8 prompt model beside it (two passes).
+Served Serve(absl::Duration target, bool two_models) {
+  testing::TestModel decode = testing::LoadOrDie("synthetic:tiny", 1);
+  testing::TestModel prefill = testing::LoadOrDie("synthetic:tiny@w8a8", 1);
+  SchedulerOptions o;
+  o.tpot_target = target;
+  o.prefix_cache = false;
+  auto kv = decode.ctx->NewKvCache(1 << 14);
+  EXPECT_TRUE(kv.ok());
+  Served run;
+  {
+    Scheduler sched(o, two_models ? prefill.ctx.get() : decode.ctx.get(), decode.ctx.get(),
+                    std::move(*kv), nullptr);
+    const int vocab = decode->config().vocab_size;
+    std::vector<std::shared_ptr<Collect>> streams;
+    auto start = [&](int n, int salt, int max_tokens) {
+      GenerationParams p;
+      p.request_id = absl::StrCat("r", salt);
+      p.max_tokens = max_tokens;
+      p.ignore_eos = true;
+      auto s = std::make_shared<Collect>();
+      streams.push_back(s);
+      sched.Generate(testing::Tokens(n, vocab, salt), p, s);
+    };
+    for (int i = 0; i < 4; ++i) start(8, i, 64);
+    // Let them reach decoding, then send long prompts.
+    while (sched.step_stats().decode_steps.load() < 2) std::this_thread::sleep_for(
+        std::chrono::milliseconds(1));
+    for (int i = 0; i < 3; ++i) start(400, 10 + i, 4);
+    for (auto& s : streams) {
+      s->done.WaitForNotification();
+      EXPECT_TRUE(s->status.ok()) << s->status;
+      run.answers.push_back(s->tokens);
+    }
+    run.max_prefill_with_decode = sched.step_stats().max_prefill_tokens_with_decode.load();
+    run.bounded_steps = sched.step_stats().bounded_steps.load();
+  }
+  return run;
+}
+
+TEST(SchedulerStepsTest, ATightTargetLeavesOneBlockOfPromptPerDecodeStep) {
+  // 1 us fits no prompt work: every step that decodes takes one KV block.
+  const Served tight = Serve(absl::Microseconds(1), /*two_models=*/false);
+  EXPECT_LE(tight.max_prefill_with_decode, 16);
+  EXPECT_GT(tight.bounded_steps, 0);
+  // Without a target the long prompts run whole beside the decoding streams,
+  // and chunking changes no answer.
+  const Served off = Serve(absl::ZeroDuration(), /*two_models=*/false);
+  EXPECT_GE(off.max_prefill_with_decode, 400);
+  EXPECT_EQ(off.bounded_steps, 0);
+  EXPECT_EQ(tight.answers, off.answers);
+}
+
+TEST(SchedulerStepsTest, TwoPrecisionsInOneProcessHoldTheSameRule) {
+  const Served tight = Serve(absl::Microseconds(1), /*two_models=*/true);
+  EXPECT_LE(tight.max_prefill_with_decode, 16);
+  const Served off = Serve(absl::ZeroDuration(), /*two_models=*/true);
+  EXPECT_GE(off.max_prefill_with_decode, 400);
+  EXPECT_EQ(tight.answers, off.answers);
+}
+
+}  // namespace
+}  // namespace pdq::worker
