@@ -23,28 +23,7 @@ sessions=4 turns=8
 conv=(--workload conversation --sessions "$sessions" --turns "$turns" --first-tokens 512
       --turn-tokens 64 --output-tokens 64)
 work="$(mktemp -d /tmp/pdq-conversation-bench-XXXXXX)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-log() { echo "+ $*" >&2; }
-
-up() {  # up NAME WORKERS-JSON [ROUTER-ARGS-JSON]: starts pdq up; sets router=
-  printf '{"model": "%s", "listen": "127.0.0.1:0", "kv_transport": "tcp", "router_args": %s, "workers": %s}\n' \
-    "$model" "${3:-[]}" "$2" >"$work/$1.json"
-  rm -f "$work/addr"
-  "$bin/pdq" up --config "$work/$1.json" --address-file "$work/addr" >"$work/up.out" 2>"$work/up.err" &
-  pids=("$!")
-  for _ in $(seq 600); do
-    [ -s "$work/addr" ] && break
-    kill -0 "${pids[0]}" 2>/dev/null || { cat "$work/up.err" >&2; exit 1; }
-    sleep 0.5
-  done
-  router="$(cat "$work/addr")"
-}
-down() { kill "${pids[0]}"; wait "${pids[0]}" || true; pids=(); }
+source "$(dirname "$0")/lib.sh"
 
 # summary FILE LABEL: one line per run, from the bench's JSON.
 summary() {

@@ -33,6 +33,16 @@ Context::Context(const Model& model, const CpuContext& cpu, std::unique_ptr<Forw
 
 Context::~Context() = default;
 
+int64_t Context::workspace_bytes() const {
+  const Workspace& w = *ws_;
+  size_t floats = 0;
+  for (const std::vector<float>* v :
+       {&w.x, &w.h, &w.qkv, &w.attn, &w.gate_up, &w.act, &w.tmp, &w.rows, &w.scratch}) {
+    floats += v->capacity();
+  }
+  return (int64_t)(floats * sizeof(float) + w.positions.capacity() * sizeof(int32_t));
+}
+
 std::string Context::device() const { return backend_ ? backend_->name() : "cpu"; }
 
 absl::StatusOr<std::unique_ptr<KvCache>> Context::NewKvCache(int64_t tokens) const {

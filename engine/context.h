@@ -114,6 +114,10 @@ class Context {
   using LayerObserver = std::function<void(int layer)>;
   void SetLayerObserver(LayerObserver observer) { layer_observer_ = std::move(observer); }
 
+  // Bytes of the forward pass's workspace (activations of the largest batch
+  // run so far; it grows and is kept). Only on the thread that runs Forward.
+  int64_t workspace_bytes() const;
+
  private:
   struct Workspace;
   // Checks each entry, reserves the blocks of those that run, and sets the

@@ -219,7 +219,7 @@ class W4A16Linear final : public WritableLinear {
     }
     PackW4Rows(codes.codes.data(), codes.scales.data(), codes.mins.data(), 0, out_, in_, group_,
                q_.data(), scale_.data(), min_.data());
-    staged_ = {};
+    std::vector<float>().swap(staged_);  // frees it (`= {}` keeps the capacity)
     return absl::OkStatus();
   }
   PackedLinear Packed() const override {
@@ -303,7 +303,7 @@ class W8A8Linear final : public WritableLinear {
       for (int64_t j = 0; j < in_; ++j) staged_[i * in_ + j] *= s[j];
     }
     QuantizeI8Rows(staged_.data(), 0, out_, in_, q_.data(), scale_.data());
-    staged_ = {};
+    std::vector<float>().swap(staged_);  // frees it (`= {}` keeps the capacity)
     return absl::OkStatus();
   }
   PackedLinear Packed() const override {

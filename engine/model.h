@@ -67,6 +67,8 @@ class Model {
   const LoadOptions& options() const { return options_; }
   // Bytes of weights read to produce one token (all matmuls incl. output).
   int64_t weight_bytes_per_token() const;
+  // Bytes of weights held: every linear layer, the embedding and the norms.
+  int64_t resident_weight_bytes() const;
 
   // What this model's KV bytes mean, with blocks of `block_tokens` tokens.
   // Independent of the weight precision.

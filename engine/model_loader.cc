@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -24,9 +26,9 @@ namespace pdq {
 
 namespace {
 
-// Reads a GGUF tensor as fp32 rows, checking its shape [in, out].
-absl::StatusOr<std::vector<float>> ReadTensor(const GgufFile& file, const std::string& name,
-                                              std::vector<int64_t> want_dims) {
+// The GGUF tensor `name`, checked to have shape `want_dims` ([in, out]).
+absl::StatusOr<const GgufTensor*> CheckedTensor(const GgufFile& file, const std::string& name,
+                                                const std::vector<int64_t>& want_dims) {
   const GgufTensor* t = file.FindTensor(name);
   if (t == nullptr) return absl::NotFoundError(absl::StrCat("tensor '", name, "' is missing"));
   if (t->dims != want_dims) {
@@ -34,6 +36,13 @@ absl::StatusOr<std::vector<float>> ReadTensor(const GgufFile& file, const std::s
         "tensor '", name, "' has shape [", absl::StrJoin(t->dims, ", "), "], expected [",
         absl::StrJoin(want_dims, ", "), "]"));
   }
+  return t;
+}
+
+// Reads a GGUF tensor as fp32 rows, checking its shape [in, out].
+absl::StatusOr<std::vector<float>> ReadTensor(const GgufFile& file, const std::string& name,
+                                              std::vector<int64_t> want_dims) {
+  PDQ_ASSIGN_OR_RETURN(const GgufTensor* t, CheckedTensor(file, name, want_dims));
   std::vector<float> out(t->num_elements());
   PDQ_ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlRowBytes(t->type, t->row_length()));
   for (int64_t r = 0; r < t->num_rows(); ++r) {
@@ -41,6 +50,26 @@ absl::StatusOr<std::vector<float>> ReadTensor(const GgufFile& file, const std::s
                                       out.data() + r * t->row_length(), t->row_length()));
   }
   return out;
+}
+
+// Reads a GGUF tensor of shape [in, out] as fp32 rows `panel` rows at a
+// time, handing each panel to fn(first row, rows, data): no whole-tensor
+// copy (the embedding's is 108 MiB of fp32 for a 135M model).
+absl::Status ForEachPanel(const GgufFile& file, const std::string& name,
+                          std::vector<int64_t> want_dims, int64_t panel,
+                          const std::function<void(int64_t, int64_t, const float*)>& fn) {
+  PDQ_ASSIGN_OR_RETURN(const GgufTensor* t, CheckedTensor(file, name, want_dims));
+  PDQ_ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlRowBytes(t->type, t->row_length()));
+  std::vector<float> buf(panel * t->row_length());
+  for (int64_t r0 = 0; r0 < t->num_rows(); r0 += panel) {
+    const int64_t rows = std::min(panel, t->num_rows() - r0);
+    for (int64_t r = 0; r < rows; ++r) {
+      PDQ_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + (r0 + r) * row_bytes,
+                                        buf.data() + r * t->row_length(), t->row_length()));
+    }
+    fn(r0, rows, buf.data());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> RequireInt(const GgufFile& f, const std::string& key, int64_t lo,
@@ -292,18 +321,23 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromGguf(const std::string& 
   PDQ_RETURN_IF_ERROR(AllocateLayers(*m, options));
   const int64_t d = c.d_model;
 
-  auto embd = ReadTensor(*file, "token_embd.weight", {d, c.vocab_size});
-  if (!embd.ok()) return embd.status();
-  for (size_t i = 0; i < embd->size(); ++i) m->embedding_[i] = Fp32ToFp16((*embd)[i]);
-  if (skip_weights) {
-    // The artifact supplies the output projection.
-  } else if (c.tied_output) {
-    Linear(m->output_)->SetRows(0, c.vocab_size, embd->data());
-  } else {
-    PDQ_ASSIGN_OR_RETURN(auto out, ReadTensor(*file, "output.weight", {d, c.vocab_size}));
-    Linear(m->output_)->SetRows(0, c.vocab_size, out.data());
+  // The embedding and output projection a panel of rows at a time (the
+  // artifact supplies the projection when skip_weights).
+  constexpr int64_t kPanel = 256;
+  PDQ_RETURN_IF_ERROR(ForEachPanel(
+      *file, "token_embd.weight", {d, c.vocab_size}, kPanel,
+      [&](int64_t row0, int64_t rows, const float* x) {
+        fp16_t* dst = m->embedding_.data() + row0 * d;
+        for (int64_t i = 0; i < rows * d; ++i) dst[i] = Fp32ToFp16(x[i]);
+        if (!skip_weights && c.tied_output) Linear(m->output_)->SetRows(row0, rows, x);
+      }));
+  if (!skip_weights && !c.tied_output) {
+    PDQ_RETURN_IF_ERROR(ForEachPanel(
+        *file, "output.weight", {d, c.vocab_size}, kPanel,
+        [&](int64_t row0, int64_t rows, const float* x) {
+          Linear(m->output_)->SetRows(row0, rows, x);
+        }));
   }
-  embd->clear();
   PDQ_ASSIGN_OR_RETURN(m->output_norm_, ReadTensor(*file, "output_norm.weight", {d}));
 
   if (const GgufTensor* rf = file->FindTensor("rope_freqs.weight"); rf != nullptr) {
@@ -525,6 +559,15 @@ int64_t Model::weight_bytes_per_token() const {
   for (const Layer& l : layers_) {
     bytes += l.qkv->weight_bytes() + l.out->weight_bytes() + l.gate_up->weight_bytes() +
              l.down->weight_bytes();
+  }
+  return bytes;
+}
+
+int64_t Model::resident_weight_bytes() const {
+  int64_t bytes = weight_bytes_per_token() + (int64_t)(embedding_.size() * sizeof(fp16_t)) +
+                  (int64_t)(output_norm_.size() * sizeof(float));
+  for (const Layer& l : layers_) {
+    bytes += (int64_t)((l.attn_norm.size() + l.ffn_norm.size()) * sizeof(float));
   }
   return bytes;
 }

@@ -170,6 +170,11 @@ class Registry {
       st.set_kv_blocks_total(w->info.kv_blocks_total());
       st.set_queued_prompt_tokens(w->load.queued_prompt_tokens());
       st.set_active_sequences(w->load.active_sequences());
+      st.set_weight_bytes(w->load.weight_bytes());
+      st.set_kv_used_bytes(w->load.kv_used_bytes());
+      st.set_workspace_bytes(w->load.workspace_bytes());
+      st.set_resident_bytes(w->load.resident_bytes());
+      st.set_peak_resident_bytes(w->load.peak_resident_bytes());
     }
     return out;
   }

@@ -63,9 +63,7 @@ void AppendProcessMetrics(std::string* out) {
   getrusage(RUSAGE_SELF, &ru);
   const double cpu =
       ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-  long pages = 0, resident = 0;
-  std::ifstream("/proc/self/statm") >> pages >> resident;
-  const double rss = double(resident) * sysconf(_SC_PAGESIZE);
+  const ProcessMemory mem = ReadProcessMemory();
   absl::StrAppend(out,
                   "# HELP process_cpu_seconds_total User and system CPU time spent, seconds.\n"
                   "# TYPE process_cpu_seconds_total counter\n"
@@ -74,15 +72,26 @@ void AppendProcessMetrics(std::string* out) {
                   "\n# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
                   "# TYPE process_resident_memory_bytes gauge\n"
                   "process_resident_memory_bytes ",
-                  FormatValue(rss),
+                  FormatValue(double(mem.resident)),
                   "\n# HELP process_peak_resident_memory_bytes Largest resident memory size "
                   "since the process started, bytes.\n"
                   "# TYPE process_peak_resident_memory_bytes gauge\n"
                   "process_peak_resident_memory_bytes ",
-                  FormatValue(double(ru.ru_maxrss) * 1024), "\n");
+                  FormatValue(double(mem.peak)), "\n");
 }
 
 }  // namespace
+
+ProcessMemory ReadProcessMemory() {
+  ProcessMemory m;
+  long pages = 0, resident = 0;
+  std::ifstream("/proc/self/statm") >> pages >> resident;
+  m.resident = int64_t(resident) * sysconf(_SC_PAGESIZE);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  m.peak = int64_t(ru.ru_maxrss) * 1024;
+  return m;
+}
 
 Histogram::Histogram(std::vector<double> upper_bounds)
     : bounds_(std::move(upper_bounds)), counts_(new std::atomic<uint64_t>[bounds_.size() + 1]) {

@@ -109,6 +109,12 @@ class Metrics {
 // pdq_requests_total{code}: calls answered, by status code name ("OK",
 // "INVALID_ARGUMENT", ...; gRPC's names). `pool`, when not empty, adds a
 // pool label (A/B splits: router/traffic_split.h).
+// This process's resident memory now and its peak since start, bytes.
+struct ProcessMemory {
+  int64_t resident = 0, peak = 0;
+};
+ProcessMemory ReadProcessMemory();
+
 void CountRequest(absl::StatusCode code, const std::string& pool = "");
 // A pool's name: 1 to 64 characters from [A-Za-z0-9._-].
 bool ValidPoolName(const std::string& name);

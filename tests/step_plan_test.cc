@@ -166,6 +166,39 @@ TEST(PlanStepTest, PromptsProgressWhateverTheTarget) {
   EXPECT_TRUE(p.bounded);
 }
 
+TEST(PlanStepTest, APassOfItsOwnIsNeverSpentOnAHandfulOfTokens) {
+  // A prompt model whose pass costs 10 ms before any token and 0.05 ms a
+  // token: below 200 tokens a pass is mostly its fixed cost.
+  StepCostModel prefill, decode;
+  for (int i = 0; i < 200; ++i) {
+    StepWork w;
+    w.AddChunk(0, 16 * (1 + i % 32));
+    prefill.Observe(w, 10e-3 + 0.05e-3 * double(w.prefill_tokens));
+    StepWork d;
+    for (int r = 0; r < 1 + i % 16; ++r) d.AddDecodeRow(100);
+    decode.Observe(d, 5e-3 + 2e-3 * double(d.decode_rows));
+  }
+  StepInput in;
+  in.fused = false;
+  in.tpot_target = 0.030;
+  in.decode_rows = 16;  // 37 ms of decode: the target leaves nothing
+  for (int r = 0; r < 16; ++r) in.decode_attention += 100.5;
+  in.prefill = {{0, 1000}};
+  const StepPlan p = PlanStep(in, prefill, decode);
+  EXPECT_TRUE(p.bounded);
+  EXPECT_EQ(p.chunk[0], 208);  // 200 rounded up to whole blocks
+  // Fused, the rows share the pass: one block is enough.
+  StepCostModel both;
+  for (int i = 0; i < 200; ++i) {
+    StepWork w;
+    for (int r = 0; r < 1 + i % 16; ++r) w.AddDecodeRow(100);
+    if (i % 2) w.AddChunk(0, 16 * (1 + i % 32));
+    both.Observe(w, 10e-3 + 2e-3 * double(w.decode_rows) + 0.05e-3 * double(w.prefill_tokens));
+  }
+  in.fused = true;
+  EXPECT_EQ(PlanStep(in, both, both).chunk[0], 16);
+}
+
 TEST(PlanStepTest, BeforeAnyTimingABoundedStepTakesAFewBlocks) {
   const StepCostModel fresh;
   StepInput in;
@@ -226,7 +259,8 @@ Served Serve(absl::Duration target, bool two_models) {
       streams.push_back(s);
       sched.Generate(testing::Tokens(n, vocab, salt), p, s);
     };
-    for (int i = 0; i < 4; ++i) start(8, i, 64);
+    // Long enough answers that they still decode when the prompts arrive.
+    for (int i = 0; i < 4; ++i) start(8, i, 480);
     // Let them reach decoding, then send long prompts.
     while (sched.step_stats().decode_steps.load() < 2) std::this_thread::sleep_for(
         std::chrono::milliseconds(1));
@@ -256,8 +290,11 @@ TEST(SchedulerStepsTest, ATightTargetLeavesOneBlockOfPromptPerDecodeStep) {
 }
 
 TEST(SchedulerStepsTest, TwoPrecisionsInOneProcessHoldTheSameRule) {
+  // The prompt pass of its own takes at least what its fixed cost is worth
+  // (measured on this machine, so no fixed count here: PlanStepTest checks
+  // the rule); prompts interleave with the decode pass, and answers do not
+  // change.
   const Served tight = Serve(absl::Microseconds(1), /*two_models=*/true);
-  EXPECT_LE(tight.max_prefill_with_decode, 16);
   const Served off = Serve(absl::ZeroDuration(), /*two_models=*/true);
   EXPECT_GE(off.max_prefill_with_decode, 400);
   EXPECT_EQ(tight.answers, off.answers);

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "tools/commands.h"
 
@@ -73,16 +74,22 @@ int StatusCommand(int argc, char** argv) {
       "heartbeat; health asked now)\n",
       router.c_str(), info.name().c_str(), info.vocab_size(), info.max_context(),
       info.live_workers());
-  std::printf("%-22s %-8s %-6s %-9s %8s %15s %7s  %-21s %s\n", "worker", "role", "prec", "health",
-              "queued", "KV free/total", "active", "address", "metrics");
+  std::printf("%-22s %-8s %-6s %-9s %8s %15s %7s %25s  %-21s %s\n", "worker", "role", "prec",
+              "health", "queued", "KV free/total", "active", "MiB weights/KV/ws/RSS", "address",
+              "metrics");
   int unhealthy = 0;
   for (const v1::WorkerStatus& w : info.workers()) {
     const std::string health = Health(w.address(), to_workers, timeout_s);
     unhealthy += health != "serving";
-    std::printf("%-22s %-8s %-6s %-9s %8lld %7lld/%-7lld %7d  %-21s %s%s\n", w.worker_id().c_str(),
-                w.role().c_str(), w.precision().c_str(), health.c_str(),
+    auto mib = [](int64_t b) { return (long long)((b + (1 << 19)) >> 20); };
+    const std::string memory =
+        absl::StrFormat("%d/%d/%d/%d", mib(w.weight_bytes()), mib(w.kv_used_bytes()),
+                        mib(w.workspace_bytes()), mib(w.resident_bytes()));
+    std::printf("%-22s %-8s %-6s %-9s %8lld %7lld/%-7lld %7d %25s  %-21s %s%s\n",
+                w.worker_id().c_str(), w.role().c_str(), w.precision().c_str(), health.c_str(),
                 (long long)w.queued_prompt_tokens(), (long long)w.kv_blocks_free(),
-                (long long)w.kv_blocks_total(), w.active_sequences(), w.address().c_str(),
+                (long long)w.kv_blocks_total(), w.active_sequences(), memory.c_str(),
+                w.address().c_str(),
                 w.metrics_address().c_str(),
                 w.pool().empty() ? "" : absl::StrCat("  pool ", w.pool()).c_str());
   }

@@ -234,6 +234,15 @@ SchedulerLoad Scheduler::load() const {
   l.reservations = reservations_.load();
   l.kv_blocks_cached = kv_blocks_cached_.load();
   l.prefill_tokens_per_second = prefill_rate_.load();
+  l.weight_bytes = (prefill_ != nullptr ? prefill_->model().resident_weight_bytes() : 0) +
+                   (decode_ != nullptr && (prefill_ == nullptr || &decode_->model() != &prefill_->model())
+                        ? decode_->model().resident_weight_bytes()
+                        : 0);
+  const int64_t block = kv_->block_bytes() * kv_->layout().num_layers;
+  l.kv_bytes_total = kv_->num_blocks() * block;
+  l.kv_bytes_used = kv_bytes_used_.load();
+  l.kv_bytes_used_peak = kv_bytes_used_peak_.load();
+  l.workspace_bytes = workspace_bytes_.load();
   return l;
 }
 
@@ -660,11 +669,37 @@ void Scheduler::Step() {
     std::erase_if(rows, [](Sequence* s) { return s->finished; });
     if (!rows.empty()) RunPass(decode_, decode_cost_, {}, rows);
   }
+  // What the steps did, in the log every 10 s of steps with both kinds of
+  // work: how prompts and decoding shared them, and how well the cost model
+  // predicted them.
+  const double took = Seconds(absl::Now() - step_start);
+  if (!queued.empty() && !rows.empty()) {
+    StepLog& g = step_log_;
+    ++g.steps;
+    g.rows += in.decode_rows;
+    g.prompt_tokens += plan.prefill_tokens;
+    g.bounded += plan.bounded;
+    g.predicted += plan.predicted_seconds;
+    g.seconds += took;
+    g.longest = std::max(g.longest, took);
+    if (g.seconds >= 10) {
+      LogLine(absl::StrFormat(
+          "steps while prompts waited and streams decoded: %d in %.1f s, %.1f decode rows and "
+          "%.0f prompt tokens a step, %.0f%% cut short by the %.0f ms target; step %.1f ms on "
+          "average (predicted %.1f), longest %.1f ms; cost model: prompt pass %s%s",
+          g.steps, g.seconds, double(g.rows) / g.steps, double(g.prompt_tokens) / g.steps,
+          100.0 * g.bounded / g.steps, in.tpot_target * 1e3, g.seconds / g.steps * 1e3,
+          g.predicted / g.steps * 1e3, g.longest * 1e3,
+          (fused ? decode_cost_ : prefill_cost_).Describe(),
+          fused ? "" : absl::StrCat(", decode pass ", decode_cost_.Describe())));
+      g = StepLog{};
+    }
+  }
   // The prefill rate while prompts wait, decode steps included: what the
   // router predicts a new prompt's time to its first token from.
   if (!queued.empty()) {
     rate_tokens_ += plan.prefill_tokens;
-    rate_seconds_ += Seconds(absl::Now() - step_start);
+    rate_seconds_ += took;
     if (rate_seconds_ >= 0.5) {
       const double rate = double(rate_tokens_) / rate_seconds_;
       const double old = prefill_rate_.load();
@@ -967,6 +1002,16 @@ void Scheduler::UpdateLoad() {
   }
   active_ = active;
   reservations_ = reservations;
+  // Blocks holding data: all but the free list (cached ones no sequence
+  // holds included: their pages stay resident).
+  const int64_t used = (kv_->num_blocks() - kv_->num_free_blocks() + cache.evictable_blocks) *
+                       kv_->block_bytes() * kv_->layout().num_layers;
+  kv_bytes_used_ = used;
+  if (used > kv_bytes_used_peak_.load()) kv_bytes_used_peak_ = used;
+  int64_t ws = 0;
+  if (prefill_ != nullptr) ws += prefill_->workspace_bytes();
+  if (decode_ != nullptr && decode_ != prefill_) ws += decode_->workspace_bytes();
+  workspace_bytes_ = ws;
 }
 
 }  // namespace pdq::worker

@@ -46,9 +46,10 @@ struct SchedulerOptions {
   // While streams decode, each step takes only the prompt work that keeps
   // the step (the time between a stream's tokens) within this, by the
   // worker's measured step times (worker/step_plan.h); prompts progress by
-  // at least one KV block a step. Zero: every step takes
-  // prefill_token_budget, and decoding waits for it.
-  absl::Duration tpot_target = absl::Milliseconds(50);
+  // at least one KV block a step. Zero (the default, as measured: see
+  // bench/RESULTS.md): every step takes prefill_token_budget, and decoding
+  // waits for it.
+  absl::Duration tpot_target = absl::ZeroDuration();
   // A stream whose client has not taken this many tokens is paused...
   int64_t max_unsent_tokens = 64;
   // ...and cancelled when it stays paused this long.
@@ -172,6 +173,13 @@ struct SchedulerLoad {
   // Prompt tokens a second computed while prompts waited, decode steps
   // included (what a new prompt's wait is predicted from); 0: not measured.
   double prefill_tokens_per_second = 0;
+  // Memory, apart: the weights held (both weight sets of a two-precision
+  // process), the KV cache (allocated; holding data now: in use or cached;
+  // the most that ever held data, what is resident once touched) and the
+  // forward passes' workspaces.
+  int64_t weight_bytes = 0;
+  int64_t kv_bytes_total = 0, kv_bytes_used = 0, kv_bytes_used_peak = 0;
+  int64_t workspace_bytes = 0;
 };
 
 // How the steps went while streams decoded (for tests and /metrics).
@@ -277,12 +285,17 @@ class Scheduler {
   // Measured step times of the pass over each context (one when fused).
   StepCostModel prefill_cost_, decode_cost_;
   StepStats step_stats_;
+  struct StepLog {
+    int64_t steps = 0, rows = 0, prompt_tokens = 0, bounded = 0;
+    double predicted = 0, seconds = 0, longest = 0;
+  } step_log_;
 
   // The prefill rate: tokens and step time summed while prompts waited,
   // folded into the published rate every half second or so.
   int64_t rate_tokens_ = 0;
   double rate_seconds_ = 0;
   std::atomic<double> prefill_rate_{0};
+  std::atomic<int64_t> kv_bytes_used_{0}, kv_bytes_used_peak_{0}, workspace_bytes_{0};
   std::atomic<int64_t> queued_prompt_tokens_{0}, kv_blocks_free_{0}, active_{0}, reservations_{0},
       kv_blocks_cached_{0};
   int64_t evictions_seen_ = 0;

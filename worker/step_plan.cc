@@ -1,6 +1,9 @@
 #include "worker/step_plan.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
 
 namespace pdq::worker {
 
@@ -73,6 +76,13 @@ void StepCostModel::Observe(const StepWork& w, double seconds) {
     for (int j = 0; j < kDim; ++j) p_[i][j] *= scale;
   }
   ++n_;
+  n_prefill_ += w.prefill_tokens > 0;
+}
+
+std::string StepCostModel::Describe() const {
+  return absl::StrFormat("%.2f ms + %.3f ms/row + %.3f ms/token + %.2f ms/M pairs",
+                         theta_[0] * 1e3, theta_[1] / 16 * 1e3, theta_[2] / 256 * 1e3,
+                         theta_[3] * 1e3);
 }
 
 StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
@@ -85,13 +95,28 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
   const bool bound = in.tpot_target > 0 && in.decode_rows > 0;
   // Until the prompt pass has been timed, a bounded step takes a few
   // blocks: the first step measures, the next ones fit.
-  const bool unknown = prefill_cost.observations() == 0;
+  const bool unknown = prefill_cost.prefill_observations() == 0;
   // What the prompt pass may take: the whole target when fused (the decode
   // rows are in the same pass), else what the decode pass leaves.
   const double decode_alone = in.fused ? 0 : decode_cost.Predict(decode);
   const double allowed = in.tpot_target - decode_alone;
   StepWork work = in.fused ? decode : StepWork{};
   int64_t budget = in.token_budget;
+  // A pass of its own (not fused) pays its fixed cost (reading every
+  // weight) however few tokens it computes: the least it takes is where the
+  // tokens cost as much as that, so prompts progress at half the pass's
+  // best rate or better even when the target leaves no room.
+  int64_t min_chunk = in.min_chunk;
+  if (!in.fused && !unknown) {
+    const double fixed = prefill_cost.Predict(StepWork{});
+    StepWork probe;
+    probe.AddChunk(0, 256);
+    const double per_token = (prefill_cost.Predict(probe) - fixed) / 256;
+    if (per_token > 0) {
+      const int64_t even = (int64_t)std::ceil(fixed / per_token);
+      min_chunk = std::max(min_chunk, (even + in.align - 1) / in.align * in.align);
+    }
+  }
   for (size_t i = 0; i < in.prefill.size() && budget > 0; ++i) {
     const PrefillNeed& need = in.prefill[i];
     const int64_t most = std::min(need.remaining, budget);
@@ -117,7 +142,7 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
         if (n >= in.align && n < need.remaining) n -= n % in.align;
         // Prompts always progress: the first one waiting takes at least a
         // minimum chunk, whatever the target says.
-        if (i == 0) n = std::max(n, std::min(most, in.min_chunk));
+        if (i == 0) n = std::max(n, std::min(most, min_chunk));
       }
     }
     if (n <= 0) break;

@@ -1,6 +1,8 @@
 // The worker process: parses flags, loads the model(s), creates the KV cache
 // and its transport, starts the scheduler and the gRPC server, and stops
 // cleanly on SIGINT or SIGTERM.
+#include <malloc.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -108,12 +110,13 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   flags.Int("prefill-budget", &budget, 1, 1 << 20,
             "prompt tokens per prefill step; longer prompts run in chunks");
   flags.Int("max-batch", &max_batch, 1, 4096, "sequences per decode step");
-  int64_t tpot_target_ms = 50;
+  int64_t tpot_target_ms = 0;
   flags.Int("tpot-target-ms", &tpot_target_ms, 0, 60000,
             "while streams decode, each step takes only as much prompt work as keeps the time "
             "between a stream's tokens within this (by the measured step times; prompts still "
-            "advance one KV block a step); 0: each step takes the whole --prefill-budget and "
-            "decoding waits for it");
+            "advance at least one KV block a step): no multi-second stalls behind long prompts, "
+            "at a cost in prompt throughput (bench/RESULTS.md); 0: each step takes the whole "
+            "--prefill-budget and decoding waits for it");
   flags.Int("lease-seconds", &lease_s, 1, 3600,
             "how long a decode reservation waits for the prefill worker to connect (when it "
             "queues the prompt) and, once the KV landed, for the Decode call");
@@ -199,6 +202,11 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
     if (!t.ok()) return fail(WithFlagNames(t.status(), {{"transport", "--kv-transport"}}));
     transport = std::move(*t);
   }
+
+  // Loading freed its staging (dequantized tensors, calibration copies);
+  // hand those pages back to the system rather than keep them in malloc's
+  // free lists for the process's life.
+  malloc_trim(0);
 
   SchedulerOptions so;
   so.role = *role;

@@ -18,6 +18,21 @@ namespace {
 using server::DeadlineOf;
 using server::ToGrpc;
 
+// What heartbeats and GetLoad report.
+void FillLoad(const SchedulerLoad& l, pdq::v1::WorkerLoad* out) {
+  out->set_queued_prompt_tokens(l.queued_prompt_tokens);
+  out->set_kv_blocks_free(l.kv_blocks_free);
+  out->set_kv_blocks_total(l.kv_blocks_total);
+  out->set_active_sequences((int32_t)l.active_sequences);
+  out->set_prefill_tokens_per_second(l.prefill_tokens_per_second);
+  out->set_weight_bytes(l.weight_bytes);
+  out->set_kv_used_bytes(l.kv_bytes_used);
+  out->set_workspace_bytes(l.workspace_bytes);
+  const server::ProcessMemory mem = server::ReadProcessMemory();
+  out->set_resident_bytes(mem.resident);
+  out->set_peak_resident_bytes(mem.peak);
+}
+
 SamplingParams FromProto(const pdq::v1::SamplingParams& p) {
   SamplingParams s;
   s.temperature = p.temperature();
@@ -159,12 +174,7 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
   grpc::ServerUnaryReactor* GetLoad(grpc::CallbackServerContext* ctx,
                                     const pdq::v1::GetLoadRequest*,
                                     pdq::v1::WorkerLoad* resp) override {
-    const SchedulerLoad l = w_.scheduler_->load();
-    resp->set_queued_prompt_tokens(l.queued_prompt_tokens);
-    resp->set_kv_blocks_free(l.kv_blocks_free);
-    resp->set_kv_blocks_total(l.kv_blocks_total);
-    resp->set_active_sequences((int32_t)l.active_sequences);
-    resp->set_prefill_tokens_per_second(l.prefill_tokens_per_second);
+    FillLoad(w_.scheduler_->load(), resp);
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -377,6 +387,21 @@ constexpr LoadGauge kLoadGauges[] = {
      "Prompt tokens a second computed while prompts waited, decode steps included (the rate "
      "the router predicts time to first token from); 0 until measured.",
      [](const SchedulerLoad& l) { return l.prefill_tokens_per_second; }},
+    {"pdq_weight_bytes",
+     "Bytes of model weights held (linear layers, embedding, norms; both weight sets of a "
+     "process prefilling and decoding at two precisions).",
+     [](const SchedulerLoad& l) { return double(l.weight_bytes); }},
+    {"pdq_kv_cache_bytes", "Bytes of the KV cache, allocated (pages become resident when used).",
+     [](const SchedulerLoad& l) { return double(l.kv_bytes_total); }},
+    {"pdq_kv_used_bytes",
+     "Bytes of KV blocks holding data now: in use by sequences or kept by the prefix cache.",
+     [](const SchedulerLoad& l) { return double(l.kv_bytes_used); }},
+    {"pdq_kv_used_peak_bytes",
+     "The most KV bytes that held data at once since start (resident once touched).",
+     [](const SchedulerLoad& l) { return double(l.kv_bytes_used_peak); }},
+    {"pdq_workspace_bytes",
+     "Bytes of the forward passes' activation workspaces (grown to the largest step run).",
+     [](const SchedulerLoad& l) { return double(l.workspace_bytes); }},
     {"pdq_active_sequences", "Sequences decoding.",
      [](const SchedulerLoad& l) { return double(l.active_sequences); }},
     {"pdq_reservations", "Decode reservations waiting for their KV.",
@@ -497,11 +522,7 @@ void WorkerServer::RegistrationLoop() {
     } else {
       pdq::v1::HeartbeatRequest req;
       req.set_worker_id(options_.worker_id);
-      const SchedulerLoad l = scheduler_->load();
-      req.mutable_load()->set_queued_prompt_tokens(l.queued_prompt_tokens);
-      req.mutable_load()->set_kv_blocks_free(l.kv_blocks_free);
-      req.mutable_load()->set_active_sequences((int32_t)l.active_sequences);
-      req.mutable_load()->set_prefill_tokens_per_second(l.prefill_tokens_per_second);
+      FillLoad(scheduler_->load(), req.mutable_load());
       CacheUpdate cache = scheduler_->TakeCacheUpdate(!cache_synced || ++heartbeats % 120 == 0);
       // A heartbeat stays far below gRPC's 4 MiB message limit: a router
       // that hears of fewer blocks only misses some hits.

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Serving under load (issue 22): output tokens/s, TPOT and TTFT as closed-loop
+# concurrency rises (128 tokens in, 128 out), every deployment driven by the
+# same client (`pdq bench --openai`, streamed /v1/completions) in one run:
+#  - pdq monolithic W4A16 (one process, 2 threads),
+#  - pdq one process prefilling at W8A8 and decoding at W4A16,
+#  - pdq 1 W8A8 prefill + 1 W4A16 decode worker (one core each),
+#  - llama.cpp's llama-server (built beside pdq, outside the project; the
+#    same model as Q4_0, 2 threads, one slot per stream of the top level).
+# Rounds alternate the deployments; each level is preceded by one unmeasured
+# request (pdq bench --warmup). After each pdq sweep, an overload run: Poisson
+# arrivals at 4x the request rate the top level sustained, the router
+# refusing requests predicted to miss a 2 s TTFT target (accepted requests'
+# TTFT against it; how fast the rest were refused).
+# Usage: bench/load_bench.sh BUILD [LLAMA_SERVER Q4_0_GGUF] [ROUNDS] [LEVELS]
+#        (about 3 minutes per deployment and round on 2 cores)
+set -euo pipefail
+build="${1:-build}"
+llama_server="${2:-}"
+llama_model="${3:-}"
+rounds="${4:-1}"
+levels="${5:-1,2,4,8,16}"
+bin="$build/bin"
+model="${PDQ_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+top="${levels##*,}"
+ttft_target=2000     # ms, the router's --ttft-target-ms in the overload run
+overload_seconds=20  # of arrivals at 4x the sustained rate
+load=(--input-tokens 128 --output-tokens 128 --concurrency "$levels" --requests-per-client 4)
+work="$(mktemp -d /tmp/pdq-load-bench-XXXXXX)"
+source "$(dirname "$0")/lib.sh"
+
+# table FILE LABEL: one line per level, from the bench's JSON.
+table() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+for l in json.load(open(sys.argv[1]))["levels"]:
+    print(f"{sys.argv[2]:<26} c={l['concurrency']:<3} out {l['output_tokens_per_s']:7.1f} tok/s"
+          f"  TPOT p50 {l['tpot_s']['p50']*1e3:6.1f} ms  TTFT p50 {l['ttft_s']['p50']*1e3:7.1f} ms"
+          f"  p90 {l['ttft_s']['p90']*1e3:7.1f} ms  failed {l['requests_failed']}")
+PY
+}
+
+run_pdq() {  # run_pdq NAME WORKERS-JSON ROUND
+  log "pdq up ($1: $2); pdq bench --openai ${load[*]}"
+  up "$1" "$2"
+  "$bin/pdq" bench --openai "$url" --model "$model" "${load[@]}" --json "$work/$1.$3.json" \
+    >"$work/$1.out"
+  table "$work/$1.$3.json" "$1" | tee -a "$work/summary"
+  down
+  # Overload: Poisson arrivals at 4x the rate the top level sustained, with
+  # the router refusing what it predicts cannot start within the target.
+  local sustained
+  sustained="$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['levels'][-1]['requests_per_s'])" "$work/$1.$3.json")"
+  local rate
+  rate="$(python3 -c "print(round(4 * $sustained, 2))")"
+  log "pdq up ($1, router --ttft-target-ms $ttft_target); pdq bench --rate $rate (4 x $sustained)"
+  up "$1" "$2" "[\"--ttft-target-ms\", \"$ttft_target\"]"
+  "$bin/pdq" bench --router "$router" --input-tokens 128 --output-tokens 128 --rate "$rate" \
+    --requests $((overload_seconds * ${rate%.*} + 8)) --ttft-target-ms "$ttft_target" \
+    --json "$work/$1.overload.$3.json" >"$work/$1.overload.out"
+  python3 - "$work/$1.overload.$3.json" "$1" "$sustained" "$ttft_target" <<'PY' | tee -a "$work/summary"
+import json, sys
+l = json.load(open(sys.argv[1]))["levels"][0]
+ok, refused = l["requests_ok"], l["requests_refused"]
+print(f"{sys.argv[2]:<26} overload {l['rate']:.2f} req/s (4 x {float(sys.argv[3]):.2f}): "
+      f"{ok} accepted, TTFT p50 {l['ttft_s']['p50']*1e3:.0f} ms p90 {l['ttft_s']['p90']*1e3:.0f} ms "
+      f"(target {sys.argv[4]} ms); {refused} refused in p50 {l['refusal_s']['p50']*1e3:.1f} ms "
+      f"p90 {l['refusal_s']['p90']*1e3:.1f} ms p99 {l['refusal_s']['p99']*1e3:.1f} ms; "
+      f"other failures {l['requests_failed'] - refused}")
+PY
+  down
+}
+
+run_llama() {  # run_llama ROUND
+  log "llama-server -m $llama_model -t 2 -tb 2 -np $top -c $((top * 512)); pdq bench --openai ${load[*]}"
+  local port=$((20000 + RANDOM % 20000))
+  "$llama_server" -m "$llama_model" -t 2 -tb 2 -np "$top" -c $((top * 512)) --host 127.0.0.1 \
+    --port "$port" >"$work/llama.out" 2>&1 &
+  pids=("$!")
+  for _ in $(seq 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  "$bin/pdq" bench --openai "http://127.0.0.1:$port/v1" --model "$model" "${load[@]}" \
+    --json "$work/llama.$1.json" >"$work/llama.bench.out"
+  table "$work/llama.$1.json" "llama-server (Q4_0)" | tee -a "$work/summary"
+  down
+}
+
+lscpu | grep -E '^Model name' >&2
+for r in $(seq "$rounds"); do
+  echo "round $r" | tee -a "$work/summary"
+  run_pdq mono-w4a16 '[{"role": "both", "precision": "w4a16", "threads": 2}]' "$r"
+  [ -n "$llama_server" ] && run_llama "$r"
+  run_pdq mono-w8a8+w4a16 \
+    '[{"role": "both", "precision": "w4a16", "threads": 2, "args": ["--prefill-precision", "w8a8"]}]' "$r"
+  run_pdq 1p1d-w8a8-w4a16 \
+    '[{"role": "prefill", "precision": "w8a8", "threads": 1, "cpus": "0"},
+      {"role": "decode", "precision": "w4a16", "threads": 1, "cpus": "1"}]' "$r"
+done
+echo
+cat "$work/summary"
