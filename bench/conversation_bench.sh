@@ -55,15 +55,8 @@ run_pdq() {  # run_pdq NAME WORKERS-JSON [fresh|-] [ROUTER-ARGS-JSON]
 
 run_llama() {
   log "llama-server -m $llama_model -t 2 -np $sessions -c 8192; pdq bench --openai ${conv[*]}"
-  local port=$((20000 + RANDOM % 20000))
-  "$llama_server" -m "$llama_model" -t 2 -tb 2 -np "$sessions" -c 8192 --host 127.0.0.1 \
-    --port "$port" >"$work/llama.out" 2>&1 &
-  pids=("$!")
-  for _ in $(seq 120); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.5
-  done
-  "$bin/pdq" bench --openai "http://127.0.0.1:$port/v1" --model "$model" "${conv[@]}" \
+  llama_up "$llama_server" "$llama_model" "$sessions" 8192
+  "$bin/pdq" bench --openai "$llama_url" --model "$model" "${conv[@]}" \
     --json "$work/llama.conv.json" >"$work/llama.out2"
   summary "$work/llama.conv.json" "llama-server (Q4_0, prompt cache)" | tee -a "$work/summary"
   down

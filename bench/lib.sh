@@ -28,3 +28,18 @@ up() {
   url="http://$(cat "$work/http")/v1"
 }
 down() { kill "${pids[0]}"; wait "${pids[0]}" || true; pids=(); }
+
+# llama_up SERVER GGUF SLOTS CTX: starts llama.cpp's llama-server (2 threads)
+# on a free port and waits for its health check; sets llama_url= (its
+# OpenAI API). Stop it with down.
+llama_up() {
+  local port=$((20000 + RANDOM % 20000))
+  "$1" -m "$2" -t 2 -tb 2 -np "$3" -c "$4" --host 127.0.0.1 --port "$port" \
+    >"$work/llama.out" 2>&1 &
+  pids=("$!")
+  for _ in $(seq 120); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    sleep 0.5
+  done
+  llama_url="http://127.0.0.1:$port/v1"
+}

@@ -73,15 +73,8 @@ PY
 
 run_llama() {  # run_llama ROUND
   log "llama-server -m $llama_model -t 2 -tb 2 -np $top -c $((top * 512)); pdq bench --openai ${load[*]}"
-  local port=$((20000 + RANDOM % 20000))
-  "$llama_server" -m "$llama_model" -t 2 -tb 2 -np "$top" -c $((top * 512)) --host 127.0.0.1 \
-    --port "$port" >"$work/llama.out" 2>&1 &
-  pids=("$!")
-  for _ in $(seq 120); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.5
-  done
-  "$bin/pdq" bench --openai "http://127.0.0.1:$port/v1" --model "$model" "${load[@]}" \
+  llama_up "$llama_server" "$llama_model" "$top" $((top * 512))
+  "$bin/pdq" bench --openai "$llama_url" --model "$model" "${load[@]}" \
     --json "$work/llama.$1.json" >"$work/llama.bench.out"
   table "$work/llama.$1.json" "llama-server (Q4_0)" | tee -a "$work/summary"
   down

@@ -36,7 +36,8 @@ AdmissionDecision Admit(const AdmissionOptions& o, const AdmissionSnapshot& s,
   const int64_t ahead = s.waiting_interactive_tokens + (batch ? s.waiting_batch_tokens : 0);
   const double rate = s.prefill_tokens_per_second;
   if (rate > 0) {
-    d.predicted_ttft = absl::Seconds(double(ahead + r.prompt_tokens) / rate);
+    d.uncorrected_ttft = absl::Seconds(double(ahead + r.prompt_tokens) / rate);
+    d.predicted_ttft = d.uncorrected_ttft * std::max(1.0, s.ttft_correction);
   }
   // The queue bound: batch requests get half of it, so interactive ones
   // always find room.
@@ -71,6 +72,12 @@ AdmissionDecision Admit(const AdmissionOptions& o, const AdmissionSnapshot& s,
   }
   if (!d.admitted()) d.retry_after = std::max(d.retry_after, absl::Milliseconds(100));
   return d;
+}
+
+void ObserveTtft(absl::Duration predicted, absl::Duration actual, double* correction) {
+  if (predicted <= absl::ZeroDuration()) return;
+  const double ratio = std::clamp(absl::FDivDuration(actual, predicted), 0.5, 10.0);
+  *correction = 0.8 * *correction + 0.2 * ratio;
 }
 
 RateLimiter::RateLimiter(const AdmissionOptions& o)

@@ -41,7 +41,16 @@ struct AdmissionSnapshot {
   // What the workers that prefill compute together, measured (their
   // heartbeats); 0 while none has measured, then no prediction is made.
   double prefill_tokens_per_second = 0;
+  // How much longer than predicted recent admitted requests took to their
+  // first token (an average of actual / predicted; 1: as predicted): the
+  // measured rate lags when the decode batch grows.
+  double ttft_correction = 1;
 };
+
+// Folds one admitted request's actual time to first token against its
+// uncorrected prediction into `correction` (an exponential average of the ratio, each
+// ratio within [0.5, 10]).
+void ObserveTtft(absl::Duration predicted, absl::Duration actual, double* correction);
 
 struct AdmissionRequest {
   int64_t prompt_tokens = 0;  // still to compute (cached ones left out)
@@ -56,8 +65,9 @@ const char* RefusalName(Refusal r);
 struct AdmissionDecision {
   Refusal refusal = Refusal::kNone;
   bool admitted() const { return refusal == Refusal::kNone; }
-  // Predicted time to the first token; zero when no rate is known.
-  absl::Duration predicted_ttft;
+  // Predicted time to the first token; zero when no rate is known. And the
+  // same before ttft_correction (what ObserveTtft compares with).
+  absl::Duration predicted_ttft, uncorrected_ttft;
   // When a retry could succeed (Retry-After); zero when admitted.
   absl::Duration retry_after;
   std::string message;  // why, for the client

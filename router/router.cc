@@ -390,6 +390,11 @@ class AdmissionBook {
     }
     return d;
   }
+  // An admitted request's first token came `actual` after it arrived.
+  void ObserveFirstToken(absl::Duration uncorrected, absl::Duration actual) {
+    std::lock_guard lock(mu_);
+    router::ObserveTtft(uncorrected, actual, &snap_.ttft_correction);
+  }
   // The request booked with `r` has its first token or ended.
   void Unbook(const AdmissionRequest& r) {
     std::lock_guard lock(mu_);
@@ -436,12 +441,13 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   // `pool`: the arm of an A/B split this request was given; empty when
   // there is no split.
   GenerateCall(Registry& registry, AdmissionBook& book, AdmissionRequest booked,
-               std::shared_ptr<server::ResponseStream> out, std::string request_id,
+               absl::Duration predicted_ttft, std::shared_ptr<server::ResponseStream> out, std::string request_id,
                std::vector<int32_t> prompt, v1::GenerateRequest req,
                std::chrono::system_clock::time_point deadline, std::string pool)
       : registry_(registry),
         book_(book),
         booked_(booked),
+        predicted_ttft_(predicted_ttft),
         out_(std::move(out)),
         request_id_(std::move(request_id)),
         prompt_(std::move(prompt)),
@@ -697,6 +703,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
         if (output_tokens_ == 0) {
           first_token_ = now;
           UnbookLocked();
+          book_.ObserveFirstToken(predicted_ttft_, now - start_);
         }
         last_token_ = now;
         output_tokens_ += n;
@@ -806,7 +813,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   Registry& registry_;
   AdmissionBook& book_;
   const AdmissionRequest booked_;
-  bool unbooked_ = false;  // guarded by mu_
+  const absl::Duration predicted_ttft_;  // uncorrected (AdmissionDecision)
+  bool unbooked_ = false;                // guarded by mu_
   std::shared_ptr<server::ResponseStream> out_;
   const std::string request_id_;
   const std::vector<int32_t> prompt_;
@@ -899,7 +907,8 @@ class PdqService : public PdqBase {
     LogLine(absl::StrCat("request ", id, ": ", prompt.size(), " prompt tokens, max_tokens ",
                          req->max_tokens(), ar.priority == Priority::kBatch ? ", batch" : "",
                          pool.empty() ? "" : absl::StrCat(", pool ", pool)));
-    auto call = std::make_shared<GenerateCall>(r_, book_, ar, out, id, std::move(prompt), *req,
+    auto call = std::make_shared<GenerateCall>(r_, book_, ar, admit.uncorrected_ttft, out, id,
+                                               std::move(prompt), *req,
                                                ctx->deadline(), std::move(pool));
     *holder = call;
     call->Start();

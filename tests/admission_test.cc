@@ -92,6 +92,32 @@ TEST(AdmissionTest, InteractiveRequestsDoNotWaitForBatchOnes) {
   EXPECT_EQ(Admit(o, s, Req(300, Priority::kBatch)).refusal, Refusal::kTtft);
 }
 
+TEST(AdmissionTest, PredictionsLearnFromTheTtftsAdmittedRequestsHad) {
+  double correction = 1;
+  // Requests took three times what was predicted (the decode batch grew).
+  for (int i = 0; i < 30; ++i) ObserveTtft(absl::Seconds(1), absl::Seconds(3), &correction);
+  EXPECT_NEAR(correction, 3, 0.01);
+  AdmissionOptions o;
+  o.ttft_target = absl::Seconds(2);
+  AdmissionSnapshot s;
+  s.prefill_tokens_per_second = 1000;
+  s.waiting_interactive_tokens = 500;
+  EXPECT_TRUE(Admit(o, s, Req(500)).admitted());  // 1 s as measured
+  s.ttft_correction = correction;
+  const AdmissionDecision d = Admit(o, s, Req(500));
+  EXPECT_EQ(d.refusal, Refusal::kTtft);
+  EXPECT_NEAR(absl::ToDoubleSeconds(d.predicted_ttft), 3, 0.01);
+  EXPECT_EQ(d.uncorrected_ttft, absl::Seconds(1));
+  // Faster than predicted never makes a prediction shorter than the rate's.
+  for (int i = 0; i < 30; ++i) ObserveTtft(absl::Seconds(1), absl::Milliseconds(100), &correction);
+  EXPECT_NEAR(correction, 0.5, 0.01);
+  s.ttft_correction = correction;
+  EXPECT_EQ(Admit(o, s, Req(500)).predicted_ttft, absl::Seconds(1));
+  // Nothing was predicted: nothing learnt.
+  ObserveTtft(absl::ZeroDuration(), absl::Seconds(9), &correction);
+  EXPECT_NEAR(correction, 0.5, 0.01);
+}
+
 TEST(AdmissionTest, WithoutAMeasuredRateOnlyTheBoundDecides) {
   AdmissionOptions o;
   o.ttft_target = absl::Milliseconds(1);
