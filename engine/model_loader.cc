@@ -49,6 +49,7 @@ absl::StatusOr<std::vector<float>> ReadTensor(const GgufFile& file, const std::s
     PDQ_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + r * row_bytes,
                                       out.data() + r * t->row_length(), t->row_length()));
   }
+  file.DropPages(*t);
   return out;
 }
 
@@ -69,6 +70,7 @@ absl::Status ForEachPanel(const GgufFile& file, const std::string& name,
     }
     fn(r0, rows, buf.data());
   }
+  file.DropPages(*t);
   return absl::OkStatus();
 }
 

@@ -234,6 +234,14 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   return file;
 }
 
+void GgufFile::DropPages(const GgufTensor& t) const {
+  if (mapping_ == nullptr || t.data == nullptr || t.nbytes == 0) return;
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  const uintptr_t begin = ((uintptr_t)t.data + page - 1) / page * page;
+  const uintptr_t end = ((uintptr_t)t.data + t.nbytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(std::string_view bytes) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->path_ = "<memory>";

@@ -92,6 +92,11 @@ class GgufFile {
 
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
   const GgufTensor* FindTensor(std::string_view name) const;
+  // The tensor has been read: hands back the whole pages of the mapping that
+  // hold only its bytes, so a model's file does not stay resident while it
+  // loads (they are read from the file again if touched). A no-op for an
+  // in-memory image.
+  void DropPages(const GgufTensor& t) const;
 
  private:
   GgufFile() = default;
