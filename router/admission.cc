@@ -57,8 +57,15 @@ AdmissionDecision Admit(const AdmissionOptions& o, const AdmissionSnapshot& s,
   const absl::Duration deadline =
       o.refuse_past_deadline ? r.time_left : absl::InfiniteDuration();
   if (d.admitted() && rate > 0) {
-    const absl::Duration limit =
-        o.ttft_target > absl::ZeroDuration() ? std::min(o.ttft_target, deadline) : deadline;
+    // The target refuses what the queue ahead would delay past it; a prompt
+    // that alone takes longer than the target cannot do better by waiting,
+    // so only its deadline can refuse it.
+    const absl::Duration alone = d.predicted_ttft * (double(r.prompt_tokens) /
+                                                     double(std::max<int64_t>(1, ahead + r.prompt_tokens)));
+    const absl::Duration target = o.ttft_target > absl::ZeroDuration() && alone <= o.ttft_target
+                                      ? o.ttft_target
+                                      : absl::InfiniteDuration();
+    const absl::Duration limit = std::min(target, deadline);
     if (d.predicted_ttft > limit) {
       d.refusal = Refusal::kTtft;
       d.message = absl::StrFormat(

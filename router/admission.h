@@ -20,8 +20,10 @@ struct AdmissionOptions {
   // Requests admitted and still waiting for their first token, at most;
   // batch requests are refused once half of this waits. 0: no bound.
   int64_t max_waiting_requests = 256;
-  // Refuse a request whose predicted time to first token is over this (and
-  // always one predicted to miss its own deadline). Zero: the deadline only.
+  // Refuse a request whose predicted time to first token is over this
+  // because of the prompts waiting ahead of it (one whose own prompt alone
+  // takes longer is taken: waiting would not help it), and always one
+  // predicted to miss its own deadline. Zero: the deadline only.
   absl::Duration ttft_target = absl::ZeroDuration();
   // Refuse a request predicted to miss its own deadline (else it is taken
   // and fails with DEADLINE_EXCEEDED if the deadline passes first).

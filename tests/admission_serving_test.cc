@@ -121,11 +121,16 @@ TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
   const double rate = Metric(w.metrics, "pdq_prefill_tokens_per_second");
   // Let the router hear it (heartbeats every 200 ms).
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  // A prompt that alone takes over twice the target at the measured rate.
+  // A prompt that alone takes over twice the target at the measured rate
+  // is taken (waiting would not bring it under the target)...
   const int words = std::min(5000, (int)(rate * 0.8) + 100);
-  const Timed refused = TimedGenerate(*stub, Long(words, 2));
+  auto first = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(words, 2)); });
+  WaitForMetric(router.metrics, "pdq_requests_in_flight", 1);
+  // ...and a short one behind it is refused: the queue ahead would delay it
+  // past the target.
+  const Timed refused = TimedGenerate(*stub, Long(10, 2));
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-      << "rate " << rate << " tokens/s, " << words << " words";
+      << "rate " << rate << " tokens/s, " << words << " words ahead";
   EXPECT_NE(refused.status.error_message().find("predicted time to first token"),
             std::string::npos)
       << refused.status.error_message();
@@ -135,7 +140,7 @@ TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
-    auto reader = stub->Generate(&ctx, Long(std::min(5000, (int)(rate * 0.4) + 100), 2));
+    auto reader = stub->Generate(&ctx, Long(10, 2));
     v1::GenerateResponse m;
     while (reader->Read(&m)) {
     }
@@ -143,6 +148,9 @@ TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
     EXPECT_NE(s.error_message().find("deadline"), std::string::npos) << s.error_message();
   }
+  const Timed long_one = first.get();
+  EXPECT_TRUE(long_one.status.ok()) << long_one.status.error_message();
+  EXPECT_LT(refused.end, long_one.first_token) << "refused only after the queue had drained";
   EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"ttft\"}"), 2);
   // A short one fits.
   EXPECT_TRUE(TimedGenerate(*stub, Long(10, 2)).status.ok());

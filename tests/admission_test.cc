@@ -57,6 +57,21 @@ TEST(AdmissionTest, APredictedTtftOverTheTargetIsRefusedWithWhenToRetry) {
   EXPECT_NE(d.message.find("3000 ms"), std::string::npos) << d.message;
 }
 
+TEST(AdmissionTest, APromptLongerThanTheTargetAloneIsTakenWhenNothingWaits) {
+  AdmissionOptions o;
+  o.ttft_target = absl::Seconds(1);
+  AdmissionSnapshot s;
+  s.prefill_tokens_per_second = 1000;
+  // 3 s of prompt: no wait would bring it under the target, so it is taken...
+  EXPECT_TRUE(Admit(o, s, Req(3000)).admitted());
+  // ...unless its deadline comes first,
+  EXPECT_EQ(Admit(o, s, Req(3000, Priority::kInteractive, absl::Seconds(2))).refusal,
+            Refusal::kTtft);
+  // and behind a queue a prompt that alone fits is refused for the queue.
+  s.waiting_interactive_tokens = 2000;
+  EXPECT_EQ(Admit(o, s, Req(500)).refusal, Refusal::kTtft);
+}
+
 TEST(AdmissionTest, TheDeadlineRefusesEvenWithoutATarget) {
   AdmissionOptions o;  // no target
   AdmissionSnapshot s;
