@@ -84,9 +84,9 @@ int RouterMain(int argc, char** argv) {
             "requests once half of this waits; 0: no bound");
   flags.Int("ttft-target-ms", &ttft_target_ms, 0, 3600000,
             "admission: refuse a request whose predicted time to first token (the prompt tokens "
-            "waiting ahead of it over the workers' measured prefill rate) is over this; a "
-            "request predicted to miss its own deadline is refused whatever this is; 0: the "
-            "deadline only");
+            "waiting ahead of it over the workers' measured prefill rate) the queue ahead pushes "
+            "over this (a prompt that alone takes longer is taken); a request predicted to miss "
+            "its own deadline is refused whatever this is; 0: the deadline only");
   bool admit_past_deadline = false;
   flags.Bool("admit-past-deadline", &admit_past_deadline,
              "admission: take requests predicted to miss their deadline too (they fail with "
