@@ -4,18 +4,24 @@
 # turns, the router's --cache-load-tokens L varied: 512 (the default), 0 (the
 # cached prefix and queued tokens only) and 100000 (load only, the cache
 # cannot outweigh one request). About 4 minutes on 2 cores.
-# Usage: bench/routing_bench.sh   (from the repository root, after make build)
+# Usage: bench/routing_bench.sh [BUILD]   (from the repository root)
 set -euo pipefail
+build="${1:-build}"
+bin="$build/bin"
+model="${PDQ_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+work="$(mktemp -d /tmp/pdq-routing-bench-XXXXXX)"
+source "$(dirname "$0")/lib.sh"
+
+workers='[{"role": "both", "precision": "fp16", "threads": 1, "cpus": "0"},
+          {"role": "both", "precision": "fp16", "threads": 1, "cpus": "1"}]'
 for L in 512 0 100000; do
-  printf '{"model": "models/SmolLM2-135M-Instruct.Q4_1.gguf", "listen": "127.0.0.1:0", "router_args": ["--cache-load-tokens", "%s"], "workers": [{"role": "both", "precision": "fp16", "threads": 1, "cpus": "0"}, {"role": "both", "precision": "fp16", "threads": 1, "cpus": "1"}]}\n' "$L" > "${TMPDIR:-/tmp}"/route-$L.json
-  rm -f "${TMPDIR:-/tmp}"/route.addr
-  build/bin/pdq up --config "${TMPDIR:-/tmp}"/route-$L.json --address-file "${TMPDIR:-/tmp}"/route.addr > "${TMPDIR:-/tmp}"/route-up.log 2>&1 &
-  pid=$!
-  for _ in $(seq 120); do [ -s "${TMPDIR:-/tmp}"/route.addr ] && break; sleep 0.5; done
-  build/bin/pdq bench --router "$(cat "${TMPDIR:-/tmp}"/route.addr)" --workload conversation --sessions 8 --turns 6 \
-    --first-tokens 512 --turn-tokens 64 --output-tokens 64 --json "${TMPDIR:-/tmp}"/route-$L.out.json > "${TMPDIR:-/tmp}"/route-$L.txt 2>&1
-  kill $pid; wait $pid || true
-  python3 - "$L" "${TMPDIR:-/tmp}"/route-$L.out.json <<'PY'
+  log "pdq up (2 x monolithic FP16, router --cache-load-tokens $L); pdq bench --workload conversation"
+  up "route-$L" "$workers" "[\"--cache-load-tokens\", \"$L\"]"
+  "$bin/pdq" bench --router "$router" --workload conversation --sessions 8 --turns 6 \
+    --first-tokens 512 --turn-tokens 64 --output-tokens 64 --json "$work/route-$L.json" \
+    >"$work/route-$L.txt" 2>&1
+  down
+  python3 - "$L" "$work/route-$L.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[2]))["conversation"]
 t = c["per_turn"]

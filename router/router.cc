@@ -384,9 +384,7 @@ class AdmissionBook {
     if (d.admitted()) {
       AdmissionDecision limited = limiter_.Take(client, request_tokens, absl::Now());
       if (!limited.admitted()) return limited;
-      ++snap_.waiting_requests;
-      (r.priority == Priority::kBatch ? snap_.waiting_batch_tokens
-                                      : snap_.waiting_interactive_tokens) += r.prompt_tokens;
+      CountWaitingLocked(r, +1);
     }
     return d;
   }
@@ -398,12 +396,17 @@ class AdmissionBook {
   // The request booked with `r` has its first token or ended.
   void Unbook(const AdmissionRequest& r) {
     std::lock_guard lock(mu_);
-    --snap_.waiting_requests;
-    (r.priority == Priority::kBatch ? snap_.waiting_batch_tokens
-                                    : snap_.waiting_interactive_tokens) -= r.prompt_tokens;
+    CountWaitingLocked(r, -1);
   }
 
  private:
+  // Adds (+1) or takes away (-1) a request from those waiting.
+  void CountWaitingLocked(const AdmissionRequest& r, int sign) {
+    snap_.waiting_requests += sign;
+    (r.priority == Priority::kBatch ? snap_.waiting_batch_tokens
+                                    : snap_.waiting_interactive_tokens) += sign * r.prompt_tokens;
+  }
+
   const AdmissionOptions o_;
   const Registry& registry_;
   std::mutex mu_;
@@ -441,8 +444,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   // `pool`: the arm of an A/B split this request was given; empty when
   // there is no split.
   GenerateCall(Registry& registry, AdmissionBook& book, AdmissionRequest booked,
-               absl::Duration predicted_ttft, std::shared_ptr<server::ResponseStream> out, std::string request_id,
-               std::vector<int32_t> prompt, v1::GenerateRequest req,
+               absl::Duration predicted_ttft, std::shared_ptr<server::ResponseStream> out,
+               std::string request_id, std::vector<int32_t> prompt, v1::GenerateRequest req,
                std::chrono::system_clock::time_point deadline, std::string pool)
       : registry_(registry),
         book_(book),
@@ -702,7 +705,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       if (n > 0) {
         if (output_tokens_ == 0) {
           first_token_ = now;
-          UnbookLocked();
+          book_.Unbook(booked_);  // no longer waiting
           book_.ObserveFirstToken(predicted_ttft_, now - start_);
         }
         last_token_ = now;
@@ -794,16 +797,12 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     a->decode = a->prefill = nullptr;
   }
 
-  void UnbookLocked() {
-    if (unbooked_) return;
-    unbooked_ = true;
-    book_.Unbook(booked_);
-  }
-
   void FinishLocked(const grpc::Status& s) {
     if (finished_) return;
     finished_ = true;
-    UnbookLocked();
+    // A request that got a token left the waiting ones then (no token
+    // comes after the finish).
+    if (output_tokens_ == 0) book_.Unbook(booked_);
     if (!s.ok()) LogLine(absl::StrCat("request ", request_id_, ": ", s.error_message()));
     RouterMetrics::Get().in_flight.Add(-1);
     server::CountRequest(static_cast<absl::StatusCode>(s.error_code()), served_pool_);
@@ -814,7 +813,6 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   AdmissionBook& book_;
   const AdmissionRequest booked_;
   const absl::Duration predicted_ttft_;  // uncorrected (AdmissionDecision)
-  bool unbooked_ = false;                // guarded by mu_
   std::shared_ptr<server::ResponseStream> out_;
   const std::string request_id_;
   const std::vector<int32_t> prompt_;

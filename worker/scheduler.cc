@@ -54,6 +54,16 @@ const char* ReasonName(FinishReason r) {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// The weights the contexts' models hold, each model once (two contexts may
+// share one).
+int64_t HeldWeightBytes(const Context* prefill, const Context* decode) {
+  int64_t bytes = prefill != nullptr ? prefill->model().resident_weight_bytes() : 0;
+  if (decode != nullptr && (prefill == nullptr || &decode->model() != &prefill->model())) {
+    bytes += decode->model().resident_weight_bytes();
+  }
+  return bytes;
+}
+
 int64_t SpanBytes(const std::vector<KvSpan>& spans) {
   int64_t n = 0;
   for (const KvSpan& s : spans) n += s.bytes;
@@ -189,7 +199,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, Context* prefill, Context*
       prefill_(prefill),
       decode_(decode),
       kv_(std::move(kv)),
-      transport_(transport) {
+      transport_(transport),
+      weight_bytes_(HeldWeightBytes(prefill, decode)),
+      kv_block_bytes_(kv_->block_bytes() * kv_->layout().num_layers) {
   PDQ_CHECK(options_.role == Role::kDecode || prefill_ != nullptr);
   PDQ_CHECK(options_.role == Role::kPrefill || decode_ != nullptr);
   PDQ_CHECK(options_.role == Role::kBoth || transport_ != nullptr);
@@ -234,12 +246,8 @@ SchedulerLoad Scheduler::load() const {
   l.reservations = reservations_.load();
   l.kv_blocks_cached = kv_blocks_cached_.load();
   l.prefill_tokens_per_second = prefill_rate_.load();
-  l.weight_bytes = (prefill_ != nullptr ? prefill_->model().resident_weight_bytes() : 0) +
-                   (decode_ != nullptr && (prefill_ == nullptr || &decode_->model() != &prefill_->model())
-                        ? decode_->model().resident_weight_bytes()
-                        : 0);
-  const int64_t block = kv_->block_bytes() * kv_->layout().num_layers;
-  l.kv_bytes_total = kv_->num_blocks() * block;
+  l.weight_bytes = weight_bytes_;
+  l.kv_bytes_total = kv_->num_blocks() * kv_block_bytes_;
   l.kv_bytes_used = kv_bytes_used_.load();
   l.kv_bytes_used_peak = kv_bytes_used_peak_.load();
   l.workspace_bytes = workspace_bytes_.load();
@@ -666,7 +674,6 @@ void Scheduler::Step() {
     // Two models: the prompt chunk first (the plan left the decode pass
     // its time), then the decode rows.
     if (!chunks.empty()) RunPass(prefill_context(), prefill_cost_, chunks, {});
-    std::erase_if(rows, [](Sequence* s) { return s->finished; });
     if (!rows.empty()) RunPass(decode_, decode_cost_, {}, rows);
   }
   // What the steps did, in the log every 10 s of steps with both kinds of
@@ -1004,8 +1011,8 @@ void Scheduler::UpdateLoad() {
   reservations_ = reservations;
   // Blocks holding data: all but the free list (cached ones no sequence
   // holds included: their pages stay resident).
-  const int64_t used = (kv_->num_blocks() - kv_->num_free_blocks() + cache.evictable_blocks) *
-                       kv_->block_bytes() * kv_->layout().num_layers;
+  const int64_t used =
+      (kv_->num_blocks() - kv_->num_free_blocks() + cache.evictable_blocks) * kv_block_bytes_;
   kv_bytes_used_ = used;
   if (used > kv_bytes_used_peak_.load()) kv_bytes_used_peak_ = used;
   int64_t ws = 0;

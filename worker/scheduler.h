@@ -269,6 +269,10 @@ class Scheduler {
   Context* const decode_;
   std::unique_ptr<KvCache> kv_;
   kvtransfer::Transport* const transport_;
+  // What load() reports that never changes: the weights held (each model
+  // once) and the bytes of one KV block over all layers.
+  const int64_t weight_bytes_;
+  const int64_t kv_block_bytes_;
 
   std::mutex mu_;
   std::condition_variable cv_;

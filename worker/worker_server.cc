@@ -135,14 +135,17 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
                                    "cache_salt must have at most 256 bytes"));
       return reactor;
     }
-    ReserveArgs args{req->request_id(), req->prompt_tokens(), req->max_tokens(), *layout,
-                     DeadlineOf(*ctx)};
+    ReserveArgs args;
+    args.request_id = req->request_id();
+    args.prompt_tokens = req->prompt_tokens();
+    args.max_tokens = req->max_tokens();
+    args.sender = *layout;
+    args.deadline = DeadlineOf(*ctx);
     args.prompt.assign(req->prompt().begin(), req->prompt().end());
     args.cache_salt = req->cache_salt();
     args.local_prefill_max_tokens = std::max(0, req->local_prefill_max_tokens());
     args.kv_writer = req->kv_writer();
-    if (!args.kv_writer.empty() && args.kv_writer != "fp16" && args.kv_writer != "w8a8" &&
-        args.kv_writer != "w4a16") {
+    if (!args.kv_writer.empty() && !ParsePrecision(args.kv_writer).ok()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                    "kv_writer must be fp16, w8a8 or w4a16"));
       return reactor;
