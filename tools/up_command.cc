@@ -1,7 +1,10 @@
 // `pdq up --config FILE`: starts pdq-router and the configured workers on
 // this machine (precision, threads and CPU pinning per worker), waits until
-// every worker is registered, prints the address, and stops them all on
-// SIGINT or SIGTERM, or when any of them exits.
+// every worker is registered, prints the address, and then supervises them:
+// a process that dies is started again with backoff (the workers register
+// anew; the router comes back on the addresses it had), and the rest serve
+// meanwhile. It stops them all on SIGINT or SIGTERM, or when the router
+// cannot be started again.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <sched.h>
@@ -32,7 +35,42 @@ struct Child {
   std::string name;
   pid_t pid = -1;
   std::string address_file;
+  // How to start it again.
+  std::vector<std::string> args;
+  SpawnOptions options;
+  // Supervision: when it last started, how long to wait before the next
+  // start after it dies, and when that start is due (pid -1 meanwhile).
+  std::chrono::steady_clock::time_point started;
+  std::chrono::seconds backoff{0};
+  std::chrono::steady_clock::time_point restart_at;
+  int restarts = 0;
+  bool announced = true;  // a restart's new addresses were printed
+  // The router only: starts in a row that died before serving.
+  int failed_starts = 0;
 };
+
+// A process that ran this long before dying starts again at once; one that
+// dies sooner waits twice as long as the last time, up to kMaxBackoff.
+constexpr std::chrono::seconds kStableRun{60};
+constexpr std::chrono::seconds kMaxBackoff{30};
+// The router is given up on after this many starts in a row that did not
+// serve (its address is taken, its flags are wrong...).
+constexpr int kRouterStartAttempts = 3;
+
+std::string ExitDescription(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exit status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("killed by signal ", WTERMSIG(status));
+  return absl::StrCat("status ", status);
+}
+
+void Start(Child& c) {
+  std::filesystem::remove(c.address_file);
+  std::filesystem::remove(c.address_file + ".metrics");
+  std::filesystem::remove(c.address_file + ".http");
+  c.pid = Spawn(c.args, c.options);
+  c.started = std::chrono::steady_clock::now();
+  c.announced = false;
+}
 
 absl::StatusOr<std::vector<int>> ParseCpus(const std::string& list) {
   std::vector<int> cpus;
@@ -95,8 +133,11 @@ int UpCommand(int argc, char** argv) {
   std::string config_path, address_file, http_address_file, metrics_address_file;
   FlagParser flags("up",
                    "Starts pdq-router and the workers of a config (deploy/local/*.json), waits "
-                   "until all are registered, prints the router's address, and stops them all "
-                   "on Ctrl-C or SIGTERM.");
+                   "until all are registered, and prints the router's address. It then keeps "
+                   "them running: a process that dies is started again (after 1 s, doubling "
+                   "up to 30 s while it keeps dying within a minute) and the rest serve "
+                   "meanwhile. Ctrl-C or SIGTERM stops them all (each drains first), as does "
+                   "a router that cannot be started again.");
   flags.String("config", &config_path, "the deployment (JSON; see deploy/local/)");
   flags.String("address-file", &address_file, "also write the router's address here when ready");
   flags.String("metrics-address-file", &metrics_address_file,
@@ -139,37 +180,46 @@ int UpCommand(int argc, char** argv) {
     return Fail("up", absl::UnavailableError(why));
   };
 
-  Child router{"pdq-router", -1, dir + "/router"};
-  std::vector<std::string> rargs = {bin + "/pdq-router",
-                                    "--model",
-                                    model,
-                                    "--listen",
-                                    cfg.value("listen", host + ":50051"),
-                                    "--address-file",
-                                    router.address_file,
-                                    "--metrics-address-file",
-                                    router.address_file + ".metrics",
-                                    "--http-listen",
-                                    cfg.value("http_listen", host + ":0"),
-                                    "--http-address-file",
-                                    router.address_file + ".http",
-                                    "--drain-seconds",
-                                    std::to_string(drain_s)};
+  Child router;
+  router.name = "pdq-router";
+  router.address_file = dir + "/router";
+  // The router's flags but its addresses; a restart gets the addresses the
+  // first start bound, where the workers and clients know it.
+  std::vector<std::string> router_flags = {bin + "/pdq-router",
+                                           "--model",
+                                           model,
+                                           "--address-file",
+                                           router.address_file,
+                                           "--metrics-address-file",
+                                           router.address_file + ".metrics",
+                                           "--http-address-file",
+                                           router.address_file + ".http",
+                                           "--drain-seconds",
+                                           std::to_string(drain_s)};
   // An A/B rollout: "split": "POOL=WEIGHT,...", workers' "pool".
   if (cfg.contains("split")) {
     if (!cfg["split"].is_string()) return fail("\"split\" must be a string (POOL=WEIGHT,...)");
-    rargs.insert(rargs.end(), {"--split", cfg["split"].get<std::string>()});
-    if (cfg.value("split_sticky", false)) rargs.push_back("--split-sticky");
+    router_flags.insert(router_flags.end(), {"--split", cfg["split"].get<std::string>()});
+    if (cfg.value("split_sticky", false)) router_flags.push_back("--split-sticky");
   }
   // More router flags: "router_args": ["--local-prefill-tokens", "0"].
   if (cfg.contains("router_args")) {
     if (!cfg["router_args"].is_array()) return fail("\"router_args\" must be an array of strings");
     for (const auto& a : cfg["router_args"]) {
       if (!a.is_string()) return fail("\"router_args\" must be an array of strings");
-      rargs.push_back(a.get<std::string>());
+      router_flags.push_back(a.get<std::string>());
     }
   }
-  router.pid = Spawn(rargs);
+  auto router_args = [&](const std::string& listen, const std::string& http,
+                         const std::string& metrics) {
+    std::vector<std::string> args = router_flags;
+    args.insert(args.end(), {"--listen", listen, "--http-listen", http});
+    if (!metrics.empty()) args.insert(args.end(), {"--metrics-listen", metrics});
+    return args;
+  };
+  router.args = router_args(cfg.value("listen", host + ":50051"),
+                            cfg.value("http_listen", host + ":0"), "");
+  Start(router);
   if (router.pid < 0) return fail("fork failed");
   children.push_back(router);
   std::string router_address;
@@ -181,8 +231,9 @@ int UpCommand(int argc, char** argv) {
   for (const nlohmann::json& w : cfg["workers"]) {
     if (!w.is_object()) return fail("each worker must be a JSON object");
     const std::string role = w.value("role", std::string("both"));
-    Child c{absl::StrCat("worker ", index, " (", role, ")"), -1,
-            absl::StrCat(dir, "/worker", index)};
+    Child c;
+    c.name = absl::StrCat("worker ", index, " (", role, ")");
+    c.address_file = absl::StrCat(dir, "/worker", index);
     std::vector<std::string> args = {bin + (role == "prefill" ? "/pdq-prefill" : "/pdq-decode"),
                                      "--role",
                                      role,
@@ -219,9 +270,9 @@ int UpCommand(int argc, char** argv) {
     }
     absl::StatusOr<std::vector<int>> cpus = ParseCpus(w.value("cpus", std::string()));
     if (!cpus.ok()) return fail(std::string(cpus.status().message()));
-    SpawnOptions options;
-    options.cpus = *cpus;
-    c.pid = Spawn(args, options);
+    c.args = std::move(args);
+    c.options.cpus = *cpus;
+    Start(c);
     if (c.pid < 0) return fail("fork failed");
     children.push_back(c);
     ++index;
@@ -274,31 +325,85 @@ int UpCommand(int argc, char** argv) {
     server::WriteAddressFile(address_file, router_address);
   }
 
-  // Until a signal, or until a child exits on its own.
+  {
+    std::string metrics;
+    std::getline(std::ifstream(router.address_file + ".metrics"), metrics);
+    children[0].args = router_args(router_address, http_address, metrics);
+  }
+
+  // Until a signal: each process that dies is started again.
   auto signalled = std::make_shared<std::atomic<bool>>(false);
   std::thread([signalled] {
     server::WaitForStopSignal();
     *signalled = true;
   }).detach();
-  for (;;) {
-    bool exited = false;
-    for (Child& c : children) {
+  bool give_up = false;
+  while (!*signalled && !give_up) {
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < children.size(); ++i) {
+      Child& c = children[i];
       int status;
-      if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
-        std::fprintf(stderr, "pdq up: %s exited (status %d); stopping the rest\n", c.name.c_str(),
-                     WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+      if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
         c.pid = -1;
-        exited = true;
+        const auto ran = now - c.started;
+        // A router that died before writing its address never served.
+        if (i == 0) {
+          std::string addr;
+          const bool served = std::getline(std::ifstream(c.address_file), addr) && !addr.empty();
+          c.failed_starts = served ? 0 : c.failed_starts + 1;
+          if (c.failed_starts >= kRouterStartAttempts) {
+            std::fprintf(stderr,
+                         "pdq up: %s exited (%s) and could not be started again (%d starts in a "
+                         "row did not serve); stopping the rest\n",
+                         c.name.c_str(), ExitDescription(status).c_str(), c.failed_starts);
+            give_up = true;
+            break;
+          }
+        }
+        c.backoff = ran >= kStableRun ? std::chrono::seconds(1)
+                                      : std::min(kMaxBackoff, std::max(std::chrono::seconds(1),
+                                                                       c.backoff * 2));
+        c.restart_at = now + c.backoff;
+        std::fprintf(stderr, "pdq up: %s exited (%s) after %.1f s; starting it again in %lld s\n",
+                     c.name.c_str(), ExitDescription(status).c_str(),
+                     std::chrono::duration<double>(ran).count(), (long long)c.backoff.count());
+      } else if (c.pid < 0 && now >= c.restart_at) {
+        Start(c);
+        if (c.pid < 0) {
+          c.restart_at = now + kMaxBackoff;
+          std::fprintf(stderr, "pdq up: cannot fork to start %s again; trying in %lld s\n",
+                       c.name.c_str(), (long long)kMaxBackoff.count());
+          continue;
+        }
+        ++c.restarts;
+        std::fprintf(stderr, "pdq up: started %s again (restart %d, pid %d)%s\n", c.name.c_str(),
+                     c.restarts, (int)c.pid,
+                     i == 0 ? "; the workers register with it again within a heartbeat" : "");
       }
     }
-    if (exited || *signalled) break;
+    // A restarted worker listens on new ports (it tells the router; the
+    // router's own addresses stay): say where, as at the start.
+    for (Child& c : children) {
+      std::string addr, metrics;
+      if (c.pid > 0 && c.restarts > 0 && !c.announced && std::getline(std::ifstream(c.address_file), addr) &&
+          !addr.empty()) {
+        c.announced = true;
+        std::getline(std::ifstream(c.address_file + ".metrics"), metrics);
+        std::printf("pdq up: %s serving again at %s\n", c.name.c_str(), addr.c_str());
+        if (!metrics.empty()) {
+          std::printf("pdq up: %s metrics at http://%s/metrics\n", c.name.c_str(), metrics.c_str());
+        }
+        std::fflush(stdout);
+      }
+    }
+    std::fflush(stderr);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   StopAll(children, drain_s);
   std::filesystem::remove_all(dir);
   if (!address_file.empty()) std::filesystem::remove(address_file);
   std::printf("pdq up: stopped\n");
-  return 0;
+  return give_up ? 1 : 0;
 }
 
 }  // namespace pdq
