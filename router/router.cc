@@ -1,9 +1,11 @@
 #include "router/router.h"
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
@@ -135,6 +137,20 @@ class Registry {
   void Deregister(const std::string& id) {
     std::lock_guard lock(mu_);
     if (workers_.erase(id) > 0) LogLine(absl::StrCat("worker ", id, " deregistered"));
+  }
+
+  // A decode worker that left rotation to drain and asked for its streams
+  // to be moved: a stream of it that starts decoding later moves too.
+  // Remembered for an hour (worker ids are unique per process start).
+  void MarkDraining(const std::string& id) {
+    std::lock_guard lock(mu_);
+    const absl::Time now = absl::Now();
+    absl::erase_if(draining_, [&](const auto& e) { return now - e.second > absl::Hours(1); });
+    draining_[id] = now;
+  }
+  bool Draining(const std::string& id) const {
+    std::lock_guard lock(mu_);
+    return draining_.contains(id);
   }
 
   bool Alive(const Worker& w, absl::Time now) const {
@@ -275,6 +291,24 @@ class Registry {
   const server::Dialing dial_;  // how the router reaches workers
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Worker>> workers_;
+  absl::flat_hash_map<std::string, absl::Time> draining_;
+};
+
+class GenerateCall;
+
+// The Generate calls in flight, so that the streams a decode worker serves
+// can be moved to others (live migration) when it drains or an operator
+// asks.
+class LiveCalls {
+ public:
+  void Add(const std::shared_ptr<GenerateCall>& call);
+  // Starts moving every stream served by `worker_id`; how many started.
+  int MigrateFrom(const std::string& worker_id);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::weak_ptr<GenerateCall>> calls_;  // guarded by mu_
+  size_t prune_at_ = 64;
 };
 
 // With TLS, only peers holding a certificate signed by the CA (workers) may
@@ -282,8 +316,9 @@ class Registry {
 // drop workers from rotation.
 class RegistryService : public v1::Registry::CallbackService {
  public:
-  RegistryService(Registry& r, const RouterOptions& o, bool require_certificates)
-      : r_(r), o_(o), require_certificates_(require_certificates) {}
+  RegistryService(Registry& r, LiveCalls& calls, const RouterOptions& o,
+                  bool require_certificates)
+      : r_(r), calls_(calls), o_(o), require_certificates_(require_certificates) {}
   grpc::ServerUnaryReactor* Register(grpc::CallbackServerContext* ctx,
                                      const v1::RegisterRequest* req,
                                      v1::RegisterResponse* resp) override {
@@ -306,10 +341,29 @@ class RegistryService : public v1::Registry::CallbackService {
   }
   grpc::ServerUnaryReactor* Deregister(grpc::CallbackServerContext* ctx,
                                        const v1::DeregisterRequest* req,
-                                       v1::DeregisterResponse*) override {
+                                       v1::DeregisterResponse* resp) override {
     auto* reactor = ctx->DefaultReactor();
     if (!Authorized(*ctx, "deregister", req->worker_id(), reactor)) return reactor;
     r_.Deregister(req->worker_id());
+    if (req->migrate_streams()) {
+      r_.MarkDraining(req->worker_id());
+      const int n = calls_.MigrateFrom(req->worker_id());
+      resp->set_migrating(n);
+      LogLine(absl::StrCat("worker ", req->worker_id(), " is draining: moving ", n,
+                           " of its streams to other decode workers"));
+    }
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  // An operator's call (pdq migrate): with TLS, a client certificate.
+  grpc::ServerUnaryReactor* MigrateStreams(grpc::CallbackServerContext* ctx,
+                                           const v1::MigrateStreamsRequest* req,
+                                           v1::MigrateStreamsResponse* resp) override {
+    auto* reactor = ctx->DefaultReactor();
+    if (!Authorized(*ctx, "migrate the streams of", req->worker_id(), reactor)) return reactor;
+    const int n = calls_.MigrateFrom(req->worker_id());
+    resp->set_migrating(n);
+    LogLine(absl::StrCat("asked to move the streams of worker ", req->worker_id(), ": moving ", n));
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -330,6 +384,7 @@ class RegistryService : public v1::Registry::CallbackService {
   }
 
   Registry& r_;
+  LiveCalls& calls_;
   const RouterOptions o_;
   const bool require_certificates_;
 };
@@ -360,6 +415,19 @@ struct RouterMetrics {
         "Requests whose A/B pool had no live decode worker, served by another pool.",
         {{"pool", pool}});
   }
+  server::Counter& migrations(const char* outcome) {
+    return server::Metrics::Global().GetCounter(
+        "pdq_migrations_total",
+        "Decoding streams the router set out to move to another decode worker (live "
+        "migration), by outcome: moved (with its KV), stayed (no other decode worker took it; it "
+        "decodes on where it was), failed (the request failed while moving).",
+        {{"outcome", outcome}});
+  }
+  server::Histogram& migration_pause = server::Metrics::Global().GetHistogram(
+      "pdq_migration_pause_seconds",
+      "A moved stream's pause: from suspending it on its decode worker to its KV verified on "
+      "the new one.",
+      server::LatencyBuckets());
   static RouterMetrics& Get() {
     static RouterMetrics* m = new RouterMetrics;
     return *m;
@@ -414,7 +482,6 @@ class AdmissionBook {
   RateLimiter limiter_;     // guarded by mu_
 };
 
-class GenerateCall;
 
 // One try at serving the request: a decode worker (and, unless it runs both
 // phases, a reservation there and a prefill worker).
@@ -474,7 +541,27 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled"));
   }
 
+  // Live migration: when this stream is decoding on decode worker
+  // `worker_id`, starts moving it, with its KV, to another decode worker
+  // with room; false when there is nothing to move.
+  bool MigrateFrom(const std::string& worker_id) {
+    std::lock_guard lock(mu_);
+    return MigrateLocked(worker_id);
+  }
+
  private:
+  // One move of the stream (live migration).
+  struct Migration {
+    std::shared_ptr<Attempt> source, target;
+    grpc::ClientContext suspend_ctx, send_ctx;
+    bool source_ended = false;  // the source ended its stream: it let go
+    v1::SuspendRequest suspend_req;
+    v1::SuspendResponse suspend_resp;
+    v1::SendKvRequest send_req;
+    v1::SendKvResponse send_resp;
+    absl::Time start;
+  };
+
   class DecodeReader : public grpc::ClientReadReactor<v1::GenerateResponse> {
    public:
     DecodeReader(std::shared_ptr<GenerateCall> call, std::shared_ptr<Attempt> a)
@@ -689,6 +776,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     std::lock_guard lock(mu_);
     --a->open_calls;
     a->prefilled = s.ok();
+    if (s.ok() && migrations_ == 0) prefill_cached_tokens_ = a->prefill_resp.cached_tokens();
     if (!s.ok() && !finished_ && a == attempt_ && !relayed_) {
       FailAttemptLocked(a, s, "prefill worker " + a->prefill->info.worker_id());
       return;
@@ -698,12 +786,27 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
 
   void OnDecodeMessage(const Attempt& a, const v1::GenerateResponse& m) {
     std::lock_guard lock(mu_);
-    if (finished_ || &a != attempt_.get() || a.failed) return;
+    if (finished_ || a.failed) return;
+    const bool current = &a == attempt_.get();
+    const bool tail = source_ && &a == source_.get() && output_tokens_ < handoff_tokens_;
+    const bool incoming = migration_ && migration_->target && &a == migration_->target.get();
+    if (!current && !tail && !incoming) return;
+    if (incoming || (current && output_tokens_ < handoff_tokens_)) {
+      held_.push_back(m);
+      return;
+    }
+    RelayLocked(m);
+    if (tail && output_tokens_ >= handoff_tokens_) FlushHeldLocked();
+  }
+
+  // To the client: a delta, or the summary kept for the end.
+  void RelayLocked(const v1::GenerateResponse& m) {
     if (m.has_delta()) {
       const absl::Time now = absl::Now();
       const int n = m.delta().token_ids_size();
+      const bool first = n > 0 && output_tokens_ == 0;
       if (n > 0) {
-        if (output_tokens_ == 0) {
+        if (first) {
           first_token_ = now;
           book_.Unbook(booked_);  // no longer waiting
           book_.ObserveFirstToken(predicted_ttft_, now - start_);
@@ -715,16 +818,72 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       relayed_ = true;
       out_->SendDelta({m.delta().token_ids().begin(), m.delta().token_ids().end()},
                       m.delta().text());
+      // Its decode worker is draining: move it as soon as it decodes.
+      if (first && attempt_ && attempt_->decode &&
+          registry_.Draining(attempt_->decode->info.worker_id())) {
+        MigrateLocked(attempt_->decode->info.worker_id());
+      }
     } else if (m.has_summary()) {
       summary_ = m.summary();
       have_summary_ = true;
     }
   }
 
+  // The source's last tokens all came: what the target sent meanwhile, and
+  // its end if that came too.
+  void FlushHeldLocked() {
+    std::vector<v1::GenerateResponse> held;
+    held.swap(held_);
+    for (const v1::GenerateResponse& m : held) RelayLocked(m);
+    if (deferred_done_) {
+      std::shared_ptr<Attempt> a = std::move(deferred_done_);
+      deferred_done_ = nullptr;
+      OnDecodeDoneLocked(a, deferred_status_);
+    }
+  }
+
   void OnDecodeDone(std::shared_ptr<Attempt> a, const grpc::Status& s) {
     std::lock_guard lock(mu_);
     --a->open_calls;
+    OnDecodeDoneLocked(a, s);
+  }
+
+  void OnDecodeDoneLocked(const std::shared_ptr<Attempt>& a, const grpc::Status& s) {
+    if (source_ && a == source_ && a != attempt_) {
+      // A moved-from stream ends (ABORTED, "migrated") after its last
+      // tokens, which must all have come.
+      if (!finished_ && output_tokens_ < handoff_tokens_) {
+        if (attempt_) AbandonLocked(attempt_);
+        FinishLocked(grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("decode worker ", a->decode->info.worker_id(),
+                         " ended the stream before its last tokens came (", s.error_message(),
+                         ") while it moved to another worker")));
+      }
+      return EndAttemptIfIdleLocked(a);
+    }
+    if (migration_ && a == migration_->source &&
+        s.error_code() == grpc::StatusCode::ABORTED) {
+      // The source let go of the stream (its KV verified on the target)
+      // before its SendKv answer came here: OnKvSent goes on.
+      migration_->source_ended = true;
+      return EndAttemptIfIdleLocked(a);
+    }
+    if (migration_ && a == migration_->target) {
+      // The worker taking the stream over failed before the move was done:
+      // the move fails (OnKvSent), the source goes on.
+      a->failed = true;
+      AbandonLocked(a);
+      held_.clear();
+      return EndAttemptIfIdleLocked(a);
+    }
     if (finished_ || a != attempt_ || a->failed) return EndAttemptIfIdleLocked(a);
+    if (output_tokens_ < handoff_tokens_) {
+      // Moved here, but the source's last tokens are still on their way.
+      deferred_done_ = a;
+      deferred_status_ = s;
+      return;
+    }
     if (!s.ok()) {
       FailAttemptLocked(a, s, "decode worker " + a->decode->info.worker_id());
       return;
@@ -747,6 +906,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     // ran (the decode worker's then only saves the transfer), else the
     // decode worker's own.
     if (a->prefilled) sum.set_cached_tokens(a->prefill_resp.cached_tokens());
+    if (migrations_ > 0) sum.set_cached_tokens(prefill_cached_tokens_);
     v1::GenerateResponse m;
     *m.mutable_summary() = sum;
     out_->Send(std::move(m));
@@ -790,6 +950,209 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     EndAttemptIfIdleLocked(a);
   }
 
+  // ---- Live migration (worker/scheduler.h: Suspend, SendKv, Resume) ----
+
+  bool MigrateLocked(const std::string& worker_id) {
+    if (finished_ || migration_ || !attempt_ || attempt_->failed || attempt_->decode == nullptr ||
+        attempt_->decode->info.worker_id() != worker_id ||
+        attempt_->decode->info.role() != v1::ROLE_DECODE || output_tokens_ == 0 ||
+        output_tokens_ < handoff_tokens_) {
+      return false;
+    }
+    auto m = std::make_shared<Migration>();
+    m->source = attempt_;
+    m->start = absl::Now();
+    migration_ = m;
+    m->suspend_req.set_request_id(request_id_);
+    m->suspend_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ++m->source->open_calls;
+    auto self = shared_from_this();
+    m->source->decode->decode->async()->Suspend(
+        &m->suspend_ctx, &m->suspend_req, &m->suspend_resp,
+        [self, m](grpc::Status s) { self->OnSuspended(m, s); });
+    return true;
+  }
+
+  void OnSuspended(std::shared_ptr<Migration> m, const grpc::Status& s) {
+    std::lock_guard lock(mu_);
+    --m->source->open_calls;
+    if (finished_ || migration_ != m) return EndAttemptIfIdleLocked(m->source);
+    const std::string& from = m->source->decode->info.worker_id();
+    if (!s.ok()) {
+      // It finished, or is not decoding: nothing to move.
+      migration_ = nullptr;
+      LogLine(absl::StrCat("request ", request_id_, ": not moved from ", from, ": ",
+                           s.error_message()));
+      return EndAttemptIfIdleLocked(m->source);
+    }
+    const v1::SuspendResponse& r = m->suspend_resp;
+    const int64_t generated = r.tokens_size() - r.prompt_tokens();
+    if (r.kv_tokens() != r.tokens_size() - 1 || generated < 1 ||
+        generated >= req_.max_tokens()) {
+      return ResumeSourceLocked(m, "the worker's account of the stream does not add up");
+    }
+    // The target: another decode worker of the same KV transport (and
+    // pool, under a split), the usual cost function choosing.
+    auto t = std::make_shared<Attempt>();
+    t->number = m->source->number;
+    absl::flat_hash_set<std::string> avoid = avoid_;
+    avoid.insert(from);
+    t->decode = registry_.Pick({v1::ROLE_DECODE}, avoid, false, m->source->decode->info.pool(),
+                               route_, /*wanted_only=*/true);
+    if (t->decode != nullptr &&
+        t->decode->info.kv_transport() != m->source->decode->info.kv_transport()) {
+      registry_.Done(t->decode);
+      t->decode = nullptr;
+    }
+    if (t->decode == nullptr) {
+      return ResumeSourceLocked(m, "no other decode worker can take it");
+    }
+    m->target = t;
+    // (The Reserve call's deadline is the request's there. A target that
+    // hangs holds the move until then; the source decodes on by itself
+    // after its suspension's lease meanwhile.)
+    for (grpc::ClientContext* c : {&t->reserve_ctx, &t->decode_ctx}) {
+      if (deadline_ != std::chrono::system_clock::time_point::max()) c->set_deadline(deadline_);
+    }
+    v1::ReserveRequest& q = t->reserve_req;
+    q.set_request_id(request_id_);
+    q.set_prompt_tokens(r.kv_tokens());
+    // Room for the token the source sampled last and all still to come.
+    q.set_max_tokens(req_.max_tokens() - (int32_t)generated + 1);
+    q.set_kv_layout(m->source->decode->info.kv_layout());
+    q.mutable_prompt()->Add(r.tokens().begin(), r.tokens().end() - 1);
+    q.set_cache_salt(req_.cache_salt());
+    q.set_kv_writer(r.kv_writer());
+    ++t->open_calls;
+    auto self = shared_from_this();
+    t->decode->decode->async()->Reserve(&t->reserve_ctx, &t->reserve_req, &t->reserve_resp,
+                                        [self, m](grpc::Status s) {
+                                          self->OnMigrationReserved(m, s);
+                                        });
+  }
+
+  void OnMigrationReserved(std::shared_ptr<Migration> m, const grpc::Status& s) {
+    std::lock_guard lock(mu_);
+    const std::shared_ptr<Attempt>& t = m->target;
+    --t->open_calls;
+    if (finished_ || migration_ != m || t->failed) {
+      if (s.ok()) ReleaseLocked(t);
+      return EndAttemptIfIdleLocked(t);
+    }
+    if (!s.ok()) {
+      const std::string why = absl::StrCat("decode worker ", t->decode->info.worker_id(),
+                                           " refused it: ", s.error_message());
+      EndAttemptIfIdleLocked(t);
+      return ResumeSourceLocked(m, why);
+    }
+    t->reserved = true;
+    const v1::SuspendResponse& r = m->suspend_resp;
+    // The source sends the KV; the target's Decode call waits for it and
+    // goes on from the last token the client has.
+    v1::SendKvRequest& k = m->send_req;
+    k.set_request_id(request_id_);
+    k.set_kv_address(t->reserve_resp.kv_address());
+    k.set_kv_transport(t->reserve_resp.kv_transport());
+    k.set_reservation_id(t->reserve_resp.reservation_id());
+    k.set_transfer_token(t->reserve_resp.transfer_token());
+    k.set_target_cached_tokens(t->reserve_resp.cached_tokens());
+    if (deadline_ != std::chrono::system_clock::time_point::max()) {
+      m->send_ctx.set_deadline(deadline_);
+    }
+    ++m->source->open_calls;
+    auto self = shared_from_this();
+    m->source->decode->decode->async()->SendKv(
+        &m->send_ctx, &m->send_req, &m->send_resp,
+        [self, m](grpc::Status s) { self->OnKvSent(m, s); });
+    t->decode_req = m->source->decode_req;
+    t->decode_req.set_reservation_id(t->reserve_resp.reservation_id());
+    t->decode_req.clear_resume();  // (a stream moved before)
+    v1::ResumeState* resume = t->decode_req.mutable_resume();
+    resume->set_prompt_tokens(r.prompt_tokens());
+    resume->mutable_generated()->Add(r.tokens().begin() + r.prompt_tokens(), r.tokens().end());
+    StartDecodeLocked(t);
+  }
+
+  void OnKvSent(std::shared_ptr<Migration> m, const grpc::Status& s) {
+    std::lock_guard lock(mu_);
+    --m->source->open_calls;
+    if (finished_ || migration_ != m) return EndAttemptIfIdleLocked(m->source);
+    migration_ = nullptr;
+    const std::string& from = m->source->decode->info.worker_id();
+    const std::string& to = m->target->decode->info.worker_id();
+    if (!s.ok() || m->target->failed) {
+      // The source decodes on (it does so by itself when the transfer
+      // failed); the target's reservation goes.
+      if (!m->target->failed) {
+        m->target->failed = true;
+        AbandonLocked(m->target);
+      }
+      held_.clear();
+      RouterMetrics::Get().migrations("stayed").Add();
+      LogLine(absl::StrCat("request ", request_id_, ": not moved from ", from, " to ", to, ": ",
+                           s.ok() ? "the target failed" : s.error_message(),
+                           "; it decodes on where it was"));
+      if (s.ok()) {
+        // The KV got there but the target is gone, and the source let go.
+        FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                  absl::StrCat("decode worker ", to,
+                                               " failed while taking the stream over")));
+      }
+      EndAttemptIfIdleLocked(m->target);
+      return EndAttemptIfIdleLocked(m->source);
+    }
+    // Moved: the target carries the stream from here.
+    const int64_t generated = m->suspend_resp.tokens_size() - m->suspend_resp.prompt_tokens();
+    const absl::Duration pause = absl::Now() - m->start;
+    source_ = m->source;
+    handoff_tokens_ = generated;
+    attempt_ = m->target;
+    ++migrations_;
+    RouterMetrics::Get().migrations("moved").Add();
+    RouterMetrics::Get().migration_pause.Observe(absl::ToDoubleSeconds(pause));
+    LogLine(absl::StrFormat(
+        "request %s: moved from %s to %s after %d tokens (%d tokens of KV, %d bytes, sent in "
+        "%.1f ms); paused %.1f ms",
+        request_id_, from, to, generated, m->suspend_resp.kv_tokens(), m->send_resp.kv_bytes(),
+        m->send_resp.transfer_seconds() * 1e3, absl::ToDoubleMilliseconds(pause)));
+    if (output_tokens_ >= handoff_tokens_) {
+      FlushHeldLocked();
+    } else if (m->source_ended) {
+      // Its stream ended short of the tokens it said it had sent.
+      AbandonLocked(attempt_);
+      FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                absl::StrCat("decode worker ", from,
+                                             " ended the stream before its last tokens came")));
+    }
+    EndAttemptIfIdleLocked(m->source);
+  }
+
+  // Nowhere to move it: the source decodes on (it would by itself after
+  // its suspension's lease; this saves the wait).
+  void ResumeSourceLocked(const std::shared_ptr<Migration>& m, const std::string& why) {
+    migration_ = nullptr;
+    RouterMetrics::Get().migrations("stayed").Add();
+    LogLine(absl::StrCat("request ", request_id_, ": not moved from ",
+                         m->source->decode->info.worker_id(), ": ", why,
+                         "; it decodes on where it was"));
+    struct Call {
+      grpc::ClientContext ctx;
+      v1::ResumeRequest req;
+      v1::ResumeResponse resp;
+    };
+    auto c = std::make_shared<Call>();
+    c->req.set_request_id(request_id_);
+    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    std::shared_ptr<Attempt> a = m->source;
+    ++a->open_calls;
+    auto self = shared_from_this();
+    a->decode->decode->async()->Resume(&c->ctx, &c->req, &c->resp, [self, a, c](grpc::Status) {
+      std::lock_guard lock(self->mu_);
+      --a->open_calls;
+      self->EndAttemptIfIdleLocked(a);
+    });
+  }
+
   void EndAttemptIfIdleLocked(const std::shared_ptr<Attempt>& a) {
     if (a->open_calls > 0) return;
     registry_.Done(a->decode);
@@ -800,6 +1163,11 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   void FinishLocked(const grpc::Status& s) {
     if (finished_) return;
     finished_ = true;
+    if (migration_) {
+      if (migration_->target) AbandonLocked(migration_->target);
+      RouterMetrics::Get().migrations("failed").Add();
+      migration_ = nullptr;
+    }
     // A request that got a token left the waiting ones then (no token
     // comes after the finish).
     if (output_tokens_ == 0) book_.Unbook(booked_);
@@ -830,7 +1198,45 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   int64_t output_tokens_ = 0;
   absl::Time first_token_, last_token_;
   v1::GenerateSummary summary_;
+  int64_t prefill_cached_tokens_ = 0;  // the first prefill's reuse, for a moved stream
+
+  // Live migration. The source is attempt_ until the KV is verified on the
+  // target; then the target becomes attempt_, and the source's last
+  // messages (written before it was suspended, perhaps not yet read here)
+  // are relayed until the client has `handoff_tokens_`, while the target's
+  // wait in `held_`: no token lost, repeated or reordered.
+  std::shared_ptr<Migration> migration_;  // one at a time
+  std::shared_ptr<Attempt> source_;       // the last attempt moved from
+  int64_t handoff_tokens_ = 0;
+  std::vector<v1::GenerateResponse> held_;
+  // The moved-to attempt's stream ended while the source's last tokens
+  // were still on their way: its end waits for them.
+  std::shared_ptr<Attempt> deferred_done_;
+  grpc::Status deferred_status_;
+  int migrations_ = 0;
 };
+
+void LiveCalls::Add(const std::shared_ptr<GenerateCall>& call) {
+  std::lock_guard lock(mu_);
+  if (calls_.size() >= prune_at_) {
+    std::erase_if(calls_, [](const std::weak_ptr<GenerateCall>& c) { return c.expired(); });
+    prune_at_ = std::max<size_t>(64, 2 * calls_.size());
+  }
+  calls_.push_back(call);
+}
+
+int LiveCalls::MigrateFrom(const std::string& worker_id) {
+  std::vector<std::shared_ptr<GenerateCall>> live;
+  {
+    std::lock_guard lock(mu_);
+    for (const std::weak_ptr<GenerateCall>& c : calls_) {
+      if (auto p = c.lock()) live.push_back(std::move(p));
+    }
+  }
+  int n = 0;
+  for (const auto& c : live) n += c->MigrateFrom(worker_id);
+  return n;
+}
 
 // ---- The public service ------------------------------------------------------
 
@@ -841,9 +1247,10 @@ using PdqBase = v1::Pdq::WithRawCallbackMethod_Generate<
 
 class PdqService : public PdqBase {
  public:
-  PdqService(Registry& r, const Tokenizer& tok, server::ApiKeys keys, TrafficSplit split,
-             bool split_sticky, const AdmissionOptions& admission)
+  PdqService(Registry& r, LiveCalls& calls, const Tokenizer& tok, server::ApiKeys keys,
+             TrafficSplit split, bool split_sticky, const AdmissionOptions& admission)
       : r_(r),
+        calls_(calls),
         tok_(tok),
         keys_(std::move(keys)),
         split_(std::move(split)),
@@ -861,7 +1268,7 @@ class PdqService : public PdqBase {
     if (valid.ok()) valid = server::ParseRequest(*raw, &request);
     const v1::GenerateRequest* req = &request;
     std::string id = req->request_id();
-    if (id.empty()) id = absl::StrFormat("req-%d", ++next_id_);
+    if (id.empty()) id = absl::StrFormat("req-%s-%d", id_prefix_, ++next_id_);
     std::vector<int32_t> prompt;
     if (valid.ok()) valid = Validate(*req, &prompt);
     if (!valid.ok()) {
@@ -909,6 +1316,7 @@ class PdqService : public PdqBase {
                                                std::move(prompt), *req,
                                                ctx->deadline(), std::move(pool));
     *holder = call;
+    calls_.Add(call);
     call->Start();
     return reactor;
   }
@@ -1045,11 +1453,19 @@ class PdqService : public PdqBase {
   }
 
   Registry& r_;
+  LiveCalls& calls_;
   const Tokenizer& tok_;
   const server::ApiKeys keys_;
   const TrafficSplit split_;
   const bool split_sticky_;
   AdmissionBook book_;
+  // Request ids are req-PREFIX-N, the prefix random per router process, so
+  // the ids of several router replicas (or of one restarted) never meet in
+  // a worker's log.
+  const std::string id_prefix_ = [] {
+    std::random_device rd;
+    return absl::StrFormat("%06x", rd() & 0xffffff);
+  }();
   std::atomic<uint64_t> next_id_{0};
 };
 
@@ -1073,10 +1489,10 @@ class RouterImpl : public Router {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tok = Tokenizer::FromGguf(**file);
     if (!tok.ok()) return tok.status();
     r->tokenizer_ = std::move(*tok);
-    r->pdq_ = std::make_unique<PdqService>(r->registry_, *r->tokenizer_, std::move(keys),
+    r->pdq_ = std::make_unique<PdqService>(r->registry_, r->calls_, *r->tokenizer_, std::move(keys),
                                            std::move(*split), o.split_sticky, o.admission);
     r->registry_service_ = std::make_unique<RegistryService>(
-        r->registry_, o, /*require_certificates=*/tls->has_value());
+        r->registry_, r->calls_, o, /*require_certificates=*/tls->has_value());
     server::GrpcServerOptions go;
     go.listen = o.listen;
     go.credentials = server::ServerCredentials(*tls, server::ClientCerts::kVerifiedIfPresented);
@@ -1148,6 +1564,7 @@ class RouterImpl : public Router {
  private:
   RouterImpl(const RouterOptions& o, server::Dialing workers) : registry_(o, std::move(workers)) {}
   Registry registry_;
+  LiveCalls calls_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<PdqService> pdq_;
   std::unique_ptr<RegistryService> registry_service_;

@@ -49,7 +49,8 @@ nlohmann::json LastJson(const std::string& out) {
 TEST(CliTest, EveryCommandHasHelp) {
   for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help",
                           "drift --help", "code-eval --help", "quantize --help", "up --help",
-                          "client --help", "bench --help", "status --help", "plan --help"}) {
+                          "client --help", "bench --help", "status --help", "plan --help",
+                          "migrate --help"}) {
     Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
@@ -65,12 +66,16 @@ TEST(CliTest, EveryCommandHasHelp) {
 // one clear line and exit status 1, never a hang.
 TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   for (const char* cmd :
-       {"status --router 127.0.0.1:1 --timeout 2", "bench --router 127.0.0.1:1 --text README.md"}) {
+       {"status --router 127.0.0.1:1 --timeout 2", "bench --router 127.0.0.1:1 --text README.md",
+        "migrate --router 127.0.0.1:1 --worker decode-0 --timeout 2"}) {
     const Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 1) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("router 127.0.0.1:1: failed to connect"), std::string::npos) << r.out;
   }
-  Result r = RunPdq("bench --workload poetry --text README.md");
+  Result r = RunPdq("migrate --router 127.0.0.1:1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--worker is required"), std::string::npos) << r.out;
+  r = RunPdq("bench --workload poetry --text README.md");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("--workload must be chat, summarize, analysis, conversation or custom"),
             std::string::npos)

@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -53,6 +54,24 @@ class Hosts {
   }
   ~Hosts() {
     for (const std::string& ns : created_) Run("ip netns del " + ns);
+    for (const std::string& dir : etc_dirs_) Run("rm -rf " + dir);
+  }
+
+  // Gives `host` its own /etc/hosts (`ip netns exec` mounts
+  // /etc/netns/NAME/hosts over it), naming `name` at the addresses of
+  // `hosts`: a name with several addresses, as a Kubernetes headless
+  // Service's is, without a DNS server. False when it cannot be written.
+  bool NameOn(const std::string& host, const std::string& name,
+              const std::vector<std::string>& hosts) {
+    const std::string dir = "/etc/netns/" + Name(host);
+    if (Run("mkdir -p " + dir) != 0) return false;
+    etc_dirs_.push_back(dir);
+    std::string text = "127.0.0.1 localhost\n";
+    for (const std::string& h : hosts) text += Address(h) + " " + name + "\n";
+    FILE* f = std::fopen((dir + "/hosts").c_str(), "w");
+    if (f == nullptr) return false;
+    const bool ok = std::fputs(text.c_str(), f) >= 0;
+    return std::fclose(f) == 0 && ok;
   }
 
   const std::string& why_not() const { return why_; }
@@ -94,7 +113,7 @@ class Hosts {
 
   std::vector<std::string> names_;
   std::string prefix_, why_;
-  std::vector<std::string> created_;
+  std::vector<std::string> created_, etc_dirs_;
 };
 
 }  // namespace pdq::testing

@@ -105,7 +105,9 @@ void ExpectSame(const std::vector<Conversation>& got, const std::vector<Conversa
       if (t == 0) {
         // A new conversation shares at most the chat template's system
         // prompt with earlier ones.
-        if (c == 0) EXPECT_EQ(got[c].cached[t], 0) << "turn 1";
+        if (c == 0) {
+          EXPECT_EQ(got[c].cached[t], 0) << "turn 1";
+        }
         EXPECT_LE(got[c].cached[t], 48) << "turn 1";
       } else if (reuse == Reuse::kAll) {
         EXPECT_GE(got[c].cached[t], got[c].prompt[t - 1] - 16) << "turn " << t + 1;

@@ -276,6 +276,13 @@ inline void ExpectRecovered(const Split& s) {
   EXPECT_TRUE(after.status.ok()) << "the next request: " << after.status.error_message();
 }
 
+// Two routers `a` and `b` serving the same prefill and decode workers: a
+// long stream through each, then `a` killed. The stream through `a` fails
+// within 10 s; the one through `b` completes whole; `b` keeps both workers
+// and gives the greedy answers it gave before; every block comes back.
+void ExpectOneRouterLostLeavesTheOther(Cluster& c, const Proc& a, const Proc& b,
+                                       const Proc& prefill, const Proc& decode);
+
 // One sample of a process's /metrics: the value of the series written
 // exactly so ("pdq_requests_total{code=\"OK\"}"); -1 when absent or the
 // process does not answer.

@@ -354,5 +354,19 @@ TEST_F(ServingFaultsTest, RandomBytesOnAWorkersKvPortAreRefusedWithoutHarm) {
   }
 }
 
+// Two routers serve the same workers (each worker registers and heartbeats
+// with both: --router A,B); killing one leaves the other's streams and
+// registrations (serving_cluster.h).
+TEST_F(ServingFaultsTest, KillingOneOfTwoRoutersLeavesTheOthersStreamsAndWorkers) {
+  Cluster c;
+  const Proc a = c.Router(), b = c.Router();
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string both = a.address + "," + b.address;
+  const Proc prefill = c.Worker(both, "prefill", "fp16");
+  const Proc decode = c.Worker(both, "decode", "fp16");
+  ASSERT_TRUE(prefill.ok() && decode.ok());
+  ExpectOneRouterLostLeavesTheOther(c, a, b, prefill, decode);
+}
+
 }  // namespace
 }  // namespace pdq::testing

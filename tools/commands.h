@@ -25,6 +25,7 @@ int ClientCommand(int argc, char** argv);
 int UpCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int StatusCommand(int argc, char** argv);
+int MigrateCommand(int argc, char** argv);
 int PlanCommand(int argc, char** argv);
 int EvalCommand(int argc, char** argv);
 int BlindAbCommand(int argc, char** argv);  // pdq eval blind-ab

@@ -20,6 +20,7 @@ constexpr char kUsage[] =
     "  client        stream an answer from a router\n"
     "  bench         load-test a router: TTFT, TPOT, throughput, goodput\n"
     "  status        a router's workers: role, precision, health, queue, KV blocks\n"
+    "  migrate       move a decode worker's streams, with their KV, to other decode workers\n"
     "  plan          worker counts and autoscaler targets for a rate, from pdq bench\n"
     "  eval          the whole evaluation of deployments (speed, stability, accuracy) and its "
     "report\n"
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   if (command == "up") return pdq::UpCommand(argc, argv);
   if (command == "bench") return pdq::BenchCommand(argc, argv);
   if (command == "status") return pdq::StatusCommand(argc, argv);
+  if (command == "migrate") return pdq::MigrateCommand(argc, argv);
   if (command == "plan") return pdq::PlanCommand(argc, argv);
   if (command == "eval") return pdq::EvalCommand(argc, argv);
   std::fprintf(stderr, "pdq: unknown command '%s'\n\n%s", command.c_str(), kUsage);

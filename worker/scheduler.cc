@@ -190,6 +190,15 @@ struct Scheduler::Sequence {
   int64_t generated = 0;
   absl::Time first_token_time, last_token_time;
   absl::Time paused_since = absl::InfiniteFuture();
+  // Live migration, source side: not decoding until `suspend_end` (then it
+  // decodes on); `migration` runs while its KV is sent.
+  bool suspended = false;
+  absl::Time suspend_end = absl::InfiniteFuture();
+  std::function<void(absl::StatusOr<KvSent>)> migration;
+  absl::Time migration_start;
+  int64_t migration_bytes = 0;
+  // The original prompt's length, for a migrated stream's summary.
+  int64_t summary_prompt_tokens = -1;
   bool finished = false;
 };
 
@@ -342,10 +351,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
             CacheBlocks(*s, s->kv_writer);
             // The Decode call gets a lease of its own from now.
             s->lease_end = std::min(s->deadline, absl::Now() + options_.reservation_lease);
-            if (s->stream) {
-              s->stage = Stage::kDecoding;
-              EmitToken(*s, n.first_token);
-            }
+            if (s->stream) StartDecoding(*s, n.first_token);
           }
         }
       });
@@ -416,11 +422,7 @@ void Scheduler::Decode(std::string reservation_id, GenerationParams params,
         s->first_sampling = s->params.sampling;
         queued_prompt_tokens_ += s->prompt_tokens - s->prefilled;
       } else {
-        s->sampler->SkipSamples(1);  // the prefill worker drew the first token
-        if (s->kv_landed) {
-          s->stage = Stage::kDecoding;
-          EmitToken(*s, s->notice.first_token);
-        }
+        if (s->kv_landed) StartDecoding(*s, s->notice.first_token);
       }
       return;
     }
@@ -527,6 +529,163 @@ void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
   });
 }
 
+void Scheduler::StartDecoding(Sequence& s, int32_t token) {
+  s.stage = Stage::kDecoding;
+  if (!s.params.resume) {
+    s.sampler->SkipSamples(1);  // the prefill drew the first token
+    EmitToken(s, token);
+    return;
+  }
+  // A migrated stream: the source sent `token` to the client already, and
+  // the KV holds everything before it.
+  const std::vector<int32_t>& sent = s.params.resume_generated;
+  if (sent.empty() || sent.back() != token ||
+      (int64_t)sent.size() >= s.params.max_tokens) {
+    FinishSequence(s, absl::InvalidArgumentError(absl::StrCat(
+                          "a resumed stream's last sent token (", sent.empty() ? -1 : sent.back(),
+                          ") is not the one its KV notice brings (", token, ")")));
+    return;
+  }
+  s.sampler->SkipSamples((int)sent.size());
+  for (int32_t t : sent) {
+    if (absl::StatusOr<std::string> text = s.text->Push(t); !text.ok()) {
+      FinishSequence(s, text.status());
+      return;
+    }
+  }
+  s.generated = (int64_t)sent.size();
+  s.last_token = token;
+  if (!s.tokens.empty()) s.tokens.push_back(token);
+  s.first_token_time = s.last_token_time = absl::Now();
+  s.summary_prompt_tokens = s.params.resume_prompt_tokens;
+  LogLine(absl::StrCat("request ", s.request_id, ": migrated here; decoding on after ",
+                       s.generated, " tokens"));
+}
+
+absl::StatusOr<Scheduler::Sequence*> Scheduler::MigratingSequence(const std::string& request_id) {
+  for (auto& s : sequences_) {
+    if (s->finished || s->request_id != request_id || !s->stream) continue;
+    if (transport_ == nullptr) {
+      return absl::FailedPreconditionError("this worker has no KV transport to migrate with");
+    }
+    if (s->stage != Stage::kDecoding) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("request ", request_id, " is not decoding yet"));
+    }
+    if ((int64_t)s->tokens.size() != *kv_->Length(s->seq) + 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("request ", request_id, " was reserved without its prompt's ids"));
+    }
+    return s.get();
+  }
+  return absl::NotFoundError(absl::StrCat("no stream for request '", request_id, "' here"));
+}
+
+void Scheduler::Suspend(std::string request_id,
+                        std::function<void(absl::StatusOr<Suspended>)> done) {
+  Post([this, id = std::move(request_id), done = std::move(done)] {
+    absl::StatusOr<Sequence*> found = MigratingSequence(id);
+    if (!found.ok()) return done(found.status());
+    Sequence& s = **found;
+    if (s.migration) return done(absl::FailedPreconditionError("its KV is being sent already"));
+    s.suspended = true;
+    s.suspend_end = absl::Now() + options_.migration_lease;
+    Suspended out;
+    out.tokens = s.tokens;
+    out.kv_tokens = *kv_->Length(s.seq);
+    out.prompt_tokens = s.summary_prompt_tokens >= 0 ? s.summary_prompt_tokens : s.prompt_tokens;
+    out.lease = options_.migration_lease;
+    // The prompt's KV came from the prefill (kv_writer; this worker's own
+    // precision for role both), the rest from this worker's decode.
+    const std::string prompt_writer = s.kind == Kind::kBoth ? prefill_writer() : s.kv_writer;
+    out.kv_writer = prompt_writer == decode_writer() ? decode_writer() : "mixed";
+    LogLine(absl::StrCat("request ", id, ": suspended for migration after ", s.generated,
+                         " tokens (", out.kv_tokens, " tokens of KV)"));
+    done(std::move(out));
+  });
+}
+
+void Scheduler::SendKv(std::string request_id, MigrationTarget target,
+                       std::function<void(absl::StatusOr<KvSent>)> done) {
+  Post([this, id = std::move(request_id), target = std::move(target),
+        done = std::move(done)]() mutable {
+    absl::StatusOr<Sequence*> found = MigratingSequence(id);
+    if (!found.ok()) return done(found.status());
+    Sequence& s = **found;
+    if (!s.suspended || s.migration) {
+      return done(absl::FailedPreconditionError("suspend the stream first (once)"));
+    }
+    const int64_t bt = kv_->layout().block_tokens;
+    const int64_t tokens = *kv_->Length(s.seq);
+    if (target.cached_tokens < 0 || target.cached_tokens % bt != 0 ||
+        target.cached_tokens >= tokens) {
+      return done(absl::InvalidArgumentError(absl::StrCat(
+          "target_cached_tokens ", target.cached_tokens, " is not a multiple of ", bt,
+          " below the ", tokens, " tokens of KV")));
+    }
+    s.migration = std::move(done);
+    s.migration_start = absl::Now();
+    s.suspend_end = absl::InfiniteFuture();  // the transfer decides now
+    // A target that stops answering fails the move within the lease, and
+    // the stream decodes on here.
+    s.outbound = transport_->Connect(
+        target.kv_address, target.transfer_token,
+        std::min(s.deadline, absl::Now() + options_.migration_lease),
+        [this, key = s.key](absl::Status st) {
+          Post([this, key, st] {
+            for (auto& sp : sequences_) {
+              Sequence& q = *sp;
+              if (q.key != key || q.finished || !q.migration) continue;
+              auto reply = std::move(q.migration);
+              q.migration = nullptr;
+              q.outbound.reset();
+              if (!st.ok()) {
+                // The target did not take it: decode on here.
+                q.suspended = false;
+                LogLine(absl::StrCat("request ", q.request_id,
+                                     ": migration failed, decoding on here: ", st.message()));
+                reply(absl::UnavailableError(
+                    absl::StrCat("sending the KV to the target failed: ", st.message())));
+                return;
+              }
+              KvSent sent{Seconds(absl::Now() - q.migration_start), q.migration_bytes};
+              WorkMetrics::Get().kv_sent.Add(double(sent.bytes));
+              LogLine(absl::StrFormat(
+                  "request %s: migrated after %d tokens: %d bytes of KV sent and verified in "
+                  "%.1f ms",
+                  q.request_id, q.generated, sent.bytes, sent.seconds * 1e3));
+              q.stream->Finish(absl::AbortedError("migrated to another decode worker"), {});
+              q.stream = nullptr;
+              FinishSequence(q, absl::OkStatus());
+              reply(sent);
+              return;
+            }
+          });
+        });
+    for (int l = 0; l < kv_->layout().num_layers; ++l) {
+      std::vector<KvSpan> spans = *kv_->LayerSpans(s.seq, l, tokens);
+      spans.erase(spans.begin(), spans.begin() + 2 * (target.cached_tokens / bt));
+      s.migration_bytes += SpanBytes(spans);
+      s.outbound->PostLayer(l, std::move(spans));
+    }
+    s.outbound->PostDone({s.last_token, tokens, 0});
+  });
+}
+
+void Scheduler::Resume(std::string request_id, std::function<void(absl::Status)> done) {
+  Post([this, id = std::move(request_id), done = std::move(done)] {
+    absl::StatusOr<Sequence*> found = MigratingSequence(id);
+    if (!found.ok()) return done(found.status());
+    Sequence& s = **found;
+    if (s.migration) return done(absl::FailedPreconditionError("its KV is being sent"));
+    if (s.suspended) {
+      s.suspended = false;
+      LogLine(absl::StrCat("request ", id, ": not migrated; decoding on here"));
+    }
+    done(absl::OkStatus());
+  });
+}
+
 // ---- The loop ---------------------------------------------------------------
 
 void Scheduler::Loop() {
@@ -558,7 +717,8 @@ void Scheduler::Loop() {
     busy = false;
     for (const auto& s : sequences_) {
       busy |= s->stage == Stage::kQueued ||
-              (s->stage == Stage::kDecoding && s->paused_since == absl::InfiniteFuture());
+              (s->stage == Stage::kDecoding && s->paused_since == absl::InfiniteFuture() &&
+               !s->suspended);
     }
     UpdateLoad();
   }
@@ -600,6 +760,15 @@ void Scheduler::Housekeeping(absl::Time now, absl::Time* next_wake) {
       FinishSequence(s, absl::UnavailableError("no Decode call came for the reservation"));
       continue;
     }
+    if (s.suspended && !s.migration) {
+      if (now >= s.suspend_end) {
+        s.suspended = false;
+        LogLine(absl::StrCat("request ", s.request_id,
+                             ": no migration came within its lease; decoding on here"));
+      } else {
+        *next_wake = std::min(*next_wake, s.suspend_end);
+      }
+    }
     if (s.stage == Stage::kDecoding) {
       if (s.stream->Unsent() >= options_.max_unsent_tokens) {
         if (s.paused_since == absl::InfiniteFuture()) s.paused_since = now;
@@ -630,7 +799,9 @@ void Scheduler::Step() {
     Sequence& s = *sp;
     if (s.finished) continue;
     if (s.stage == Stage::kQueued) queued.push_back(&s);
-    if (s.stage != Stage::kDecoding || s.paused_since != absl::InfiniteFuture()) continue;
+    if (s.stage != Stage::kDecoding || s.paused_since != absl::InfiniteFuture() || s.suspended) {
+      continue;
+    }
     if ((int)rows.size() < options_.max_decode_batch) rows.push_back(&s);
   }
   if (rows.empty() && queued.empty()) return;
@@ -863,7 +1034,7 @@ void Scheduler::EmitToken(Sequence& s, int32_t token) {
   if (!done) return;
   Summary sum;
   sum.reason = reason;
-  sum.prompt_tokens = s.prompt_tokens;
+  sum.prompt_tokens = s.summary_prompt_tokens >= 0 ? s.summary_prompt_tokens : s.prompt_tokens;
   sum.output_tokens = s.generated;
   sum.cached_tokens = s.cached_tokens;
   sum.ttft_seconds = Seconds(s.first_token_time - s.arrival);
@@ -872,7 +1043,7 @@ void Scheduler::EmitToken(Sequence& s, int32_t token) {
   LogLine(
       absl::StrFormat("request %s: finished (%s), %d prompt + %d output tokens, ttft %.1f ms, "
                       "tpot %.1f ms",
-                      s.request_id, ReasonName(reason), s.prompt_tokens, s.generated,
+                      s.request_id, ReasonName(reason), sum.prompt_tokens, s.generated,
                       sum.ttft_seconds * 1e3, sum.mean_tpot_seconds * 1e3));
   s.stream->Finish(absl::OkStatus(), sum);
   s.stream = nullptr;
@@ -887,6 +1058,13 @@ void Scheduler::FinishSequence(Sequence& s, const absl::Status& status) {
   // blocks, and only then do they return to the pool.
   s.inbound.reset();
   s.outbound.reset();
+  if (s.migration) {
+    auto reply = std::move(s.migration);
+    s.migration = nullptr;
+    reply(absl::Status(status.ok() ? absl::StatusCode::kAborted : status.code(),
+                       absl::StrCat("the stream ended before its KV was sent: ",
+                                    status.ok() ? "finished" : status.message())));
+  }
   if (s.stream) {
     LogLine(absl::StrCat("request ", s.request_id, ": ", status.ToString()));
     s.stream->Finish(status.ok() ? absl::InternalError("finished without a summary") : status, {});
@@ -961,35 +1139,50 @@ void Scheduler::PublishCacheEvents() {
   if (e.overflowed) {
     const std::vector<uint64_t> all = kv_->CachedHashes();
     cached_hashes_ = absl::flat_hash_set<uint64_t>(all.begin(), all.end());
-    pending_full_ = true;
+    for (auto& [name, p] : pending_) p.full = true;
     return;
   }
-  // Net changes (disjoint lists), netted again against what is pending.
-  for (uint64_t h : e.removed) {
-    cached_hashes_.erase(h);
-    if (pending_stored_.erase(h) == 0) pending_removed_.insert(h);
+  for (uint64_t h : e.removed) cached_hashes_.erase(h);
+  for (uint64_t h : e.stored) cached_hashes_.insert(h);
+  // Net changes (disjoint lists), netted again against what is pending for
+  // each router.
+  for (auto& [name, p] : pending_) {
+    if (p.full) continue;
+    for (uint64_t h : e.removed) {
+      if (p.stored.erase(h) == 0) p.removed.insert(h);
+    }
+    for (uint64_t h : e.stored) {
+      if (p.removed.erase(h) == 0) p.stored.insert(h);
+    }
+    if (p.stored.size() + p.removed.size() > (1 << 16)) {
+      p.full = true;
+      p.stored.clear();
+      p.removed.clear();
+    }
   }
-  for (uint64_t h : e.stored) {
-    cached_hashes_.insert(h);
-    if (pending_removed_.erase(h) == 0) pending_stored_.insert(h);
-  }
-  if (pending_stored_.size() + pending_removed_.size() > (1 << 16)) pending_full_ = true;
 }
 
-CacheUpdate Scheduler::TakeCacheUpdate(bool want_full) {
+CacheUpdate Scheduler::TakeCacheUpdate(const std::string& router, bool want_full) {
   std::lock_guard lock(cache_mu_);
   CacheUpdate out;
-  if (want_full || pending_full_) {
+  // A router heard of for the first time gets the whole set.
+  auto [it, added] = pending_.try_emplace(router);
+  PendingCacheUpdate& p = it->second;
+  if (want_full || p.full) {
     out.full = true;
     out.stored.assign(cached_hashes_.begin(), cached_hashes_.end());
   } else {
-    out.stored.assign(pending_stored_.begin(), pending_stored_.end());
-    out.removed.assign(pending_removed_.begin(), pending_removed_.end());
+    out.stored.assign(p.stored.begin(), p.stored.end());
+    out.removed.assign(p.removed.begin(), p.removed.end());
   }
-  pending_stored_.clear();
-  pending_removed_.clear();
-  pending_full_ = false;
+  p = PendingCacheUpdate{};
+  p.full = false;
   return out;
+}
+
+void Scheduler::ForgetCacheRouter(const std::string& router) {
+  std::lock_guard lock(cache_mu_);
+  pending_.erase(router);
 }
 
 void Scheduler::UpdateLoad() {

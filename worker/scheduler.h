@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -72,6 +73,9 @@ struct SchedulerOptions {
   bool reuse_any_precision = false;
   // Labels the prefix-cache metrics (the worker's --pool).
   std::string pool;
+  // How long a stream suspended for migration waits for its KV to be sent
+  // before it decodes on here.
+  absl::Duration migration_lease = absl::Seconds(10);
 };
 
 enum class FinishReason { kEos = 1, kStop = 2, kLength = 3, kContextFull = 4 };
@@ -86,6 +90,33 @@ struct GenerationParams {
   absl::Time deadline = absl::InfiniteFuture();
   std::string cache_salt;  // role both: requests share cached KV only under equal salts
   bool batch = false;      // batch priority: prompts prefilled here wait for interactive ones
+  // A stream migrated here from another decode worker (live migration):
+  // the reservation's KV holds the prompt and all generated tokens but the
+  // last, the KV notice brings the last, which the client already has.
+  // `resume_generated`: every token sent so far (replayed into the stop
+  // strings and the sampler's position); `resume_prompt_tokens`: the
+  // original prompt's length, for the summary.
+  bool resume = false;
+  int64_t resume_prompt_tokens = 0;
+  std::vector<int32_t> resume_generated;
+};
+
+// Live migration, source side: what a suspended stream holds.
+struct Suspended {
+  std::vector<int32_t> tokens;  // prompt + generated (the last one not in the KV)
+  int64_t kv_tokens = 0;
+  int64_t prompt_tokens = 0;
+  absl::Duration lease;
+  std::string kv_writer;  // the precision that wrote the KV, or "mixed"
+};
+struct MigrationTarget {
+  std::string kv_address;
+  std::string transfer_token;
+  int64_t cached_tokens = 0;  // leading tokens the target holds: not sent
+};
+struct KvSent {
+  double seconds = 0;
+  int64_t bytes = 0;
 };
 
 struct Summary {
@@ -220,13 +251,28 @@ class Scheduler {
                 std::shared_ptr<TokenStream> stream);
   // Prefill side: computes the prompt and sends its KV to the reservation.
   void Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call);
+  // Live migration, on the worker decoding `request_id`: Suspend stops it
+  // between steps (it decodes on by itself after `migration_lease`);
+  // SendKv sends its KV to the target's reservation and, once verified
+  // there, ends its stream (Aborted, "migrated") and frees it, or on a
+  // failed transfer lets it decode on; Resume lets it decode on.
+  // FailedPrecondition when it is not decoding here (or has no KV
+  // transport), NotFound when unknown.
+  void Suspend(std::string request_id, std::function<void(absl::StatusOr<Suspended>)> done);
+  void SendKv(std::string request_id, MigrationTarget target,
+              std::function<void(absl::StatusOr<KvSent>)> done);
+  void Resume(std::string request_id, std::function<void(absl::Status)> done);
   // A stream or call changed (cancelled, a write finished): look again.
   void Wake();
 
   SchedulerLoad load() const;
-  // What changed in the prefix cache since the last call, or with
-  // `want_full` (or when changes were dropped) the whole set. Thread-safe.
-  CacheUpdate TakeCacheUpdate(bool want_full);
+  // What changed in the prefix cache since the last call for `router` (each
+  // router the worker registers with keeps its own account), or with
+  // `want_full`, on the first call, or when changes were dropped, the whole
+  // set. Thread-safe.
+  CacheUpdate TakeCacheUpdate(const std::string& router, bool want_full);
+  // Stops keeping `router`'s account (a router no longer registered with).
+  void ForgetCacheRouter(const std::string& router);
   const KvCache& kv() const { return *kv_; }  // layout and sizes only
   const StepStats& step_stats() const { return step_stats_; }
 
@@ -249,6 +295,11 @@ class Scheduler {
   // Emits a generated token (the first from a prefill, or a later one) and
   // decides whether the sequence is finished.
   void EmitToken(Sequence& s, int32_t token);
+  // The KV landed and the Decode call came: the first token goes out, or a
+  // migrated stream picks up after `token` (sent by the source already).
+  void StartDecoding(Sequence& s, int32_t token);
+  // The decoding sequence serving `request_id`, or why not.
+  absl::StatusOr<Sequence*> MigratingSequence(const std::string& request_id);
   void FinishSequence(Sequence& s, const absl::Status& status);
   // Prefix cache: reuses what the cache holds of s.tokens (at most
   // `max_tokens`, written by `writer` unless any precision may be reused)
@@ -303,14 +354,17 @@ class Scheduler {
   std::atomic<int64_t> queued_prompt_tokens_{0}, kv_blocks_free_{0}, active_{0}, reservations_{0},
       kv_blocks_cached_{0};
   int64_t evictions_seen_ = 0;
-  // The cache's block hashes as the router should see them: the set now and
-  // what changed since TakeCacheUpdate last ran.
+  // The cache's block hashes as the routers should see them: the set now
+  // and, per router, what changed since TakeCacheUpdate last ran for it.
   std::mutex cache_mu_;
   absl::flat_hash_set<uint64_t> cached_hashes_;  // guarded by cache_mu_
-  // The net change since the last update (guarded by cache_mu_); `full`:
-  // send the whole set instead.
-  absl::flat_hash_set<uint64_t> pending_stored_, pending_removed_;
-  bool pending_full_ = false;
+  // The net change since a router's last update; `full`: send the whole
+  // set instead.
+  struct PendingCacheUpdate {
+    absl::flat_hash_set<uint64_t> stored, removed;
+    bool full = true;
+  };
+  absl::flat_hash_map<std::string, PendingCacheUpdate> pending_;  // guarded by cache_mu_
   void PublishCacheEvents();
   std::thread thread_;
 };

@@ -14,6 +14,7 @@
 #include "server/metrics.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
+#include "worker/router_targets.h"
 #include "worker/worker_server.h"
 
 namespace pdq::worker {
@@ -85,7 +86,11 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
                "host:port for Prometheus /metrics over HTTP; port 0 picks a free one");
   flags.String("metrics-address-file", &metrics_address_file,
                "write the /metrics address here once serving");
-  flags.String("router", &router, "register with the router's gRPC address (host:port)");
+  flags.String("router", &router,
+               "register with these routers: a comma-separated list of gRPC addresses "
+               "(host:port), where dns:///NAME:PORT stands for every address NAME has, looked "
+               "up again every 5 s (a Kubernetes headless Service over router replicas); each "
+               "router gets the heartbeats, so every router knows every worker");
   security.Register(flags);
   flags.String("decode-precision", &decode_precision,
                "the decode's precision: the same as --precision (for --role both beside "
@@ -128,6 +133,11 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
             "on SIGTERM, leave the router's rotation and let requests in flight finish for up "
             "to this long before ending them (0: end them at once); keep it below the "
             "orchestrator's grace period; the exit status is 3 when the time ran out");
+  bool keep_streams = false;
+  flags.Bool("keep-streams-on-drain", &keep_streams,
+             "on SIGTERM, finish this decode worker's streams here (for up to --drain-seconds) "
+             "instead of asking the routers to move them, with their KV, to other decode "
+             "workers with room (live migration; a stream no worker can take stays here)");
   std::string prefix_cache = "on";
   flags.String("prefix-cache", &prefix_cache,
                "on: keep whole KV blocks of prompts and answers after requests end (until the "
@@ -156,6 +166,11 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   if (!role.ok()) return fail(WithFlagNames(role.status(), {{"role", "--role"}}));
   if (!prefill_precision.empty() && *role != Role::kBoth) {
     return fail(absl::InvalidArgumentError("--prefill-precision needs --role both"));
+  }
+  if (!router.empty()) {
+    if (absl::StatusOr<std::vector<RouterEntry>> r = ParseRouterList(router); !r.ok()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat("--router: ", r.status().message())));
+    }
   }
   if (!pool.empty() && !server::ValidPoolName(pool)) {
     return fail(
@@ -238,6 +253,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   wo.router_tls_name = router_tls_name;
   wo.health_listen = security.health_listen;
   wo.pool = pool;
+  wo.migrate_on_drain = !keep_streams;
   absl::StatusOr<std::unique_ptr<server::MetricsServer>> metrics =
       server::ServeMetrics(metrics_listen);
   if (!metrics.ok()) {

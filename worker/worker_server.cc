@@ -2,15 +2,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "server/grpc_util.h"
 #include "server/metrics.h"
 #include "server/response_stream.h"
+#include "worker/router_targets.h"
 
 namespace pdq::worker {
 namespace {
@@ -145,9 +148,12 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     args.cache_salt = req->cache_salt();
     args.local_prefill_max_tokens = std::max(0, req->local_prefill_max_tokens());
     args.kv_writer = req->kv_writer();
-    if (!args.kv_writer.empty() && !ParsePrecision(args.kv_writer).ok()) {
+    // ("mixed": a migrated stream's KV, its prompt written at another
+    // precision than its answer.)
+    if (!args.kv_writer.empty() && args.kv_writer != "mixed" &&
+        !ParsePrecision(args.kv_writer).ok()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                   "kv_writer must be fp16, w8a8 or w4a16"));
+                                   "kv_writer must be fp16, w8a8, w4a16 or mixed"));
       return reactor;
     }
     w_.scheduler_->Reserve(std::move(args), [this, reactor, resp](absl::StatusOr<Reservation> r) {
@@ -183,6 +189,59 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     return reactor;
   }
 
+  // Live migration, source side (worker/scheduler.h).
+  grpc::ServerUnaryReactor* Suspend(grpc::CallbackServerContext* ctx,
+                                    const pdq::v1::SuspendRequest* req,
+                                    pdq::v1::SuspendResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    w_.scheduler_->Suspend(req->request_id(), [reactor, resp](absl::StatusOr<Suspended> r) {
+      if (r.ok()) {
+        resp->mutable_tokens()->Add(r->tokens.begin(), r->tokens.end());
+        resp->set_kv_tokens(r->kv_tokens);
+        resp->set_prompt_tokens((int32_t)r->prompt_tokens);
+        resp->set_lease_ms(absl::ToInt64Milliseconds(r->lease));
+        resp->set_kv_writer(r->kv_writer);
+      }
+      reactor->Finish(ToGrpc(r.status()));
+    });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* SendKv(grpc::CallbackServerContext* ctx,
+                                   const pdq::v1::SendKvRequest* req,
+                                   pdq::v1::SendKvResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    if (w_.transport_ == nullptr || req->kv_transport() != w_.transport_->name()) {
+      reactor->Finish(grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("the target's KV transport is '", req->kv_transport(), "', this worker's '",
+                       w_.transport_ != nullptr ? w_.transport_->name() : "none", "'")));
+      return reactor;
+    }
+    MigrationTarget t;
+    t.kv_address = req->kv_address();
+    t.transfer_token = req->transfer_token();
+    t.cached_tokens = req->target_cached_tokens();
+    w_.scheduler_->SendKv(req->request_id(), std::move(t),
+                          [reactor, resp](absl::StatusOr<KvSent> r) {
+                            if (r.ok()) {
+                              resp->set_transfer_seconds(r->seconds);
+                              resp->set_kv_bytes(r->bytes);
+                            }
+                            reactor->Finish(ToGrpc(r.status()));
+                          });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Resume(grpc::CallbackServerContext* ctx,
+                                   const pdq::v1::ResumeRequest* req,
+                                   pdq::v1::ResumeResponse*) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    w_.scheduler_->Resume(req->request_id(),
+                          [reactor](absl::Status s) { reactor->Finish(ToGrpc(s)); });
+    return reactor;
+  }
+
   server::ResponseStream::Reactor* Decode(grpc::CallbackServerContext* ctx,
                                           const grpc::ByteBuffer* raw) override {
     Scheduler* sched = w_.scheduler_;
@@ -203,7 +262,18 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     p.deadline = DeadlineOf(*ctx);
     p.cache_salt = req->cache_salt();
     p.batch = req->priority() == pdq::v1::PRIORITY_BATCH;
+    if (req->has_resume()) {
+      p.resume = true;
+      p.resume_prompt_tokens = req->resume().prompt_tokens();
+      p.resume_generated.assign(req->resume().generated().begin(),
+                                req->resume().generated().end());
+    }
     absl::Status valid = ValidateGeneration(p);
+    if (valid.ok() && p.resume &&
+        (p.resume_generated.empty() || p.resume_prompt_tokens < 1 || req->prompt_size() > 0)) {
+      valid = absl::InvalidArgumentError(
+          "resume needs the tokens sent so far and the prompt's length, and a reservation");
+    }
     if (valid.ok() && p.cache_salt.size() > 256) {
       valid = absl::InvalidArgumentError("cache_salt must have at most 256 bytes");
     }
@@ -430,6 +500,9 @@ void WorkerServer::StopRegistration() {
 }
 
 bool WorkerServer::Drain(absl::Duration timeout) {
+  // A decode worker's routers move its streams to other decode workers
+  // (live migration); what they cannot move finishes here.
+  migrate_on_deregister_ = options_.migrate_on_drain && options_.role == Role::kDecode;
   StopRegistration();
   grpc_.SetServing(false);
   const absl::Time start = absl::Now(), end = start + timeout;
@@ -489,8 +562,75 @@ pdq::v1::WorkerInfo WorkerServer::Info() const {
 }
 
 void WorkerServer::RegistrationLoop() {
-  auto channel =
-      server::Dial(options_.router, server::Dialing{options_.tls, options_.router_tls_name, ""});
+  // Validated by WorkerMain; a library caller's bad list is logged.
+  absl::StatusOr<std::vector<RouterEntry>> entries = ParseRouterList(options_.router);
+  if (!entries.ok()) {
+    LogLine(absl::StrCat("not registering: --router: ", entries.status().message()));
+    return;
+  }
+  const bool lookups = std::any_of(entries->begin(), entries->end(),
+                                   [](const RouterEntry& e) { return e.dns; });
+  struct Loop {
+    RouterTarget target;
+    std::unique_ptr<std::atomic<bool>> gone;
+    std::thread thread;
+  };
+  std::vector<Loop> loops;
+  std::vector<RouterTarget> targets;
+  std::string last_errors;
+  for (;;) {
+    std::vector<std::string> errors;
+    targets = ResolveRouterTargets(*entries, SystemResolve, targets, &errors);
+    if (std::string e = absl::StrJoin(errors, "; "); e != last_errors) {
+      if (!e.empty()) LogLine(absl::StrCat("router lookup: ", e, "; keeping the routers known"));
+      last_errors = e;
+    }
+    // A router no longer named is left (its loop deregisters, if it can);
+    // a new one is registered with.
+    for (Loop& l : loops) {
+      if (std::find(targets.begin(), targets.end(), l.target) == targets.end() && !*l.gone) {
+        LogLine(absl::StrCat("router ", l.target.address, " is no longer listed; leaving it"));
+        std::lock_guard lock(mu_);
+        *l.gone = true;
+        cv_.notify_all();
+      }
+    }
+    for (const RouterTarget& t : targets) {
+      if (std::none_of(loops.begin(), loops.end(),
+                       [&](const Loop& l) { return l.target == t && !*l.gone; })) {
+        Loop l{t, std::make_unique<std::atomic<bool>>(false), {}};
+        const std::string tls_name =
+            options_.router_tls_name.empty() ? t.tls_name : options_.router_tls_name;
+        l.thread = std::thread([this, t, tls_name, gone = l.gone.get()] {
+          RegisterWith(t.address, tls_name, *gone);
+        });
+        loops.push_back(std::move(l));
+      }
+    }
+    for (auto it = loops.begin(); it != loops.end();) {
+      if (*it->gone) {
+        it->thread.join();
+        scheduler_->ForgetCacheRouter(it->target.address);
+        it = loops.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::unique_lock lock(mu_);
+    if (!lookups) {
+      cv_.wait(lock, [&] { return stopping_; });
+    } else {
+      cv_.wait_for(lock, absl::ToChronoMilliseconds(kRouterLookupInterval),
+                   [&] { return stopping_; });
+    }
+    if (stopping_) break;
+  }
+  for (Loop& l : loops) l.thread.join();  // each deregisters
+}
+
+void WorkerServer::RegisterWith(const std::string& router, const std::string& tls_name,
+                                const std::atomic<bool>& gone) {
+  auto channel = server::Dial(router, server::Dialing{options_.tls, tls_name, ""});
   auto stub = pdq::v1::Registry::NewStub(channel);
   bool registered = false;
   // The router's copy of the prefix cache's block set is whole only after
@@ -505,7 +645,7 @@ void WorkerServer::RegistrationLoop() {
   for (;;) {
     {
       std::unique_lock lock(mu_);
-      if (stopping_) break;
+      if (stopping_ || gone) break;
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -519,14 +659,14 @@ void WorkerServer::RegistrationLoop() {
         registered = true;
         cache_synced = false;
         interval = absl::Milliseconds(std::max(50, resp.heartbeat_interval_ms()));
-        LogLine(absl::StrCat("registered with the router at ", options_.router, " as ",
+        LogLine(absl::StrCat("registered with the router at ", router, " as ",
                              options_.worker_id));
       }
     } else {
       pdq::v1::HeartbeatRequest req;
       req.set_worker_id(options_.worker_id);
       FillLoad(scheduler_->load(), req.mutable_load());
-      CacheUpdate cache = scheduler_->TakeCacheUpdate(!cache_synced || ++heartbeats % 120 == 0);
+      CacheUpdate cache = scheduler_->TakeCacheUpdate(router, !cache_synced || ++heartbeats % 120 == 0);
       // A heartbeat stays far below gRPC's 4 MiB message limit: a router
       // that hears of fewer blocks only misses some hits.
       constexpr size_t kMaxHashes = 200000;
@@ -542,7 +682,7 @@ void WorkerServer::RegistrationLoop() {
       if (s.ok() && !resp.registered()) registered = false;
     }
     if (!s.ok() && s.error_message() != last_error) {
-      LogLine(absl::StrCat("router ", options_.router, " unreachable (", s.error_message(),
+      LogLine(absl::StrCat("router ", router, " unreachable (", s.error_message(),
                            "); retrying"));
       last_error = s.error_message();
       registered = false;
@@ -551,15 +691,19 @@ void WorkerServer::RegistrationLoop() {
     }
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(absl::ToInt64Milliseconds(interval)),
-                 [&] { return stopping_; });
+                 [&] { return stopping_ || gone; });
   }
   if (registered) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     pdq::v1::DeregisterRequest req;
     req.set_worker_id(options_.worker_id);
+    req.set_migrate_streams(migrate_on_deregister_);
     pdq::v1::DeregisterResponse resp;
-    (void)stub->Deregister(&ctx, req, &resp);
+    if (stub->Deregister(&ctx, req, &resp).ok() && resp.migrating() > 0) {
+      LogLine(absl::StrCat("the router at ", router, " is moving ", resp.migrating(),
+                           " of its streams here to other decode workers"));
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 // mains over WorkerMain; a test can start one in-process on port 0.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -21,7 +22,8 @@ namespace pdq::worker {
 
 struct WorkerServerOptions {
   std::string listen = "127.0.0.1:0";  // gRPC
-  // host:port of the router's Registry; empty: do not register.
+  // The routers to register with (worker/router_targets.h: a comma-separated
+  // list of host:port and dns:///NAME:PORT); empty: do not register.
   std::string router;
   // The host the router and peers should use for this worker; empty: the
   // host of `listen`.
@@ -44,6 +46,9 @@ struct WorkerServerOptions {
   // The pool this worker joins (router/traffic_split.h); its request
   // metrics carry it as a label. Empty: none.
   std::string pool;
+  // On Drain, a decode worker asks its routers to move its streams to other
+  // decode workers (live migration) rather than finish them here.
+  bool migrate_on_drain = true;
 };
 
 class WorkerServer {
@@ -52,7 +57,8 @@ class WorkerServer {
   static absl::StatusOr<std::unique_ptr<WorkerServer>> Start(const WorkerServerOptions& options,
                                                              Scheduler* scheduler,
                                                              kvtransfer::Transport* transport);
-  // Leaves rotation (deregisters from the router, health NOT_SERVING) and
+  // Leaves rotation (deregisters from the routers, asking them to move its
+  // streams elsewhere when options.migrate_on_drain; health NOT_SERVING) and
   // waits up to `timeout` until this worker holds no request: nothing queued
   // and every KV block free, so the streams it serves finish and the
   // reservations it holds are used. Returns whether it drained in time.
@@ -66,7 +72,12 @@ class WorkerServer {
   class DecodeService;
   class PrefillService;
   WorkerServer() = default;
+  // Keeps one RegisterWith loop per router (looking dns:/// names up again).
   void RegistrationLoop();
+  // Registers with one router and heartbeats until stopping_ or `gone`,
+  // then deregisters.
+  void RegisterWith(const std::string& address, const std::string& tls_name,
+                    const std::atomic<bool>& gone);
   void StopRegistration();
   // Publishes the scheduler's load as /metrics gauges (cleared on destruction).
   void ExportLoad();
@@ -82,7 +93,10 @@ class WorkerServer {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;  // guarded by mu_
+  std::atomic<bool> migrate_on_deregister_{false};
   std::thread registration_;
+  // How often dns:/// router names are looked up again.
+  static constexpr absl::Duration kRouterLookupInterval = absl::Seconds(5);
 };
 
 // The whole process: flags, model loading, KV cache, transport, scheduler,

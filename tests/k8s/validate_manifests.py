@@ -22,8 +22,10 @@ manifests claim and the newest bundled, and then checks what matters to pdq:
 - every --flag in a container's args is a flag its executable defines (read
   from the C++ sources), and every $(VAR) in the args is a declared env var;
 - workers advertise their pod IP (downward API status.podIP), listen for KV
-  on it, register with a Service that exists and leads to the router's gRPC
-  port, and take --threads from their own whole-core CPU limit;
+  on it, register with every router (a dns:/// name of a headless Service
+  over the router pods, on the router's gRPC port; a ClusterIP Service
+  would reach one of them), and take --threads from their own whole-core
+  CPU limit; the router runs two or more replicas;
 - each Deployment has exactly one PodDisruptionBudget whose selector matches
   its pod labels, and no budget matches two Deployments;
 - each Service selects pods and targets ports they declare;
@@ -476,27 +478,7 @@ def check_worker(dn, c, args, env, services, objs):
     if not router:
         problems.append(f"{dn}: container {name}: no --router to register with")
     else:
-        host, port = split_host_port(router)
-        svc = services.get(host)
-        if svc is None:
-            problems.append(f"{dn}: container {name}: --router={router}: no Service named {host!r}")
-        else:
-            sp = [p for p in svc["spec"].get("ports", []) if str(p.get("port")) == port]
-            targets = deployment_of_pods(objs, svc["spec"].get("selector") and
-                                         {"matchLabels": svc["spec"]["selector"]})
-            routers = [d for d in targets if any(executable(x) == "pdq-router" for x in pod_spec(d)["containers"])]
-            if not sp or not routers:
-                problems.append(f"{dn}: container {name}: --router={router} does not lead to the router's "
-                                "gRPC port")
-            else:
-                rc = next(x for x in pod_spec(routers[0])["containers"] if executable(x) == "pdq-router")
-                tp = sp[0].get("targetPort", sp[0]["port"])
-                rports = container_ports(rc)
-                tnum = tp if isinstance(tp, int) else next((p for p, n in rports.items() if n == tp), None)
-                rlisten = split_host_port(parse_args(rc)[0].get("listen", ""))[1]
-                if str(tnum) != rlisten:
-                    problems.append(f"{dn}: container {name}: --router={router} reaches router port {tnum}, "
-                                    f"but the router's gRPC --listen is on {rlisten}")
+        problems += check_router_list(f"{dn}: container {name}", router, services, objs)
     # --threads from this container's whole-core CPU limit.
     limit = cpu_cores(((c.get("resources") or {}).get("limits") or {}).get("cpu"))
     threads = args.get("threads")
@@ -513,6 +495,70 @@ def check_worker(dn, c, args, env, services, objs):
                             "limits.cpu with divisor 1")
     elif threads is None or not str(threads).isdigit() or (limit is not None and int(threads) != limit):
         problems.append(f"{dn}: container {name}: --threads={threads} does not match the CPU limit {limit}")
+    return problems
+
+
+def router_deployments(objs):
+    return [d for d in of_kind(objs, "Deployment")
+            if any(executable(x) == "pdq-router" for x in pod_spec(d)["containers"])]
+
+
+def check_router_list(where, router, services, objs):
+    """A worker's --router list: each entry leads to the routers' gRPC port
+    through a Service, a dns:/// entry through a headless one (each pod's
+    address), and with several router replicas some entry reaches them all
+    (each router keeps its own registry)."""
+    problems = []
+    reaches_all = False
+    for entry in [e.strip() for e in router.split(",") if e.strip()]:
+        dns = entry.startswith("dns:///")
+        host, port = split_host_port(entry[len("dns:///"):] if dns else entry)
+        svc = services.get(host)
+        if svc is None:
+            problems.append(f"{where}: --router={router}: no Service named {host!r}")
+            continue
+        headless = svc["spec"].get("clusterIP") == "None"
+        if dns and not headless:
+            problems.append(f"{where}: --router={router}: dns:///{host} needs a headless Service "
+                            f"(clusterIP: None); {host} has one virtual IP, which leads to one router")
+        targets = deployment_of_pods(objs, svc["spec"].get("selector") and
+                                     {"matchLabels": svc["spec"]["selector"]})
+        routers = [d for d in targets if d in router_deployments(objs)]
+        if not routers:
+            problems.append(f"{where}: --router={router} does not lead to the router's gRPC port")
+            continue
+        rc = next(x for x in pod_spec(routers[0])["containers"] if executable(x) == "pdq-router")
+        rlisten = split_host_port(parse_args(rc)[0].get("listen", ""))[1]
+        if headless:
+            # A headless Service's addresses are the pods': the port dialed
+            # is the router's own.
+            tnum = port
+        else:
+            sp = [p for p in svc["spec"].get("ports", []) if str(p.get("port")) == port]
+            if not sp:
+                problems.append(f"{where}: --router={router}: {host} has no port {port}")
+                continue
+            tp = sp[0].get("targetPort", sp[0]["port"])
+            tnum = tp if isinstance(tp, int) else next(
+                (p for p, n in container_ports(rc).items() if n == tp), None)
+        if str(tnum) != rlisten:
+            problems.append(f"{where}: --router={router} reaches router port {tnum}, "
+                            f"but the router's gRPC --listen is on {rlisten}")
+        reaches_all |= dns and headless
+    replicas = max([d["spec"].get("replicas", 1) for d in router_deployments(objs)] or [1])
+    if replicas > 1 and not reaches_all:
+        problems.append(f"{where}: --router={router} registers with one of the {replicas} router "
+                        "replicas only (each keeps its own registry); name them all: "
+                        "dns:///HEADLESS-SERVICE:PORT")
+    return problems
+
+
+def check_router_replicas(objs, where):
+    problems = []
+    for d in router_deployments(objs):
+        if d["spec"].get("replicas", 1) < 2:
+            problems.append(f"{where}: {kn(d)}: one router replica is a single point of failure in "
+                            "front of the pools; run two or more")
     return problems
 
 
@@ -716,7 +762,7 @@ def check_overlay(rel, objs):
 def check_app(rel, objs, metric_names, exposed, flags_by_exe):
     return (check_deployments(objs, rel, flags_by_exe) + check_pdbs(objs, rel) +
             check_services(objs, rel) + check_hpas(objs, rel, metric_names, exposed) +
-            check_overlay(rel, objs))
+            check_router_replicas(objs, rel) + check_overlay(rel, objs))
 
 
 # ------------------------------------------------------- the image recipe
@@ -809,6 +855,16 @@ def self_test(rendered, metric_names, exposed, flags_by_exe, versions):
     case("a PDB that matches no Deployment", "matches 0 Deployments",
          lambda o: find(o, "PodDisruptionBudget", "pdq-decode")["spec"]["selector"]["matchLabels"]
          .__setitem__("app.kubernetes.io/component", "nothing"))
+    case("workers registering through the routers' ClusterIP Service", "registers with one of the 2 router",
+         lambda o: container(o, "pdq-decode", "decode")["args"].__setitem__(
+             container(o, "pdq-decode", "decode")["args"].index("--router=dns:///pdq-router-peers:50051"),
+             "--router=pdq-router:50051"))
+    case("a dns:/// router name on a ClusterIP Service", "needs a headless Service",
+         lambda o: container(o, "pdq-prefill", "prefill")["args"].__setitem__(
+             container(o, "pdq-prefill", "prefill")["args"].index("--router=dns:///pdq-router-peers:50051"),
+             "--router=dns:///pdq-router:50051"))
+    case("one router replica", "single point of failure",
+         lambda o: find(o, "Deployment", "pdq-router")["spec"].__setitem__("replicas", 1))
     case("a flag the worker does not define", "has no flag --no-such-flag",
          lambda o: container(o, "pdq-decode", "decode")["args"].append("--no-such-flag=1"))
     case("--threads not following the CPU limit", "--threads=8 does not match",
