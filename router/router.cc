@@ -423,6 +423,10 @@ struct RouterMetrics {
         "decodes on where it was), failed (the request failed while moving).",
         {{"outcome", outcome}});
   }
+  server::Counter& recomputes = server::Metrics::Global().GetCounter(
+      "pdq_recomputes_total",
+      "Streams whose decode worker was lost mid-stream, computed again on another worker from "
+      "the prompt and the tokens sent (the client sees a pause, not an error).");
   server::Histogram& migration_pause = server::Metrics::Global().GetHistogram(
       "pdq_migration_pause_seconds",
       "A moved stream's pause: from suspending it on its decode worker to its KV verified on "
@@ -612,14 +616,21 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     return false;
   }
 
+  // The prompt an attempt computes: the client's, or after a lost decode
+  // worker the client's plus every token sent (RecomputeLocked).
+  const std::vector<int32_t>& AttemptPromptLocked() const {
+    return recompute_prompt_.empty() ? prompt_ : recompute_prompt_;
+  }
+
   void StartAttemptLocked() {
+    const std::vector<int32_t>& prompt = AttemptPromptLocked();
     if (route_.prompt_tokens == 0) {
       // Every live worker shares one KV layout (Register checks).
-      route_.prompt_tokens = (int64_t)prompt_.size();
+      route_.prompt_tokens = (int64_t)prompt.size();
       route_.client_id = req_.client_id();
       if (std::optional<v1::WorkerInfo> m = registry_.Model(); m && m->block_tokens() > 0) {
         route_.block_tokens = m->block_tokens();
-        route_.hashes = PrefixBlockHashes(PrefixSeed(m->kv_layout(), req_.cache_salt()), prompt_,
+        route_.hashes = PrefixBlockHashes(PrefixSeed(m->kv_layout(), req_.cache_salt()), prompt,
                                           route_.block_tokens);
       }
     }
@@ -677,17 +688,23 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     *d.mutable_stop_token_ids() = req_.stop_token_ids();
     d.set_ignore_eos(req_.ignore_eos());
     d.set_priority(req_.priority());
+    if (!recompute_prompt_.empty()) {
+      v1::ResumeState* resume = d.mutable_resume();
+      resume->set_prompt_tokens((int32_t)prompt_.size());
+      resume->mutable_generated()->Add(sent_tokens_.begin(), sent_tokens_.end());
+      resume->set_recomputed(true);
+    }
     if (a->decode->info.role() == v1::ROLE_BOTH) {
-      for (int32_t t : prompt_) d.add_prompt(t);
+      for (int32_t t : prompt) d.add_prompt(t);
       d.set_cache_salt(req_.cache_salt());
       StartDecodeLocked(a);
       return;
     }
     a->reserve_req.set_request_id(request_id_);
-    a->reserve_req.set_prompt_tokens((int64_t)prompt_.size());
-    a->reserve_req.set_max_tokens(req_.max_tokens());
+    a->reserve_req.set_prompt_tokens((int64_t)prompt.size());
+    a->reserve_req.set_max_tokens(req_.max_tokens() - (int32_t)sent_tokens_.size());
     a->reserve_req.set_kv_layout(a->prefill->info.kv_layout());
-    for (int32_t t : prompt_) a->reserve_req.add_prompt(t);
+    for (int32_t t : prompt) a->reserve_req.add_prompt(t);
     a->reserve_req.set_cache_salt(req_.cache_salt());
     a->reserve_req.set_local_prefill_max_tokens(registry_.options().local_prefill_tokens);
     a->reserve_req.set_kv_writer(PrecisionLabel(a->prefill->info.precision()));
@@ -719,7 +736,9 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     }
     v1::PrefillRequest& p = a->prefill_req;
     p.set_request_id(request_id_);
-    for (int32_t t : prompt_) p.add_prompt(t);
+    for (int32_t t : AttemptPromptLocked()) p.add_prompt(t);
+    // A recomputed stream's next pick continues its sampled sequence.
+    if (!recompute_prompt_.empty()) p.set_skip_samples((int32_t)sent_tokens_.size());
     *p.mutable_sampling() = req_.sampling();
     p.set_decode_kv_address(a->reserve_resp.kv_address());
     p.set_decode_kv_transport(a->reserve_resp.kv_transport());
@@ -776,7 +795,9 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     std::lock_guard lock(mu_);
     --a->open_calls;
     a->prefilled = s.ok();
-    if (s.ok() && migrations_ == 0) prefill_cached_tokens_ = a->prefill_resp.cached_tokens();
+    if (s.ok() && migrations_ == 0 && recomputes_ == 0) {
+      prefill_cached_tokens_ = a->prefill_resp.cached_tokens();
+    }
     if (!s.ok() && !finished_ && a == attempt_ && !relayed_) {
       FailAttemptLocked(a, s, "prefill worker " + a->prefill->info.worker_id());
       return;
@@ -813,6 +834,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
         }
         last_token_ = now;
         output_tokens_ += n;
+        sent_tokens_.insert(sent_tokens_.end(), m.delta().token_ids().begin(),
+                            m.delta().token_ids().end());
         RouterMetrics::Get().output_tokens.Add(n);
       }
       relayed_ = true;
@@ -906,7 +929,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     // ran (the decode worker's then only saves the transfer), else the
     // decode worker's own.
     if (a->prefilled) sum.set_cached_tokens(a->prefill_resp.cached_tokens());
-    if (migrations_ > 0) sum.set_cached_tokens(prefill_cached_tokens_);
+    if (migrations_ > 0 || recomputes_ > 0) sum.set_cached_tokens(prefill_cached_tokens_);
     v1::GenerateResponse m;
     *m.mutable_summary() = sum;
     out_->Send(std::move(m));
@@ -938,6 +961,17 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       if (a->prefill) avoid_.insert(a->prefill->info.worker_id());
       EndAttemptIfIdleLocked(a);
       StartAttemptLocked();
+      return;
+    }
+    // Lost mid-stream (a decode worker killed, or one whose drain ran out):
+    // computed again elsewhere from the prompt and the tokens sent.
+    if (relayed_ && s.error_code() == grpc::StatusCode::UNAVAILABLE && a->decode != nullptr &&
+        who.rfind("decode worker", 0) == 0 && recomputes_ < kMaxRecomputes &&
+        !out_->cancelled() && !sent_tokens_.empty() &&
+        (int64_t)sent_tokens_.size() < req_.max_tokens() && output_tokens_ >= handoff_tokens_) {
+      avoid_.insert(a->decode->info.worker_id());
+      EndAttemptIfIdleLocked(a);
+      RecomputeLocked(s.error_message());
       return;
     }
     grpc::Status client = s;
@@ -1153,6 +1187,21 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     });
   }
 
+  // A new attempt for the prompt plus every token sent: the new decode
+  // worker's first token is the stream's next (DecodeRequest.resume).
+  static constexpr int kMaxRecomputes = 2;
+  void RecomputeLocked(const std::string& why) {
+    ++recomputes_;
+    recompute_prompt_ = prompt_;
+    recompute_prompt_.insert(recompute_prompt_.end(), sent_tokens_.begin(), sent_tokens_.end());
+    route_ = RouteRequest{};  // routed again, for the longer prompt
+    RouterMetrics::Get().recomputes.Add();
+    LogLine(absl::StrCat("request ", request_id_, ": decode worker lost after ",
+                         sent_tokens_.size(), " tokens (", why, "); computing the ",
+                         recompute_prompt_.size(), " tokens again elsewhere"));
+    StartAttemptLocked();
+  }
+
   void EndAttemptIfIdleLocked(const std::shared_ptr<Attempt>& a) {
     if (a->open_calls > 0) return;
     registry_.Done(a->decode);
@@ -1199,6 +1248,11 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   absl::Time first_token_, last_token_;
   v1::GenerateSummary summary_;
   int64_t prefill_cached_tokens_ = 0;  // the first prefill's reuse, for a moved stream
+  std::vector<int32_t> sent_tokens_;   // every token relayed to the client
+  // After a decode worker was lost mid-stream: the prompt + sent_tokens_,
+  // computed again elsewhere (RecomputeLocked); empty before.
+  std::vector<int32_t> recompute_prompt_;
+  int recomputes_ = 0;
 
   // Live migration. The source is attempt_ until the KV is verified on the
   // target; then the target becomes attempt_, and the source's last

@@ -199,6 +199,8 @@ struct Scheduler::Sequence {
   int64_t migration_bytes = 0;
   // The original prompt's length, for a migrated stream's summary.
   int64_t summary_prompt_tokens = -1;
+  int64_t first_skip = 0;  // prefill: samples the stream drew before its first pick here
+  bool emitted = false;    // a token went out from here (first_token_time is set)
   bool finished = false;
 };
 
@@ -411,6 +413,12 @@ void Scheduler::Decode(std::string reservation_id, GenerationParams params,
       s->sampler = std::make_unique<Sampler>(s->params.sampling);
       s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
       s->arrival = absl::Now();
+      if (s->params.resume_recomputed && !PrepareRecomputed(*s)) return;
+      if (s->params.resume && !s->params.resume_recomputed && s->local_prefill) {
+        FinishSequence(*s, absl::InvalidArgumentError(
+                               "a moved stream's reservation must bring its KV, not prefill it"));
+        return;
+      }
       if (s->local_prefill) {
         const int64_t missing = s->prompt_tokens - s->cached_tokens;
         if (queued_prompt_tokens_.load() + missing > options_.max_queued_prompt_tokens) {
@@ -465,6 +473,15 @@ void Scheduler::Generate(std::vector<int32_t> prompt, GenerationParams params,
     s->sampler = std::make_unique<Sampler>(s->params.sampling);
     s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
     queued_prompt_tokens_ += s->prompt_tokens - s->prefilled;
+    if (s->params.resume && !s->params.resume_recomputed) {
+      FinishSequence(*s, absl::InvalidArgumentError("a moved stream needs a reservation"));
+      sequences_.push_back(std::move(s));
+      return;
+    }
+    if (s->params.resume_recomputed && !PrepareRecomputed(*s)) {
+      sequences_.push_back(std::move(s));
+      return;
+    }
     LogLine(absl::StrCat("request ", s->request_id, ": queued ", s->prompt_tokens,
                          " prompt tokens (prefill and decode here), ", s->prefilled, " cached"));
     sequences_.push_back(std::move(s));
@@ -505,6 +522,7 @@ void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
       return;
     }
     s->first_sampling = args.sampling;
+    s->first_skip = args.skip_samples;
     s->call = std::move(call);
     // The connection and handshake run while the prompt waits and computes.
     s->outbound = transport_->Connect(
@@ -531,7 +549,7 @@ void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
 
 void Scheduler::StartDecoding(Sequence& s, int32_t token) {
   s.stage = Stage::kDecoding;
-  if (!s.params.resume) {
+  if (!s.params.resume || s.params.resume_recomputed) {
     s.sampler->SkipSamples(1);  // the prefill drew the first token
     EmitToken(s, token);
     return;
@@ -557,9 +575,35 @@ void Scheduler::StartDecoding(Sequence& s, int32_t token) {
   s.last_token = token;
   if (!s.tokens.empty()) s.tokens.push_back(token);
   s.first_token_time = s.last_token_time = absl::Now();
+  s.emitted = true;
   s.summary_prompt_tokens = s.params.resume_prompt_tokens;
   LogLine(absl::StrCat("request ", s.request_id, ": migrated here; decoding on after ",
                        s.generated, " tokens"));
+}
+
+bool Scheduler::PrepareRecomputed(Sequence& s) {
+  const std::vector<int32_t>& sent = s.params.resume_generated;
+  const int64_t original = s.params.resume_prompt_tokens;
+  if (sent.empty() || (int64_t)sent.size() >= s.params.max_tokens || original < 1 ||
+      original + (int64_t)sent.size() != s.prompt_tokens ||
+      (!s.tokens.empty() && !std::equal(sent.begin(), sent.end(), s.tokens.begin() + original))) {
+    FinishSequence(s, absl::InvalidArgumentError(
+                          "a recomputed stream's prompt must be its original prompt followed by "
+                          "every token sent, fewer than max_tokens"));
+    return false;
+  }
+  s.sampler->SkipSamples((int)sent.size());
+  for (int32_t t : sent) {
+    if (absl::StatusOr<std::string> text = s.text->Push(t); !text.ok()) {
+      FinishSequence(s, text.status());
+      return false;
+    }
+  }
+  s.generated = (int64_t)sent.size();
+  s.summary_prompt_tokens = original;
+  LogLine(absl::StrCat("request ", s.request_id, ": recomputed here after ", s.generated,
+                       " tokens sent elsewhere"));
+  return true;
 }
 
 absl::StatusOr<Scheduler::Sequence*> Scheduler::MigratingSequence(const std::string& request_id) {
@@ -977,6 +1021,7 @@ void Scheduler::RunPass(Context* ctx, StepCostModel& cost, const std::vector<Chu
     wm.prefill_seconds.Observe(Seconds(s.compute_end - s.compute_start));
     CacheBlocks(s, writer);
     Sampler first(s.first_sampling);
+    first.SkipSamples((int)s.first_skip);
     const int32_t token = s.kind != Kind::kPrefillOnly
                               ? s.sampler->Sample(logits_.Row(i, 0), logits_.vocab_size)
                               : first.Sample(logits_.Row(i, 0), logits_.vocab_size);
@@ -993,7 +1038,10 @@ void Scheduler::RunPass(Context* ctx, StepCostModel& cost, const std::vector<Chu
 
 void Scheduler::EmitToken(Sequence& s, int32_t token) {
   const absl::Time now = absl::Now();
-  if (s.generated == 0) s.first_token_time = now;
+  if (!s.emitted) {
+    s.first_token_time = now;
+    s.emitted = true;
+  }
   const Tokenizer& tok = decode_->model().tokenizer();
   const GenerationParams& p = s.params;
   FinishReason reason = FinishReason::kLength;

@@ -99,6 +99,9 @@ struct GenerationParams {
   bool resume = false;
   int64_t resume_prompt_tokens = 0;
   std::vector<int32_t> resume_generated;
+  // Recomputed instead (its decode worker was lost): the prompt here is the
+  // original one plus every token sent, and the token after it is new.
+  bool resume_recomputed = false;
 };
 
 // Live migration, source side: what a suspended stream holds.
@@ -191,6 +194,7 @@ struct PrefillArgs {
   int64_t decode_cached_tokens = 0;  // the receiver holds these; they are not sent
   std::string cache_salt;
   bool batch = false;  // batch priority: computed after every interactive prompt waiting
+  int64_t skip_samples = 0;  // the first pick continues a stream that drew this many
 };
 
 // What the router balances on (and /metrics shows).
@@ -298,6 +302,10 @@ class Scheduler {
   // The KV landed and the Decode call came: the first token goes out, or a
   // migrated stream picks up after `token` (sent by the source already).
   void StartDecoding(Sequence& s, int32_t token);
+  // A recomputed stream (GenerationParams::resume_recomputed): the sampler,
+  // stop strings and counts where the lost worker left them, before its
+  // next token comes. False (the sequence finished) when they do not fit.
+  bool PrepareRecomputed(Sequence& s);
   // The decoding sequence serving `request_id`, or why not.
   absl::StatusOr<Sequence*> MigratingSequence(const std::string& request_id);
   void FinishSequence(Sequence& s, const absl::Status& status);

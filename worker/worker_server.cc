@@ -267,12 +267,15 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
       p.resume_prompt_tokens = req->resume().prompt_tokens();
       p.resume_generated.assign(req->resume().generated().begin(),
                                 req->resume().generated().end());
+      p.resume_recomputed = req->resume().recomputed();
     }
     absl::Status valid = ValidateGeneration(p);
     if (valid.ok() && p.resume &&
-        (p.resume_generated.empty() || p.resume_prompt_tokens < 1 || req->prompt_size() > 0)) {
+        (p.resume_generated.empty() || p.resume_prompt_tokens < 1 ||
+         (req->prompt_size() > 0 && !p.resume_recomputed))) {
       valid = absl::InvalidArgumentError(
-          "resume needs the tokens sent so far and the prompt's length, and a reservation");
+          "resume needs the tokens sent so far and the prompt's length; a moved (not "
+          "recomputed) stream needs a reservation");
     }
     if (valid.ok() && p.cache_salt.size() > 256) {
       valid = absl::InvalidArgumentError("cache_salt must have at most 256 bytes");
@@ -396,6 +399,7 @@ class WorkerServer::PrefillService : public pdq::v1::PrefillWorker::CallbackServ
     args.decode_cached_tokens = req->decode_cached_tokens();
     args.cache_salt = req->cache_salt();
     args.batch = req->priority() == pdq::v1::PRIORITY_BATCH;
+    args.skip_samples = std::max(0, req->skip_samples());
     w_.scheduler_->Prefill(std::move(args), call->state());
     return call;
   }
