@@ -963,13 +963,14 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       StartAttemptLocked();
       return;
     }
-    // Lost mid-stream (a decode worker killed, or one whose drain ran out):
-    // computed again elsewhere from the prompt and the tokens sent.
-    if (relayed_ && s.error_code() == grpc::StatusCode::UNAVAILABLE && a->decode != nullptr &&
-        who.rfind("decode worker", 0) == 0 && recomputes_ < kMaxRecomputes &&
-        !out_->cancelled() && !sent_tokens_.empty() &&
+    // Lost mid-stream (a decode worker killed, one whose drain ran out, or
+    // a worker of a recomputing attempt): computed again elsewhere from the
+    // prompt and the tokens sent.
+    if (relayed_ && s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        recomputes_ < kMaxRecomputes && !out_->cancelled() && !sent_tokens_.empty() &&
         (int64_t)sent_tokens_.size() < req_.max_tokens() && output_tokens_ >= handoff_tokens_) {
-      avoid_.insert(a->decode->info.worker_id());
+      if (a->decode) avoid_.insert(a->decode->info.worker_id());
+      if (a->prefill) avoid_.insert(a->prefill->info.worker_id());
       EndAttemptIfIdleLocked(a);
       RecomputeLocked(s.error_message());
       return;
