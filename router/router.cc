@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -688,6 +689,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     *d.mutable_stop_token_ids() = req_.stop_token_ids();
     d.set_ignore_eos(req_.ignore_eos());
     d.set_priority(req_.priority());
+    d.set_stream_key(stream_key_);
     if (!recompute_prompt_.empty()) {
       v1::ResumeState* resume = d.mutable_resume();
       resume->set_prompt_tokens((int32_t)prompt_.size());
@@ -999,6 +1001,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     m->start = absl::Now();
     migration_ = m;
     m->suspend_req.set_request_id(request_id_);
+    m->suspend_req.set_stream_key(stream_key_);
     m->suspend_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     ++m->source->open_calls;
     auto self = shared_from_this();
@@ -1091,6 +1094,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     k.set_reservation_id(t->reserve_resp.reservation_id());
     k.set_transfer_token(t->reserve_resp.transfer_token());
     k.set_target_cached_tokens(t->reserve_resp.cached_tokens());
+    k.set_stream_key(stream_key_);
     if (deadline_ != std::chrono::system_clock::time_point::max()) {
       m->send_ctx.set_deadline(deadline_);
     }
@@ -1177,6 +1181,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     };
     auto c = std::make_shared<Call>();
     c->req.set_request_id(request_id_);
+    c->req.set_stream_key(stream_key_);
     c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     std::shared_ptr<Attempt> a = m->source;
     ++a->open_calls;
@@ -1250,6 +1255,17 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   v1::GenerateSummary summary_;
   int64_t prefill_cached_tokens_ = 0;  // the first prefill's reuse, for a moved stream
   std::vector<int32_t> sent_tokens_;   // every token relayed to the client
+  // The secret its decode workers want before they move it (16 bytes from
+  // the OS's random source).
+  const std::string stream_key_ = [] {
+    std::random_device rd;
+    std::string key(16, '\0');
+    for (size_t i = 0; i < key.size(); i += 4) {
+      const uint32_t r = rd();
+      std::memcpy(&key[i], &r, 4);
+    }
+    return key;
+  }();
   // After a decode worker was lost mid-stream: the prompt + sent_tokens_,
   // computed again elsewhere (RecomputeLocked); empty before.
   std::vector<int32_t> recompute_prompt_;

@@ -175,6 +175,42 @@ TEST_F(MigrationTest, AMovedSampledStreamContinuesItsRandomSequence) {
   EXPECT_EQ(got.text, want.text);
 }
 
+// Moving a stream takes the key the router gave it: a caller that only
+// knows (or guesses) the request id cannot suspend the stream or have its
+// KV sent anywhere, and the stream goes on untouched.
+TEST_F(MigrationTest, MovingAStreamWithoutItsKeyIsRefused) {
+  Cluster c;
+  const Split s = StartSplit(c);
+  ASSERT_TRUE(s.ok());
+  const Answer want = Generate(*s.stub, Request(80));
+  ASSERT_TRUE(want.status.ok());
+  v1::GenerateRequest r = Request(80);
+  r.set_request_id("key-test");
+  OpenStream stream(*s.stub, r, 5);
+  auto worker = v1::DecodeWorker::NewStub(
+      grpc::CreateChannel(s.decode.address, grpc::InsecureChannelCredentials()));
+  for (const std::string& key : {std::string(), std::string(16, 'x')}) {
+    grpc::ClientContext ctx;
+    v1::SuspendRequest q;
+    q.set_request_id("key-test");
+    q.set_stream_key(key);
+    v1::SuspendResponse a;
+    EXPECT_EQ(worker->Suspend(&ctx, q, &a).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    grpc::ClientContext ctx2;
+    v1::SendKvRequest k;
+    k.set_request_id("key-test");
+    k.set_stream_key(key);
+    k.set_kv_transport("tcp");
+    k.set_kv_address("127.0.0.1:1");
+    v1::SendKvResponse b;
+    EXPECT_EQ(worker->SendKv(&ctx2, k, &b).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+  const Answer got = stream.Finish();
+  ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+  EXPECT_EQ(got.tokens, want.tokens);
+  ExpectRecovered(s);
+}
+
 // With no other decode worker the stream stays and finishes where it is.
 TEST_F(MigrationTest, AStreamWithNowhereToGoDecodesOnWhereItIs) {
   Cluster c;

@@ -606,9 +606,19 @@ bool Scheduler::PrepareRecomputed(Sequence& s) {
   return true;
 }
 
-absl::StatusOr<Scheduler::Sequence*> Scheduler::MigratingSequence(const std::string& request_id) {
+absl::StatusOr<Scheduler::Sequence*> Scheduler::MigratingSequence(const std::string& request_id,
+                                                                  const std::string& key) {
   for (auto& s : sequences_) {
     if (s->finished || s->request_id != request_id || !s->stream) continue;
+    // (Compared in constant time: the key is the stream's only guard
+    // where the worker's port is reachable without a certificate.)
+    const std::string& want = s->params.stream_key;
+    unsigned char diff = want.size() != key.size() || want.empty();
+    for (size_t i = 0; i < want.size() && i < key.size(); ++i) diff |= want[i] ^ key[i];
+    if (diff != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("request ", request_id, ": the stream key does not match"));
+    }
     if (transport_ == nullptr) {
       return absl::FailedPreconditionError("this worker has no KV transport to migrate with");
     }
@@ -625,10 +635,10 @@ absl::StatusOr<Scheduler::Sequence*> Scheduler::MigratingSequence(const std::str
   return absl::NotFoundError(absl::StrCat("no stream for request '", request_id, "' here"));
 }
 
-void Scheduler::Suspend(std::string request_id,
+void Scheduler::Suspend(std::string request_id, std::string key,
                         std::function<void(absl::StatusOr<Suspended>)> done) {
-  Post([this, id = std::move(request_id), done = std::move(done)] {
-    absl::StatusOr<Sequence*> found = MigratingSequence(id);
+  Post([this, id = std::move(request_id), key = std::move(key), done = std::move(done)] {
+    absl::StatusOr<Sequence*> found = MigratingSequence(id, key);
     if (!found.ok()) return done(found.status());
     Sequence& s = **found;
     if (s.migration) return done(absl::FailedPreconditionError("its KV is being sent already"));
@@ -649,11 +659,11 @@ void Scheduler::Suspend(std::string request_id,
   });
 }
 
-void Scheduler::SendKv(std::string request_id, MigrationTarget target,
+void Scheduler::SendKv(std::string request_id, std::string key, MigrationTarget target,
                        std::function<void(absl::StatusOr<KvSent>)> done) {
-  Post([this, id = std::move(request_id), target = std::move(target),
+  Post([this, id = std::move(request_id), key = std::move(key), target = std::move(target),
         done = std::move(done)]() mutable {
-    absl::StatusOr<Sequence*> found = MigratingSequence(id);
+    absl::StatusOr<Sequence*> found = MigratingSequence(id, key);
     if (!found.ok()) return done(found.status());
     Sequence& s = **found;
     if (!s.suspended || s.migration) {
@@ -716,9 +726,10 @@ void Scheduler::SendKv(std::string request_id, MigrationTarget target,
   });
 }
 
-void Scheduler::Resume(std::string request_id, std::function<void(absl::Status)> done) {
-  Post([this, id = std::move(request_id), done = std::move(done)] {
-    absl::StatusOr<Sequence*> found = MigratingSequence(id);
+void Scheduler::Resume(std::string request_id, std::string key,
+                       std::function<void(absl::Status)> done) {
+  Post([this, id = std::move(request_id), key = std::move(key), done = std::move(done)] {
+    absl::StatusOr<Sequence*> found = MigratingSequence(id, key);
     if (!found.ok()) return done(found.status());
     Sequence& s = **found;
     if (s.migration) return done(absl::FailedPreconditionError("its KV is being sent"));

@@ -102,6 +102,9 @@ struct GenerationParams {
   // Recomputed instead (its decode worker was lost): the prompt here is the
   // original one plus every token sent, and the token after it is new.
   bool resume_recomputed = false;
+  // The router's secret for this stream; a request to move it must bring
+  // it (empty: the stream cannot be moved).
+  std::string stream_key;
 };
 
 // Live migration, source side: what a suspended stream holds.
@@ -262,10 +265,13 @@ class Scheduler {
   // failed transfer lets it decode on; Resume lets it decode on.
   // FailedPrecondition when it is not decoding here (or has no KV
   // transport), NotFound when unknown.
-  void Suspend(std::string request_id, std::function<void(absl::StatusOr<Suspended>)> done);
-  void SendKv(std::string request_id, MigrationTarget target,
+  // Each must bring the stream's key (GenerationParams::stream_key):
+  // PermissionDenied otherwise.
+  void Suspend(std::string request_id, std::string key,
+               std::function<void(absl::StatusOr<Suspended>)> done);
+  void SendKv(std::string request_id, std::string key, MigrationTarget target,
               std::function<void(absl::StatusOr<KvSent>)> done);
-  void Resume(std::string request_id, std::function<void(absl::Status)> done);
+  void Resume(std::string request_id, std::string key, std::function<void(absl::Status)> done);
   // A stream or call changed (cancelled, a write finished): look again.
   void Wake();
 
@@ -307,7 +313,8 @@ class Scheduler {
   // next token comes. False (the sequence finished) when they do not fit.
   bool PrepareRecomputed(Sequence& s);
   // The decoding sequence serving `request_id`, or why not.
-  absl::StatusOr<Sequence*> MigratingSequence(const std::string& request_id);
+  absl::StatusOr<Sequence*> MigratingSequence(const std::string& request_id,
+                                              const std::string& key);
   void FinishSequence(Sequence& s, const absl::Status& status);
   // Prefix cache: reuses what the cache holds of s.tokens (at most
   // `max_tokens`, written by `writer` unless any precision may be reused)

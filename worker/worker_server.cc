@@ -194,7 +194,8 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
                                     const pdq::v1::SuspendRequest* req,
                                     pdq::v1::SuspendResponse* resp) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    w_.scheduler_->Suspend(req->request_id(), [reactor, resp](absl::StatusOr<Suspended> r) {
+    w_.scheduler_->Suspend(req->request_id(), req->stream_key(),
+                           [reactor, resp](absl::StatusOr<Suspended> r) {
       if (r.ok()) {
         resp->mutable_tokens()->Add(r->tokens.begin(), r->tokens.end());
         resp->set_kv_tokens(r->kv_tokens);
@@ -222,7 +223,7 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     t.kv_address = req->kv_address();
     t.transfer_token = req->transfer_token();
     t.cached_tokens = req->target_cached_tokens();
-    w_.scheduler_->SendKv(req->request_id(), std::move(t),
+    w_.scheduler_->SendKv(req->request_id(), req->stream_key(), std::move(t),
                           [reactor, resp](absl::StatusOr<KvSent> r) {
                             if (r.ok()) {
                               resp->set_transfer_seconds(r->seconds);
@@ -237,7 +238,7 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
                                    const pdq::v1::ResumeRequest* req,
                                    pdq::v1::ResumeResponse*) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    w_.scheduler_->Resume(req->request_id(),
+    w_.scheduler_->Resume(req->request_id(), req->stream_key(),
                           [reactor](absl::Status s) { reactor->Finish(ToGrpc(s)); });
     return reactor;
   }
@@ -269,6 +270,7 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
                                 req->resume().generated().end());
       p.resume_recomputed = req->resume().recomputed();
     }
+    p.stream_key = req->stream_key();
     absl::Status valid = ValidateGeneration(p);
     if (valid.ok() && p.resume &&
         (p.resume_generated.empty() || p.resume_prompt_tokens < 1 ||
