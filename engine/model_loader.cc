@@ -39,16 +39,22 @@ absl::StatusOr<const GgufTensor*> CheckedTensor(const GgufFile& file, const std:
   return t;
 }
 
+// Rows [first, first + rows) of `t` as fp32 into `out`.
+absl::Status DequantizeRows(const GgufTensor& t, int64_t first, int64_t rows, float* out) {
+  PDQ_ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlRowBytes(t.type, t.row_length()));
+  for (int64_t r = 0; r < rows; ++r) {
+    PDQ_RETURN_IF_ERROR(DequantizeRow(t.type, t.data + (first + r) * row_bytes,
+                                      out + r * t.row_length(), t.row_length()));
+  }
+  return absl::OkStatus();
+}
+
 // Reads a GGUF tensor as fp32 rows, checking its shape [in, out].
 absl::StatusOr<std::vector<float>> ReadTensor(const GgufFile& file, const std::string& name,
                                               std::vector<int64_t> want_dims) {
   PDQ_ASSIGN_OR_RETURN(const GgufTensor* t, CheckedTensor(file, name, want_dims));
   std::vector<float> out(t->num_elements());
-  PDQ_ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlRowBytes(t->type, t->row_length()));
-  for (int64_t r = 0; r < t->num_rows(); ++r) {
-    PDQ_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + r * row_bytes,
-                                      out.data() + r * t->row_length(), t->row_length()));
-  }
+  PDQ_RETURN_IF_ERROR(DequantizeRows(*t, 0, t->num_rows(), out.data()));
   file.DropPages(*t);
   return out;
 }
@@ -60,14 +66,10 @@ absl::Status ForEachPanel(const GgufFile& file, const std::string& name,
                           std::vector<int64_t> want_dims, int64_t panel,
                           const std::function<void(int64_t, int64_t, const float*)>& fn) {
   PDQ_ASSIGN_OR_RETURN(const GgufTensor* t, CheckedTensor(file, name, want_dims));
-  PDQ_ASSIGN_OR_RETURN(const uint64_t row_bytes, GgmlRowBytes(t->type, t->row_length()));
   std::vector<float> buf(panel * t->row_length());
   for (int64_t r0 = 0; r0 < t->num_rows(); r0 += panel) {
     const int64_t rows = std::min(panel, t->num_rows() - r0);
-    for (int64_t r = 0; r < rows; ++r) {
-      PDQ_RETURN_IF_ERROR(DequantizeRow(t->type, t->data + (r0 + r) * row_bytes,
-                                        buf.data() + r * t->row_length(), t->row_length()));
-    }
+    PDQ_RETURN_IF_ERROR(DequantizeRows(*t, r0, rows, buf.data()));
     fn(r0, rows, buf.data());
   }
   file.DropPages(*t);
