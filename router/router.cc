@@ -560,6 +560,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     std::shared_ptr<Attempt> source, target;
     grpc::ClientContext suspend_ctx, send_ctx;
     bool source_ended = false;  // the source ended its stream: it let go
+    int64_t generated = 0;      // tokens the source sent (Suspend's account)
     v1::SuspendRequest suspend_req;
     v1::SuspendResponse suspend_resp;
     v1::SendKvRequest send_req;
@@ -1024,9 +1025,9 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       return EndAttemptIfIdleLocked(m->source);
     }
     const v1::SuspendResponse& r = m->suspend_resp;
-    const int64_t generated = r.tokens_size() - r.prompt_tokens();
-    if (r.kv_tokens() != r.tokens_size() - 1 || generated < 1 ||
-        generated >= req_.max_tokens()) {
+    m->generated = r.tokens_size() - r.prompt_tokens();
+    if (r.kv_tokens() != r.tokens_size() - 1 || m->generated < 1 ||
+        m->generated >= req_.max_tokens()) {
       return ResumeSourceLocked(m, "the worker's account of the stream does not add up");
     }
     // The target: another decode worker of the same KV transport (and
@@ -1056,7 +1057,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     q.set_request_id(request_id_);
     q.set_prompt_tokens(r.kv_tokens());
     // Room for the token the source sampled last and all still to come.
-    q.set_max_tokens(req_.max_tokens() - (int32_t)generated + 1);
+    q.set_max_tokens(req_.max_tokens() - (int32_t)m->generated + 1);
     q.set_kv_layout(m->source->decode->info.kv_layout());
     q.mutable_prompt()->Add(r.tokens().begin(), r.tokens().end() - 1);
     q.set_cache_salt(req_.cache_salt());
@@ -1141,10 +1142,9 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       return EndAttemptIfIdleLocked(m->source);
     }
     // Moved: the target carries the stream from here.
-    const int64_t generated = m->suspend_resp.tokens_size() - m->suspend_resp.prompt_tokens();
     const absl::Duration pause = absl::Now() - m->start;
     source_ = m->source;
-    handoff_tokens_ = generated;
+    handoff_tokens_ = m->generated;
     attempt_ = m->target;
     ++migrations_;
     RouterMetrics::Get().migrations("moved").Add();
@@ -1152,7 +1152,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     LogLine(absl::StrFormat(
         "request %s: moved from %s to %s after %d tokens (%d tokens of KV, %d bytes, sent in "
         "%.1f ms); paused %.1f ms",
-        request_id_, from, to, generated, m->suspend_resp.kv_tokens(), m->send_resp.kv_bytes(),
+        request_id_, from, to, m->generated, m->suspend_resp.kv_tokens(), m->send_resp.kv_bytes(),
         m->send_resp.transfer_seconds() * 1e3, absl::ToDoubleMilliseconds(pause)));
     if (output_tokens_ >= handoff_tokens_) {
       FlushHeldLocked();

@@ -51,21 +51,6 @@ int MigrateStreams(const std::string& router, const std::string& worker_id) {
   return resp.migrating();
 }
 
-// A stream read to its end: its tokens and summary.
-Answer ReadToEnd(grpc::ClientReader<v1::GenerateResponse>& reader, Answer a) {
-  v1::GenerateResponse m;
-  while (reader.Read(&m)) {
-    if (m.has_delta()) {
-      a.tokens.insert(a.tokens.end(), m.delta().token_ids().begin(), m.delta().token_ids().end());
-      a.text += m.delta().text();
-    } else {
-      a.summary = m.summary();
-    }
-  }
-  a.status = reader.Finish();
-  return a;
-}
-
 // A stream opened and read until it has at least `tokens` tokens.
 struct OpenStream {
   grpc::ClientContext ctx;

@@ -178,14 +178,11 @@ struct Answer {
   double seconds = 0;  // from the call to its status
 };
 
-inline Answer Generate(v1::Pdq::Stub& stub, const v1::GenerateRequest& req, int timeout_s = 120) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
-  const auto start = Clock::now();
-  auto reader = stub.Generate(&ctx, req);
-  Answer a;
+// Reads a stream to its end onto what `a` already holds: its tokens, text,
+// summary and status.
+inline Answer ReadToEnd(grpc::ClientReader<v1::GenerateResponse>& reader, Answer a) {
   v1::GenerateResponse m;
-  while (reader->Read(&m)) {
+  while (reader.Read(&m)) {
     if (m.has_delta()) {
       a.tokens.insert(a.tokens.end(), m.delta().token_ids().begin(), m.delta().token_ids().end());
       a.text += m.delta().text();
@@ -193,7 +190,16 @@ inline Answer Generate(v1::Pdq::Stub& stub, const v1::GenerateRequest& req, int 
       a.summary = m.summary();
     }
   }
-  a.status = reader->Finish();
+  a.status = reader.Finish();
+  return a;
+}
+
+inline Answer Generate(v1::Pdq::Stub& stub, const v1::GenerateRequest& req, int timeout_s = 120) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+  const auto start = Clock::now();
+  auto reader = stub.Generate(&ctx, req);
+  Answer a = ReadToEnd(*reader, {});
   a.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return a;
 }

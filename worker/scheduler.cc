@@ -564,21 +564,27 @@ void Scheduler::StartDecoding(Sequence& s, int32_t token) {
                           ") is not the one its KV notice brings (", token, ")")));
     return;
   }
-  s.sampler->SkipSamples((int)sent.size());
-  for (int32_t t : sent) {
-    if (absl::StatusOr<std::string> text = s.text->Push(t); !text.ok()) {
-      FinishSequence(s, text.status());
-      return;
-    }
-  }
-  s.generated = (int64_t)sent.size();
+  if (!ReplaySent(s)) return;
   s.last_token = token;
   if (!s.tokens.empty()) s.tokens.push_back(token);
   s.first_token_time = s.last_token_time = absl::Now();
   s.emitted = true;
-  s.summary_prompt_tokens = s.params.resume_prompt_tokens;
   LogLine(absl::StrCat("request ", s.request_id, ": migrated here; decoding on after ",
                        s.generated, " tokens"));
+}
+
+bool Scheduler::ReplaySent(Sequence& s) {
+  const std::vector<int32_t>& sent = s.params.resume_generated;
+  s.sampler->SkipSamples((int)sent.size());
+  for (int32_t t : sent) {
+    if (absl::StatusOr<std::string> text = s.text->Push(t); !text.ok()) {
+      FinishSequence(s, text.status());
+      return false;
+    }
+  }
+  s.generated = (int64_t)sent.size();
+  s.summary_prompt_tokens = s.params.resume_prompt_tokens;
+  return true;
 }
 
 bool Scheduler::PrepareRecomputed(Sequence& s) {
@@ -592,15 +598,7 @@ bool Scheduler::PrepareRecomputed(Sequence& s) {
                           "every token sent, fewer than max_tokens"));
     return false;
   }
-  s.sampler->SkipSamples((int)sent.size());
-  for (int32_t t : sent) {
-    if (absl::StatusOr<std::string> text = s.text->Push(t); !text.ok()) {
-      FinishSequence(s, text.status());
-      return false;
-    }
-  }
-  s.generated = (int64_t)sent.size();
-  s.summary_prompt_tokens = original;
+  if (!ReplaySent(s)) return false;
   LogLine(absl::StrCat("request ", s.request_id, ": recomputed here after ", s.generated,
                        " tokens sent elsewhere"));
   return true;

@@ -312,6 +312,10 @@ class Scheduler {
   // stop strings and counts where the lost worker left them, before its
   // next token comes. False (the sequence finished) when they do not fit.
   bool PrepareRecomputed(Sequence& s);
+  // A stream continued here (moved or recomputed): the sampler's position,
+  // the stop strings' state and the counts after the tokens sent elsewhere.
+  // False (the sequence finished) when their text does not decode.
+  bool ReplaySent(Sequence& s);
   // The decoding sequence serving `request_id`, or why not.
   absl::StatusOr<Sequence*> MigratingSequence(const std::string& request_id,
                                               const std::string& key);

@@ -510,6 +510,7 @@ def check_router_list(where, router, services, objs):
     (each router keeps its own registry)."""
     problems = []
     reaches_all = False
+    router_deps = router_deployments(objs)
     for entry in [e.strip() for e in router.split(",") if e.strip()]:
         dns = entry.startswith("dns:///")
         host, port = split_host_port(entry[len("dns:///"):] if dns else entry)
@@ -523,7 +524,7 @@ def check_router_list(where, router, services, objs):
                             f"(clusterIP: None); {host} has one virtual IP, which leads to one router")
         targets = deployment_of_pods(objs, svc["spec"].get("selector") and
                                      {"matchLabels": svc["spec"]["selector"]})
-        routers = [d for d in targets if d in router_deployments(objs)]
+        routers = [d for d in targets if d in router_deps]
         if not routers:
             problems.append(f"{where}: --router={router} does not lead to the router's gRPC port")
             continue
@@ -545,7 +546,7 @@ def check_router_list(where, router, services, objs):
             problems.append(f"{where}: --router={router} reaches router port {tnum}, "
                             f"but the router's gRPC --listen is on {rlisten}")
         reaches_all |= dns and headless
-    replicas = max([d["spec"].get("replicas", 1) for d in router_deployments(objs)] or [1])
+    replicas = max([d["spec"].get("replicas", 1) for d in router_deps] or [1])
     if replicas > 1 and not reaches_all:
         problems.append(f"{where}: --router={router} registers with one of the {replicas} router "
                         "replicas only (each keeps its own registry); name them all: "
