@@ -37,23 +37,31 @@ echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')
   "flags: $(grep -o 'avx512[a-z_0-9]*\|amx_[a-z0-9]*\|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 for round in $(seq 1 "$rounds"); do
   echo "== round $round"
-  # Batch 1: prefill pp512 and decode tg128, each precision on each path.
+  # Batch 1: prefill pp512 and decode tg128, each precision on each path;
+  # on the fastest path also W4A16 as it was before the W8A16 output
+  # projection and the bf16 tiles (FP16 output, int16/fp32 activations).
   for isa in "${isas[@]}"; do
     for precision in w8a8 w4a16 fp16; do
       run env PDQ_ISA="$isa" "$pdq" bench-engine --precision "$precision" --threads 2 \
         --prompt-tokens 512 --gen-tokens 128 --repetitions 2 --json
     done
   done
+  run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 \
+    --prompt-tokens 512 --gen-tokens 128 --repetitions 2 --fp16-output --bf16-rows 0 --json
   run "$llama_bin/llama-bench" -m "$llama_models/f16.gguf" -m "$llama_models/q8_0.gguf" \
     -m "$llama_models/q4_0.gguf" -t 2 -p 512 -n 128 -r 2 -o md
   # Batched decode: 32 sequences, each with 128 tokens of context; on the
-  # fastest path also with W4A8 (int8 activations from 8 rows a step).
+  # fastest path also without the bf16 tiles (int16 activations), and with
+  # W4A8 instead (int8 activations from 8 rows a step).
   for isa in avx2 "${isas[-1]}"; do
     run env PDQ_ISA="$isa" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
       --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --json
   done
   run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
-    --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --w4a8-rows 8 --json
+    --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 0 --json
+  run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
+    --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 0 \
+    --w4a8-rows 8 --json
   run "$llama_bin/llama-batched-bench" -m "$llama_models/q4_0.gguf" -t 2 -c 8192 -b 2048 \
     -ub 512 -npp 128 -ntg 64 -npl 32
 done

@@ -82,12 +82,13 @@ BENCHMARK(BM_GemmF16)
     ->Args({512, 576, 1536})
     ->UseRealTime();
 
-// Args: m, n, k, group, and W4A8's a8_min_rows (0: int16 activations
-// throughout).
+// Args: m, n, k, group, W4A8's a8_min_rows (0: int16 activations
+// throughout) and the bf16 tiles' bf16_min_rows (0: never; AMX only).
 void BM_GemmW4A16(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   const int group = (int)state.range(3);
   const int a8_min_rows = (int)state.range(4);
+  const int bf16_min_rows = (int)state.range(5);
   std::vector<float> w(n * k);
   std::mt19937 rng(1);
   for (auto& v : w) v = std::uniform_real_distribution<float>(-1, 1)(rng);
@@ -97,7 +98,7 @@ void BM_GemmW4A16(benchmark::State& state) {
   std::vector<float> x(m * k), y(m * n);
   for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
   std::vector<uint8_t> scratch(GemmW4A16ScratchBytes(m, k, group));
-  const PackedW4 pw{q.data(), scale.data(), mins.data(), n, k, group, a8_min_rows};
+  const PackedW4 pw{q.data(), scale.data(), mins.data(), n, k, group, a8_min_rows, bf16_min_rows};
   CpuContext ctx{&Pool()};
   const auto t0 = Clock::now();
   for (auto _ : state) {
@@ -112,6 +113,8 @@ void BM_GemmW4A16(benchmark::State& state) {
                                                 benchmark::Counter::kIs1000);
   if (m == 1) {
     AddFraction(state, "of_read_bw", bytes, Roof().read_gbps, t0);
+  } else if (bf16_min_rows > 0 && m >= bf16_min_rows && Bf16TilesSupported()) {
+    // No bf16 tile probe: the fraction would be of another unit's peak.
   } else if (m <= kW4IntMaxRows && a8_min_rows > 0 && m >= a8_min_rows) {
     // W4A8 runs on vpdpbusd; on "avx512+amx" the int8 peak is AMX's, not its.
     if (KernelIsaName() != "avx512+amx") {
@@ -125,19 +128,68 @@ void BM_GemmW4A16(benchmark::State& state) {
 }
 
 BENCHMARK(BM_GemmW4A16)
-    ->Args({1, 3072, 576, 128, 0})
-    ->Args({1, 49152, 576, 128, 0})
-    ->Args({1, 131072, 576, 128, 0})  // 38 MB: larger than a 32 MB L3
-    ->Args({1, 576, 1536, 32, 0})
-    ->Args({4, 3072, 576, 128, 0})
-    ->Args({32, 3072, 576, 128, 0})
-    ->Args({64, 3072, 576, 128, 0})
-    ->Args({8, 3072, 576, 128, 8})  // W4A8 where the CPU has VNNI
-    ->Args({32, 3072, 576, 128, 8})
-    ->Args({32, 3072, 576, 32, 8})
-    ->Args({64, 3072, 576, 128, 8})
-    ->Args({65, 3072, 576, 128, 0})
-    ->Args({512, 3072, 576, 128, 0})
+    ->Args({1, 3072, 576, 128, 0, 0})
+    ->Args({1, 49152, 576, 128, 0, 0})
+    ->Args({1, 131072, 576, 128, 0, 0})  // 38 MB: larger than a 32 MB L3
+    ->Args({1, 576, 1536, 32, 0, 0})
+    ->Args({4, 3072, 576, 128, 0, 0})
+    ->Args({32, 3072, 576, 128, 0, 0})
+    ->Args({64, 3072, 576, 128, 0, 0})
+    ->Args({8, 3072, 576, 128, 8, 0})  // W4A8 where the CPU has VNNI
+    ->Args({32, 3072, 576, 128, 8, 0})
+    ->Args({32, 3072, 576, 32, 8, 0})
+    ->Args({64, 3072, 576, 128, 8, 0})
+    ->Args({65, 3072, 576, 128, 0, 0})
+    ->Args({512, 3072, 576, 128, 0, 0})
+    ->Args({8, 3072, 576, 32, 0, 8})  // bf16 tiles where the CPU has AMX
+    ->Args({8, 3072, 576, 32, 0, 0})
+    ->Args({16, 3072, 576, 32, 0, 16})
+    ->Args({16, 3072, 576, 32, 0, 0})
+    ->Args({32, 3072, 576, 32, 0, 16})
+    ->Args({32, 576, 1536, 32, 0, 16})
+    ->Args({32, 3072, 576, 32, 0, 0})
+    ->Args({512, 3072, 576, 32, 0, 16})
+    ->Args({512, 3072, 576, 32, 0, 0})
+    ->UseRealTime();
+
+// W8A16 (int8 weight groups, int16 activations): the output projection's
+// format, so the shapes are its (vocabulary x d_model) beside BM_GemmF16's.
+void BM_GemmW8A16(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  std::vector<float> w(n * k);
+  std::mt19937 rng(1);
+  for (auto& v : w) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<int8_t> q(PackedW8QBytes(n, k));
+  std::vector<fp16_t> scale(PackedW8ScaleElements(n, k));
+  QuantizeW8Rows(w.data(), 0, n, k, q.data(), scale.data());
+  std::vector<float> x(m * k), y(m * n);
+  for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  std::vector<uint8_t> scratch(GemmW8A16ScratchBytes(m, k));
+  const PackedW8 pw{q.data(), scale.data(), n, k};
+  CpuContext ctx{&Pool()};
+  const auto t0 = Clock::now();
+  for (auto _ : state) {
+    GemmW8A16(ctx, pw, x.data(), m, k, y.data(), n, scratch.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double bytes = (double)n * k + (double)scale.size() * 2;
+  state.counters["weight_GBps"] = benchmark::Counter(
+      bytes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOPs"] = benchmark::Counter((double)2 * m * n * k,
+                                                benchmark::Counter::kIsIterationInvariantRate,
+                                                benchmark::Counter::kIs1000);
+  if (m == 1) {
+    AddFraction(state, "of_read_bw", bytes, Roof().read_gbps, t0);
+  } else {
+    AddFraction(state, "of_int16_peak", (double)2 * m * n * k, Roof().int16_gops, t0);
+  }
+}
+
+BENCHMARK(BM_GemmW8A16)
+    ->Args({1, 49152, 576})
+    ->Args({4, 49152, 576})
+    ->Args({32, 49152, 576})
+    ->Args({1, 3072, 576})
     ->UseRealTime();
 
 void BM_GemmW8A8(benchmark::State& state) {

@@ -38,6 +38,7 @@ absl::Status WriteArtifact(const std::string& path, ArtifactHeader header,
   j["group_size"] = header.group_size;
   j["symmetric"] = header.symmetric;
   j["fp16_layers"] = header.fp16_layers;
+  j["w8_layers"] = header.w8_layers;
   j["smooth_alpha"] = header.smooth_alpha;
   j["w4_method"] = header.w4_method;
   j["calibration"] = header.calibration;
@@ -92,6 +93,7 @@ absl::StatusOr<Artifact> ReadArtifact(const std::string& path) {
     h.group_size = j.at("group_size").get<int>();
     h.symmetric = j.at("symmetric").get<bool>();
     h.fp16_layers = j.at("fp16_layers").get<std::vector<std::string>>();
+    h.w8_layers = j.value("w8_layers", std::vector<std::string>());  // older artifacts: none
     h.smooth_alpha = j.at("smooth_alpha").get<float>();
     h.w4_method = j.value("w4_method", std::string("rtn"));  // older artifacts: RTN
     h.calibration = j.value("calibration", std::string());

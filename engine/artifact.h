@@ -27,6 +27,7 @@ struct ArtifactHeader {
   int group_size = 0;  // w4a16 only
   bool symmetric = false;
   std::vector<std::string> fp16_layers;  // patterns of layers kept FP16
+  std::vector<std::string> w8_layers;    // patterns of layers stored W8A16 (absent: none)
   float smooth_alpha = 0.0f;             // W8A8 SmoothQuant strength, 0 if off
   std::string w4_method = "rtn";         // w4a16: rtn, awq, gptq or awq+gptq (absent: rtn)
   std::string calibration;               // what the statistics came from; empty: none

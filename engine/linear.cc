@@ -146,9 +146,10 @@ class Fp16Linear final : public WritableLinear {
 class W4A16Linear final : public WritableLinear {
  public:
   W4A16Linear(int64_t out, int64_t in, int group, bool symmetric, W4Method method,
-              int a8_min_rows)
+              int a8_min_rows, int bf16_min_rows)
       : out_(out), in_(in), group_(group), symmetric_(symmetric), method_(method),
         a8_min_rows_(a8_min_rows),
+        bf16_min_rows_(bf16_min_rows),
         q_(PackedW4QBytes(out, in)),
         scale_(PackedW4ScaleElements(out, in, group)),
         min_(scale_.size()) {
@@ -166,7 +167,7 @@ class W4A16Linear final : public WritableLinear {
     thread_local std::vector<uint8_t> scratch;
     const size_t need = GemmW4A16ScratchBytes(m, in_, group_);
     if (scratch.size() < need) scratch.resize(need);
-    const PackedW4 w{q_.data(), scale_.data(), min_.data(), out_, in_, group_, a8_min_rows_};
+    const PackedW4 w = view();
     GemmW4A16(ctx, w, x, m, ldx, y, ldy, scratch.data(), inv_s_.empty() ? nullptr : inv_s_.data());
     AddBias(y, m, ldy);
   }
@@ -224,7 +225,7 @@ class W4A16Linear final : public WritableLinear {
   }
   PackedLinear Packed() const override {
     PackedLinear p;
-    p.w4 = PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_, a8_min_rows_};
+    p.w4 = view();
     p.in_scale = inv_s_.empty() ? nullptr : inv_s_.data();
     p.bias = &bias_;
     return p;
@@ -239,11 +240,64 @@ class W4A16Linear final : public WritableLinear {
   int group_;
   bool symmetric_;
   W4Method method_;
+  PackedW4 view() const {
+    return PackedW4{q_.data(), scale_.data(), min_.data(), out_, in_, group_, a8_min_rows_,
+                    bf16_min_rows_};
+  }
   int a8_min_rows_;
+  int bf16_min_rows_;
   std::vector<uint8_t> q_;
   std::vector<fp16_t> scale_, min_;
   std::vector<float> inv_s_;   // per input channel with AWQ, else empty
   std::vector<float> staged_;  // rows waiting for Finalize (calibrated methods)
+};
+
+// Int8 weight groups with 16-bit activations: half of FP16's bytes at
+// nearly FP16's accuracy, for the layers 4 bits cost too much on (the output
+// projection). Quantized from the source values themselves rather than
+// their fp16 rounding, so a Q8_0 source comes back exactly.
+class W8A16Linear final : public WritableLinear {
+ public:
+  W8A16Linear(int64_t out, int64_t in, int bf16_min_rows)
+      : out_(out), in_(in), bf16_min_rows_(bf16_min_rows), q_(PackedW8QBytes(out, in)),
+        scale_(PackedW8ScaleElements(out, in)) {
+    PDQ_CHECK(in % 2 == 0);
+  }
+  int64_t in_features() const override { return in_; }
+  int64_t out_features() const override { return out_; }
+  int64_t weight_bytes() const override {
+    return out_ * in_ + out_ * PackedW8Groups(in_) * (int64_t)sizeof(fp16_t);
+  }
+  void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
+               int64_t ldy) const override {
+    // Per calling thread, grown once: the kernels themselves never allocate.
+    thread_local std::vector<uint8_t> scratch;
+    const size_t need = GemmW8A16ScratchBytes(m, in_);
+    if (scratch.size() < need) scratch.resize(need);
+    GemmW8A16(ctx, view(), x, m, ldx, y, ldy, scratch.data());
+    AddBias(y, m, ldy);
+  }
+  void SetRows(int64_t row0, int64_t rows, const float* src) override {
+    PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
+    QuantizeW8Rows(src, row0, rows, in_, q_.data(), scale_.data());
+  }
+  PackedLinear Packed() const override {
+    PackedLinear p;
+    p.w8 = view();
+    p.bias = &bias_;
+    return p;
+  }
+  std::string SerializeWeights() const override { return Concat(q_, scale_); }
+  absl::Status DeserializeWeights(std::string_view bytes) override {
+    return Split(bytes, q_, scale_);
+  }
+
+ private:
+  PackedW8 view() const { return PackedW8{q_.data(), scale_.data(), out_, in_, bf16_min_rows_}; }
+  int64_t out_, in_;
+  int bf16_min_rows_;
+  std::vector<int8_t> q_;
+  std::vector<fp16_t> scale_;
 };
 
 // With SmoothQuant, activation outliers migrate into the weights: input
@@ -330,11 +384,16 @@ class W8A8Linear final : public WritableLinear {
 }  // namespace
 
 std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t out, int64_t in) {
+  if (options.w8a16) {
+    if (in % 2 == 0) return std::make_unique<W8A16Linear>(out, in, options.bf16_min_rows);
+    return std::make_unique<Fp16Linear>(out, in);  // odd widths cannot pair inputs
+  }
   switch (options.precision) {
     case Precision::kW4A16:
       if (in % 2 == 0) {
         return std::make_unique<W4A16Linear>(out, in, options.w4_group, options.w4_symmetric,
-                                             options.w4_method, options.w4_a8_min_rows);
+                                             options.w4_method, options.w4_a8_min_rows,
+                                             options.bf16_min_rows);
       }
       break;  // odd widths cannot pair nibbles; keep them FP16
     case Precision::kW8A8:

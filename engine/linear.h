@@ -50,13 +50,14 @@ using ActivationStats = std::map<std::string, LayerStats>;
 bool MatchesLayerPattern(const std::string& pattern, const std::string& name);
 
 // A linear layer's weights as a device backend uploads them: exactly one of
-// f16, i8 and w4 holds data, with the per-input scale x is multiplied by
+// f16, i8, w4 and w8 holds data, with the per-input scale x is multiplied by
 // before the product (AWQ, SmoothQuant; null without) and the bias (null
 // or empty without). Views into the layer; valid while it lives.
 struct PackedLinear {
   PackedF16 f16;
   PackedI8 i8;
   PackedW4 w4;
+  PackedW8 w8;
   const float* in_scale = nullptr;
   const std::vector<float>* bias = nullptr;
 };
@@ -115,6 +116,15 @@ struct LinearOptions {
   // (PackedW4::a8_min_rows); 0: never. A run-time choice, not part of the
   // stored weights.
   int w4_a8_min_rows = 0;
+  // Store this layer as W8A16 (int8 weights per group of kW8Group inputs,
+  // 16-bit activations) whatever `precision` says: for layers too sensitive
+  // for the precision's own format (LoadOptions::w8_layers).
+  bool w8a16 = false;
+  // W4A16 and W8A16 layers: in calls of this many rows or more, bf16
+  // activations and weights in AMX tiles where the CPU has them
+  // (PackedW4::bf16_min_rows, PackedW8::bf16_min_rows); 0: never. A run-time
+  // choice, like w4_a8_min_rows.
+  int bf16_min_rows = 0;
 };
 
 std::unique_ptr<WritableLinear> MakeLinear(const LinearOptions& options, int64_t out, int64_t in);

@@ -28,10 +28,17 @@ struct LoadOptions {
   // W4A16 with int8 activations in calls of this many rows up to 64
   // (LinearOptions::w4_a8_min_rows); 0: never. Not stored in artifacts.
   int w4_a8_min_rows = 0;
+  // W4A16 and W8A16 layers on bf16 AMX tiles from this many rows a call
+  // (LinearOptions::bf16_min_rows); 0: never. Not stored in artifacts.
+  int bf16_min_rows = 0;
   // Linear layers that stay FP16 under a quantized precision: patterns with
   // '*' wildcards over the names "blk.N.qkv", "blk.N.out", "blk.N.gate_up",
   // "blk.N.down" and "output" (e.g. {"output", "blk.*.down"}).
   std::vector<std::string> fp16_layers;
+  // Linear layers stored as W8A16 instead (int8 weights per group of 32
+  // inputs, 16-bit activations; LinearOptions::w8a16), same patterns;
+  // fp16_layers wins where both match.
+  std::vector<std::string> w8_layers;
   // W8A8 SmoothQuant: migration strength alpha (0 = off). The statistics it
   // and the calibrated W4 methods need come from CollectActivationStats over
   // a calibration text (eval/quantized_load.h does all of it in one call).

@@ -279,9 +279,16 @@ absl::Status ModelLoader::AllocateLayers(Model& m, const LoadOptions& options) {
   auto make = [&](const std::string& name, int64_t out, int64_t in) {
     LinearOptions lo{options.precision, options.w4_group, options.w4_symmetric,
                      options.precision == Precision::kW8A8 ? options.smooth_alpha : 0.0f,
-                     options.w4_method, options.w4_a8_min_rows};
+                     options.w4_method, options.w4_a8_min_rows, false,
+                     options.bf16_min_rows};
+    for (const std::string& pattern : options.w8_layers) {
+      if (MatchesLayerPattern(pattern, name)) lo.w8a16 = true;
+    }
     for (const std::string& pattern : options.fp16_layers) {
-      if (MatchesLayerPattern(pattern, name)) lo.precision = Precision::kFp16;
+      if (MatchesLayerPattern(pattern, name)) {
+        lo.precision = Precision::kFp16;
+        lo.w8a16 = false;
+      }
     }
     return MakeLinear(lo, out, in);
   };
@@ -482,6 +489,7 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
     if (effective.precision == Precision::kW4A16) effective.w4_group = artifact->header.group_size;
     effective.w4_symmetric = artifact->header.symmetric;
     effective.fp16_layers = artifact->header.fp16_layers;
+    effective.w8_layers = artifact->header.w8_layers;
     effective.smooth_alpha = artifact->header.smooth_alpha;
     effective.calibration = artifact->header.calibration;
     PDQ_ASSIGN_OR_RETURN(effective.w4_method, ParseW4Method(artifact->header.w4_method));
@@ -545,6 +553,7 @@ absl::Status Model::SaveQuantized(const std::string& path) const {
   h.group_size = precision_ == Precision::kW4A16 ? options_.w4_group : 0;
   h.symmetric = options_.w4_symmetric;
   h.fp16_layers = options_.fp16_layers;
+  h.w8_layers = options_.w8_layers;
   h.smooth_alpha = precision_ == Precision::kW8A8 ? options_.smooth_alpha : 0.0f;
   h.calibration = options_.calibration;
   h.w4_method = W4MethodName(precision_ == Precision::kW4A16 ? options_.w4_method : W4Method::kRtn);

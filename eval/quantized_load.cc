@@ -16,7 +16,17 @@ namespace pdq {
 std::vector<std::string> DefaultFp16Layers(Precision precision) {
   switch (precision) {
     case Precision::kW8A8:
-      return {"output", "blk.*.down"};
+      return {"blk.*.down"};
+    case Precision::kW4A16:
+    case Precision::kFp16:
+      return {};
+  }
+  return {};
+}
+
+std::vector<std::string> DefaultW8Layers(Precision precision) {
+  switch (precision) {
+    case Precision::kW8A8:
     case Precision::kW4A16:
       return {"output"};
     case Precision::kFp16:
@@ -52,7 +62,13 @@ absl::StatusOr<std::unique_ptr<Model>> LoadQuantizedModel(const std::string& spe
         absl::StrCat("w4_a8_min_rows must be 0 (never) or a row count, got ", o.w4_a8_min_rows));
   }
   options.w4_a8_min_rows = o.w4_a8_min_rows;
+  if (o.bf16_min_rows < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bf16_min_rows must be 0 (never) or a row count, got ", o.bf16_min_rows));
+  }
+  options.bf16_min_rows = o.bf16_min_rows;
   options.fp16_layers = o.fp16_layers ? *o.fp16_layers : DefaultFp16Layers(o.precision);
+  options.w8_layers = o.w8_layers ? *o.w8_layers : DefaultW8Layers(o.precision);
   options.quantized_weights = o.quantized_weights;
   auto log = [&](const std::string& line) {
     if (o.log) o.log(line);
@@ -87,8 +103,10 @@ absl::StatusOr<std::unique_ptr<Model>> LoadQuantizedModel(const std::string& spe
     if (want_gram) {
       // Gram matrices only for the layers W4 quantizes.
       co.want_gram = [&options](const std::string& name) {
-        for (const std::string& pattern : options.fp16_layers) {
-          if (MatchesLayerPattern(pattern, name)) return false;
+        for (const auto* patterns : {&options.fp16_layers, &options.w8_layers}) {
+          for (const std::string& pattern : *patterns) {
+            if (MatchesLayerPattern(pattern, name)) return false;
+          }
         }
         return true;
       };

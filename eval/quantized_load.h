@@ -22,6 +22,11 @@ namespace pdq {
 // W4A8 moved the top token against FP16 in about 4% of positions
 // (bench/RESULTS.md, "AVX-512 and AMX kernels", W4A8's accuracy).
 constexpr int kDefaultW4A8MinRows = 0;
+// The measured default of QuantizedLoadOptions::bf16_min_rows: one whole
+// AMX tile of rows, where the bf16 tiles run W4A16 2x the int16 kernel
+// (even at 8 rows) and cost KL 1e-4 against FP16, top-1 agreement 99.1-99.4%
+// (bench/RESULTS.md, "bf16 tiles").
+constexpr int kDefaultBf16MinRows = 16;
 
 struct QuantizedLoadOptions {
   Precision precision = Precision::kFp16;
@@ -36,9 +41,17 @@ struct QuantizedLoadOptions {
   // prefill chunks), int8 activations per group (W4A8) where the kernel path
   // has it (W4A8Supported()); 0: never. A kernel choice, not a weight format.
   int w4_a8_min_rows = kDefaultW4A8MinRows;
+  // W4A16 and W8A16 layers: in calls of this many rows or more (batched
+  // decode, prefill), activations and dequantized weights meet as bf16 in
+  // AMX tiles where the CPU has them (Bf16TilesSupported()); 0: never. A
+  // kernel choice.
+  int bf16_min_rows = kDefaultBf16MinRows;
   // Layers kept FP16 (patterns, see LoadOptions::fp16_layers). Unset: the
   // measured default of the precision, DefaultFp16Layers().
   std::optional<std::vector<std::string>> fp16_layers;
+  // Layers stored W8A16 (LoadOptions::w8_layers). Unset: the measured
+  // default of the precision, DefaultW8Layers().
+  std::optional<std::vector<std::string>> w8_layers;
   // W8A8 SmoothQuant migration strength; 0 turns it off. 0.75 measured best
   // with the built-in text (bench/RESULTS.md, "Accurate defaults").
   float smooth_alpha = 0.75f;
@@ -63,11 +76,16 @@ struct QuantizedLoadOptions {
   std::function<void(const std::string&)> log;
 };
 
-// The layers a precision keeps FP16 by default: W8A8 keeps the output
-// projection and the FFN down projections (SmoothQuant cannot tame their
-// activations: +0.6% perplexity instead of +1.7%), W4A16 the output
-// projection (+0.0% instead of +5.8% on the default model). Empty for FP16.
+// The layers a precision keeps FP16 by default: W8A8 keeps the FFN down
+// projections (SmoothQuant cannot tame their activations: +0.6% perplexity
+// instead of +1.7%). None for W4A16 and FP16.
 std::vector<std::string> DefaultFp16Layers(Precision precision);
+// The layers a precision stores W8A16 (int8 weight groups, 16-bit
+// activations) by default: the output projection of both, which int8
+// activations (W8A8: +0.6% perplexity) and 4 bits (W4A16: +5.8%) cost too
+// much on, and W8A16 nothing measurable (KL against FP16 unchanged in its
+// fourth digit) at half of FP16's bytes (bench/RESULTS.md, "W8A16 output").
+std::vector<std::string> DefaultW8Layers(Precision precision);
 
 // The calibration text compiled into pdq (see data/calibration/README.md)
 // and its name for logs and artifacts.

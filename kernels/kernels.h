@@ -69,10 +69,19 @@ struct PackedW4 {
   // W4A8 kernel (AVX-512 and the scalar reference; W4A8Supported()); the AVX2
   // paths keep int16. 0: never.
   int a8_min_rows = 0;
+  // bf16 tiles: in calls of this many rows or more (any m), on paths with
+  // AMX-BF16 (Bf16TilesSupported()), activations are rounded to bf16 and meet
+  // the weights dequantized to bf16 in tdpbf16ps, fp32 sums; ahead of
+  // a8_min_rows. Only for k up to kBf16MaxK. 0: never.
+  int bf16_min_rows = 0;
 };
 // True when the kernel path dispatch chose has W4A8, so a8_min_rows takes
 // effect.
 bool W4A8Supported();
+// True when it has the bf16 tile GEMMs, so bf16_min_rows takes effect.
+bool Bf16TilesSupported();
+// The bf16 tile GEMMs take k up to this; larger k keeps the other paths.
+constexpr int64_t kBf16MaxK = 4096;
 inline int64_t PackedW4Groups(int64_t k, int group) { return (k + group - 1) / group; }
 inline int64_t PackedW4QBytes(int64_t n, int64_t k) {
   return (n + kPanelRows - 1) / kPanelRows * kPanelRows * (k / 2);
@@ -120,10 +129,64 @@ inline int64_t GemmW4A16ScratchBytes(int64_t m, int64_t k, int group) {
   // int16 rows, or W4A8's int8 rows of whole 8-input steps, whichever is larger.
   const int64_t row_bytes = std::max<int64_t>(k * 2, (k + 7) / 8 * 8);
   const int64_t int16_rows = m <= kW4IntMaxRows ? m * (row_bytes + PackedW4Groups(k, group) * 8) : 0;
-  return scaled_rows + int16_rows + 128;
+  // Or bf16 rows, k padded to whole 32s and m to whole 16s.
+  const int64_t bf16_rows = (m + 15) / 16 * 16 * ((k + 31) / 32 * 32) * 2;
+  return scaled_rows + std::max(int16_rows, bf16_rows) + 128;
 }
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
                float* y, int64_t ldy, void* scratch, const float* in_scale = nullptr);
+
+// ---- W8A16: int8 weight groups, 16-bit activations ---------------------------
+// Weights are symmetric int8 per group of kW8Group consecutive inputs (w =
+// scale * q, q in [-127, 127], an fp16 scale per (row, group); a row's last
+// group may be shorter): GGUF's Q8_0 grid, so a Q8_0 source (the tied
+// embedding and output projection of many GGUF files) is re-found exactly.
+// Half the bytes of FP16 for layers too sensitive for 4 bits (the output
+// projection). Storage: 16-row panels, k-major in pairs of inputs: byte
+// 2j + e of the 32 bytes at q + (p * k / 2 + t) * 32 holds q[16p + j][2t + e].
+// Sign-extended to 16 bits, one such step is 16 lanes of one row's two
+// inputs: what an int16 pair dot product (vpdpwssd, vpmaddwd) consumes
+// against a broadcast pair of activations. scale: [panel][group][16].
+constexpr int kW8Group = 32;
+struct PackedW8 {
+  const int8_t* q = nullptr;
+  const fp16_t* scale = nullptr;
+  int64_t n = 0;
+  int64_t k = 0;  // even
+  // As PackedW4::bf16_min_rows: from this many rows, bf16 AMX tiles; 0: never.
+  int bf16_min_rows = 0;
+};
+inline int64_t PackedW8Groups(int64_t k) { return (k + kW8Group - 1) / kW8Group; }
+inline int64_t PackedW8QBytes(int64_t n, int64_t k) {
+  return (n + kPanelRows - 1) / kPanelRows * kPanelRows * k;
+}
+inline int64_t PackedW8ScaleElements(int64_t n, int64_t k) {
+  return (n + kPanelRows - 1) / kPanelRows * kPanelRows * PackedW8Groups(k);
+}
+// The code of row j (within its panel) and input kk in a panel's q bytes.
+inline int PackedW8Code(const int8_t* panel_q, int64_t kk, int64_t j) {
+  return panel_q[(kk / 2) * 2 * kPanelRows + 2 * j + kk % 2];
+}
+// Round-to-nearest quantization of rows [row0, row0 + rows) of a row-major
+// fp32 matrix (k even): per group, scale = absmax / 127 rounded to fp16, and
+// the codes against that stored scale.
+void QuantizeW8Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int8_t* q,
+                    fp16_t* scale);
+// Rows [row0, row0 + rows) back as row-major fp32 (scale * q), for backends
+// that store them otherwise.
+void DequantizeW8Rows(const PackedW8& w, int64_t row0, int64_t rows, float* dst);
+// Scratch for GemmW8A16: m int16 rows and their group scales and sums, or
+// the bf16 rows (k padded to whole 32s, m to whole 16s).
+inline int64_t GemmW8A16ScratchBytes(int64_t m, int64_t k) {
+  const int64_t int16_rows = m * (k * 2 + PackedW8Groups(k) * 2 * (int64_t)sizeof(float));
+  const int64_t bf16_rows = (m + 15) / 16 * 16 * ((k + 31) / 32 * 32) * 2;
+  return std::max(int16_rows, bf16_rows) + 128;
+}
+// y = x W^T: each row of x quantized per group of kW8Group inputs to int16
+// (absmax / 32767, as GemmW4A16's decode path), each group's products summed
+// exactly in int32 and scaled once. Any m; `scratch`: GemmW8A16ScratchBytes.
+void GemmW8A16(const CpuContext& ctx, const PackedW8& w, const float* x, int64_t m, int64_t ldx,
+               float* y, int64_t ldy, void* scratch);
 
 // ---- W8A8: int8 weights per output channel, int8 activations per token ----
 // Weights are symmetric int8 (w = scale[row] * q, q in [-127, 127]) in 16-row

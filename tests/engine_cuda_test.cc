@@ -48,6 +48,7 @@ TestModel Load(const std::string& spec) {
     o.w4_group = 32;
     o.w4_method = precision == Precision::kW4A16 ? W4Method::kAwq : W4Method::kRtn;
     o.fp16_layers = std::vector<std::string>{};  // quantize every layer
+    o.w8_layers = std::vector<std::string>{};    // at the precision itself
     auto m = LoadQuantizedModel(spec.substr(0, spec.size() - suffix.size()), o,
                                 CpuContext{t.pool.get()});
     if (!m.ok()) {

@@ -34,7 +34,7 @@ std::vector<const KernelTable*> FastTables() {
   if (f.avx2) tables.push_back(&cpu::kAvx2Kernels);
   if (f.avx2 && f.avxvnni) tables.push_back(&cpu::AvxVnniKernels());
   if (f.avx2 && f.avx512_kernels()) tables.push_back(&cpu::kAvx512Kernels);
-  if (f.avx2 && f.avx512_kernels() && f.amx_int8) tables.push_back(&cpu::kAvx512AmxKernels);
+  if (f.avx2 && f.amx_kernels()) tables.push_back(&cpu::kAvx512AmxKernels);
   return tables;
 }
 // Why a path's kernels are not here, for skip messages: the CPU flags it
@@ -694,17 +694,233 @@ TEST(W4Test, PublicGemmTracksFloatResultAcrossPaths) {
   ThreadPool pool(2);
   const CpuContext ctx{&pool};
   const int64_t n = 50, k = 320;
-  for (int64_t m : {int64_t{1}, int64_t{7}, kW4IntMaxRows, kW4IntMaxRows + 1}) {
+  for (int64_t m : {int64_t{1}, int64_t{7}, int64_t{20}, kW4IntMaxRows, kW4IntMaxRows + 1}) {
     auto w = Random(n * k, rng), x = Random(m * k, rng);
     auto p = PackW4(w, n, k, 64, false);
+    // From 16 rows on bf16 tiles where the CPU has them (looser: bf16).
+    p.view.bf16_min_rows = 16;
+    const float tol = m >= 16 && Bf16TilesSupported() ? 1.6e-2f : 2e-4f;
     std::vector<float> want(m * n), got(m * n, -1.0f);
     cpu::kScalarKernels.gemm_w4_panels_f32(p.view, 0, (n + 15) / 16, x.data(), m, k, want.data(),
                                            n);
     std::vector<uint8_t> scratch(GemmW4A16ScratchBytes(m, k, 64));
     GemmW4A16(ctx, p.view, x.data(), m, k, got.data(), n, scratch.data());
     for (int64_t i = 0; i < m * n; ++i) {
-      ASSERT_NEAR(got[i], want[i], 2e-4f * std::sqrt((float)k) * (1 + std::abs(want[i])))
+      ASSERT_NEAR(got[i], want[i], tol * std::sqrt((float)k) * (1 + std::abs(want[i])))
           << "m=" << m;
+    }
+  }
+}
+
+// The bf16 tile path (AMX) against its reference on the same bf16 rows, and
+// within bf16's rounding of the fp32 many-row path.
+TEST(W4Bf16Test, RowConversionRoundsToNearestEven) {
+  EXPECT_EQ(cpu::Fp32ToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(cpu::Fp32ToBf16(1.0f + 1.0f / 256), 0x3f80);  // a tie: to even
+  EXPECT_EQ(cpu::Fp32ToBf16(1.0f + 3.0f / 256), 0x3f82);  // a tie: to even, upwards
+  EXPECT_EQ(cpu::Fp32ToBf16(-2.5f), 0xc020);
+  EXPECT_EQ(cpu::Bf16ToFp32(0x3f81), 1.0f + 1.0f / 128);
+  const KernelTable& amx = cpu::kAvx512AmxKernels;
+  if (!GetCpuFeatures().amx_kernels()) GTEST_SKIP() << "bf16 tiles not tested: " << WhyNot("avx512+amx");
+  std::mt19937 rng(41);
+  for (int64_t k : {1, 31, 32, 33, 100, 576}) {
+    auto x = Random(k, rng, 3.0f);
+    std::vector<uint16_t> want(cpu::Bf16RowElements(k), 7), got(want.size(), 9);
+    cpu::QuantizeRowBf16Ref(x.data(), k, want.data());
+    amx.quantize_row_bf16(x.data(), k, got.data());
+    EXPECT_EQ(got, want) << "k=" << k;
+  }
+}
+
+TEST(W4Bf16Test, GemmMatchesReference) {
+  if (!GetCpuFeatures().amx_kernels()) GTEST_SKIP() << "bf16 tiles not tested: " << WhyNot("avx512+amx");
+  const KernelTable& amx = cpu::kAvx512AmxKernels;
+  std::mt19937 rng(42);
+  for (int group : {32, 128}) {
+    for (int64_t m : {1, 5, 16, 17, 32, 33, 70}) {
+      // k = 202 pads to 224; n = 35 ends in a partial panel, 20 in an odd panel count.
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {20, 202}, {48, 96}}) {
+        auto w = Random(n * k, rng), x = Random(m * k, rng);
+        auto p = PackW4(w, n, k, group, m % 2 == 0);
+        const int64_t panels = (n + 15) / 16, row = cpu::Bf16RowElements(k);
+        std::vector<uint16_t> xb(cpu::Bf16Rows(m) * row, 0);
+        for (int64_t r = 0; r < m; ++r) cpu::QuantizeRowBf16Ref(x.data() + r * k, k, xb.data() + r * row);
+        const int64_t ldy = n + 2;
+        std::vector<float> want(m * ldy, -1.0f), got(m * ldy, -1.0f), f32(m * ldy, -1.0f);
+        cpu::GemmW4PanelsBf16Ref(p.view, 0, panels, xb.data(), m, want.data(), ldy);
+        amx.gemm_w4_panels_bf16(p.view, 0, panels, xb.data(), m, got.data(), ldy);
+        cpu::kScalarKernels.gemm_w4_panels_f32(p.view, 0, panels, x.data(), m, k, f32.data(), ldy);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldy; ++j) {
+            const int64_t at = i * ldy + j;
+            if (j >= n) {
+              ASSERT_EQ(got[at], -1.0f) << "wrote past n: m=" << m << " n=" << n;
+              continue;
+            }
+            ASSERT_NEAR(got[at], want[at], 1e-5f * std::sqrt((float)k) * (1 + std::abs(want[at])))
+                << "group=" << group << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+            // bf16 keeps 8 bits: each product is off by up to 2^-7 relative
+            // (about 0.003 standard deviation), so 5 deviations of the sum.
+            ASSERT_NEAR(want[at], f32[at], 1.6e-2f * std::sqrt((float)k) * (1 + std::abs(f32[at])))
+                << "bf16 against fp32, m=" << m << " k=" << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+struct PackedW8Matrix {
+  std::vector<int8_t> q;
+  std::vector<fp16_t> scale;
+  PackedW8 view;
+};
+
+PackedW8Matrix PackW8(const std::vector<float>& w, int64_t n, int64_t k) {
+  PackedW8Matrix p;
+  p.q.assign(PackedW8QBytes(n, k), 0);
+  p.scale.assign(PackedW8ScaleElements(n, k), 0);
+  QuantizeW8Rows(w.data(), 0, n, k, p.q.data(), p.scale.data());
+  p.view = {p.q.data(), p.scale.data(), n, k};
+  return p;
+}
+
+// A GGUF Q8_0 tensor (w = d q per 32 inputs, d an fp16, the group's extreme
+// at |q| = 127) comes back code for code and value for value.
+TEST(W8Test, QuantizationReFindsAQ8Grid) {
+  std::mt19937 rng(31);
+  const int64_t n = 37, k = 202;  // a partial panel, a last group of 10
+  std::uniform_int_distribution<int> code(-127, 127), pos(0, kW8Group - 1);
+  std::uniform_real_distribution<float> mag(1e-4f, 0.1f);
+  std::vector<float> w(n * k);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t g = 0; g < PackedW8Groups(k); ++g) {
+      const int64_t k0 = g * kW8Group, len = std::min<int64_t>(kW8Group, k - k0);
+      const float d = Fp16ToFp32(Fp32ToFp16(mag(rng)));
+      std::vector<int> q(len);
+      for (int& c : q) c = code(rng);
+      q[pos(rng) % len] = rng() % 2 ? 127 : -127;
+      for (int64_t i = 0; i < len; ++i) w[r * k + k0 + i] = d * (float)q[i];
+    }
+  }
+  const PackedW8Matrix p = PackW8(w, n, k);
+  std::vector<float> back(n * k);
+  DequantizeW8Rows(p.view, 0, n, back.data());
+  for (int64_t i = 0; i < n * k; ++i) ASSERT_EQ(back[i], w[i]) << "element " << i;
+}
+
+TEST(W8Test, QuantizationErrorIsHalfAStep) {
+  std::mt19937 rng(32);
+  const int64_t n = 20, k = 100;
+  auto w = Random(n * k, rng);
+  w[5] = 0.0f;
+  for (int64_t i = 2 * k; i < 2 * k + kW8Group; ++i) w[i] = 0.0f;  // an all-zero group
+  const PackedW8Matrix p = PackW8(w, n, k);
+  std::vector<float> back(n * k);
+  DequantizeW8Rows(p.view, 3, n - 3, back.data() + 3 * k);
+  DequantizeW8Rows(p.view, 0, 3, back.data());
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      const float step = Fp16ToFp32(p.scale[(r / 16 * PackedW8Groups(k) + i / kW8Group) * 16 + r % 16]);
+      ASSERT_LE(std::abs(back[r * k + i] - w[r * k + i]), 0.5f * step * 1.001f + 1e-7f)
+          << "row " << r << " input " << i;
+      EXPECT_EQ(PackedW8Code(p.q.data() + r / 16 * k * 16, i, r % 16),
+                (int)std::nearbyint(back[r * k + i] / (step == 0.0f ? 1.0f : step)));
+    }
+  }
+  EXPECT_EQ(back[2 * k + 3], 0.0f);
+}
+
+TEST(W8Test, GemmMatchesReference) {
+  SKIP_WITHOUT_FAST_PATHS();
+  std::mt19937 rng(33);
+  for (const KernelTable* kt : FastTables()) {
+    for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17, 33}) {
+      // k = 202: a last group of 5 input pairs; k = 70: 3 of them.
+      for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {48, 200}, {20, 202},
+                          {3, 70}}) {
+        auto w = Random(n * k, rng), x = Random(m * k, rng);
+        const PackedW8Matrix p = PackW8(w, n, k);
+        const int64_t panels = (n + 15) / 16, groups = PackedW8Groups(k);
+        std::vector<int16_t> xq(m * k);
+        std::vector<float> xs(m * groups), xsum(m * groups);
+        for (int64_t r = 0; r < m; ++r) {
+          cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, kW8Group, xq.data() + r * k,
+                                               xs.data() + r * groups, xsum.data() + r * groups);
+        }
+        // Outputs past n (in the row stride n + 3) stay untouched.
+        const int64_t ldy = n + 3;
+        std::vector<float> want(m * ldy, -1.0f), got(m * ldy, -1.0f);
+        cpu::kScalarKernels.gemm_w8_panels(p.view, 0, panels, xq.data(), xs.data(), m,
+                                           want.data(), ldy);
+        kt->gemm_w8_panels(p.view, 0, panels, xq.data(), xs.data(), m, got.data(), ldy);
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < ldy; ++j) {
+            const float a = got[i * ldy + j], b = want[i * ldy + j];
+            ASSERT_NEAR(a, b, 2e-5f * std::sqrt((float)k) * (1 + std::abs(b)))
+                << kt->name << " m=" << m << " n=" << n << " k=" << k << " at " << i << "," << j;
+            if (j >= n) {
+              ASSERT_EQ(a, -1.0f) << kt->name << " wrote past n";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(W8Test, Bf16GemmMatchesReference) {
+  if (!GetCpuFeatures().amx_kernels()) GTEST_SKIP() << "bf16 tiles not tested: " << WhyNot("avx512+amx");
+  const KernelTable& amx = cpu::kAvx512AmxKernels;
+  std::mt19937 rng(35);
+  for (int64_t m : {1, 16, 17, 33}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{35, 576}, {20, 202}, {48, 64}}) {
+      auto w = Random(n * k, rng), x = Random(m * k, rng);
+      const PackedW8Matrix p = PackW8(w, n, k);
+      const int64_t panels = (n + 15) / 16, row = cpu::Bf16RowElements(k);
+      std::vector<uint16_t> xb(cpu::Bf16Rows(m) * row, 0);
+      for (int64_t r = 0; r < m; ++r) cpu::QuantizeRowBf16Ref(x.data() + r * k, k, xb.data() + r * row);
+      const int64_t ldy = n + 1;
+      std::vector<float> want(m * ldy, -1.0f), got(m * ldy, -1.0f);
+      cpu::GemmW8PanelsBf16Ref(p.view, 0, panels, xb.data(), m, want.data(), ldy);
+      amx.gemm_w8_panels_bf16(p.view, 0, panels, xb.data(), m, got.data(), ldy);
+      for (int64_t i = 0; i < m * ldy; ++i) {
+        if (i % ldy >= n) {
+          ASSERT_EQ(got[i], -1.0f) << "wrote past n";
+        } else {
+          ASSERT_NEAR(got[i], want[i], 1e-5f * std::sqrt((float)k) * (1 + std::abs(want[i])))
+              << "m=" << m << " n=" << n << " k=" << k << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// The public entry point on every path (threads, the quantization included)
+// against the float product with the dequantized weights; from 16 rows on
+// bf16 tiles where the CPU has them.
+TEST(W8Test, PublicGemmTracksFloatResult) {
+  std::mt19937 rng(34);
+  ThreadPool pool(2);
+  const CpuContext ctx{&pool};
+  const int64_t n = 50, k = 320;
+  for (int64_t m : {1, 7, 64, 100}) {
+    auto w = Random(n * k, rng), x = Random(m * k, rng);
+    PackedW8Matrix p = PackW8(w, n, k);
+    p.view.bf16_min_rows = 16;
+    const double tol = m >= 16 && Bf16TilesSupported() ? 1.6e-2 : 1e-4;
+    std::vector<float> wd(n * k);
+    DequantizeW8Rows(p.view, 0, n, wd.data());
+    std::vector<float> got(m * n, -1.0f);
+    std::vector<uint8_t> scratch(GemmW8A16ScratchBytes(m, k));
+    GemmW8A16(ctx, p.view, x.data(), m, k, got.data(), n, scratch.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (int64_t kk = 0; kk < k; ++kk) want += (double)x[i * k + kk] * wd[j * k + kk];
+        ASSERT_NEAR(got[i * n + j], want, tol * std::sqrt((double)k) * (1 + std::abs(want)))
+            << "m=" << m << " at " << i << "," << j;
+      }
     }
   }
 }

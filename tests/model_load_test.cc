@@ -125,8 +125,9 @@ TEST_F(SmolLm2Test, PerplexityOnWikiTextIsInTheExpectedRange) {
 }
 
 // The shipped weights are Q4_1 in groups of 32 along the input, so W4A16
-// with groups of 32 re-finds the same grid: with the (Q8_0) output
-// projection kept in FP16, perplexity does not move.
+// with groups of 32 re-finds the same grid, and the tied output projection
+// is Q8_0, which W8A16 re-finds: perplexity does not move, at well under
+// half of FP16's bytes.
 TEST_F(SmolLm2Test, W4A16Group32ReproducesTheQ4_1Grid) {
   if (!std::filesystem::exists(testing::WikiTextPath())) {
     GTEST_SKIP() << "WikiText-2 not found at " << testing::WikiTextPath();
@@ -134,10 +135,10 @@ TEST_F(SmolLm2Test, W4A16Group32ReproducesTheQ4_1Grid) {
   LoadOptions o;
   o.precision = Precision::kW4A16;
   o.w4_group = 32;
-  o.fp16_layers = {"output"};
+  o.w8_layers = {"output"};
   auto w4 = LoadOrDie(testing::ModelPath(), 2, o);
   ASSERT_TRUE(w4);
-  EXPECT_LT(w4->weight_bytes_per_token(), (*model_)->weight_bytes_per_token() / 2);
+  EXPECT_LT(w4->weight_bytes_per_token(), (*model_)->weight_bytes_per_token() * 0.4);
   PerplexityOptions po;
   po.max_chunks = 1;
   auto ref = ComputePerplexity(*model_->ctx, WikiText(), po);

@@ -45,6 +45,45 @@ TEST(QuantizeTest, Fp16LayersKeepTheirFp16Weights) {
   EXPECT_EQ((*some)->weight_bytes_per_token() - (*all)->weight_bytes_per_token(), extra);
 }
 
+// W8A16 layers (int8 groups of 32, 16-bit activations): half of FP16's
+// bytes, logits next to the FP16 layer's, kept through artifacts; where a
+// layer matches both lists FP16 wins.
+TEST(QuantizeTest, W8LayersHalveTheirBytesAndTrackFp16) {
+  LoadOptions o;
+  o.precision = Precision::kW4A16;
+  o.w4_group = 32;
+  o.fp16_layers = {"output"};
+  auto fp16_out = LoadOrDie("synthetic:tiny", 2, o);
+  o.fp16_layers = {};
+  o.w8_layers = {"output"};
+  auto w8_out = LoadOrDie("synthetic:tiny", 2, o);
+  o.fp16_layers = {"output"};
+  auto both = LoadOrDie("synthetic:tiny", 2, o);
+  ASSERT_TRUE(fp16_out && w8_out && both);
+  const ModelConfig& c = fp16_out->config();
+  const int64_t groups = (c.d_model + kW8Group - 1) / kW8Group;
+  EXPECT_EQ(fp16_out->weight_bytes_per_token() - w8_out->weight_bytes_per_token(),
+            c.output_params() * 2 - (c.output_params() + c.vocab_size * groups * 2));
+  EXPECT_EQ(both->weight_bytes_per_token(), fp16_out->weight_bytes_per_token());
+
+  auto tokens = Tokens(20, 384, 4);
+  const Logits ref = LastLogits(*fp16_out.ctx, tokens), got = LastLogits(*w8_out.ctx, tokens);
+  EXPECT_LT(RelativeError(got, ref), 0.01);
+  EXPECT_GT(RelativeError(got, ref), 0.0);  // really another format
+
+  const std::string path = ::testing::TempDir() + "/tiny_w8_output.pdqq";
+  ASSERT_TRUE(w8_out->SaveQuantized(path).ok());
+  auto artifact = ReadArtifact(path);
+  ASSERT_TRUE(artifact.ok()) << artifact.status();
+  EXPECT_EQ(artifact->header.w8_layers, (std::vector<std::string>{"output"}));
+  LoadOptions lo;
+  lo.quantized_weights = path;
+  auto loaded = LoadOrDie("synthetic:tiny", 2, lo);
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->options().w8_layers, (std::vector<std::string>{"output"}));
+  EXPECT_EQ(LastLogits(*loaded.ctx, tokens).data, got.data);
+}
+
 TEST(SmoothQuantTest, CalibratedW8A8TracksFp16AndSurvivesArtifacts) {
   auto fp16 = LoadOrDie("synthetic:tiny");
   ASSERT_TRUE(fp16);
@@ -146,7 +185,8 @@ TEST(QuantizedLoadTest, DefaultsAreTheMeasuredConfigurations) {
   auto w8 = LoadQuantizedModel("synthetic:tiny", o, cpu);
   ASSERT_TRUE(w8.ok()) << w8.status();
   EXPECT_EQ((*w8)->options().smooth_alpha, 0.75f);
-  EXPECT_EQ((*w8)->options().fp16_layers, (std::vector<std::string>{"output", "blk.*.down"}));
+  EXPECT_EQ((*w8)->options().fp16_layers, (std::vector<std::string>{"blk.*.down"}));
+  EXPECT_EQ((*w8)->options().w8_layers, (std::vector<std::string>{"output"}));
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.front().find(std::string(BuiltinCalibrationTextName())), std::string::npos)
       << lines.front();
@@ -157,7 +197,8 @@ TEST(QuantizedLoadTest, DefaultsAreTheMeasuredConfigurations) {
   auto w4 = LoadQuantizedModel("synthetic:tiny", w4o, cpu);
   ASSERT_TRUE(w4.ok()) << w4.status();
   EXPECT_EQ((*w4)->options().w4_group, 32);
-  EXPECT_EQ((*w4)->options().fp16_layers, (std::vector<std::string>{"output"}));
+  EXPECT_TRUE((*w4)->options().fp16_layers.empty());
+  EXPECT_EQ((*w4)->options().w8_layers, (std::vector<std::string>{"output"}));
 
   // The artifact records all of it.
   const std::string path = ::testing::TempDir() + "/tiny_default_w8a8.pdqq";
@@ -165,7 +206,8 @@ TEST(QuantizedLoadTest, DefaultsAreTheMeasuredConfigurations) {
   auto artifact = ReadArtifact(path);
   ASSERT_TRUE(artifact.ok()) << artifact.status();
   EXPECT_EQ(artifact->header.smooth_alpha, 0.75f);
-  EXPECT_EQ(artifact->header.fp16_layers, (std::vector<std::string>{"output", "blk.*.down"}));
+  EXPECT_EQ(artifact->header.fp16_layers, (std::vector<std::string>{"blk.*.down"}));
+  EXPECT_EQ(artifact->header.w8_layers, (std::vector<std::string>{"output"}));
   EXPECT_EQ(artifact->header.calibration, std::string(BuiltinCalibrationTextName()));
 }
 

@@ -44,8 +44,10 @@ struct ModelFlags {
   int64_t threads = 0;
   int64_t group_size = 0;  // 0: the default (eval/quantized_load.h)
   int64_t w4a8_rows = kDefaultW4A8MinRows;  // W4A8 batched decode from this many rows; 0: never
+  int64_t bf16_rows = kDefaultBf16MinRows;  // bf16 AMX tiles from this many rows; 0: never
   bool fp16_output = false;
   std::string fp16_layers = "default";
+  std::string w8_layers = "default";
   std::string weights;
   std::string calib;  // empty: the built-in text; "none": no calibration
   double smooth_alpha = 0.75;

@@ -65,7 +65,12 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
   flags.String("fp16-layers", &fp16_layers,
                "comma-separated layers kept FP16 when quantizing, '*' wildcards over\n"
                "blk.N.{qkv,out,gate_up,down} and output; 'default' is the measured best of\n"
-               "the precision (w8a8: output,blk.*.down; w4a16: output), 'none' keeps none");
+               "the precision (w8a8: blk.*.down; w4a16: none), 'none' keeps none");
+  flags.String("w8-layers", &w8_layers,
+               "comma-separated layers stored W8A16 when quantizing (int8 weights per 32\n"
+               "inputs, 16-bit activations; half of FP16's bytes), patterns as --fp16-layers,\n"
+               "which wins where both match; 'default' is the measured best of the precision\n"
+               "(output), 'none' stores none");
   flags.String("calib", &calib,
                "calibration text for W8A8 SmoothQuant and the calibrated W4 methods (never\n"
                "the text you score); empty: the text built into pdq, 'none': no calibration\n"
@@ -79,6 +84,10 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
             "W4A16: in steps of this many rows up to 64 (batched decode, short prompt\n"
             "chunks) the activations are int8 per group (W4A8) where the kernels have it\n"
             "(AVX-512); 0: never");
+  flags.Int("bf16-rows", &bf16_rows, 0, 1 << 20,
+            "W4A16 and W8A16 layers: in steps of this many rows or more (batched decode,\n"
+            "prompts) the activations and dequantized weights meet as bf16 in AMX tiles,\n"
+            "on CPUs with AMX-BF16 (fp32 sums); 0: never");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
@@ -103,17 +112,23 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
   }
   o.w4_group = (int)group_size;
   o.w4_a8_min_rows = (int)w4a8_rows;
-  if (fp16_layers != "default" || fp16_output) {
-    std::vector<std::string> layers =
-        fp16_layers == "default" ? DefaultFp16Layers(o.precision) : std::vector<std::string>{};
-    if (fp16_layers != "default" && fp16_layers != "none") {
-      for (absl::string_view p : absl::StrSplit(fp16_layers, ',', absl::SkipEmpty())) {
+  o.bf16_min_rows = (int)bf16_rows;
+  // A --*-layers value: "default" (the precision's), "none", or patterns.
+  auto layer_list = [](const std::string& value, std::vector<std::string> defaults) {
+    if (value == "default") return defaults;
+    std::vector<std::string> layers;
+    if (value != "none") {
+      for (absl::string_view p : absl::StrSplit(value, ',', absl::SkipEmpty())) {
         layers.emplace_back(p);
       }
     }
-    if (fp16_output) layers.push_back("output");
-    o.fp16_layers = layers;
+    return layers;
+  };
+  if (fp16_layers != "default" || fp16_output) {
+    o.fp16_layers = layer_list(fp16_layers, DefaultFp16Layers(o.precision));
+    if (fp16_output) o.fp16_layers->push_back("output");
   }
+  if (w8_layers != "default") o.w8_layers = layer_list(w8_layers, {});
   o.quantized_weights = weights;
   PDQ_ASSIGN_OR_RETURN(o.w4_method, ParseW4Method(w4_method));
   o.smooth_alpha = (float)smooth_alpha;
@@ -151,6 +166,10 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
         absl::StrAppend(&detail, ", W4A8 from ", lo.w4_a8_min_rows, " rows",
                         W4A8Supported() ? "" : " (not on these kernels: int16 activations)");
       }
+      if (lo.bf16_min_rows > 0) {
+        absl::StrAppend(&detail, ", bf16 tiles from ", lo.bf16_min_rows, " rows",
+                        Bf16TilesSupported() ? "" : " (not on these kernels: no AMX-BF16)");
+      }
     } else if (out.model->precision() == Precision::kW8A8) {
       detail = lo.smooth_alpha > 0 ? absl::StrCat(", SmoothQuant ", lo.smooth_alpha)
                                    : ", no SmoothQuant";
@@ -159,6 +178,7 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
       detail += lo.fp16_layers.empty()
                     ? ", no FP16 layers"
                     : absl::StrCat(", FP16 ", absl::StrJoin(lo.fp16_layers, ","));
+      if (!lo.w8_layers.empty()) absl::StrAppend(&detail, ", W8A16 ", absl::StrJoin(lo.w8_layers, ","));
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string where =

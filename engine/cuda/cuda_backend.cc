@@ -73,6 +73,15 @@ struct DeviceLinear {
       cuda::RepackI8ForGpu(p.i8, q.data());
       PDQ_ASSIGN_OR_RETURN(d.w, DeviceBuffer::From(q));
       PDQ_ASSIGN_OR_RETURN(d.scales, DeviceBuffer::From(p.i8.scale, d.n));
+    } else if (p.w8.q != nullptr) {
+      // No W8A16 kernel on the GPU yet: the layer goes up as FP16 rows
+      // (scale * q, rounded to fp16), at twice the bytes.
+      d.kind = Kind::kF16;
+      std::vector<float> wf(d.n * d.k);
+      DequantizeW8Rows(p.w8, 0, d.n, wf.data());
+      std::vector<fp16_t> rows(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) rows[i] = Fp32ToFp16(wf[i]);
+      PDQ_ASSIGN_OR_RETURN(d.w, DeviceBuffer::From(rows));
     } else {
       d.kind = Kind::kF16;
       std::vector<fp16_t> rows(d.n * d.k);

@@ -349,6 +349,71 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
   }
 }
 
+// ---- W8A16: int8 weight groups, int16 activations ----------------------------
+
+// Rows [0, MR) of the int16 activations (rows k apart) against one W8 panel:
+// per group, the exact int32 dot products of 8 rows x 2 inputs per vpmaddwd
+// (each 32-byte step sign-extended as rows 0-7 and 8-15), then one scale.
+// vpaddd's one-cycle latency keeps a single accumulator per half fed.
+template <int MR>
+void W8Tile(const PackedW8& w, int64_t p, const int16_t* xq, const float* xs, float* y,
+            int64_t ldy, int cols) {
+  const int64_t groups = PackedW8Groups(w.k);
+  const int8_t* q = w.q + p * w.k * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  __m256 out[MR][2];
+  for (int r = 0; r < MR; ++r) out[r][0] = out[r][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * kW8Group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * kW8Group) / 2;
+    __m256i acc[MR][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int64_t t = t0; t < t1; ++t) {
+      const int8_t* step = q + t * 2 * kPanelRows;
+      // 32 steps (1 KiB) ahead, once per 64-byte line; see kW4PrefetchSteps.
+      if (t % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(step + 1024), _MM_HINT_T0);
+      const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step)));
+      const __m256i hi =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step + 16)));
+      for (int r = 0; r < MR; ++r) {
+        const __m256i a = BroadcastPair(xq + r * w.k + 2 * t);
+        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(lo, a));
+        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(hi, a));
+      }
+    }
+    const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 xscale = _mm256_set1_ps(xs[r * groups + g]);
+      out[r][0] = _mm256_fmadd_ps(_mm256_mul_ps(s0, xscale), _mm256_cvtepi32_ps(acc[r][0]), out[r][0]);
+      out[r][1] = _mm256_fmadd_ps(_mm256_mul_ps(s1, xscale), _mm256_cvtepi32_ps(acc[r][1]), out[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, out[r][0]);
+    _mm256_store_ps(tmp + 8, out[r][1]);
+    std::memcpy(y + r * ldy, tmp, cols * sizeof(float));
+  }
+}
+
+void GemmW8PanelsAvx2(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                      const float* xs, int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW8Groups(w.k);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    float* yp = y + p * kPanelRows;
+    auto tile = [&](auto rows, int64_t r) {
+      W8Tile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, yp + r * ldy, ldy, cols);
+    };
+    int64_t r = 0;
+    for (; r + 3 <= m; r += 3) tile(std::integral_constant<int, 3>{}, r);
+    switch (m - r) {
+      case 2: tile(std::integral_constant<int, 2>{}, r); break;
+      case 1: tile(std::integral_constant<int, 1>{}, r); break;
+      default: break;
+    }
+  }
+}
+
 // Same values and rounding as QuantizeRowI16Ref: vcvtps2dq rounds to
 // nearest even like nearbyint, and the sums are exact integers.
 void QuantizeRowI16Avx2(const float* x, int64_t k, int group, int16_t* q, float* scale,
@@ -744,7 +809,8 @@ const KernelTable kAvx2Kernels = {
     GemmI8PanelsAvx2,   QuantizeRowI8Avx2,
     nullptr,            nullptr,  // no W4A8 on AVX2 yet: int16 activations throughout
     QuantizeRowI16Avx2, RmsNormRowAvx2,    SiluMulRowAvx2,   GeluMulRowAvx2,
-    AttendAvx2,         ToF16Avx2,
+    AttendAvx2,         ToF16Avx2,         GemmW8PanelsAvx2,
+    nullptr,            nullptr,  nullptr,  // no bf16 tiles
 };
 
 }  // namespace pdq::cpu

@@ -391,6 +391,79 @@ void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const
   }
 }
 
+// ---- W8A16: int8 weight groups, int16 activations ----------------------------
+
+// One input pair of a W8 panel (32 bytes): 16 rows' two weights as int16.
+inline __m512i LoadW8Step(const int8_t* p) {
+  return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Rows [0, MR) of the int16 activations (rows k apart) against one W8 panel:
+// per group, exact int32 sums with vpdpwssd (16 rows x 2 inputs each), on C
+// independent chains per row, since one chain (latency 5, one step per input
+// pair) would bound a single row's group of 32 inputs at 80 cycles instead of
+// the 16 its loads need; then one scale per group.
+template <int MR, int C>
+void W8Tile(const PackedW8& w, int64_t p, const int16_t* xq, const float* xs, float* y,
+            int64_t ldy, int cols) {
+  const int64_t groups = PackedW8Groups(w.k);
+  const int8_t* q = w.q + p * w.k * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  __m512 out[MR];
+  for (int r = 0; r < MR; ++r) out[r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * kW8Group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * kW8Group) / 2;
+    __m512i acc[MR][C];
+    for (int r = 0; r < MR; ++r) {
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
+    }
+    auto step = [&](int64_t t, int c) {
+      const __m512i wv = LoadW8Step(q + t * 2 * kPanelRows);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, xq + r * w.k + 2 * t, 4);
+        acc[r][c] = _mm512_dpwssd_epi32(acc[r][c], wv, _mm512_set1_epi32(pair));
+      }
+    };
+    int64_t t = t0;
+    for (; t + C <= t1; t += C) {
+      // 32 steps (1 KiB) ahead, a 64-byte line per two steps; see
+      // kW4PrefetchSteps.
+      for (int c = 0; c < C; c += 2) {
+        _mm_prefetch(reinterpret_cast<const char*>(q + (t + c + 32) * 2 * kPanelRows), _MM_HINT_T0);
+      }
+#pragma GCC unroll 4
+      for (int c = 0; c < C; ++c) step(t + c, c);
+    }
+    for (int c = 0; t < t1; ++t, ++c) step(t, c);  // fewer than C steps left
+    const __m512 s = LoadF16x16(sp + g * kPanelRows);
+    for (int r = 0; r < MR; ++r) {
+      __m512i sum = acc[r][0];
+      for (int c = 1; c < C; ++c) sum = _mm512_add_epi32(sum, acc[r][c]);
+      out[r] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[r * groups + g])),
+                               _mm512_cvtepi32_ps(sum), out[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
+}
+
+void GemmW8PanelsAvx512(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                        const float* xs, int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW8Groups(w.k);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    float* yp = y + p * kPanelRows;
+    // Tiles of 8 rows (one weight load feeds 8 vpdpwssd); fewer rows take
+    // more chains each.
+    ForEachTile<8>(m, [&](auto mr, int64_t r) {
+      constexpr int kMr = decltype(mr)::value;
+      constexpr int kChains = kMr == 1 ? 4 : kMr <= 4 ? 2 : 1;
+      W8Tile<kMr, kChains>(w, p, xq + r * w.k, xs + r * groups, yp + r * ldy, ldy, cols);
+    });
+  }
+}
+
 // ---- W4A8 (batched decode): int8 activations, vpdpbusd ------------------------
 
 // Four input pairs of a panel (64 bytes; fewer zero the rest), permuted so
@@ -755,6 +828,160 @@ __attribute__((target("amx-tile,amx-int8"))) void GemmI8PanelsAmx(
   if (m16 < m) GemmI8Vnni(w, p_begin, p_end, xq, xs, m16, m, y, ldy);
 }
 
+// ---- W4A16 on AMX-BF16 (batched decode, prefill) ------------------------------
+
+// Steps (input pairs) of one panel the bf16 GEMM dequantizes at once: k up to
+// 4096 (larger k takes the other paths).
+constexpr int64_t kBf16MaxSteps = kBf16MaxK / 2;
+
+// Panel p's codes as bf16 B tiles: step t (16 outputs x inputs 2t, 2t + 1,
+// the pairs tdpbf16ps reads per B row) becomes the 64 bytes at dst + 32 t,
+// scale * q + min fused and rounded to nearest even; steps past k / 2 up
+// to whole tiles are zero. The low nibbles of a step's 16 bytes are rows
+// 0-7's pairs and the high ones rows 8-15's, already in B-row order.
+__attribute__((target("avx512bf16"))) void DequantizeW4PanelBf16(const PackedW4& w, int64_t p,
+                                                                  uint16_t* dst) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  const __m512i lo_rows = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512i hi_rows = _mm512_add_epi32(lo_rows, _mm512_set1_epi32(8));
+  const __m512i nibble = _mm512_set1_epi32(0xf);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
+    const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
+    const __m512 s_lo = _mm512_permutexvar_ps(lo_rows, s), s_hi = _mm512_permutexvar_ps(hi_rows, s);
+    const __m512 m_lo = _mm512_permutexvar_ps(lo_rows, mn), m_hi = _mm512_permutexvar_ps(hi_rows, mn);
+    for (int64_t t = t0; t < t1; ++t) {
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + t * kPanelRows)));
+      const __m512 lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, nibble)), s_lo, m_lo);
+      const __m512 hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), s_hi, m_hi);
+      _mm512_store_si512(dst + 32 * t, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+  for (int64_t t = w.k / 2; t < Bf16RowElements(w.k) / 2; ++t) {
+    _mm512_store_si512(dst + 32 * t, _mm512_setzero_si512());
+  }
+}
+
+// Panel p of a W8A16 matrix as bf16 B tiles, as DequantizeW4PanelBf16: a
+// step's first 16 bytes are rows 0-7's pairs, the next 16 rows 8-15's.
+__attribute__((target("avx512bf16"))) void DequantizeW8PanelBf16(const PackedW8& w, int64_t p,
+                                                                  uint16_t* dst) {
+  const int64_t groups = PackedW8Groups(w.k);
+  const int8_t* q = w.q + p * w.k * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const __m512i lo_rows = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512i hi_rows = _mm512_add_epi32(lo_rows, _mm512_set1_epi32(8));
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * kW8Group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * kW8Group) / 2;
+    const __m512 s = LoadF16x16(sp + g * kPanelRows);
+    const __m512 s_lo = _mm512_permutexvar_ps(lo_rows, s), s_hi = _mm512_permutexvar_ps(hi_rows, s);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int8_t* step = q + t * 2 * kPanelRows;
+      const __m512 lo = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step)))), s_lo);
+      const __m512 hi = _mm512_mul_ps(
+          _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step + 16)))), s_hi);
+      _mm512_store_si512(dst + 32 * t, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+  for (int64_t t = w.k / 2; t < Bf16RowElements(w.k) / 2; ++t) {
+    _mm512_store_si512(dst + 32 * t, _mm512_setzero_si512());
+  }
+}
+
+// y = x W^T for output panels [p_begin, p_end) of an n x k matrix whose
+// panels `dequantize(p, dst)` writes as bf16 B tiles: pairs of panels (32
+// outputs) against the activation rows 32 at a time, four C tiles (2 row
+// tiles x 2 panels), all of k in the tiles.
+template <typename Dequantize>
+__attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void GemmPanelsBf16Amx(
+    int64_t n, int64_t k, int64_t p_begin, int64_t p_end, const uint16_t* xb, int64_t m,
+    float* y, int64_t ldy, const Dequantize& dequantize) {
+  const int64_t kpad = Bf16RowElements(k), ktiles = kpad / 32, mpad = Bf16Rows(m);
+  const int64_t row_bytes = kpad * 2;
+  alignas(64) uint16_t b[2][kBf16MaxSteps * 32];
+  alignas(64) float c[256];
+  const AmxTileConfig cfg = FullAmxTiles();
+  _tile_loadconfig(&cfg);
+  for (int64_t p = p_begin; p < p_end; p += 2) {
+    const bool two_panels = p + 1 < p_end;
+    dequantize(p, b[0]);
+    if (two_panels) dequantize(p + 1, b[1]);
+    // A C tile (rows from `row`, panel p + j; `store` runs its tilestored)
+    // into y: straight there when whole, else through c.
+    auto finish = [&](int j, int64_t row, auto store) {
+      const int cols = (int)std::min<int64_t>(kPanelRows, n - (p + j) * kPanelRows);
+      float* yp = y + row * ldy + (p + j) * kPanelRows;
+      if (cols == kPanelRows && row + 16 <= m) {
+        store(yp, ldy * (int64_t)sizeof(float));
+        return;
+      }
+      store(c, 64);
+      for (int64_t r = 0; r < 16 && row + r < m; ++r) {
+        StoreCols(yp + r * ldy, _mm512_load_ps(c + r * 16), cols);
+      }
+    };
+    for (int64_t r = 0; r < mpad; r += 32) {
+      const bool two_rows = r + 16 < mpad;
+      const uint16_t* a0 = xb + r * kpad;
+      const uint16_t* a1 = a0 + 16 * kpad;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t kt = 0; kt < ktiles; ++kt) {
+        _tile_loadd(4, a0 + kt * 32, row_bytes);
+        _tile_loadd(6, b[0] + kt * 512, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_panels) {
+          _tile_loadd(7, b[1] + kt * 512, 64);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (two_rows) {
+          _tile_loadd(5, a1 + kt * 32, row_bytes);
+          _tile_dpbf16ps(2, 5, 6);
+          if (two_panels) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      // (_tile_stored takes its tile number as a literal.)
+      finish(0, r, [](void* d, int64_t stride) { _tile_stored(0, d, stride); });
+      if (two_panels) finish(1, r, [](void* d, int64_t stride) { _tile_stored(1, d, stride); });
+      if (two_rows) {
+        finish(0, r + 16, [](void* d, int64_t stride) { _tile_stored(2, d, stride); });
+        if (two_panels) {
+          finish(1, r + 16, [](void* d, int64_t stride) { _tile_stored(3, d, stride); });
+        }
+      }
+    }
+  }
+  _tile_release();
+}
+
+void GemmW4PanelsBf16Amx(const PackedW4& w, int64_t p_begin, int64_t p_end, const uint16_t* xb,
+                         int64_t m, float* y, int64_t ldy) {
+  GemmPanelsBf16Amx(w.n, w.k, p_begin, p_end, xb, m, y, ldy,
+                    [&](int64_t p, uint16_t* dst) { DequantizeW4PanelBf16(w, p, dst); });
+}
+
+void GemmW8PanelsBf16Amx(const PackedW8& w, int64_t p_begin, int64_t p_end, const uint16_t* xb,
+                         int64_t m, float* y, int64_t ldy) {
+  GemmPanelsBf16Amx(w.n, w.k, p_begin, p_end, xb, m, y, ldy,
+                    [&](int64_t p, uint16_t* dst) { DequantizeW8PanelBf16(w, p, dst); });
+}
+
+__attribute__((target("avx512bf16"))) void QuantizeRowBf16Avx512(const float* x, int64_t k,
+                                                                  uint16_t* dst) {
+  const int64_t kpad = Bf16RowElements(k);
+  for (int64_t i = 0; i < kpad; i += 16) {
+    const __m512 v = i + 16 <= k ? _mm512_loadu_ps(x + i)
+                                 : _mm512_maskz_loadu_ps((__mmask16)((1u << std::max<int64_t>(0, k - i)) - 1), x + i);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), (__m256i)_mm512_cvtneps_pbh(v));
+  }
+}
+
 float QuantizeRowI8Avx512(const float* x, int64_t k, int8_t* q) {
   const __m512 sign = _mm512_set1_ps(-0.0f);
   __m512 vmax = _mm512_setzero_ps();
@@ -991,14 +1218,16 @@ const KernelTable kAvx512Kernels = {
     "avx512",             GemmF16PanelsAvx512,  GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
     GemmI8PanelsAvx512,   QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowGroups<int8_t>,
     QuantizeRowGroups<int16_t>, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
-    AttendAvx512,         ToF16Avx512,
+    AttendAvx512,         ToF16Avx512,          GemmW8PanelsAvx512,
+    nullptr,              nullptr,  nullptr,  // bf16 tiles need AMX
 };
 
 const KernelTable kAvx512AmxKernels = {
     "avx512+amx",         GemmF16PanelsAvx512,  GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
     GemmI8PanelsAmx,      QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowGroups<int8_t>,
     QuantizeRowGroups<int16_t>, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
-    AttendAvx512,         ToF16Avx512,
+    AttendAvx512,         ToF16Avx512,          GemmW8PanelsAvx512,
+    GemmW4PanelsBf16Amx,  QuantizeRowBf16Avx512, GemmW8PanelsBf16Amx,
 };
 
 }  // namespace pdq::cpu

@@ -44,10 +44,12 @@ CpuFeatures Detect() {
   // AMX: the CPU has the tiles and int8 products, XCR0 enables their state
   // (bits 17 and 18), and Linux grants this process the tile data
   // (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, 18).
-  const bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25);
-  if (amx_tile && amx_int8 && (xcr0 & 0x60000) == 0x60000) {
+  const bool amx_tile = d & (1u << 24), amx_int8 = d & (1u << 25), amx_bf16 = d & (1u << 22);
+  if (amx_tile && (amx_int8 || amx_bf16) && (xcr0 & 0x60000) == 0x60000) {
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-    f.amx_int8 = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    f.amx_int8 = granted && amx_int8;
+    f.amx_bf16 = granted && amx_bf16;
   }
   unsigned a1, b1, c1, d1;
   if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
@@ -60,10 +62,10 @@ CpuFeatures Detect() {
     if (std::strcmp(force, "avx2+vnni") == 0) force = "avxvnni";
     if (std::strcmp(force, "avx2") == 0 || std::strcmp(force, "avxvnni") == 0) {
       f.avx512f = f.avx512dq = f.avx512bw = f.avx512vl = f.avx512vnni = f.avx512bf16 = false;
-      f.amx_int8 = false;
+      f.amx_int8 = f.amx_bf16 = false;
       if (std::strcmp(force, "avx2") == 0) f.avxvnni = false;
     }
-    if (std::strcmp(force, "avx512") == 0) f.amx_int8 = false;
+    if (std::strcmp(force, "avx512") == 0) f.amx_int8 = f.amx_bf16 = false;
     const bool known = std::strcmp(force, "scalar") == 0 || std::strcmp(force, "avx2") == 0 ||
                        std::strcmp(force, "avxvnni") == 0 || std::strcmp(force, "avx512") == 0 ||
                        std::strcmp(force, "amx") == 0 ||
@@ -87,7 +89,7 @@ const CpuFeatures& GetCpuFeatures() {
 
 std::string KernelIsaName() {
   const CpuFeatures& f = GetCpuFeatures();
-  if (f.avx2 && f.avx512_kernels()) return f.amx_int8 ? "avx512+amx" : "avx512";
+  if (f.avx2 && f.avx512_kernels()) return f.amx_kernels() ? "avx512+amx" : "avx512";
   if (f.avx2 && f.avxvnni) return "avx2+vnni";
   if (f.avx2) return "avx2";
   return "scalar";
@@ -110,7 +112,11 @@ std::string MissingCpuFlags(const std::string& isa) {
     need(f.avx512vl, "avx512vl");
     need(f.avx512vnni, "avx512_vnni");
   }
-  if (isa == "avx512+amx") need(f.amx_int8, "amx_int8 (with the OS's tile permission)");
+  if (isa == "avx512+amx") {
+    need(f.amx_int8, "amx_int8 (with the OS's tile permission)");
+    need(f.amx_bf16, "amx_bf16 (with the OS's tile permission)");
+    need(f.avx512bf16, "avx512_bf16");
+  }
   return missing;
 }
 

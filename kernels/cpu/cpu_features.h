@@ -17,11 +17,14 @@ struct CpuFeatures {
   // AMX tiles with int8 dot products, enabled by the OS for this process
   // (Linux grants the tile state on request: arch_prctl ARCH_REQ_XCOMP_PERM).
   bool amx_int8 = false;
+  bool amx_bf16 = false;  // and bf16 products (every AMX CPU so far has both)
   // The AVX-512 kernel table's requirements: F, DQ, BW, VL and VNNI (Ice
   // Lake, Zen 4 and later). Skylake-X, which lacks VNNI, runs the AVX2 path.
   bool avx512_kernels() const {
     return avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
   }
+  // The AMX table's: int8 and bf16 tiles, and AVX-512 BF16 conversions.
+  bool amx_kernels() const { return avx512_kernels() && amx_int8 && amx_bf16 && avx512bf16; }
 };
 
 // Detected once; honours PDQ_ISA=scalar|avx2|avxvnni|avx512|amx to force a

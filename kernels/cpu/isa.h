@@ -56,7 +56,39 @@ struct KernelTable {
                  float* out, int64_t out_stride, float* scratch);
   // Converts n floats to fp16 (round to nearest even).
   void (*to_f16)(const float* src, int64_t n, fp16_t* dst);
+  // W8A16 on panels [p_begin, p_end): xq holds m rows of k int16 values
+  // quantized per kW8Group inputs by quantize_row_i16, xs their scales.
+  void (*gemm_w8_panels)(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                         const float* xs, int64_t m, float* y, int64_t ldy);
+  // W4A16 on bf16 tiles (AMX): xb holds Bf16Rows(m) rows of Bf16RowElements(k)
+  // bf16 values from quantize_row_bf16 (the rows past m zero), and the
+  // weights are dequantized to bf16 (scale * q + min, fused, rounded to
+  // nearest even). Null where the path has no bf16 tiles; so is
+  // quantize_row_bf16.
+  void (*gemm_w4_panels_bf16)(const PackedW4& w, int64_t p_begin, int64_t p_end,
+                              const uint16_t* xb, int64_t m, float* y, int64_t ldy);
+  // One row to bf16 (round to nearest even, denormals to zero), zero from
+  // k to Bf16RowElements(k).
+  void (*quantize_row_bf16)(const float* x, int64_t k, uint16_t* dst);
+  // W8A16 on bf16 tiles, as gemm_w4_panels_bf16 (weights scale * q).
+  void (*gemm_w8_panels_bf16)(const PackedW8& w, int64_t p_begin, int64_t p_end,
+                              const uint16_t* xb, int64_t m, float* y, int64_t ldy);
 };
+
+// bf16 activation rows: k padded to whole 32-input tiles, rows to whole
+// 16-row tiles.
+inline int64_t Bf16RowElements(int64_t k) { return (k + 31) / 32 * 32; }
+inline int64_t Bf16Rows(int64_t m) { return (m + 15) / 16 * 16; }
+
+// The bf16 W4 path's reference, for tests (no table holds it: the scalar
+// path keeps fp32 and int16 activations).
+void GemmW4PanelsBf16Ref(const PackedW4& w, int64_t p_begin, int64_t p_end, const uint16_t* xb,
+                         int64_t m, float* y, int64_t ldy);
+void GemmW8PanelsBf16Ref(const PackedW8& w, int64_t p_begin, int64_t p_end, const uint16_t* xb,
+                         int64_t m, float* y, int64_t ldy);
+void QuantizeRowBf16Ref(const float* x, int64_t k, uint16_t* dst);
+uint16_t Fp32ToBf16(float f);
+float Bf16ToFp32(uint16_t b);
 
 // Bytes between W4A8 activation rows: k rounded up to whole 8-input steps.
 inline int64_t W4A8RowBytes(int64_t k) { return (k + 7) / 8 * 8; }
@@ -77,7 +109,8 @@ inline int AttendRowsFor(int64_t n_pos, int group) {
 extern const KernelTable kScalarKernels;
 extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA+F16C
 // Only valid where CpuFeatures::avx512_kernels() holds (and AVX2); the AMX
-// table differs in its W8A8 GEMM, which needs CpuFeatures::amx_int8.
+// table differs in its W8A8 GEMM and its bf16 W4 GEMM, which need
+// CpuFeatures::amx_kernels().
 extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx512AmxKernels;
 

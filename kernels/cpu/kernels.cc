@@ -1,5 +1,6 @@
 // Public kernel entry points: split work across the context's threads and
 // call the per-ISA bodies chosen once at start-up.
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
@@ -28,6 +29,7 @@ const KernelTable& ActiveKernels() {
 }  // namespace cpu
 
 bool W4A8Supported() { return cpu::ActiveKernels().gemm_w4a8_panels != nullptr; }
+bool Bf16TilesSupported() { return cpu::ActiveKernels().gemm_w4_panels_bf16 != nullptr; }
 
 namespace {
 void ForRows(const CpuContext& ctx, int64_t m, const std::function<void(int64_t, int64_t)>& fn) {
@@ -66,6 +68,21 @@ void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t 
   ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_f16_panels(w, b, e, x, m, ldx, y, ldy); });
 }
 
+// The bf16 tile GEMMs' activations: rows row_of(i) as bf16 at `at` (64-byte
+// aligned), Bf16RowElements(k) apart, the rows past m up to Bf16Rows(m) zero.
+template <typename RowOf>
+static uint16_t* ToBf16Rows(const CpuContext& ctx, int64_t m, int64_t k, const RowOf& row_of,
+                            void* at) {
+  const auto& kt = cpu::ActiveKernels();
+  uint16_t* xb = static_cast<uint16_t*>(at);
+  const int64_t row = cpu::Bf16RowElements(k);
+  ForRows(ctx, m, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) kt.quantize_row_bf16(row_of(i), k, xb + i * row);
+  });
+  std::fill(xb + m * row, xb + cpu::Bf16Rows(m) * row, uint16_t{0});
+  return xb;
+}
+
 void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t m, int64_t ldx,
                float* y, int64_t ldy, void* scratch, const float* in_scale) {
   if (m <= 0) return;
@@ -81,6 +98,14 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
     for (int64_t j = 0; j < w.k; ++j) dst[j] = row[j] * in_scale[j];
     return static_cast<const float*>(dst);
   };
+  if (w.bf16_min_rows > 0 && m >= w.bf16_min_rows && w.k <= kBf16MaxK &&
+      kt.gemm_w4_panels_bf16 != nullptr) {
+    uint16_t* xb = ToBf16Rows(ctx, m, w.k, row_of, scaled + (in_scale ? m * w.k : 0));
+    ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
+      kt.gemm_w4_panels_bf16(w, b, e, xb, m, y, ldy);
+    });
+    return;
+  }
   if (m > kW4IntMaxRows) {
     if (in_scale != nullptr) {
       ForRows(ctx, m, [&](int64_t b, int64_t e) {
@@ -120,6 +145,39 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
     run(reinterpret_cast<int16_t*>(xsum + m * groups), w.k, kt.quantize_row_i16,
         kt.gemm_w4_panels);
   }
+}
+
+void GemmW8A16(const CpuContext& ctx, const PackedW8& w, const float* x, int64_t m, int64_t ldx,
+               float* y, int64_t ldy, void* scratch) {
+  if (m <= 0) return;
+  PDQ_CHECK(w.k % 2 == 0);
+  const auto& kt = cpu::ActiveKernels();
+  const int64_t groups = PackedW8Groups(w.k);
+  // Scales, scaled sums (unused: the weights have no min) and the int16 rows.
+  float* xs = reinterpret_cast<float*>(
+      (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  if (w.bf16_min_rows > 0 && m >= w.bf16_min_rows && w.k <= kBf16MaxK &&
+      kt.gemm_w8_panels_bf16 != nullptr) {
+    uint16_t* xb = ToBf16Rows(ctx, m, w.k, [&](int64_t i) { return x + i * ldx; }, xs);
+    ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
+      kt.gemm_w8_panels_bf16(w, b, e, xb, m, y, ldy);
+    });
+    return;
+  }
+  float* xsum = xs + m * groups;
+  int16_t* xq = reinterpret_cast<int16_t*>(xsum + m * groups);
+  auto quantize = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      kt.quantize_row_i16(x + i * ldx, w.k, kW8Group, xq + i * w.k, xs + i * groups,
+                          xsum + i * groups);
+    }
+  };
+  if (m < 8) {
+    quantize(0, m);  // cheaper than waking the threads
+  } else {
+    ForRows(ctx, m, quantize);
+  }
+  ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_w8_panels(w, b, e, xq, xs, m, y, ldy); });
 }
 
 void GemmW8A8(const CpuContext& ctx, const PackedI8& w, const float* x, int64_t m, int64_t ldx,

@@ -91,4 +91,41 @@ void QuantizeI8Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int
   }
 }
 
+void QuantizeW8Rows(const float* src, int64_t row0, int64_t rows, int64_t k, int8_t* q,
+                    fp16_t* scale) {
+  PDQ_CHECK(k % 2 == 0);
+  const int64_t groups = PackedW8Groups(k);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = row0 + r, p = n / kPanelRows, j = n % kPanelRows;
+    const float* w = src + r * k;
+    int8_t* panel = q + p * k * kPanelRows;
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t k0 = g * kW8Group, k1 = std::min<int64_t>(k, k0 + kW8Group);
+      float absmax = 0.0f;
+      for (int64_t i = k0; i < k1; ++i) absmax = std::max(absmax, std::abs(w[i]));
+      const fp16_t s = Fp32ToFp16(absmax / 127.0f);
+      scale[(p * groups + g) * kPanelRows + j] = s;
+      // Codes against the stored scale: a Q8_0 group (w = d q, d an fp16)
+      // has absmax 127 d, so s == d and every code comes back as it was.
+      const float sr = Fp16ToFp32(s), inv = sr != 0.0f ? 1.0f / sr : 0.0f;
+      for (int64_t i = k0; i < k1; ++i) {
+        panel[(i / 2) * 2 * kPanelRows + 2 * j + i % 2] =
+            (int8_t)std::clamp(std::nearbyint(w[i] * inv), -127.0f, 127.0f);
+      }
+    }
+  }
+}
+
+void DequantizeW8Rows(const PackedW8& w, int64_t row0, int64_t rows, float* dst) {
+  const int64_t groups = PackedW8Groups(w.k);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t n = row0 + r, p = n / kPanelRows, j = n % kPanelRows;
+    const int8_t* panel = w.q + p * w.k * kPanelRows;
+    for (int64_t i = 0; i < w.k; ++i) {
+      const float s = Fp16ToFp32(w.scale[(p * groups + i / kW8Group) * kPanelRows + j]);
+      dst[r * w.k + i] = s * (float)PackedW8Code(panel, i, j);
+    }
+  }
+}
+
 }  // namespace pdq

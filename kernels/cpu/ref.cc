@@ -1,6 +1,7 @@
 // Scalar reference kernels: plain loops, fp32 accumulation, the ground truth
 // for the vectorized paths.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/cpu/isa.h"
 
@@ -198,6 +199,29 @@ void AttendRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_p
   }
 }
 
+// Per group: (scale_w * scale_x) * sum(q_w * q_x), summed over the groups.
+void GemmW8PanelsRef(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                     const float* xs, int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW8Groups(w.k);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int8_t* q = w.q + p * w.k * kPanelRows;
+    const int64_t rows = std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    for (int64_t j = 0; j < rows; ++j) {
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t g = 0; g < groups; ++g) {
+          const int64_t k0 = g * kW8Group, k1 = std::min<int64_t>(w.k, k0 + kW8Group);
+          int32_t dot = 0;
+          for (int64_t kk = k0; kk < k1; ++kk) dot += PackedW8Code(q, kk, j) * xq[i * w.k + kk];
+          acc += Fp16ToFp32(w.scale[(p * groups + g) * kPanelRows + j]) * xs[i * groups + g] *
+                 (float)dot;
+        }
+        y[i * ldy + p * kPanelRows + j] = acc;
+      }
+    }
+  }
+}
+
 void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = Fp32ToFp16(src[i]);
 }
@@ -208,7 +232,67 @@ const KernelTable kScalarKernels = {
     "scalar",          GemmF16PanelsRef,       GemmW4PanelsRef,  GemmW4PanelsF32Ref,
     GemmI8PanelsRef,   QuantizeRowI8Ref,       GemmW4A8PanelsRef, QuantizeRowGroupsRef<int8_t>,
     QuantizeRowGroupsRef<int16_t>, RmsNormRowRef,          SiluMulRowRef,    GeluMulRowRef,
-    AttendRef,         ToF16Ref,
+    AttendRef,         ToF16Ref,               GemmW8PanelsRef,
+    nullptr,           nullptr,  nullptr,  // bf16 tiles: AMX only (the Bf16Ref functions below)
 };
+
+uint16_t Fp32ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);  // denormals to zero
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return (uint16_t)(u >> 16);
+}
+
+float Bf16ToFp32(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void QuantizeRowBf16Ref(const float* x, int64_t k, uint16_t* dst) {
+  for (int64_t i = 0; i < Bf16RowElements(k); ++i) dst[i] = i < k ? Fp32ToBf16(x[i]) : 0;
+}
+
+// The bf16 tile GEMMs' reference: weight(p, kk, j) (row j of panel p,
+// input kk, in fp32) rounded to bf16, times the bf16 rows, fp32 sums.
+template <typename Weight>
+void PanelsBf16Ref(int64_t n, int64_t k, int64_t p_begin, int64_t p_end, const uint16_t* xb,
+                   int64_t m, float* y, int64_t ldy, const Weight& weight) {
+  const int64_t row = Bf16RowElements(k);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int64_t rows = std::min<int64_t>(kPanelRows, n - p * kPanelRows);
+    for (int64_t j = 0; j < rows; ++j) {
+      for (int64_t i = 0; i < m; ++i) {
+        float acc = 0.0f;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          acc += Bf16ToFp32(Fp32ToBf16(weight(p, kk, j))) * Bf16ToFp32(xb[i * row + kk]);
+        }
+        y[i * ldy + p * kPanelRows + j] = acc;
+      }
+    }
+  }
+}
+
+void GemmW4PanelsBf16Ref(const PackedW4& w, int64_t p_begin, int64_t p_end, const uint16_t* xb,
+                         int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  PanelsBf16Ref(w.n, w.k, p_begin, p_end, xb, m, y, ldy, [&](int64_t p, int64_t kk, int64_t j) {
+    const int64_t sg = (p * groups + kk / w.group) * kPanelRows + j;
+    const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+    return std::fma((float)PackedW4Code(q, kk, j), Fp16ToFp32(w.scale[sg]), Fp16ToFp32(w.min[sg]));
+  });
+}
+
+void GemmW8PanelsBf16Ref(const PackedW8& w, int64_t p_begin, int64_t p_end, const uint16_t* xb,
+                         int64_t m, float* y, int64_t ldy) {
+  const int64_t groups = PackedW8Groups(w.k);
+  PanelsBf16Ref(w.n, w.k, p_begin, p_end, xb, m, y, ldy, [&](int64_t p, int64_t kk, int64_t j) {
+    const float s = Fp16ToFp32(w.scale[(p * groups + kk / kW8Group) * kPanelRows + j]);
+    return s * (float)PackedW8Code(w.q + p * w.k * kPanelRows, kk, j);
+  });
+}
 
 }  // namespace pdq::cpu
