@@ -154,6 +154,7 @@ BENCHMARK(BM_GemmW4A16)
 
 // W8A16 (int8 weight groups, int16 activations): the output projection's
 // format, so the shapes are its (vocabulary x d_model) beside BM_GemmF16's.
+// Args: m, n, k and bf16_min_rows (0: never; AMX only).
 void BM_GemmW8A16(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
   std::vector<float> w(n * k);
@@ -165,7 +166,7 @@ void BM_GemmW8A16(benchmark::State& state) {
   std::vector<float> x(m * k), y(m * n);
   for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
   std::vector<uint8_t> scratch(GemmW8A16ScratchBytes(m, k));
-  const PackedW8 pw{q.data(), scale.data(), n, k};
+  const PackedW8 pw{q.data(), scale.data(), n, k, (int)state.range(3)};
   CpuContext ctx{&Pool()};
   const auto t0 = Clock::now();
   for (auto _ : state) {
@@ -180,16 +181,17 @@ void BM_GemmW8A16(benchmark::State& state) {
                                                 benchmark::Counter::kIs1000);
   if (m == 1) {
     AddFraction(state, "of_read_bw", bytes, Roof().read_gbps, t0);
-  } else {
+  } else if (!(pw.bf16_min_rows > 0 && m >= pw.bf16_min_rows && Bf16TilesSupported())) {
     AddFraction(state, "of_int16_peak", (double)2 * m * n * k, Roof().int16_gops, t0);
   }
 }
 
 BENCHMARK(BM_GemmW8A16)
-    ->Args({1, 49152, 576})
-    ->Args({4, 49152, 576})
-    ->Args({32, 49152, 576})
-    ->Args({1, 3072, 576})
+    ->Args({1, 49152, 576, 0})
+    ->Args({4, 49152, 576, 0})
+    ->Args({32, 49152, 576, 0})
+    ->Args({32, 49152, 576, 16})  // bf16 tiles where the CPU has AMX
+    ->Args({1, 3072, 576, 0})
     ->UseRealTime();
 
 void BM_GemmW8A8(benchmark::State& state) {

@@ -16,7 +16,6 @@ namespace pdq {
 std::vector<std::string> DefaultFp16Layers(Precision precision) {
   switch (precision) {
     case Precision::kW8A8:
-      return {"blk.*.down"};
     case Precision::kW4A16:
     case Precision::kFp16:
       return {};
@@ -27,6 +26,7 @@ std::vector<std::string> DefaultFp16Layers(Precision precision) {
 std::vector<std::string> DefaultW8Layers(Precision precision) {
   switch (precision) {
     case Precision::kW8A8:
+      return {"output", "blk.*.down"};
     case Precision::kW4A16:
       return {"output"};
     case Precision::kFp16:

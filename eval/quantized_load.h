@@ -76,15 +76,16 @@ struct QuantizedLoadOptions {
   std::function<void(const std::string&)> log;
 };
 
-// The layers a precision keeps FP16 by default: W8A8 keeps the FFN down
-// projections (SmoothQuant cannot tame their activations: +0.6% perplexity
-// instead of +1.7%). None for W4A16 and FP16.
+// The layers a precision keeps FP16 by default: none (the layers int8
+// activations or 4 bits cost too much on are W8A16 instead, below).
 std::vector<std::string> DefaultFp16Layers(Precision precision);
 // The layers a precision stores W8A16 (int8 weight groups, 16-bit
-// activations) by default: the output projection of both, which int8
-// activations (W8A8: +0.6% perplexity) and 4 bits (W4A16: +5.8%) cost too
-// much on, and W8A16 nothing measurable (KL against FP16 unchanged in its
-// fourth digit) at half of FP16's bytes (bench/RESULTS.md, "W8A16 output").
+// activations) by default: W8A8's output and FFN down projections, whose
+// activations SmoothQuant cannot tame for int8 (+0.6% perplexity against
+// +1.7% with them int8), and W4A16's output projection (4 bits there:
+// +5.8%). Against keeping them FP16, W8A16 moved the KL against FP16 by at
+// most 1% of itself, at half the bytes, and runs prompts on bf16 tiles
+// (bench/RESULTS.md, "W8A16 layers and bf16 tiles").
 std::vector<std::string> DefaultW8Layers(Precision precision);
 
 // The calibration text compiled into pdq (see data/calibration/README.md)

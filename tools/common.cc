@@ -65,12 +65,12 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
   flags.String("fp16-layers", &fp16_layers,
                "comma-separated layers kept FP16 when quantizing, '*' wildcards over\n"
                "blk.N.{qkv,out,gate_up,down} and output; 'default' is the measured best of\n"
-               "the precision (w8a8: blk.*.down; w4a16: none), 'none' keeps none");
+               "the precision (none: see --w8-layers), 'none' keeps none");
   flags.String("w8-layers", &w8_layers,
                "comma-separated layers stored W8A16 when quantizing (int8 weights per 32\n"
                "inputs, 16-bit activations; half of FP16's bytes), patterns as --fp16-layers,\n"
                "which wins where both match; 'default' is the measured best of the precision\n"
-               "(output), 'none' stores none");
+               "(w8a8: output,blk.*.down; w4a16: output), 'none' stores none");
   flags.String("calib", &calib,
                "calibration text for W8A8 SmoothQuant and the calibrated W4 methods (never\n"
                "the text you score); empty: the text built into pdq, 'none': no calibration\n"
