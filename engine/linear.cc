@@ -253,9 +253,10 @@ class W4A16Linear final : public WritableLinear {
 };
 
 // Int8 weight groups with 16-bit activations: half of FP16's bytes at
-// nearly FP16's accuracy, for the layers 4 bits cost too much on (the output
-// projection). Quantized from the source values themselves rather than
-// their fp16 rounding, so a Q8_0 source comes back exactly.
+// nearly FP16's accuracy, for the layers a precision's own format costs too
+// much on (the output projection; W8A8's FFN down projections). Quantized
+// from the source values themselves rather than their fp16 rounding, so a
+// Q8_0 source comes back exactly.
 class W8A16Linear final : public WritableLinear {
  public:
   W8A16Linear(int64_t out, int64_t in, int bf16_min_rows)

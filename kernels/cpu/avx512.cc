@@ -831,7 +831,8 @@ __attribute__((target("amx-tile,amx-int8"))) void GemmI8PanelsAmx(
 // ---- W4A16 on AMX-BF16 (batched decode, prefill) ------------------------------
 
 // Steps (input pairs) of one panel the bf16 GEMM dequantizes at once: k up to
-// 4096 (larger k takes the other paths).
+// 4096 (larger k takes the other paths). Two panels of them are 256 KiB of
+// the calling thread's stack (pdq's threads have the default 8 MiB).
 constexpr int64_t kBf16MaxSteps = kBf16MaxK / 2;
 
 // Panel p's codes as bf16 B tiles: step t (16 outputs x inputs 2t, 2t + 1,
