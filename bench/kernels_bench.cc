@@ -16,6 +16,7 @@
 
 #include "bench/roofline.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
 
@@ -193,6 +194,40 @@ BENCHMARK(BM_GemmW8A16)
     ->Args({32, 49152, 576, 16})  // bf16 tiles where the CPU has AMX
     ->Args({1, 3072, 576, 0})
     ->UseRealTime();
+
+// One decode row's attention for one kv head and its `group` query heads
+// (SmolLM2-135M: group 3, head_dim 64) over n_pos cached positions, on the
+// active path's attend or (table 0) the AVX2 body it falls back to below
+// its query threshold: the same-run comparison behind that threshold.
+// Args: n_pos, group, table (0: AVX2 body, 1: active path).
+void BM_AttendDecodeRow(benchmark::State& state) {
+  const int64_t n_pos = state.range(0);
+  const int group = (int)state.range(1), d = 64, block = 16;
+  const int64_t blocks = (n_pos + block - 1) / block;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<fp16_t> k(blocks * block * d), v(k.size());
+  for (auto& x : k) x = Fp32ToFp16(u(rng));
+  for (auto& x : v) x = Fp32ToFp16(u(rng));
+  std::vector<int32_t> table(blocks);
+  for (int64_t b = 0; b < blocks; ++b) table[b] = (int32_t)b;
+  const KvLayerView layer{k.data(), v.data(), 1, d, block};
+  std::vector<float> q(group * d), out(group * d);
+  for (auto& x : q) x = u(rng);
+  std::vector<float> scratch(cpu::AttendScratch(n_pos, group, d));
+  const auto& kt = state.range(2) == 0 ? cpu::kAvx2Kernels : cpu::ActiveKernels();
+  if (state.range(2) == 0 && !GetCpuFeatures().avx2) {
+    state.SkipWithError("no AVX2 on this CPU");
+    return;
+  }
+  for (auto _ : state) {
+    kt.attend(layer, table.data(), n_pos, 1, 0, group, q.data(), group * d, 0.125f, out.data(),
+              group * d, scratch.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+
+BENCHMARK(BM_AttendDecodeRow)->ArgsProduct({{128, 512, 2048}, {1, 2, 3}, {0, 1}});
 
 void BM_GemmW8A8(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);

@@ -1106,15 +1106,17 @@ inline void AccumulatePv(const float* p, int64_t nj, const float* v, int d, floa
 // converted and transposed once for all rows * group queries, so a query's
 // 16 scores are d FMAs of a broadcast query element against a row of K^T,
 // with no horizontal sums; P V accumulates 16 lanes of the head at a time.
-// The transpose pays off from 8 queries a call; fewer (decode) and other
-// shapes take the AVX2 kernel.
+// The transpose pays off from 3 queries a call (a decode row of a GQA group
+// of 3 or more: 8-36% faster than the AVX2 kernel, kernels_bench
+// BM_AttendDecodeRow); 1 or 2 (MHA decode) and other shapes take the AVX2
+// kernel, which is 1.1-1.5x faster there.
 void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
                   int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
                   int64_t out_stride, float* scratch) {
   const int d = layer.head_dim;
   const int nq = rows * group;
   constexpr int kMaxQ = 64;
-  if (d % 16 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ || nq < 8) {
+  if (d % 16 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ || nq < 3) {
     AttendAvx2(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
                out_stride, scratch);
     return;
