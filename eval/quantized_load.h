@@ -22,11 +22,14 @@ namespace pdq {
 // W4A8 moved the top token against FP16 in about 4% of positions
 // (bench/RESULTS.md, "AVX-512 and AMX kernels", W4A8's accuracy).
 constexpr int kDefaultW4A8MinRows = 0;
-// The measured default of QuantizedLoadOptions::bf16_min_rows: one whole
-// AMX tile of rows, where the bf16 tiles run W4A16 2x the int16 kernel
-// (even at 8 rows) and cost KL 1e-4 against FP16, top-1 agreement 99.1-99.4%
-// (bench/RESULTS.md, "bf16 tiles").
-constexpr int kDefaultBf16MinRows = 16;
+// The default of QuantizedLoadOptions::bf16_min_rows: past kW4IntMaxRows,
+// so the bf16 tiles replace the fp32 tiles of prompts (3.8-5x) and decode
+// steps of up to 64 rows keep the int16 kernels: a sequence's tokens then do
+// not depend on how many others share its step (ServingTest's 64 streams).
+// 16 (one whole tile) runs batched decode 1.5-2x faster at KL 1e-4 against
+// FP16, but the batch size then moves a row's logits by that much
+// (bench/RESULTS.md, "W8A16 layers and bf16 tiles").
+constexpr int kDefaultBf16MinRows = kW4IntMaxRows + 1;
 
 struct QuantizedLoadOptions {
   Precision precision = Precision::kFp16;

@@ -87,7 +87,9 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
   flags.Int("bf16-rows", &bf16_rows, 0, 1 << 20,
             "W4A16 and W8A16 layers: in steps of this many rows or more (batched decode,\n"
             "prompts) the activations and dequantized weights meet as bf16 in AMX tiles,\n"
-            "on CPUs with AMX-BF16 (fp32 sums); 0: never");
+            "on CPUs with AMX-BF16 (fp32 sums); 0: never. The default keeps decode steps\n"
+            "of up to 64 rows on int16 (batch-invariant tokens); 16 runs batched decode\n"
+            "1.5-2x faster, at KL 1e-4 and with a row's logits depending on its batch");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
