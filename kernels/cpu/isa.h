@@ -109,7 +109,7 @@ inline int AttendRowsFor(int64_t n_pos, int group) {
 extern const KernelTable kScalarKernels;
 extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA+F16C
 // Only valid where CpuFeatures::avx512_kernels() holds (and AVX2); the AMX
-// table differs in its W8A8 GEMM and its bf16 W4 GEMM, which need
+// table differs in its W8A8 GEMM and its bf16 GEMMs, which need
 // CpuFeatures::amx_kernels().
 extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx512AmxKernels;

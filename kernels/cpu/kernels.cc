@@ -68,8 +68,9 @@ void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t 
   ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_f16_panels(w, b, e, x, m, ldx, y, ldy); });
 }
 
-X
-// aligned), Bf16RowElements(k) apart, the rows past m up to Bf16Rows(m) zero.
+// The bf16 tile GEMMs' activations: rows row_of(i) as bf16 at `at` (tile
+// loads need no alignment), Bf16RowElements(k) apart, the rows past m up to
+// Bf16Rows(m) zero.
 template <typename RowOf>
 static uint16_t* ToBf16Rows(const CpuContext& ctx, int64_t m, int64_t k, const RowOf& row_of,
                             void* at) {
