@@ -43,6 +43,15 @@ void AddFraction(benchmark::State& state, const char* name, double work, double 
   }
 }
 
+// Weight GB/s (bytes of weights a call reads) and GFLOP/s per call, as
+// rates over the measured time.
+void AddRates(benchmark::State& state, double weight_bytes, double flops) {
+  state.counters["weight_GBps"] = benchmark::Counter(
+      weight_bytes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOPs"] = benchmark::Counter(
+      flops, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 ThreadPool& Pool() {
   static ThreadPool pool(0);
   return pool;
@@ -61,11 +70,7 @@ void BM_GemmF16(benchmark::State& state) {
     GemmF16(ctx, pw, x.data(), m, k, y.data(), n);
     benchmark::DoNotOptimize(y.data());
   }
-  state.counters["weight_GBps"] = benchmark::Counter(
-      (double)n * k * 2, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-  state.counters["GFLOPs"] = benchmark::Counter((double)2 * m * n * k,
-                                                benchmark::Counter::kIsIterationInvariantRate,
-                                                benchmark::Counter::kIs1000);
+  AddRates(state, (double)n * k * 2, (double)2 * m * n * k);
   if (m == 1) {
     AddFraction(state, "of_read_bw", (double)n * k * 2, Roof().read_gbps, t0);
   } else {
@@ -107,14 +112,10 @@ void BM_GemmW4A16(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   const double bytes = (double)n * k / 2 + (double)scale.size() * 4;
-  state.counters["weight_GBps"] = benchmark::Counter(
-      bytes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-  state.counters["GFLOPs"] = benchmark::Counter((double)2 * m * n * k,
-                                                benchmark::Counter::kIsIterationInvariantRate,
-                                                benchmark::Counter::kIs1000);
+  AddRates(state, bytes, (double)2 * m * n * k);
   if (m == 1) {
     AddFraction(state, "of_read_bw", bytes, Roof().read_gbps, t0);
-  } else if (bf16_min_rows > 0 && m >= bf16_min_rows && Bf16TilesSupported()) {
+  } else if (Bf16TilesTake(bf16_min_rows, m, k)) {
     // No bf16 tile probe: the fraction would be of another unit's peak.
   } else if (m <= kW4IntMaxRows && a8_min_rows > 0 && m >= a8_min_rows) {
     // W4A8 runs on vpdpbusd; on "avx512+amx" the int8 peak is AMX's, not its.
@@ -175,14 +176,10 @@ void BM_GemmW8A16(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   const double bytes = (double)n * k + (double)scale.size() * 2;
-  state.counters["weight_GBps"] = benchmark::Counter(
-      bytes, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
-  state.counters["GFLOPs"] = benchmark::Counter((double)2 * m * n * k,
-                                                benchmark::Counter::kIsIterationInvariantRate,
-                                                benchmark::Counter::kIs1000);
+  AddRates(state, bytes, (double)2 * m * n * k);
   if (m == 1) {
     AddFraction(state, "of_read_bw", bytes, Roof().read_gbps, t0);
-  } else if (!(pw.bf16_min_rows > 0 && m >= pw.bf16_min_rows && Bf16TilesSupported())) {
+  } else if (!Bf16TilesTake(pw.bf16_min_rows, m, k)) {
     AddFraction(state, "of_int16_peak", (double)2 * m * n * k, Roof().int16_gops, t0);
   }
 }

@@ -82,6 +82,11 @@ bool W4A8Supported();
 bool Bf16TilesSupported();
 // The bf16 tile GEMMs take k up to this; larger k keeps the other paths.
 constexpr int64_t kBf16MaxK = 4096;
+// True when a W4A16 or W8A16 call of m rows over k inputs, with that
+// weight set's bf16_min_rows, runs on the bf16 tiles.
+inline bool Bf16TilesTake(int bf16_min_rows, int64_t m, int64_t k) {
+  return bf16_min_rows > 0 && m >= bf16_min_rows && k <= kBf16MaxK && Bf16TilesSupported();
+}
 inline int64_t PackedW4Groups(int64_t k, int group) { return (k + group - 1) / group; }
 inline int64_t PackedW4QBytes(int64_t n, int64_t k) {
   return (n + kPanelRows - 1) / kPanelRows * kPanelRows * (k / 2);

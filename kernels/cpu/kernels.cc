@@ -29,6 +29,7 @@ const KernelTable& ActiveKernels() {
 }  // namespace cpu
 
 bool W4A8Supported() { return cpu::ActiveKernels().gemm_w4a8_panels != nullptr; }
+// The tables set the bf16 GEMMs and their row conversion together.
 bool Bf16TilesSupported() { return cpu::ActiveKernels().gemm_w4_panels_bf16 != nullptr; }
 
 namespace {
@@ -99,8 +100,7 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
     for (int64_t j = 0; j < w.k; ++j) dst[j] = row[j] * in_scale[j];
     return static_cast<const float*>(dst);
   };
-  if (w.bf16_min_rows > 0 && m >= w.bf16_min_rows && w.k <= kBf16MaxK &&
-      kt.gemm_w4_panels_bf16 != nullptr) {
+  if (Bf16TilesTake(w.bf16_min_rows, m, w.k)) {
     uint16_t* xb = ToBf16Rows(ctx, m, w.k, row_of, scaled + (in_scale ? m * w.k : 0));
     ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
       kt.gemm_w4_panels_bf16(w, b, e, xb, m, y, ldy);
@@ -157,8 +157,7 @@ void GemmW8A16(const CpuContext& ctx, const PackedW8& w, const float* x, int64_t
   // Scales, scaled sums (unused: the weights have no min) and the int16 rows.
   float* xs = reinterpret_cast<float*>(
       (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
-  if (w.bf16_min_rows > 0 && m >= w.bf16_min_rows && w.k <= kBf16MaxK &&
-      kt.gemm_w8_panels_bf16 != nullptr) {
+  if (Bf16TilesTake(w.bf16_min_rows, m, w.k)) {
     uint16_t* xb = ToBf16Rows(ctx, m, w.k, [&](int64_t i) { return x + i * ldx; }, xs);
     ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
       kt.gemm_w8_panels_bf16(w, b, e, xb, m, y, ldy);
