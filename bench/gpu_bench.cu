@@ -22,13 +22,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "flags/flags.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/gemm_f16.h"
 #include "kernels/cuda/w4a16.h"
 #include "kernels/cuda/w8a8.h"
-#include "tools/flags.h"
 
 namespace pdq {
 namespace {

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "bench/roofline.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
+#include "probes/roofline.h"
 
 namespace pdq {
 namespace {

@@ -20,8 +20,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "engine/kv_cache.h"
+#include "flags/flags.h"
 #include "kvtransfer/transport.h"
-#include "tools/flags.h"
 
 namespace pdq {
 namespace {

@@ -4,7 +4,7 @@
 # process (bench-engine --baseline), so every ratio comes from one run.
 # The explicit --fp16-layers/--w8-layers/--calib flags pin the configurations the table
 # has always measured; the "default" lines measure what --precision alone
-# gives now (eval/quantized_load.h).
+# gives now (quant/quantized_load.h).
 # Usage: bench/quant_speed.sh [build dir]   (about 15 minutes on 2 cores)
 set -euo pipefail
 build="${1:-build}"

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
-#include "engine/w4_quantize.h"
+#include "quant/w4_quantize.h"
 
 namespace pdq {
 

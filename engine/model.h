@@ -41,7 +41,7 @@ struct LoadOptions {
   std::vector<std::string> w8_layers;
   // W8A8 SmoothQuant: migration strength alpha (0 = off). The statistics it
   // and the calibrated W4 methods need come from CollectActivationStats over
-  // a calibration text (eval/quantized_load.h does all of it in one call).
+  // a calibration text (quant/quantized_load.h does all of it in one call).
   float smooth_alpha = 0.0f;
   const ActivationStats* activation_stats = nullptr;
   // Names the text the statistics came from; recorded in artifacts.
@@ -86,7 +86,7 @@ class Model {
       int64_t tokens, std::shared_ptr<KvAllocator> allocator = nullptr) const;
 
   // Writes this weight set's packed linear layers as an artifact (see
-  // engine/artifact.h). FailedPrecondition for FP16 weights.
+  // quant/artifact.h). FailedPrecondition for FP16 weights.
   absl::Status SaveQuantized(const std::string& path) const;
 
  private:

@@ -15,12 +15,12 @@
 #include "absl/strings/str_join.h"
 #include "common/check.h"
 #include "common/hash.h"
-#include "gguf/gguf.h"
-#include "gguf/gguf_dequant.h"
-#include "engine/artifact.h"
 #include "engine/linear.h"
 #include "engine/synthetic.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_dequant.h"
 #include "kernels/cpu/thread_pool.h"
+#include "quant/artifact.h"
 
 namespace pdq {
 

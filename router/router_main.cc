@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "flags/flags.h"
 #include "router/router.h"
 #include "server/metrics.h"
 #include "server/server.h"
-#include "tools/flags.h"
 
 namespace pdq::router {
 namespace {

@@ -1,6 +1,6 @@
 // Quantized weight artifacts: round trips give identical logits; another
 // model's, corrupt and unknown artifacts are refused with clear messages.
-#include "engine/artifact.h"
+#include "quant/artifact.h"
 
 #include <fstream>
 

@@ -16,9 +16,9 @@
 #include "engine/context.h"
 #include "engine/device.h"
 #include "engine/generate.h"
-#include "eval/quantized_load.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/launch.h"
+#include "quant/quantized_load.h"
 #include "tests/test_models.h"
 #include "tests/test_paths.h"
 

@@ -6,10 +6,10 @@
 #include <map>
 
 #include "absl/strings/match.h"
-#include "engine/artifact.h"
-#include "eval/calibrate.h"
-#include "eval/quantized_load.h"
 #include "gtest/gtest.h"
+#include "quant/artifact.h"
+#include "quant/calibrate.h"
+#include "quant/quantized_load.h"
 #include "tests/test_models.h"
 
 namespace pdq {

@@ -1,7 +1,7 @@
 // Calibrated W4 quantizers on small random layers: RTN matches the kernels'
 // quantizer, GPTQ and AWQ beat RTN on the output error they minimize, and the
 // Gram statistics they share are computed right.
-#include "engine/w4_quantize.h"
+#include "quant/w4_quantize.h"
 
 #include <cmath>
 #include <random>

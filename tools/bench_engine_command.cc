@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "bench/roofline.h"
 #include "common/check.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
+#include "probes/roofline.h"
 #include "tools/commands.h"
 
 namespace pdq {

@@ -8,12 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "bench/roofline.h"
 #include "common/log.h"
+#include "flags/flags.h"
 #include "kernels/cpu/thread_pool.h"
+#include "probes/roofline.h"
+#include "quant/model_flags.h"
 #include "server/metrics.h"
-#include "tools/commands.h"
-#include "tools/flags.h"
 #include "worker/router_targets.h"
 #include "worker/worker_server.h"
 

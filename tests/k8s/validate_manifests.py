@@ -81,9 +81,9 @@ MIN_K8S = "1.27"
 # The executables the manifests run, and the C++ sources that define their
 # flags (FlagParser calls: flags.String("name", ...), flags.Int(...), ...).
 FLAG_SOURCES = {
-    "pdq-router": ["router/*.cc", "tools/flags.cc"],
-    "pdq-prefill": ["worker/*.cc", "tools/common.cc", "tools/flags.cc"],
-    "pdq-decode": ["worker/*.cc", "tools/common.cc", "tools/flags.cc"],
+    "pdq-router": ["router/*.cc", "flags/flags.cc"],
+    "pdq-prefill": ["worker/*.cc", "quant/model_flags.cc", "flags/flags.cc"],
+    "pdq-decode": ["worker/*.cc", "quant/model_flags.cc", "flags/flags.cc"],
 }
 WORKERS = ("pdq-prefill", "pdq-decode")
 # Where the worker processes' metric names are defined: the worker and the

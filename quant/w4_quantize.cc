@@ -3,7 +3,7 @@
 // AVX2+FMA, and baseline x86-64), picked at load time by the CPU's ISA level:
 // quantization runs once per model, so it stays out of kernels/ and their
 // hand-tuned dispatch.
-#include "engine/w4_quantize.h"
+#include "quant/w4_quantize.h"
 
 #include <algorithm>
 #include <cmath>

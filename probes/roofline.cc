@@ -1,7 +1,7 @@
 // Roofline probes. The AVX2, AVX-512 and AMX loops carry target attributes and
 // run only after the CPU check (each probes the instructions of the kernel
 // path dispatch chose); the scalar fallbacks keep the tool working anywhere.
-#include "bench/roofline.h"
+#include "probes/roofline.h"
 
 #include <immintrin.h>
 

@@ -1,5 +1,5 @@
 // The calibrated quantized load: defaults, statistics, then the weights.
-#include "eval/quantized_load.h"
+#include "quant/quantized_load.h"
 
 #include <chrono>
 #include <filesystem>
@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/hash.h"
-#include "engine/artifact.h"
 #include "engine/context.h"
+#include "quant/artifact.h"
 
 namespace pdq {
 

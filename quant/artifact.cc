@@ -1,5 +1,5 @@
 // Artifact I/O with every field checked before it is trusted.
-#include "engine/artifact.h"
+#include "quant/artifact.h"
 
 #include <cstring>
 #include <fstream>

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model.h"
-#include "eval/calibrate.h"
+#include "quant/calibrate.h"
 
 namespace pdq {
 

@@ -1,9 +1,12 @@
 // Flag parsing with errors a user can act on.
-#include "tools/flags.h"
+#include "flags/flags.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -160,6 +163,34 @@ void ServerSecurityFlags::Register(FlagParser& flags) {
                "cannot speak TLS); empty: none");
   flags.String("health-address-file", &health_address_file,
                "write the health port's address here once serving");
+}
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", what, " '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::Status WithFlagNames(const absl::Status& status,
+                           std::initializer_list<std::pair<const char*, const char*>> names) {
+  std::string message(status.message());
+  auto is_word = [](char c) { return std::isalnum((unsigned char)c) || c == '_'; };
+  for (const auto& [param, flag] : names) {
+    const std::string p = param;
+    for (size_t at = message.find(p); at != std::string::npos; at = message.find(p, at)) {
+      const bool starts = at == 0 || !is_word(message[at - 1]);
+      const bool ends = at + p.size() == message.size() || !is_word(message[at + p.size()]);
+      if (starts && ends) {
+        message.replace(at, p.size(), flag);
+        at += std::string(flag).size();
+      } else {
+        at += p.size();
+      }
+    }
+  }
+  return absl::Status(status.code(), message);
 }
 
 }  // namespace pdq

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace pdq {
 
@@ -60,5 +62,13 @@ struct ServerSecurityFlags {
 // Parses argv[first..argc) for `program` (as errors name it): -1 to go on,
 // 0 after printing --help, 2 after printing the error.
 int ParseOrExit(FlagParser& flags, int argc, char** argv, int first, const std::string& program);
+
+// The whole file; NotFound naming `what` and the path when it cannot be read.
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what);
+// The status with the library's parameter names (whole words) replaced by
+// the flags that set them: {{"ctx", "--ctx"}} turns "ctx must be ..." into
+// "--ctx must be ...".
+absl::Status WithFlagNames(const absl::Status& status,
+                           std::initializer_list<std::pair<const char*, const char*>> names);
 
 }  // namespace pdq

@@ -1,5 +1,5 @@
 // Per-channel statistics over every position of every window.
-#include "eval/calibrate.h"
+#include "quant/calibrate.h"
 
 #include <unistd.h>
 
@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/check.h"
-#include "engine/w4_quantize.h"
+#include "quant/w4_quantize.h"
 
 namespace pdq {
 namespace {
