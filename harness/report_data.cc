@@ -1,0 +1,177 @@
+// The report's inputs and JSON helpers (harness/report_internal.h).
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "harness/report_internal.h"
+
+namespace pdq::report {
+
+json Load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return json();
+  json j = json::parse(in, nullptr, false);
+  return j.is_discarded() ? json() : j;
+}
+
+double Num(const json& j, std::initializer_list<const char*> path) {
+  const json* at = &j;
+  for (const char* k : path) {
+    if (!at->is_object() || !at->contains(k)) return NAN;
+    at = &(*at)[k];
+  }
+  return at->is_number() ? at->get<double>() : NAN;
+}
+
+std::string F(double v, int digits) {
+  return std::isfinite(v) ? absl::StrFormat("%.*f", digits, v) : "–";
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+// The level with the highest goodput (ties: the lower concurrency).
+const json* BestLevel(const json& bench) {
+  const json* best = nullptr;
+  if (!bench.contains("levels")) return nullptr;
+  for (const json& l : bench["levels"]) {
+    if (best == nullptr ||
+        Num(l, {"goodput_requests_per_s"}) > Num(*best, {"goodput_requests_per_s"})) {
+      best = &l;
+    }
+  }
+  return best;
+}
+
+// The highest concurrency whose p90 TTFT and p90 TPOT are within the targets
+// with no request failed; 0 where none is.
+int MaxConcurrencyWithinTargets(const json& bench) {
+  int best = 0;
+  if (!bench.contains("levels")) return 0;
+  const double ttft = Num(bench, {"ttft_target_ms"}) / 1e3,
+               tpot = Num(bench, {"tpot_target_ms"}) / 1e3;
+  for (const json& l : bench["levels"]) {
+    const bool ok = Num(l, {"requests_failed"}) == 0 &&
+                    (!(ttft > 0) || Num(l, {"ttft_s", "p90"}) <= ttft) &&
+                    (!(tpot > 0) || Num(l, {"tpot_s", "p90"}) <= tpot);
+    if (ok) best = std::max(best, l["concurrency"].get<int>());
+  }
+  return best;
+}
+
+const json* LevelAt(const json& bench, int concurrency) {
+  if (!bench.contains("levels")) return nullptr;
+  for (const json& l : bench["levels"]) {
+    if (l.value("concurrency", -1) == concurrency) return &l;
+  }
+  return nullptr;
+}
+
+double PeakResidentMiB(const Dep& d) {
+  double peak = 0;
+  for (const auto& [w, b] : d.bench) {
+    if (!b.contains("levels")) continue;
+    for (const json& l : b["levels"]) {
+      double sum = 0;
+      for (const json& w : l.value("workers", json::array()))
+        sum += Num(w, {"peak_resident_bytes"});
+      peak = std::max(peak, sum / 1048576);
+    }
+  }
+  return peak > 0 ? peak : NAN;
+}
+
+// One process running both phases at two precisions.
+bool DualPrecision(const Dep& d) {
+  return d.workers.size() == 1 && d.workers[0].value("role", "both") == "both" &&
+         d.workers[0].contains("prefill_precision") &&
+         d.workers[0]["prefill_precision"] != d.workers[0].value("precision", "fp16");
+}
+
+// The highest measured level.
+const json* TopLevel(const json& bench) {
+  if (!bench.contains("levels") || bench["levels"].empty()) return nullptr;
+  return &bench["levels"].back();
+}
+
+std::string Processes(const json& workers) {
+  std::vector<std::string> v;
+  for (const json& w : workers) {
+    v.push_back(absl::StrFormat("%s %s (%d thr, cpus %s)", w.value("role", "both"),
+                                w.value("precision", "fp16"), w.value("threads", 0),
+                                w.value("cpus", "any")));
+  }
+  return absl::StrJoin(v, " + ");
+}
+
+// Threads that run `phase` ("prefill" or "decode"): its own workers' and
+// those of workers doing both.
+int Threads(const json& workers, const std::string& phase) {
+  int n = 0;
+  for (const json& w : workers) {
+    const std::string role = w.value("role", "both");
+    if (role == phase || role == "both") n += w.value("threads", 0);
+  }
+  return n;
+}
+
+// One gnuplot data block: the empirical CDF of `values` (sorted here).
+void AppendCdf(const std::string& name, std::vector<double> values, std::string* out) {
+  std::sort(values.begin(), values.end());
+  absl::StrAppendFormat(out, "# %s\n", name);
+  for (size_t i = 0; i < values.size(); ++i) {
+    absl::StrAppendFormat(out, "%g %g\n", values[i], (i + 1.0) / values.size());
+  }
+  absl::StrAppend(out, "\n\n");
+}
+
+std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
+
+ReportInput LoadReportInput(const json& config, const std::string& out_dir) {
+  ReportInput in;
+  in.config = config;
+  in.raw = out_dir + "/raw";
+  const std::string& raw = in.raw;
+  for (const json& c : config["deployments"]) {
+    Dep d;
+    d.name = c["name"];
+    d.prefill = c["prefill_precision"];
+    d.decode = c["decode_precision"];
+    d.baseline = c.value("baseline", false);
+    d.workers = c["workers"];
+    d.split = c.value("split", std::string());
+    for (const char* w : {"chat", "summarize", "analysis"}) {
+      json b = Load(absl::StrCat(raw, "/", d.name, "/bench-", w, ".json"));
+      if (!b.is_null()) d.bench[w] = std::move(b);
+    }
+    d.stability = Load(absl::StrCat(raw, "/", d.name, "/stability.json"));
+    in.deps.push_back(std::move(d));
+  }
+  for (size_t i = 0; i < in.deps.size(); ++i) {
+    const Dep& d = in.deps[i];
+    if (d.baseline) in.base_index = i;
+    if (std::find(in.pairs.begin(), in.pairs.end(), std::make_pair(d.prefill, d.decode)) ==
+        in.pairs.end()) {
+      in.pairs.push_back({d.prefill, d.decode});
+    }
+  }
+  in.workloads = config.value("workloads", json::object());
+  in.accuracy = config.value("accuracy", json::object());
+  in.cores = config.value("cores", (double)std::thread::hardware_concurrency());
+  in.price = config.value("price_per_core_hour", 0.0);
+  return in;
+}
+
+}  // namespace pdq::report

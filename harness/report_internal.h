@@ -1,0 +1,87 @@
+// The evaluation report's parts (harness/report.h), shared by its files:
+// the inputs read once from the config and OUT/raw/, the JSON helpers, and
+// one function per section, each returning its markdown.
+#pragma once
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "harness/plot.h"
+
+namespace pdq::report {
+
+using json = nlohmann::json;
+
+// The file's JSON, or null when it is missing or malformed (a step that did
+// not run is reported as not measured).
+json Load(const std::string& path);
+// The number at `path` in `j`, NaN where it is missing.
+double Num(const json& j, std::initializer_list<const char*> path);
+// `v` with `digits` decimals, or "–" when it is not finite.
+std::string F(double v, int digits = 2);
+std::string Quote(const std::string& s);
+std::string CpuModel();
+
+// A deployment's measurements.
+struct Dep {
+  std::string name, prefill, decode;
+  bool baseline = false;
+  json workers;
+  std::string split;                  // an A/B split between pools of workers; empty: none
+  std::map<std::string, json> bench;  // by workload
+  json stability;
+};
+
+// What every section reads: the config and the deployments' results.
+struct ReportInput {
+  json config;
+  std::string raw;                   // OUT/raw
+  std::vector<Dep> deps;             // in the config's order
+  size_t base_index = 0;             // the baseline's (the first unless one says so)
+  const Dep& base() const { return deps[base_index]; }
+  json workloads;                    // name -> targets
+  json accuracy;                     // the config's accuracy block
+  double cores = 0, price = 0;       // price per core-hour
+  std::vector<std::pair<std::string, std::string>> pairs;  // prefill/decode precisions, once each
+};
+ReportInput LoadReportInput(const json& config, const std::string& out_dir);
+
+// The level with the highest goodput (ties: the lower concurrency).
+const json* BestLevel(const json& bench);
+// The highest concurrency whose p90 TTFT and p90 TPOT are within the targets
+// with no request failed; 0 where none is.
+int MaxConcurrencyWithinTargets(const json& bench);
+const json* LevelAt(const json& bench, int concurrency);
+// The highest measured level.
+const json* TopLevel(const json& bench);
+double PeakResidentMiB(const Dep& d);
+// One process running both phases at two precisions.
+bool DualPrecision(const Dep& d);
+std::string Processes(const json& workers);
+// Threads that run `phase` ("prefill" or "decode"): its own workers' and
+// those of workers doing both.
+int Threads(const json& workers, const std::string& phase);
+// One gnuplot data block: the empirical CDF of `values` (sorted here).
+void AppendCdf(const std::string& name, std::vector<double> values, std::string* out);
+
+// The sections, in the report's order (report_serving.cc, report_accuracy.cc,
+// report_lowbit.cc).
+std::string DeploymentsSection(const ReportInput& in);
+std::string GoodputSection(const ReportInput& in, std::string* summary_out);
+std::string AimSection(const ReportInput& in);
+std::string CostSection(const ReportInput& in);
+std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::string& w);
+std::string DualPrecisionSection(const ReportInput& in);
+std::string AbSplitSection(const ReportInput& in);
+std::string ConversationSection(const json& config, const std::string& raw);
+std::string StabilitySection(const ReportInput& in, Plotter& plot);
+std::string AccuracySection(const ReportInput& in, Plotter& plot);
+std::string CodeSection(const json& acc, const std::string& raw,
+                        const std::vector<std::pair<std::string, std::string>>& pairs);
+std::string LongConversationSection(const ReportInput& in, Plotter& plot);
+std::string LowbitSection(const json& config, const std::string& raw);
+
+}  // namespace pdq::report

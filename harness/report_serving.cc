@@ -1,0 +1,579 @@
+// The report's serving sections: deployments, goodput, cost, each workload,
+// one-process and A/B deployments, conversations, stability.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_join.h"
+#include "harness/report_internal.h"
+
+namespace pdq::report {
+namespace {
+
+std::string Interpretation(const Dep& d, const Dep& base, const std::string& w) {
+  auto bench = d.bench.find(w);
+  auto bb = base.bench.find(w);
+  if (bench == d.bench.end() || bb == base.bench.end()) return "";
+  // The lowest concurrency both measured: latency without queueing.
+  int level = -1;
+  for (const json& l : bench->second.value("levels", json::array())) {
+    const int c = l.value("concurrency", 0);
+    if (LevelAt(bb->second, c) && (level < 0 || c < level)) level = c;
+  }
+  if (level < 0) return "";
+  const json& a = *LevelAt(bench->second, level);
+  const json& b = *LevelAt(bb->second, level);
+  const double ttft = Num(a, {"ttft_s", "p50"}) / Num(b, {"ttft_s", "p50"});
+  const double tpot = Num(a, {"tpot_s", "p50"}) / Num(b, {"tpot_s", "p50"});
+  auto change = [](double r) {
+    return r < 0.9   ? absl::StrFormat("fell (×%.2f)", r)
+           : r > 1.1 ? absl::StrFormat("rose (×%.2f)", r)
+                     : absl::StrFormat("flat (×%.2f)", r);
+  };
+  std::string reading;
+  if (tpot < 0.9) {
+    reading = "the decode quantization freed memory bandwidth";
+  } else if (ttft < 0.9) {
+    reading = "the prefill strategy works and decode bandwidth is still the limit";
+  } else if (ttft > 1.1) {
+    reading = absl::StrFormat("the prefill is slower here: it runs on %d thread(s) against %d",
+                              Threads(d.workers, "prefill"), Threads(base.workers, "prefill"));
+  } else {
+    reading = "no gain at this concurrency";
+  }
+  return absl::StrFormat("- **%s** at concurrency %d: TTFT p50 %s, TPOT p50 %s: %s.\n", d.name,
+                         level, change(ttft), change(tpot), reading);
+}
+
+std::string ResourceLines(const Dep& d, const std::string& w) {
+  auto it = d.bench.find(w);
+  if (it == d.bench.end() || !it->second.contains("levels") || it->second["levels"].empty())
+    return "";
+  const json& top = it->second["levels"].back();
+  std::string out = absl::StrFormat("| %s | %d |", d.name, top.value("concurrency", 0));
+  std::vector<std::string> parts;
+  for (const json& wk : top.value("workers", json::array())) {
+    std::string p = absl::StrFormat("%s %s: %.2f cores busy", wk.value("role", ""),
+                                    wk.value("precision", ""), Num(wk, {"cpu_cores_busy"}));
+    if (wk.contains("prefill_compute_utilization")) {
+      absl::StrAppendFormat(&p, ", prefill %.0f%% of peak ops",
+                            100 * Num(wk, {"prefill_compute_utilization"}));
+    }
+    if (wk.contains("decode_bandwidth_utilization")) {
+      absl::StrAppendFormat(&p, ", decode %.0f%% of read bandwidth",
+                            100 * Num(wk, {"decode_bandwidth_utilization"}));
+    }
+    parts.push_back(p);
+  }
+  return absl::StrCat(out, " ", absl::StrJoin(parts, "; "), " |\n");
+}
+
+}  // namespace
+
+// The deployments compared: processes, precisions, peak memory.
+std::string DeploymentsSection(const ReportInput& in) {
+  std::string md;
+  const std::vector<Dep>& deps = in.deps;
+  absl::StrAppend(&md,
+                  "## Deployments\n\n| deployment | processes | prefill / decode precision | peak "
+                  "resident memory (all processes) |\n| --- | --- | --- | ---: |\n");
+  for (const Dep& d : deps) {
+    absl::StrAppend(&md, "| ", d.name, d.baseline ? " (baseline)" : "", " | ", Processes(d.workers),
+                    " | ", d.prefill, " / ", d.decode, " | ", F(PeakResidentMiB(d), 0), " MiB |\n");
+  }
+  absl::StrAppend(&md, "\n");
+  return md;
+}
+
+// and its short form for the terminal (`summary_out`).
+std::string GoodputSection(const ReportInput& in, std::string* summary_out) {
+  std::string md;
+  const std::vector<Dep>& deps = in.deps;
+  const Dep* base = &in.base();
+  const json& workloads = in.workloads;
+  absl::StrAppend(&md, "## Goodput at the latency targets\n\n",
+                  "Goodput: requests per second that met both targets (TTFT and mean TPOT), at "
+                  "the best concurrency level of the sweep; in brackets, the ratio to ",
+                  base->name,
+                  ". \"Max concurrency\" is the highest level whose p90 TTFT and p90 TPOT were "
+                  "within the targets.\n\n| workload | targets |");
+  for (const Dep& d : deps) absl::StrAppend(&md, " ", d.name, " |");
+  absl::StrAppend(&md, "\n| --- | --- |");
+  for (size_t i = 0; i < deps.size(); ++i) absl::StrAppend(&md, " ---: |");
+  absl::StrAppend(&md, "\n");
+  (*summary_out) += absl::StrFormat("%-10s", "goodput");
+  for (const Dep& d : deps) (*summary_out) += absl::StrFormat(" %18s", d.name);
+  (*summary_out) += "\n";
+  for (const auto& [w, spec] : workloads.items()) {
+    absl::StrAppendFormat(&md, "| %s | TTFT ≤ %.0f ms, TPOT ≤ %.0f ms |", w,
+                          spec.value("ttft_target_ms", 0.0), spec.value("tpot_target_ms", 0.0));
+    (*summary_out) += absl::StrFormat("%-10s", w);
+    auto bb = base->bench.find(w);
+    const json* bbest = bb == base->bench.end() ? nullptr : BestLevel(bb->second);
+    const double bgood = bbest ? Num(*bbest, {"goodput_requests_per_s"}) : NAN;
+    for (const Dep& d : deps) {
+      auto it = d.bench.find(w);
+      const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
+      if (best == nullptr) {
+        absl::StrAppend(&md, " not measured |");
+        (*summary_out) += absl::StrFormat(" %18s", "-");
+        continue;
+      }
+      const double good = Num(*best, {"goodput_requests_per_s"});
+      const std::string ratio = bgood > 0 ? absl::StrFormat(" (×%.2f)", good / bgood) : "";
+      absl::StrAppendFormat(&md, " %.3f/s%s at c=%d; max concurrency %d |", good, ratio,
+                            best->value("concurrency", 0), MaxConcurrencyWithinTargets(it->second));
+      (*summary_out) += absl::StrFormat(" %11.3f/s%6s", good,
+                                 bgood > 0 ? absl::StrFormat("x%.2f", good / bgood) : "");
+    }
+    absl::StrAppend(&md, "\n");
+    (*summary_out) += "\n";
+  }
+  absl::StrAppend(&md, "\n");
+  return md;
+}
+
+// baseline, with what bounded it where one was missed.
+std::string AimSection(const ReportInput& in) {
+  std::string md;
+  const std::vector<Dep>& deps = in.deps;
+  const Dep* base = &in.base();
+  const json& config = in.config;
+  const json aim = config.value("aim", json::object());
+  for (const Dep& d : deps) {
+    if (d.name != aim.value("deployment", "")) continue;
+    const json ratios = aim.value("goodput_ratio", json::object());
+    for (const auto& [w, want] : ratios.items()) {
+      auto it = d.bench.find(w);
+      auto bb = base->bench.find(w);
+      const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
+      const json* bbest = bb == base->bench.end() ? nullptr : BestLevel(bb->second);
+      if (!best || !bbest || !(Num(*bbest, {"goodput_requests_per_s"}) > 0)) {
+        absl::StrAppend(&md, "Aim for ", w, ": not measured.\n\n");
+        continue;
+      }
+      const double ratio =
+          Num(*best, {"goodput_requests_per_s"}) / Num(*bbest, {"goodput_requests_per_s"});
+      absl::StrAppendFormat(&md, "**Aim: %s goodput ≥ %.1f× %s on `%s`: %s (×%.2f).**", d.name,
+                            want.get<double>(), base->name, w,
+                            ratio >= want.get<double>() ? "met" : "missed", ratio);
+      if (ratio < want.get<double>()) {
+        // The busiest process (CPU time against its threads) at that level.
+        std::string busiest;
+        double share = -1;
+        for (const json& wk : best->value("workers", json::array())) {
+          int threads = 1;
+          for (const json& cw : d.workers) {
+            if (cw.value("role", "both") == wk.value("role", ""))
+              threads = std::max(1, cw.value("threads", 1));
+          }
+          const double s = Num(wk, {"cpu_cores_busy"}) / threads;
+          if (s > share) {
+            share = s;
+            busiest = absl::StrFormat(
+                "the %s worker (%s), %.0f%% busy on its %d thread(s)%s", wk.value("role", ""),
+                wk.value("precision", ""), 100 * s, threads,
+                wk.contains("decode_bandwidth_utilization")
+                    ? absl::StrFormat(", decode at %.0f%% of the read bandwidth",
+                                      100 * Num(wk, {"decode_bandwidth_utilization"}))
+                : wk.contains("prefill_compute_utilization")
+                    ? absl::StrFormat(", prefill at %.0f%% of peak ops",
+                                      100 * Num(wk, {"prefill_compute_utilization"}))
+                    : "");
+          }
+        }
+        if (!busiest.empty())
+          absl::StrAppend(&md, " At its best level the bound is ", busiest, ".");
+      }
+      absl::StrAppend(&md, "\n\n");
+    }
+  }
+  return md;
+}
+
+// Cost per million output tokens at the level of best goodput.
+std::string CostSection(const ReportInput& in) {
+  std::string md;
+  const std::vector<Dep>& deps = in.deps;
+  const json& workloads = in.workloads;
+  const double cores = in.cores;
+  const double price = in.price;
+  if (price > 0) {
+    absl::StrAppendFormat(
+        &md,
+        "## Cost per million output tokens\n\nAt $%.3f per core-hour × %.0f cores, "
+        "at the level of best goodput (the throughput a deployment sustains "
+        "within the targets).\n\n| workload |",
+        price, cores);
+    for (const Dep& d : deps) absl::StrAppend(&md, " ", d.name, " |");
+    absl::StrAppend(&md, "\n| --- |");
+    for (size_t i = 0; i < deps.size(); ++i) absl::StrAppend(&md, " ---: |");
+    absl::StrAppend(&md, "\n");
+    for (const auto& [w, spec] : workloads.items()) {
+      absl::StrAppend(&md, "| ", w, " |");
+      for (const Dep& d : deps) {
+        auto it = d.bench.find(w);
+        const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
+        const double tps = best ? Num(*best, {"output_tokens_per_s"}) : NAN;
+        absl::StrAppend(&md, " ",
+                        tps > 0 ? absl::StrFormat("$%.3f", price * cores / 3600 / tps * 1e6) : "–",
+                        " |");
+      }
+      absl::StrAppend(&md, "\n");
+    }
+    absl::StrAppend(&md, "\n");
+  }
+  return md;
+}
+
+// each deployment.
+std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::string& w) {
+  std::string md;
+  const std::vector<Dep>& deps = in.deps;
+  const Dep* base = &in.base();
+  absl::StrAppend(&md, "## Workload `", w, "`\n\n");
+  std::string data, ttft_cdf, tpot_cdf;
+  std::vector<std::string> curves, cdf_curves;
+  int block = 0, cdf_block = 0;
+  absl::StrAppend(&md,
+                  "| deployment | conc | ok/all | TTFT p50 | p90 | p99 | TPOT p50 | p90 | p99 | "
+                  "E2E p50 | req/s | out tok/s | goodput/s |\n| --- | ---: | ---: | ---: | ---: "
+                  "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  int top_common = 1 << 30;
+  for (const Dep& d : deps) {
+    auto it = d.bench.find(w);
+    if (it == d.bench.end() || !it->second.contains("levels")) continue;
+    int top = 0;
+    absl::StrAppendFormat(&data, "# %s\n", d.name);
+    for (const json& l : it->second["levels"]) {
+      const int c = l.value("concurrency", 0);
+      top = std::max(top, c);
+      absl::StrAppendFormat(&md,
+                            "| %s | %d | %d/%d | %.0f ms | %.0f | %.0f | %.1f ms | %.1f | %.1f | "
+                            "%.2f s | %.3f | %.1f | %.3f |\n",
+                            d.name, c, (int)Num(l, {"requests_ok"}),
+                            (int)(Num(l, {"requests_ok"}) + Num(l, {"requests_failed"})),
+                            1e3 * Num(l, {"ttft_s", "p50"}), 1e3 * Num(l, {"ttft_s", "p90"}),
+                            1e3 * Num(l, {"ttft_s", "p99"}), 1e3 * Num(l, {"tpot_s", "p50"}),
+                            1e3 * Num(l, {"tpot_s", "p90"}), 1e3 * Num(l, {"tpot_s", "p99"}),
+                            Num(l, {"e2e_s", "p50"}), Num(l, {"requests_per_s"}),
+                            Num(l, {"output_tokens_per_s"}), Num(l, {"goodput_requests_per_s"}));
+      absl::StrAppendFormat(&data, "%d %g %g %g\n", c, Num(l, {"output_tokens_per_s"}),
+                            1e3 * Num(l, {"ttft_s", "p50"}), 1e3 * Num(l, {"tpot_s", "p50"}));
+    }
+    absl::StrAppend(&data, "\n\n");
+    curves.push_back(absl::StrCat("datafile index ", block,
+                                  " using 2:COL with linespoints title ", Quote(d.name)));
+    ++block;
+    top_common = std::min(top_common, top);
+  }
+  if (block == 0) {
+    absl::StrAppend(&md, "\nNot measured.\n\n");
+    return md;
+  }
+  // Failed requests, by deployment and reason: a result in themselves.
+  for (const Dep& d : deps) {
+    auto it = d.bench.find(w);
+    if (it == d.bench.end() || !it->second.contains("requests")) continue;
+    std::map<std::pair<int, std::string>, int> failed;
+    for (const json& r : it->second["requests"]) {
+      if (!r.value("ok", true))
+        ++failed[{r.value("concurrency", 0), r.value("error", std::string())}];
+    }
+    for (const auto& [key, n] : failed) {
+      absl::StrAppendFormat(&md, "\n**%d request(s) of %s failed at concurrency %d**: %s\n", n,
+                            d.name, key.first, key.second);
+    }
+  }
+  // Distributions at the highest level every deployment measured.
+  for (const Dep& d : deps) {
+    auto it = d.bench.find(w);
+    if (it == d.bench.end() || !it->second.contains("requests")) continue;
+    std::vector<double> t, p;
+    for (const json& r : it->second["requests"]) {
+      if (r.value("concurrency", 0) != top_common || !r.value("ok", false)) continue;
+      t.push_back(1e3 * r.value("ttft_s", 0.0));
+      if (r.value("output_tokens", 0) > 1) p.push_back(1e3 * r.value("tpot_s", 0.0));
+    }
+    AppendCdf(d.name, std::move(t), &ttft_cdf);
+    AppendCdf(d.name, std::move(p), &tpot_cdf);
+    cdf_curves.push_back(absl::StrCat("datafile index ", cdf_block++,
+                                      " using 1:2 with steps title ", Quote(d.name)));
+  }
+  std::string lines = absl::StrJoin(curves, ", ");
+  auto col = [&](int c) {
+    std::string s = lines;
+    for (size_t at; (at = s.find("COL")) != std::string::npos;)
+      s.replace(at, 3, std::to_string(c));
+    return s;
+  };
+  absl::StrAppend(
+      &md, "\n",
+      plot.Draw(
+          w + "-latency-throughput", data,
+          absl::StrCat(
+              "set multiplot layout 1,2 title 'Workload ", w,
+              ": latency against throughput (points: concurrency levels)'\n"
+              "set xlabel 'output tokens/s'\nset ylabel 'TTFT p50 (ms)'\nset key top left\nplot ",
+              col(3), "\nset ylabel 'TPOT p50 (ms)'\nplot ", col(4), "\nunset multiplot\n"),
+          absl::StrCat(w, ": latency against throughput")),
+      "\n");
+  const std::string cdfs = absl::StrJoin(cdf_curves, ", ");
+  auto cdf = [&](const char* metric, const char* xlabel, const std::string& data) {
+    return plot.Draw(
+        absl::StrCat(w, "-", absl::AsciiStrToLower(metric), "-cdf"), data,
+        absl::StrCat("set title 'Workload ", w, ": ", metric, " distribution at concurrency ",
+                     top_common, "'\nset xlabel '", xlabel,
+                     "'\nset ylabel 'fraction of requests'\nset key bottom "
+                     "right\nplot ",
+                     cdfs, "\n"),
+        absl::StrCat(w, ": ", metric, " distribution"));
+  };
+  absl::StrAppend(&md, cdf("TTFT", "TTFT (ms)", ttft_cdf), "\n",
+                  cdf("TPOT", "mean TPOT per request (ms)", tpot_cdf), "\n");
+  absl::StrAppend(&md, "Against ", base->name, ", at the lowest concurrency both measured:\n\n");
+  for (const Dep& d : deps) {
+    if (&d != base) absl::StrAppend(&md, Interpretation(d, *base, w));
+  }
+  absl::StrAppend(
+      &md,
+      "\nWhat bounds each deployment at its highest level (from the workers' own counters: CPU "
+      "time, prefill operations against the peak measured at start-up, decode bytes against the "
+      "measured read bandwidth):\n\n| deployment | conc | per process |\n| --- | ---: | --- |\n");
+  for (const Dep& d : deps) absl::StrAppend(&md, ResourceLines(d, w));
+  absl::StrAppend(&md, "\n");
+  return md;
+}
+
+// Deployments of one process holding both precisions, against the others.
+std::string DualPrecisionSection(const ReportInput& in) {
+  std::string md;
+  const std::vector<Dep>& deps = in.deps;
+  for (const Dep& d : deps) {
+    if (!DualPrecision(d)) continue;
+    absl::StrAppend(
+        &md, "## Both precisions in one process: `", d.name, "`\n\n", "One worker holds the ",
+        d.prefill, " and the ", d.decode,
+        " weights and one KV cache, and interleaves prefill chunks with decode steps in one "
+        "scheduler. Peak resident memory of one process (the largest over every level), and "
+        "TPOT jitter: p99 / p50 of the gaps between consecutive tokens at each deployment's "
+        "highest level, where long prompts arrive while others decode.\n\n"
+        "| deployment | peak MiB of its largest process | workload | ITL p50 ms | ITL p99 ms | "
+        "p99/p50 | goodput req/s (best level) |\n| --- | ---: | --- | ---: | ---: | ---: | ---: "
+        "|\n");
+    for (const Dep& e : deps) {
+      const bool single_mono = e.workers.size() == 1 && !DualPrecision(e);
+      const bool same_pair = e.prefill == d.prefill && e.decode == d.decode && e.split.empty();
+      if (&e != &d && !single_mono && !same_pair) continue;
+      double process_peak = 0;
+      for (const auto& [w, b] : e.bench) {
+        for (const json& l : b.value("levels", json::array())) {
+          for (const json& p : l.value("workers", json::array())) {
+            process_peak = std::max(process_peak, Num(p, {"peak_resident_bytes"}) / 1048576);
+          }
+        }
+      }
+      for (const auto& [w, b] : e.bench) {
+        const json* top = TopLevel(b);
+        const json* best = BestLevel(b);
+        if (top == nullptr) continue;
+        const double p50 = Num(*top, {"itl_s", "p50"}) * 1e3,
+                     p99 = Num(*top, {"itl_s", "p99"}) * 1e3;
+        absl::StrAppend(&md, "| ", e.name, " | ", F(process_peak > 0 ? process_peak : NAN, 0),
+                        " | ", w, " (conc ", top->value("concurrency", 0), ") | ", F(p50, 1), " | ",
+                        F(p99, 1), " | ", F(p50 > 0 ? p99 / p50 : NAN, 1), " | ",
+                        F(best ? Num(*best, {"goodput_requests_per_s"}) : NAN, 3), " |\n");
+      }
+    }
+    // Which wins, workload by workload, against the split with the same pair.
+    for (const auto& [w, b] : d.bench) {
+      const Dep* rival = nullptr;
+      for (const Dep& e : deps) {
+        if (&e != &d && e.prefill == d.prefill && e.decode == d.decode && e.split.empty() &&
+            e.bench.count(w)) {
+          rival = &e;
+        }
+      }
+      const json* mine = BestLevel(b);
+      if (rival == nullptr || mine == nullptr || BestLevel(rival->bench.at(w)) == nullptr) continue;
+      const json* theirs = BestLevel(rival->bench.at(w));
+      const double g1 = Num(*mine, {"goodput_requests_per_s"}),
+                   g2 = Num(*theirs, {"goodput_requests_per_s"});
+      absl::StrAppend(&md, "\n- `", w, "`: ",
+                      g1 == g2  ? std::string("neither wins")
+                      : g1 > g2 ? absl::StrCat(d.name, " wins")
+                                : absl::StrCat(rival->name, " wins"),
+                      absl::StrFormat(" (%.3f against %.3f req/s of %s within the targets).", g1,
+                                      g2, rival->name));
+    }
+    absl::StrAppend(
+        &md,
+        "\n\nWhy: one process lets both phases use every core, so each prompt and each decode "
+        "step runs on twice the threads the split gives it; the price is that a decode step "
+        "waits behind whatever prefill chunk is running (the p99/p50 jitter above: a gap as long "
+        "as a whole prompt's prefill where the worker's `--prefill-budget`, 2048 tokens by "
+        "default, takes a long prompt in one chunk), and that both weight sets are resident "
+        "(the memory column). The split keeps decode steps regular at the cost of each phase "
+        "having only its own cores.\n\n");
+  }
+  return md;
+}
+
+// A/B splits: the router's per-pool counts and the bench's per-pool percentiles.
+std::string AbSplitSection(const ReportInput& in) {
+  std::string md;
+  const std::vector<Dep>& deps = in.deps;
+  for (const Dep& d : deps) {
+    if (d.split.empty()) continue;
+    absl::StrAppend(
+        &md, "## A/B split: `", d.name, "` (", d.split, ")\n\n",
+        "The router sends each request to one pool by weight and labels its metrics by pool. "
+        "Counts and means are the router's own (`pdq_requests_total`, `pdq_ttft_seconds`, "
+        "`pdq_tpot_seconds` by `pool`, read from its /metrics around each workload, warm-up "
+        "included); percentiles are the bench's requests at the highest level, grouped by the "
+        "pool each answer named.\n\n"
+        "| workload | pool | requests OK / failed | fallbacks | mean TTFT ms | mean TPOT ms | "
+        "TTFT p90 ms | TPOT p90 ms | goodput req/s |\n| --- | --- | ---: | ---: | ---: | ---: | "
+        "---: | ---: | ---: |\n");
+    for (const auto& [w, b] : d.bench) {
+      const json pools = b.value("router_pools", json::object());
+      const json* top = TopLevel(b);
+      for (const auto& [pool, m] : pools.items()) {
+        auto get = [&](const char* k) { return m.contains(k) ? m[k].get<double>() : 0.0; };
+        const json level_pool = top && top->contains("pools") && (*top)["pools"].contains(pool)
+                                    ? (*top)["pools"][pool]
+                                    : json::object();
+        absl::StrAppend(&md, "| ", w, " | ", pool, " | ", F(get("requests_ok"), 0), " / ",
+                        F(get("requests_failed"), 0), " | ", F(get("fallbacks"), 0), " | ",
+                        F(get("ttft_seconds_count") > 0
+                              ? 1e3 * get("ttft_seconds_sum") / get("ttft_seconds_count")
+                              : NAN,
+                          1),
+                        " | ",
+                        F(get("tpot_seconds_count") > 0
+                              ? 1e3 * get("tpot_seconds_sum") / get("tpot_seconds_count")
+                              : NAN,
+                          2),
+                        " | ", F(Num(level_pool, {"ttft_s", "p90"}) * 1e3, 1), " | ",
+                        F(Num(level_pool, {"tpot_s", "p90"}) * 1e3, 2), " | ",
+                        F(Num(level_pool, {"goodput_requests_per_s"}), 3), " |\n");
+      }
+    }
+    absl::StrAppend(&md, "\n");
+  }
+  return md;
+}
+
+// `pdq bench --workload conversation` on the deployments the config names,
+// with their prefix caches on and off (conversation-cache-{on,off}.json).
+std::string ConversationSection(const json& config, const std::string& raw) {
+  const json conv = config.value("conversation_bench", json::object());
+  if (conv.value("deployments", json::array()).empty()) return "";
+  std::string md = absl::StrCat(
+      "## Conversations: KV reuse across turns\n\n", conv.value("sessions", 4),
+      " concurrent conversations of ", conv.value("turns", 8), " turns (`pdq bench --workload "
+      "conversation`): turn 1 sends ", conv.value("first_tokens", 512),
+      " tokens of text, every later turn the whole conversation so far (prompt and answer) and ",
+      conv.value("turn_tokens", 64), " new tokens; ", conv.value("output_tokens", 64),
+      " tokens per answer. Each deployment runs it with its workers' prefix caches on (the "
+      "default) and off (`--prefix-cache off`). Cached is the share of later turns' prompt "
+      "tokens the workers reused.\n\n"
+      "| deployment | prefix cache | conversations done in (s) | TTFT p50 turn 1 (ms) | TTFT p50 "
+      "turns 2+ (ms) | TTFT p50 turn ",
+      conv.value("turns", 8), " (ms) | cached | off / on |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const json& n : conv["deployments"]) {
+    const std::string name = n.get<std::string>();
+    double on_seconds = NAN;
+    for (const char* cache : {"on", "off"}) {
+      const json j =
+          Load(absl::StrCat(raw, "/", name, "/conversation-cache-", cache, ".json"));
+      if (!j.contains("conversation")) {
+        absl::StrAppend(&md, "| ", name, " | ", cache, " | not measured | | | | | |\n");
+        continue;
+      }
+      const json& c = j["conversation"];
+      const json turns = c.value("per_turn", json::array());
+      double prompt = 0, cached = 0;
+      for (size_t t = 1; t < turns.size(); ++t) {
+        prompt += Num(turns[t], {"prompt_tokens_mean"});
+        cached += Num(turns[t], {"cached_tokens_mean"});
+      }
+      const double seconds = Num(c, {"seconds"});
+      if (std::string(cache) == "on") on_seconds = seconds;
+      const bool failed = Num(c, {"requests_failed"}) > 0;
+      absl::StrAppend(
+          &md, "| ", name, " | ", cache, " | ", F(seconds, 1), failed ? " (requests failed)" : "",
+          " | ", turns.empty() ? "–" : F(1e3 * Num(turns[0], {"ttft_s", "p50"}), 0), " | ",
+          F(1e3 * Num(c, {"ttft_later_turns_s", "p50"}), 0), " | ",
+          turns.empty() ? "–" : F(1e3 * Num(turns.back(), {"ttft_s", "p50"}), 0), " | ",
+          prompt > 0 ? F(100 * cached / prompt, 0) + "%" : "–", " | ",
+          std::string(cache) == "off" ? F(seconds / on_seconds, 2) + "x" : "", " |\n");
+    }
+  }
+  return md + "\n";
+}
+
+// Stability under alternating load: memory and free KV blocks per cycle.
+std::string StabilitySection(const ReportInput& in, Plotter& plot) {
+  std::string md;
+  const std::vector<Dep>& deps = in.deps;
+  absl::StrAppend(&md, "## Stability under alternating load\n\n");
+  bool any_stability = false;
+  for (const Dep& d : deps) {
+    if (!d.stability.is_object()) continue;
+    any_stability = true;
+    const json& p = d.stability.value("pattern", json::object());
+    absl::StrAppendFormat(
+        &md, "%s: **%s**%s.\n\n", d.name, p.value("pass", false) ? "PASS" : "FAIL",
+        p.value("pass", false)
+            ? absl::StrFormat(" over %d cycles (KV blocks back, resident memory within the bound, "
+                              "the greedy probe identical, no request failed)",
+                              (int)d.stability.value("cycles", json::array()).size())
+            : ": " + p.value("reason", std::string()));
+    std::string mem, kv;
+    std::map<std::string, std::string> mem_rows, kv_rows;
+    for (const json& c : d.stability.value("cycles", json::array())) {
+      for (const json& w : c["workers"]) {
+        absl::StrAppendFormat(&mem_rows[w["worker_id"]], "%d %g\n", c["cycle"].get<int>(),
+                              w.value("resident_bytes", 0.0) / 1048576);
+        absl::StrAppendFormat(
+            &kv_rows[w["worker_id"]], "%d %g\n", c["cycle"].get<int>(),
+            w.value("kv_blocks_free", 0.0) / std::max(1.0, w.value("kv_blocks_total", 1.0)));
+      }
+    }
+    std::vector<std::string> mc, kc;
+    int i = 0;
+    for (const auto& [id, rows] : mem_rows) {
+      absl::StrAppend(&mem, "# ", id, "\n", rows, "\n\n", kv_rows[id], "\n\n");
+      mc.push_back(absl::StrCat("datafile index ", 2 * i,
+                                " using 1:2 axes x1y1 with linespoints title ",
+                                Quote(id + " resident MiB")));
+      kc.push_back(absl::StrCat("datafile index ", 2 * i + 1,
+                                " using 1:2 axes x1y2 with linespoints dt 2 title ",
+                                Quote(id + " KV free (fraction)")));
+      ++i;
+    }
+    if (i > 0) {
+      absl::StrAppend(
+          &md,
+          plot.Draw(d.name + "-stability", mem,
+                    "set title 'Resident memory and free KV blocks after each low phase'\n"
+                    "set xlabel 'cycle'\nset ylabel 'resident MiB'\nset y2label 'KV blocks free "
+                    "(fraction)'\n"
+                    "set y2range [0:1.05]\nset ytics nomirror\nset y2tics\nplot " +
+                        absl::StrJoin(mc, ", ") + ", " + absl::StrJoin(kc, ", ") + "\n",
+                    d.name + ": stability"),
+          "\n");
+    }
+  }
+  if (!any_stability) absl::StrAppend(&md, "Not measured.\n\n");
+  return md;
+}
+
+}  // namespace pdq::report
