@@ -16,6 +16,7 @@ namespace pdq::report {
 
 namespace fs = std::filesystem;
 
+// Accuracy against FP16: perplexity, KL and top-1 per precision pair and
 // text, generation drift, and their plots.
 std::string AccuracySection(const ReportInput& in, Plotter& plot) {
   std::string md;
@@ -34,12 +35,19 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
   const json& acc = in.accuracy;
   const json texts =
       acc.value("texts", json::array({config.value("text", std::string("wiki.test.raw"))}));
-  std::string ppl_data, kl_data, drift_data;
+  // The change against FP16 by text (rows) and precision pair (columns):
+  // perplexity change in percent, then KL mean; "?" where not measured.
+  std::vector<std::pair<std::string, std::string>> shown;  // the pairs other than FP16's
+  for (const auto& pair : pairs) {
+    if (pair != std::make_pair(std::string("fp16"), std::string("fp16"))) shown.push_back(pair);
+  }
+  std::string ppl_data, drift_data;
   std::vector<std::string> drift_curves;
   int drift_block = 0;
   for (const json& t : texts) {
     const std::string stem = fs::path(t.get<std::string>()).stem().string();
     const json ref = Load(absl::StrCat(raw, "/accuracy/ppl-fp16-fp16-", stem, ".json"));
+    std::vector<double> change(shown.size(), NAN), kl(shown.size(), NAN);
     for (const auto& [p, dprec] : pairs) {
       const json j = Load(absl::StrCat(raw, "/accuracy/ppl-", p, "-", dprec, "-", stem, ".json"));
       if (j.is_null()) {
@@ -51,9 +59,17 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
           &md, "| %s / %s | %s | %.3f | %s | %.5f | %.4f | %.2f%% |\n", p, dprec, stem, ppl,
           r > 0 ? absl::StrFormat("%+.2f%%", 100 * (ppl / r - 1)) : "–", Num(j, {"kl_mean"}),
           Num(j, {"kl_p99"}), 100 * Num(j, {"top1_agreement"}));
-      absl::StrAppendFormat(&ppl_data, "\"%s/%s %s\" %g %g\n", p, dprec, stem, ppl,
-                            Num(j, {"kl_mean"}));
+      const size_t at = std::find(shown.begin(), shown.end(), std::make_pair(p, dprec)) - shown.begin();
+      if (at < shown.size()) {
+        change[at] = r > 0 ? 100 * (ppl / r - 1) : NAN;
+        kl[at] = Num(j, {"kl_mean"});
+      }
     }
+    absl::StrAppend(&ppl_data, Quote(stem));
+    for (const std::vector<double>* v : {&change, &kl}) {
+      for (double x : *v) absl::StrAppend(&ppl_data, " ", std::isfinite(x) ? absl::StrCat(x) : "?");
+    }
+    absl::StrAppend(&ppl_data, "\n");
   }
   absl::StrAppend(&md,
                   "\n| prefill / decode | drift: generated tokens | KL mean | argmax agreement | "
@@ -82,21 +98,37 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
       absl::StrAppendFormat(&drift_data, "%zu %g\n", i, s / m);
     }
     absl::StrAppend(&drift_data, "\n\n");
-    drift_curves.push_back(absl::StrCat("datafile index ", drift_block++,
-                                        " using 1:2 with lines title ", Quote(p + " / " + dprec)));
+    // FP16 against itself is 0 everywhere: in the table, not on the log axis.
+    if (p != "fp16" || dprec != "fp16") {
+      drift_curves.push_back(absl::StrCat("datafile index ", drift_block,
+                                          " using 1:2 with lines title ", Quote(p + " / " + dprec)));
+    }
+    ++drift_block;
   }
   absl::StrAppend(&md, "\n");
-  if (!ppl_data.empty()) {
+  if (!shown.empty() && !texts.empty()) {
+    // Grouped bars: one group per text, one bar per pair, in both panels.
+    std::vector<std::string> ppl_bars, kl_bars;
+    for (size_t i = 0; i < shown.size(); ++i) {
+      ppl_bars.push_back(absl::StrCat(i ? "''" : "datafile", " using ", i + 2,
+                                      i ? "" : ":xtic(1)", " title ",
+                                      Quote(shown[i].first + " / " + shown[i].second)));
+      kl_bars.push_back(absl::StrCat(i ? "''" : "datafile", " using ", shown.size() + i + 2,
+                                     i ? "" : ":xtic(1)", " notitle"));
+    }
     absl::StrAppend(
         &md,
-        plot.Draw(
-            "accuracy-bars", ppl_data,
-            "set style fill solid 0.6\nset boxwidth 0.6\nset xtics rotate by -30\n"
-            "set multiplot layout 1,2 title 'Perplexity and KL divergence against FP16'\n"
-            "set ylabel 'perplexity'\nplot datafile using 0:2:xtic(1) with boxes notitle\n"
-            "set ylabel 'KL mean (nats)'\nplot datafile using 0:3:xtic(1) with boxes notitle\n"
-            "unset multiplot\n",
-            "perplexity and KL bars"),
+        plot.Draw("accuracy-bars", ppl_data,
+                  absl::StrCat("set style data histogram\nset style histogram clustered gap 1\n"
+                               "set style fill solid 0.75 border -1\nset datafile missing '?'\n"
+                               "set xzeroaxis lt -1\nset grid noxtics\n",
+                               SideBySide("Change against FP16, by text and precision pair "
+                                          "(prefill / decode)",
+                                          "set ylabel 'perplexity change (%)'\nplot " +
+                                              absl::StrJoin(ppl_bars, ", "),
+                                          "set ylabel 'KL mean (nats, log scale)'\nset logscale y\nset format y '%.0e'\nplot " +
+                                              absl::StrJoin(kl_bars, ", "))),
+                  "perplexity change and KL against FP16, by text and precision pair", 960, 480),
         "\n");
   }
   if (!drift_curves.empty()) {
@@ -104,7 +136,8 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
         &md,
         plot.Draw("drift-kl-by-position", drift_data,
                   "set title 'KL against FP16 by generated position (running mean of 16)'\n"
-                  "set xlabel 'generated token'\nset ylabel 'KL (nats)'\nplot " +
+                  "set xlabel 'generated token'\nset ylabel 'KL (nats, log scale)'\n"
+                  "set logscale y\nset format y '%.0e'\nplot " +
                       absl::StrJoin(drift_curves, ", ") + "\n",
                   "KL by generated position"),
         "\n");
@@ -166,6 +199,7 @@ std::string CodeSection(const json& acc, const std::string& raw,
   return absl::StrCat(md, "\n", harness);
 }
 
+// A long conversation (accuracy.conversation): KL and agreement by turn,
 // with and without KV reused across turns.
 std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
   std::string md;
@@ -194,7 +228,7 @@ std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
   size_t most_turns = 0;
   // One run's row of the table and curve of the plot.
   auto add_run = [&](const json& j, const std::string& label, const std::string& data_label,
-                     const char* style) {
+                     const char* style, bool plotted) {
     const json turns = j.value("turns", json::array());
     most_turns = std::max(most_turns, turns.size());
     absl::StrAppend(&rows, "| ", label, " |");
@@ -207,8 +241,11 @@ std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
     absl::StrAppendFormat(&rows, " %.4f / %.1f%% |\n", Num(j, {"kl_mean"}),
                           100 * Num(j, {"agreement"}));
     absl::StrAppend(&conv_data, "\n\n");
-    conv_curves.push_back(absl::StrCat("datafile index ", conv_block++, " using 1:2 with ", style,
-                                       " title ", Quote(label)));
+    if (plotted) {
+      conv_curves.push_back(absl::StrCat("datafile index ", conv_block, " using 1:2 with ", style,
+                                         " title ", Quote(label)));
+    }
+    ++conv_block;
   };
   for (const auto& [p, dprec] : pairs) {
     const json j = Load(absl::StrCat(raw, "/accuracy/conversation-", p, "-", dprec, ".json"));
@@ -216,13 +253,14 @@ std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
       absl::StrAppend(&rows, "| ", p, " / ", dprec, " | not measured |\n");
       continue;
     }
-    add_run(j, p + " / " + dprec, p + "/" + dprec, "linespoints");
+    // FP16 against itself is 0 every turn: in the table, not on the log axis.
+    add_run(j, p + " / " + dprec, p + "/" + dprec, "linespoints", p != "fp16" || dprec != "fp16");
     // The same conversation reading earlier turns' KV (any precision's).
     const json r =
         Load(absl::StrCat(raw, "/accuracy/conversation-reuse-", p, "-", dprec, ".json"));
     if (!r.is_null()) {
       add_run(r, p + " / " + dprec + ", KV reused", p + "/" + dprec + " reused",
-              "linespoints dashtype 2");
+              "linespoints dashtype 2", true);
     }
   }
   for (size_t t = 1; t <= most_turns; ++t) {
@@ -235,7 +273,8 @@ std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
     absl::StrAppend(&md,
                     plot.Draw("conversation-kl-by-turn", conv_data,
                               "set title 'KL against FP16 by conversation turn'\n"
-                              "set xlabel 'turn'\nset ylabel 'KL mean (nats)'\nplot " +
+                              "set xlabel 'turn'\nset ylabel 'KL mean (nats, log scale)'\n"
+                              "set logscale y\nset format y '%.0e'\nplot " +
                                   absl::StrJoin(conv_curves, ", ") + "\n",
                               "KL by conversation turn"),
                     "\n");

@@ -90,6 +90,7 @@ std::string DeploymentsSection(const ReportInput& in) {
   return md;
 }
 
+// The headline: goodput at the latency targets per workload and deployment,
 // and its short form for the terminal (`summary_out`).
 std::string GoodputSection(const ReportInput& in, std::string* summary_out) {
   std::string md;
@@ -138,6 +139,7 @@ std::string GoodputSection(const ReportInput& in, std::string* summary_out) {
   return md;
 }
 
+// The aims the config states: goodput ratios of one deployment to the
 // baseline, with what bounded it where one was missed.
 std::string AimSection(const ReportInput& in) {
   std::string md;
@@ -231,6 +233,8 @@ std::string CostSection(const ReportInput& in) {
   return md;
 }
 
+// One workload: every level of every deployment, the latency-throughput
+// and distribution plots, the reading against the baseline and what bounds
 // each deployment.
 std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::string& w) {
   std::string md;
@@ -314,14 +318,15 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
   };
   absl::StrAppend(
       &md, "\n",
-      plot.Draw(
-          w + "-latency-throughput", data,
-          absl::StrCat(
-              "set multiplot layout 1,2 title 'Workload ", w,
-              ": latency against throughput (points: concurrency levels)'\n"
-              "set xlabel 'output tokens/s'\nset ylabel 'TTFT p50 (ms)'\nset key top left\nplot ",
-              col(3), "\nset ylabel 'TPOT p50 (ms)'\nplot ", col(4), "\nunset multiplot\n"),
-          absl::StrCat(w, ": latency against throughput")),
+      plot.Draw(w + "-latency-throughput", data,
+                SideBySide(absl::StrCat("Workload ", w,
+                                        ": latency against throughput (points: concurrency "
+                                        "levels)"),
+                           absl::StrCat("set xlabel 'output tokens/s'\nset ylabel 'TTFT p50 "
+                                        "(ms)'\nplot ",
+                                        col(3)),
+                           absl::StrCat("set ylabel 'TPOT p50 (ms)'\nplot ", col(4))),
+                absl::StrCat(w, ": latency against throughput"), 960, 520),
       "\n");
   const std::string cdfs = absl::StrJoin(cdf_curves, ", ");
   auto cdf = [&](const char* metric, const char* xlabel, const std::string& data) {
@@ -329,8 +334,7 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
         absl::StrCat(w, "-", absl::AsciiStrToLower(metric), "-cdf"), data,
         absl::StrCat("set title 'Workload ", w, ": ", metric, " distribution at concurrency ",
                      top_common, "'\nset xlabel '", xlabel,
-                     "'\nset ylabel 'fraction of requests'\nset key bottom "
-                     "right\nplot ",
+                     "'\nset ylabel 'fraction of requests'\nplot ",
                      cdfs, "\n"),
         absl::StrCat(w, ": ", metric, " distribution"));
   };
@@ -547,28 +551,28 @@ std::string StabilitySection(const ReportInput& in, Plotter& plot) {
             w.value("kv_blocks_free", 0.0) / std::max(1.0, w.value("kv_blocks_total", 1.0)));
       }
     }
+    // One colour per worker in both panels; the legend is the top panel's.
     std::vector<std::string> mc, kc;
     int i = 0;
     for (const auto& [id, rows] : mem_rows) {
       absl::StrAppend(&mem, "# ", id, "\n", rows, "\n\n", kv_rows[id], "\n\n");
-      mc.push_back(absl::StrCat("datafile index ", 2 * i,
-                                " using 1:2 axes x1y1 with linespoints title ",
-                                Quote(id + " resident MiB")));
-      kc.push_back(absl::StrCat("datafile index ", 2 * i + 1,
-                                " using 1:2 axes x1y2 with linespoints dt 2 title ",
-                                Quote(id + " KV free (fraction)")));
+      mc.push_back(absl::StrCat("datafile index ", 2 * i, " using 1:2 with linespoints lt ", i + 1,
+                                " title ", Quote(id)));
+      kc.push_back(absl::StrCat("datafile index ", 2 * i + 1, " using 1:2 with linespoints lt ",
+                                i + 1, " notitle"));
       ++i;
     }
     if (i > 0) {
       absl::StrAppend(
           &md,
           plot.Draw(d.name + "-stability", mem,
-                    "set title 'Resident memory and free KV blocks after each low phase'\n"
-                    "set xlabel 'cycle'\nset ylabel 'resident MiB'\nset y2label 'KV blocks free "
-                    "(fraction)'\n"
-                    "set y2range [0:1.05]\nset ytics nomirror\nset y2tics\nplot " +
-                        absl::StrJoin(mc, ", ") + ", " + absl::StrJoin(kc, ", ") + "\n",
-                    d.name + ": stability"),
+                    Stacked("Resident memory and free KV blocks after each low phase",
+                            "set ylabel 'resident MiB'\nset yrange [0:*]\nset offsets 0, 0, graph 0.15, 0\nset format x ''\nplot " +
+                                absl::StrJoin(mc, ", "),
+                            "set xlabel 'cycle'\nset format x '%g'\nset ylabel 'KV blocks free "
+                            "(fraction)'\nset yrange [0:1.05]\nplot " +
+                                absl::StrJoin(kc, ", ")),
+                    d.name + ": stability", 820, 560),
           "\n");
     }
   }

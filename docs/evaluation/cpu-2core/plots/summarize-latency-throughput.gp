@@ -1,13 +1,34 @@
-set terminal svg size 820,440 dynamic font 'sans,11'
-set output 'docs/evaluation/cpu-2core/plots/summarize-latency-throughput.svg'
+set terminal svg size 960,520 dynamic font 'sans,11'
+set output 'summarize-latency-throughput.svg'
 set grid
-set key outside right
-datafile = 'docs/evaluation/cpu-2core/plots/summarize-latency-throughput.dat'
-set multiplot layout 1,2 title 'Workload summarize: latency against throughput (points: concurrency levels)'
+set key outside below center horizontal
+datafile = 'summarize-latency-throughput.dat'
+set multiplot title 'Workload summarize: latency against throughput (points: concurrency levels)'
+unset key
+set lmargin at screen 0.08
+set rmargin at screen 0.47
+set bmargin at screen 0.24
+set tmargin at screen 0.90
 set xlabel 'output tokens/s'
 set ylabel 'TTFT p50 (ms)'
-set key top left
 plot datafile index 0 using 2:3 with linespoints title "mono-fp16", datafile index 1 using 2:3 with linespoints title "1p1d-fp16", datafile index 2 using 2:3 with linespoints title "1p1d-w8a8-w4a16", datafile index 3 using 2:3 with linespoints title "1p1d-fp16-w4a16", datafile index 4 using 2:3 with linespoints title "mono-w4a16", datafile index 5 using 2:3 with linespoints title "mono-w8a8-w4a16", datafile index 6 using 2:3 with linespoints title "ab-fp16-vs-w8a8-w4a16"
+set lmargin at screen 0.58
+set rmargin at screen 0.97
 set ylabel 'TPOT p50 (ms)'
 plot datafile index 0 using 2:4 with linespoints title "mono-fp16", datafile index 1 using 2:4 with linespoints title "1p1d-fp16", datafile index 2 using 2:4 with linespoints title "1p1d-w8a8-w4a16", datafile index 3 using 2:4 with linespoints title "1p1d-fp16-w4a16", datafile index 4 using 2:4 with linespoints title "mono-w4a16", datafile index 5 using 2:4 with linespoints title "mono-w8a8-w4a16", datafile index 6 using 2:4 with linespoints title "ab-fp16-vs-w8a8-w4a16"
+set lmargin at screen 0.02
+set rmargin at screen 0.98
+set bmargin at screen 0.01
+set tmargin at screen 0.12
+unset border
+unset tics
+unset xlabel
+unset ylabel
+unset grid
+unset logscale
+unset xzeroaxis
+set xrange [-2:-1]
+set yrange [-2:-1]
+set key center center horizontal
+plot datafile index 0 using 2:3 with linespoints title "mono-fp16", datafile index 1 using 2:3 with linespoints title "1p1d-fp16", datafile index 2 using 2:3 with linespoints title "1p1d-w8a8-w4a16", datafile index 3 using 2:3 with linespoints title "1p1d-fp16-w4a16", datafile index 4 using 2:3 with linespoints title "mono-w4a16", datafile index 5 using 2:3 with linespoints title "mono-w8a8-w4a16", datafile index 6 using 2:3 with linespoints title "ab-fp16-vs-w8a8-w4a16"
 unset multiplot
