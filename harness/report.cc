@@ -55,6 +55,9 @@ absl::StatusOr<std::string> WriteEvalReport(const nlohmann::json& config,
       "with every request's record and per-level worker resources, `stability.json`, the `pdq up` "
       "config and log; `accuracy/`: `pdq perplexity` and `pdq drift` output). `pdq eval report "
       "--out DIR` rewrites this file from them.\n");
+  for (const std::string& why : in.unreadable) {
+    absl::StrAppend(&md, "\nNot in this report (unreadable): ", why, "\n");
+  }
   if (!plot.available()) {
     absl::StrAppend(&md,
                     "\nPlots were not drawn: gnuplot is not installed (scripts/install_deps.sh "

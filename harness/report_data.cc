@@ -42,51 +42,23 @@ std::string CpuModel() {
   return "unknown CPU";
 }
 
-// The level with the highest goodput (ties: the lower concurrency).
-const json* BestLevel(const json& bench) {
-  const json* best = nullptr;
-  if (!bench.contains("levels")) return nullptr;
-  for (const json& l : bench["levels"]) {
-    if (best == nullptr ||
-        Num(l, {"goodput_requests_per_s"}) > Num(*best, {"goodput_requests_per_s"})) {
-      best = &l;
-    }
-  }
-  return best;
-}
-
-// The highest concurrency whose p90 TTFT and p90 TPOT are within the targets
-// with no request failed; 0 where none is.
-int MaxConcurrencyWithinTargets(const json& bench) {
+int MaxConcurrencyWithinTargets(const BenchResult& bench) {
   int best = 0;
-  if (!bench.contains("levels")) return 0;
-  const double ttft = Num(bench, {"ttft_target_ms"}) / 1e3,
-               tpot = Num(bench, {"tpot_target_ms"}) / 1e3;
-  for (const json& l : bench["levels"]) {
-    const bool ok = Num(l, {"requests_failed"}) == 0 &&
-                    (!(ttft > 0) || Num(l, {"ttft_s", "p90"}) <= ttft) &&
-                    (!(tpot > 0) || Num(l, {"tpot_s", "p90"}) <= tpot);
-    if (ok) best = std::max(best, l["concurrency"].get<int>());
+  const double ttft = bench.ttft_target_ms / 1e3, tpot = bench.tpot_target_ms / 1e3;
+  for (const LevelResult& l : bench.levels) {
+    const bool ok = l.requests_failed == 0 && (!(ttft > 0) || l.ttft_s.p90 <= ttft) &&
+                    (!(tpot > 0) || l.tpot_s.p90 <= tpot);
+    if (ok) best = std::max(best, l.concurrency);
   }
   return best;
-}
-
-const json* LevelAt(const json& bench, int concurrency) {
-  if (!bench.contains("levels")) return nullptr;
-  for (const json& l : bench["levels"]) {
-    if (l.value("concurrency", -1) == concurrency) return &l;
-  }
-  return nullptr;
 }
 
 double PeakResidentMiB(const Dep& d) {
   double peak = 0;
   for (const auto& [w, b] : d.bench) {
-    if (!b.contains("levels")) continue;
-    for (const json& l : b["levels"]) {
+    for (const LevelResult& l : b.levels) {
       double sum = 0;
-      for (const json& w : l.value("workers", json::array()))
-        sum += Num(w, {"peak_resident_bytes"});
+      for (const WorkerUsage& u : l.workers) sum += u.peak_resident_bytes;
       peak = std::max(peak, sum / 1048576);
     }
   }
@@ -98,12 +70,6 @@ bool DualPrecision(const Dep& d) {
   return d.workers.size() == 1 && d.workers[0].value("role", "both") == "both" &&
          d.workers[0].contains("prefill_precision") &&
          d.workers[0]["prefill_precision"] != d.workers[0].value("precision", "fp16");
-}
-
-// The highest measured level.
-const json* TopLevel(const json& bench) {
-  if (!bench.contains("levels") || bench["levels"].empty()) return nullptr;
-  return &bench["levels"].back();
 }
 
 std::string Processes(const json& workers) {
@@ -139,6 +105,12 @@ void AppendCdf(const std::string& name, std::vector<double> values, std::string*
 
 std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
 
+absl::StatusOr<BenchResult> ReportInput::Read(const std::string& path) {
+  absl::StatusOr<BenchResult> r = ReadBenchResult(path);
+  if (!r.ok() && !absl::IsNotFound(r.status())) unreadable.emplace_back(r.status().message());
+  return r;
+}
+
 ReportInput LoadReportInput(const json& config, const std::string& out_dir) {
   ReportInput in;
   in.config = config;
@@ -153,10 +125,12 @@ ReportInput LoadReportInput(const json& config, const std::string& out_dir) {
     d.workers = c["workers"];
     d.split = c.value("split", std::string());
     for (const char* w : {"chat", "summarize", "analysis"}) {
-      json b = Load(absl::StrCat(raw, "/", d.name, "/bench-", w, ".json"));
-      if (!b.is_null()) d.bench[w] = std::move(b);
+      absl::StatusOr<BenchResult> b =
+          in.Read(absl::StrCat(raw, "/", d.name, "/bench-", w, ".json"));
+      if (b.ok()) d.bench[w] = std::move(*b);
     }
-    d.stability = Load(absl::StrCat(raw, "/", d.name, "/stability.json"));
+    absl::StatusOr<BenchResult> stability = in.Read(absl::StrCat(raw, "/", d.name, "/stability.json"));
+    if (stability.ok()) d.stability = std::move(*stability);
     in.deps.push_back(std::move(d));
   }
   for (size_t i = 0; i < in.deps.size(); ++i) {

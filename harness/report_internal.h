@@ -5,10 +5,12 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "harness/bench_result.h"
 #include "harness/plot.h"
 
 namespace pdq::report {
@@ -31,8 +33,13 @@ struct Dep {
   bool baseline = false;
   json workers;
   std::string split;                  // an A/B split between pools of workers; empty: none
-  std::map<std::string, json> bench;  // by workload
-  json stability;
+  std::map<std::string, BenchResult> bench;  // by workload
+  std::optional<BenchResult> stability;
+  // The workload's result; null where it was not measured.
+  const BenchResult* Bench(const std::string& workload) const {
+    auto it = bench.find(workload);
+    return it == bench.end() ? nullptr : &it->second;
+  }
 };
 
 // What every section reads: the config and the deployments' results.
@@ -46,17 +53,16 @@ struct ReportInput {
   json accuracy;                     // the config's accuracy block
   double cores = 0, price = 0;       // price per core-hour
   std::vector<std::pair<std::string, std::string>> pairs;  // prefill/decode precisions, once each
+  std::vector<std::string> unreadable;  // results that exist but could not be read, with why
+  // A bench result file: a missing one is NotFound (the step did not run);
+  // one that cannot be read is also noted in `unreadable` for the report.
+  absl::StatusOr<BenchResult> Read(const std::string& path);
 };
 ReportInput LoadReportInput(const json& config, const std::string& out_dir);
 
-// The level with the highest goodput (ties: the lower concurrency).
-const json* BestLevel(const json& bench);
 // The highest concurrency whose p90 TTFT and p90 TPOT are within the targets
 // with no request failed; 0 where none is.
-int MaxConcurrencyWithinTargets(const json& bench);
-const json* LevelAt(const json& bench, int concurrency);
-// The highest measured level.
-const json* TopLevel(const json& bench);
+int MaxConcurrencyWithinTargets(const BenchResult& bench);
 double PeakResidentMiB(const Dep& d);
 // One process running both phases at two precisions.
 bool DualPrecision(const Dep& d);

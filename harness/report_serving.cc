@@ -16,20 +16,20 @@ namespace pdq::report {
 namespace {
 
 std::string Interpretation(const Dep& d, const Dep& base, const std::string& w) {
-  auto bench = d.bench.find(w);
-  auto bb = base.bench.find(w);
-  if (bench == d.bench.end() || bb == base.bench.end()) return "";
+  const BenchResult* bench = d.Bench(w);
+  const BenchResult* bb = base.Bench(w);
+  if (bench == nullptr || bb == nullptr) return "";
   // The lowest concurrency both measured: latency without queueing.
   int level = -1;
-  for (const json& l : bench->second.value("levels", json::array())) {
-    const int c = l.value("concurrency", 0);
-    if (LevelAt(bb->second, c) && (level < 0 || c < level)) level = c;
+  for (const LevelResult& l : bench->levels) {
+    const int c = l.concurrency;
+    if (LevelAt(*bb, c) && (level < 0 || c < level)) level = c;
   }
   if (level < 0) return "";
-  const json& a = *LevelAt(bench->second, level);
-  const json& b = *LevelAt(bb->second, level);
-  const double ttft = Num(a, {"ttft_s", "p50"}) / Num(b, {"ttft_s", "p50"});
-  const double tpot = Num(a, {"tpot_s", "p50"}) / Num(b, {"tpot_s", "p50"});
+  const LevelResult& a = *LevelAt(*bench, level);
+  const LevelResult& b = *LevelAt(*bb, level);
+  const double ttft = a.ttft_s.p50 / b.ttft_s.p50;
+  const double tpot = a.tpot_s.p50 / b.tpot_s.p50;
   auto change = [](double r) {
     return r < 0.9   ? absl::StrFormat("fell (×%.2f)", r)
            : r > 1.1 ? absl::StrFormat("rose (×%.2f)", r)
@@ -51,22 +51,21 @@ std::string Interpretation(const Dep& d, const Dep& base, const std::string& w) 
 }
 
 std::string ResourceLines(const Dep& d, const std::string& w) {
-  auto it = d.bench.find(w);
-  if (it == d.bench.end() || !it->second.contains("levels") || it->second["levels"].empty())
-    return "";
-  const json& top = it->second["levels"].back();
-  std::string out = absl::StrFormat("| %s | %d |", d.name, top.value("concurrency", 0));
+  const BenchResult* bench = d.Bench(w);
+  const LevelResult* top = bench ? TopLevel(*bench) : nullptr;
+  if (top == nullptr) return "";
+  std::string out = absl::StrFormat("| %s | %d |", d.name, top->concurrency);
   std::vector<std::string> parts;
-  for (const json& wk : top.value("workers", json::array())) {
-    std::string p = absl::StrFormat("%s %s: %.2f cores busy", wk.value("role", ""),
-                                    wk.value("precision", ""), Num(wk, {"cpu_cores_busy"}));
-    if (wk.contains("prefill_compute_utilization")) {
+  for (const WorkerUsage& wk : top->workers) {
+    std::string p =
+        absl::StrFormat("%s %s: %.2f cores busy", wk.role, wk.precision, wk.cpu_cores_busy);
+    if (std::isfinite(wk.prefill_compute_utilization)) {
       absl::StrAppendFormat(&p, ", prefill %.0f%% of peak ops",
-                            100 * Num(wk, {"prefill_compute_utilization"}));
+                            100 * wk.prefill_compute_utilization);
     }
-    if (wk.contains("decode_bandwidth_utilization")) {
+    if (std::isfinite(wk.decode_bandwidth_utilization)) {
       absl::StrAppendFormat(&p, ", decode %.0f%% of read bandwidth",
-                            100 * Num(wk, {"decode_bandwidth_utilization"}));
+                            100 * wk.decode_bandwidth_utilization);
     }
     parts.push_back(p);
   }
@@ -114,21 +113,21 @@ std::string GoodputSection(const ReportInput& in, std::string* summary_out) {
     absl::StrAppendFormat(&md, "| %s | TTFT ≤ %.0f ms, TPOT ≤ %.0f ms |", w,
                           spec.value("ttft_target_ms", 0.0), spec.value("tpot_target_ms", 0.0));
     (*summary_out) += absl::StrFormat("%-10s", w);
-    auto bb = base->bench.find(w);
-    const json* bbest = bb == base->bench.end() ? nullptr : BestLevel(bb->second);
-    const double bgood = bbest ? Num(*bbest, {"goodput_requests_per_s"}) : NAN;
+    const BenchResult* bb = base->Bench(w);
+    const LevelResult* bbest = bb ? BestLevel(*bb) : nullptr;
+    const double bgood = bbest ? bbest->goodput_requests_per_s : NAN;
     for (const Dep& d : deps) {
-      auto it = d.bench.find(w);
-      const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
+      const BenchResult* bench = d.Bench(w);
+      const LevelResult* best = bench ? BestLevel(*bench) : nullptr;
       if (best == nullptr) {
         absl::StrAppend(&md, " not measured |");
         (*summary_out) += absl::StrFormat(" %18s", "-");
         continue;
       }
-      const double good = Num(*best, {"goodput_requests_per_s"});
+      const double good = best->goodput_requests_per_s;
       const std::string ratio = bgood > 0 ? absl::StrFormat(" (×%.2f)", good / bgood) : "";
       absl::StrAppendFormat(&md, " %.3f/s%s at c=%d; max concurrency %d |", good, ratio,
-                            best->value("concurrency", 0), MaxConcurrencyWithinTargets(it->second));
+                            best->concurrency, MaxConcurrencyWithinTargets(*bench));
       (*summary_out) += absl::StrFormat(" %11.3f/s%6s", good,
                                  bgood > 0 ? absl::StrFormat("x%.2f", good / bgood) : "");
     }
@@ -151,16 +150,15 @@ std::string AimSection(const ReportInput& in) {
     if (d.name != aim.value("deployment", "")) continue;
     const json ratios = aim.value("goodput_ratio", json::object());
     for (const auto& [w, want] : ratios.items()) {
-      auto it = d.bench.find(w);
-      auto bb = base->bench.find(w);
-      const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
-      const json* bbest = bb == base->bench.end() ? nullptr : BestLevel(bb->second);
-      if (!best || !bbest || !(Num(*bbest, {"goodput_requests_per_s"}) > 0)) {
+      const BenchResult* bench = d.Bench(w);
+      const BenchResult* bb = base->Bench(w);
+      const LevelResult* best = bench ? BestLevel(*bench) : nullptr;
+      const LevelResult* bbest = bb ? BestLevel(*bb) : nullptr;
+      if (!best || !bbest || !(bbest->goodput_requests_per_s > 0)) {
         absl::StrAppend(&md, "Aim for ", w, ": not measured.\n\n");
         continue;
       }
-      const double ratio =
-          Num(*best, {"goodput_requests_per_s"}) / Num(*bbest, {"goodput_requests_per_s"});
+      const double ratio = best->goodput_requests_per_s / bbest->goodput_requests_per_s;
       absl::StrAppendFormat(&md, "**Aim: %s goodput ≥ %.1f× %s on `%s`: %s (×%.2f).**", d.name,
                             want.get<double>(), base->name, w,
                             ratio >= want.get<double>() ? "met" : "missed", ratio);
@@ -168,24 +166,23 @@ std::string AimSection(const ReportInput& in) {
         // The busiest process (CPU time against its threads) at that level.
         std::string busiest;
         double share = -1;
-        for (const json& wk : best->value("workers", json::array())) {
+        for (const WorkerUsage& wk : best->workers) {
           int threads = 1;
           for (const json& cw : d.workers) {
-            if (cw.value("role", "both") == wk.value("role", ""))
-              threads = std::max(1, cw.value("threads", 1));
+            if (cw.value("role", "both") == wk.role) threads = std::max(1, cw.value("threads", 1));
           }
-          const double s = Num(wk, {"cpu_cores_busy"}) / threads;
+          const double s = wk.cpu_cores_busy / threads;
           if (s > share) {
             share = s;
             busiest = absl::StrFormat(
-                "the %s worker (%s), %.0f%% busy on its %d thread(s)%s", wk.value("role", ""),
-                wk.value("precision", ""), 100 * s, threads,
-                wk.contains("decode_bandwidth_utilization")
+                "the %s worker (%s), %.0f%% busy on its %d thread(s)%s", wk.role, wk.precision,
+                100 * s, threads,
+                std::isfinite(wk.decode_bandwidth_utilization)
                     ? absl::StrFormat(", decode at %.0f%% of the read bandwidth",
-                                      100 * Num(wk, {"decode_bandwidth_utilization"}))
-                : wk.contains("prefill_compute_utilization")
+                                      100 * wk.decode_bandwidth_utilization)
+                : std::isfinite(wk.prefill_compute_utilization)
                     ? absl::StrFormat(", prefill at %.0f%% of peak ops",
-                                      100 * Num(wk, {"prefill_compute_utilization"}))
+                                      100 * wk.prefill_compute_utilization)
                     : "");
           }
         }
@@ -219,9 +216,9 @@ std::string CostSection(const ReportInput& in) {
     for (const auto& [w, spec] : workloads.items()) {
       absl::StrAppend(&md, "| ", w, " |");
       for (const Dep& d : deps) {
-        auto it = d.bench.find(w);
-        const json* best = it == d.bench.end() ? nullptr : BestLevel(it->second);
-        const double tps = best ? Num(*best, {"output_tokens_per_s"}) : NAN;
+        const BenchResult* bench = d.Bench(w);
+        const LevelResult* best = bench ? BestLevel(*bench) : nullptr;
+        const double tps = best ? best->output_tokens_per_s : NAN;
         absl::StrAppend(&md, " ",
                         tps > 0 ? absl::StrFormat("$%.3f", price * cores / 3600 / tps * 1e6) : "–",
                         " |");
@@ -250,25 +247,23 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
                   "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   int top_common = 1 << 30;
   for (const Dep& d : deps) {
-    auto it = d.bench.find(w);
-    if (it == d.bench.end() || !it->second.contains("levels")) continue;
+    const BenchResult* bench = d.Bench(w);
+    if (bench == nullptr || bench->levels.empty()) continue;
     int top = 0;
     absl::StrAppendFormat(&data, "# %s\n", d.name);
-    for (const json& l : it->second["levels"]) {
-      const int c = l.value("concurrency", 0);
+    for (const LevelResult& l : bench->levels) {
+      const int c = l.concurrency;
       top = std::max(top, c);
       absl::StrAppendFormat(&md,
                             "| %s | %d | %d/%d | %.0f ms | %.0f | %.0f | %.1f ms | %.1f | %.1f | "
                             "%.2f s | %.3f | %.1f | %.3f |\n",
-                            d.name, c, (int)Num(l, {"requests_ok"}),
-                            (int)(Num(l, {"requests_ok"}) + Num(l, {"requests_failed"})),
-                            1e3 * Num(l, {"ttft_s", "p50"}), 1e3 * Num(l, {"ttft_s", "p90"}),
-                            1e3 * Num(l, {"ttft_s", "p99"}), 1e3 * Num(l, {"tpot_s", "p50"}),
-                            1e3 * Num(l, {"tpot_s", "p90"}), 1e3 * Num(l, {"tpot_s", "p99"}),
-                            Num(l, {"e2e_s", "p50"}), Num(l, {"requests_per_s"}),
-                            Num(l, {"output_tokens_per_s"}), Num(l, {"goodput_requests_per_s"}));
-      absl::StrAppendFormat(&data, "%d %g %g %g\n", c, Num(l, {"output_tokens_per_s"}),
-                            1e3 * Num(l, {"ttft_s", "p50"}), 1e3 * Num(l, {"tpot_s", "p50"}));
+                            d.name, c, (int)l.requests_ok,
+                            (int)(l.requests_ok + l.requests_failed), 1e3 * l.ttft_s.p50,
+                            1e3 * l.ttft_s.p90, 1e3 * l.ttft_s.p99, 1e3 * l.tpot_s.p50,
+                            1e3 * l.tpot_s.p90, 1e3 * l.tpot_s.p99, l.e2e_s.p50, l.requests_per_s,
+                            l.output_tokens_per_s, l.goodput_requests_per_s);
+      absl::StrAppendFormat(&data, "%d %g %g %g\n", c, l.output_tokens_per_s, 1e3 * l.ttft_s.p50,
+                            1e3 * l.tpot_s.p50);
     }
     absl::StrAppend(&data, "\n\n");
     curves.push_back(absl::StrCat("datafile index ", block,
@@ -282,12 +277,11 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
   }
   // Failed requests, by deployment and reason: a result in themselves.
   for (const Dep& d : deps) {
-    auto it = d.bench.find(w);
-    if (it == d.bench.end() || !it->second.contains("requests")) continue;
+    const BenchResult* bench = d.Bench(w);
+    if (bench == nullptr) continue;
     std::map<std::pair<int, std::string>, int> failed;
-    for (const json& r : it->second["requests"]) {
-      if (!r.value("ok", true))
-        ++failed[{r.value("concurrency", 0), r.value("error", std::string())}];
+    for (const RequestResult& r : bench->requests) {
+      if (!r.ok) ++failed[{r.concurrency, r.error}];
     }
     for (const auto& [key, n] : failed) {
       absl::StrAppendFormat(&md, "\n**%d request(s) of %s failed at concurrency %d**: %s\n", n,
@@ -296,13 +290,13 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
   }
   // Distributions at the highest level every deployment measured.
   for (const Dep& d : deps) {
-    auto it = d.bench.find(w);
-    if (it == d.bench.end() || !it->second.contains("requests")) continue;
+    const BenchResult* bench = d.Bench(w);
+    if (bench == nullptr || bench->requests.empty()) continue;
     std::vector<double> t, p;
-    for (const json& r : it->second["requests"]) {
-      if (r.value("concurrency", 0) != top_common || !r.value("ok", false)) continue;
-      t.push_back(1e3 * r.value("ttft_s", 0.0));
-      if (r.value("output_tokens", 0) > 1) p.push_back(1e3 * r.value("tpot_s", 0.0));
+    for (const RequestResult& r : bench->requests) {
+      if (r.concurrency != top_common || !r.ok) continue;
+      t.push_back(1e3 * r.ttft_s);
+      if (r.output_tokens > 1) p.push_back(1e3 * r.tpot_s);
     }
     AppendCdf(d.name, std::move(t), &ttft_cdf);
     AppendCdf(d.name, std::move(p), &tpot_cdf);
@@ -376,22 +370,21 @@ std::string DualPrecisionSection(const ReportInput& in) {
       if (&e != &d && !single_mono && !same_pair) continue;
       double process_peak = 0;
       for (const auto& [w, b] : e.bench) {
-        for (const json& l : b.value("levels", json::array())) {
-          for (const json& p : l.value("workers", json::array())) {
-            process_peak = std::max(process_peak, Num(p, {"peak_resident_bytes"}) / 1048576);
+        for (const LevelResult& l : b.levels) {
+          for (const WorkerUsage& p : l.workers) {
+            process_peak = std::max(process_peak, p.peak_resident_bytes / 1048576);
           }
         }
       }
       for (const auto& [w, b] : e.bench) {
-        const json* top = TopLevel(b);
-        const json* best = BestLevel(b);
+        const LevelResult* top = TopLevel(b);
+        const LevelResult* best = BestLevel(b);
         if (top == nullptr) continue;
-        const double p50 = Num(*top, {"itl_s", "p50"}) * 1e3,
-                     p99 = Num(*top, {"itl_s", "p99"}) * 1e3;
+        const double p50 = top->itl_s.p50 * 1e3, p99 = top->itl_s.p99 * 1e3;
         absl::StrAppend(&md, "| ", e.name, " | ", F(process_peak > 0 ? process_peak : NAN, 0),
-                        " | ", w, " (conc ", top->value("concurrency", 0), ") | ", F(p50, 1), " | ",
+                        " | ", w, " (conc ", top->concurrency, ") | ", F(p50, 1), " | ",
                         F(p99, 1), " | ", F(p50 > 0 ? p99 / p50 : NAN, 1), " | ",
-                        F(best ? Num(*best, {"goodput_requests_per_s"}) : NAN, 3), " |\n");
+                        F(best ? best->goodput_requests_per_s : NAN, 3), " |\n");
       }
     }
     // Which wins, workload by workload, against the split with the same pair.
@@ -403,11 +396,10 @@ std::string DualPrecisionSection(const ReportInput& in) {
           rival = &e;
         }
       }
-      const json* mine = BestLevel(b);
+      const LevelResult* mine = BestLevel(b);
       if (rival == nullptr || mine == nullptr || BestLevel(rival->bench.at(w)) == nullptr) continue;
-      const json* theirs = BestLevel(rival->bench.at(w));
-      const double g1 = Num(*mine, {"goodput_requests_per_s"}),
-                   g2 = Num(*theirs, {"goodput_requests_per_s"});
+      const LevelResult* theirs = BestLevel(rival->bench.at(w));
+      const double g1 = mine->goodput_requests_per_s, g2 = theirs->goodput_requests_per_s;
       absl::StrAppend(&md, "\n- `", w, "`: ",
                       g1 == g2  ? std::string("neither wins")
                       : g1 > g2 ? absl::StrCat(d.name, " wins")
@@ -445,13 +437,17 @@ std::string AbSplitSection(const ReportInput& in) {
         "TTFT p90 ms | TPOT p90 ms | goodput req/s |\n| --- | --- | ---: | ---: | ---: | ---: | "
         "---: | ---: | ---: |\n");
     for (const auto& [w, b] : d.bench) {
-      const json pools = b.value("router_pools", json::object());
-      const json* top = TopLevel(b);
-      for (const auto& [pool, m] : pools.items()) {
-        auto get = [&](const char* k) { return m.contains(k) ? m[k].get<double>() : 0.0; };
-        const json level_pool = top && top->contains("pools") && (*top)["pools"].contains(pool)
-                                    ? (*top)["pools"][pool]
-                                    : json::object();
+      const LevelResult* top = TopLevel(b);
+      for (const auto& [pool, m] : b.router_pools) {
+        auto get = [&](const char* k) {
+          auto it = m.find(k);
+          return it == m.end() ? 0.0 : it->second;
+        };
+        LevelFigures level_pool;  // NaN figures where the top level has none for the pool
+        level_pool.ttft_s = level_pool.tpot_s = Distribution{};
+        if (top != nullptr) {
+          if (auto it = top->pools.find(pool); it != top->pools.end()) level_pool = it->second;
+        }
         absl::StrAppend(&md, "| ", w, " | ", pool, " | ", F(get("requests_ok"), 0), " / ",
                         F(get("requests_failed"), 0), " | ", F(get("fallbacks"), 0), " | ",
                         F(get("ttft_seconds_count") > 0
@@ -463,9 +459,9 @@ std::string AbSplitSection(const ReportInput& in) {
                               ? 1e3 * get("tpot_seconds_sum") / get("tpot_seconds_count")
                               : NAN,
                           2),
-                        " | ", F(Num(level_pool, {"ttft_s", "p90"}) * 1e3, 1), " | ",
-                        F(Num(level_pool, {"tpot_s", "p90"}) * 1e3, 2), " | ",
-                        F(Num(level_pool, {"goodput_requests_per_s"}), 3), " |\n");
+                        " | ", F(level_pool.ttft_s.p90 * 1e3, 1), " | ",
+                        F(level_pool.tpot_s.p90 * 1e3, 2), " | ",
+                        F(level_pool.goodput_requests_per_s, 3), " |\n");
       }
     }
     absl::StrAppend(&md, "\n");
@@ -495,27 +491,27 @@ std::string ConversationSection(const json& config, const std::string& raw) {
     const std::string name = n.get<std::string>();
     double on_seconds = NAN;
     for (const char* cache : {"on", "off"}) {
-      const json j =
-          Load(absl::StrCat(raw, "/", name, "/conversation-cache-", cache, ".json"));
-      if (!j.contains("conversation")) {
+      const absl::StatusOr<BenchResult> j =
+          ReadBenchResult(absl::StrCat(raw, "/", name, "/conversation-cache-", cache, ".json"));
+      if (!j.ok() || !j->conversation) {
         absl::StrAppend(&md, "| ", name, " | ", cache, " | not measured | | | | | |\n");
         continue;
       }
-      const json& c = j["conversation"];
-      const json turns = c.value("per_turn", json::array());
+      const ConversationResult& c = *j->conversation;
+      const std::vector<TurnResult>& turns = c.per_turn;
       double prompt = 0, cached = 0;
       for (size_t t = 1; t < turns.size(); ++t) {
-        prompt += Num(turns[t], {"prompt_tokens_mean"});
-        cached += Num(turns[t], {"cached_tokens_mean"});
+        prompt += turns[t].prompt_tokens_mean;
+        cached += turns[t].cached_tokens_mean;
       }
-      const double seconds = Num(c, {"seconds"});
+      const double seconds = c.seconds;
       if (std::string(cache) == "on") on_seconds = seconds;
-      const bool failed = Num(c, {"requests_failed"}) > 0;
+      const bool failed = c.requests_failed > 0;
       absl::StrAppend(
           &md, "| ", name, " | ", cache, " | ", F(seconds, 1), failed ? " (requests failed)" : "",
-          " | ", turns.empty() ? "–" : F(1e3 * Num(turns[0], {"ttft_s", "p50"}), 0), " | ",
-          F(1e3 * Num(c, {"ttft_later_turns_s", "p50"}), 0), " | ",
-          turns.empty() ? "–" : F(1e3 * Num(turns.back(), {"ttft_s", "p50"}), 0), " | ",
+          " | ", turns.empty() ? "–" : F(1e3 * turns[0].ttft_s.p50, 0), " | ",
+          F(1e3 * c.ttft_later_turns_s.p50, 0), " | ",
+          turns.empty() ? "–" : F(1e3 * turns.back().ttft_s.p50, 0), " | ",
           prompt > 0 ? F(100 * cached / prompt, 0) + "%" : "–", " | ",
           std::string(cache) == "off" ? F(seconds / on_seconds, 2) + "x" : "", " |\n");
     }
@@ -530,25 +526,23 @@ std::string StabilitySection(const ReportInput& in, Plotter& plot) {
   absl::StrAppend(&md, "## Stability under alternating load\n\n");
   bool any_stability = false;
   for (const Dep& d : deps) {
-    if (!d.stability.is_object()) continue;
+    if (!d.stability) continue;
     any_stability = true;
-    const json& p = d.stability.value("pattern", json::object());
+    const PatternResult p = d.stability->pattern.value_or(PatternResult{});
     absl::StrAppendFormat(
-        &md, "%s: **%s**%s.\n\n", d.name, p.value("pass", false) ? "PASS" : "FAIL",
-        p.value("pass", false)
-            ? absl::StrFormat(" over %d cycles (KV blocks back, resident memory within the bound, "
-                              "the greedy probe identical, no request failed)",
-                              (int)d.stability.value("cycles", json::array()).size())
-            : ": " + p.value("reason", std::string()));
+        &md, "%s: **%s**%s.\n\n", d.name, p.pass ? "PASS" : "FAIL",
+        p.pass ? absl::StrFormat(" over %d cycles (KV blocks back, resident memory within the "
+                                 "bound, the greedy probe identical, no request failed)",
+                                 (int)d.stability->cycles.size())
+               : ": " + p.reason);
     std::string mem, kv;
     std::map<std::string, std::string> mem_rows, kv_rows;
-    for (const json& c : d.stability.value("cycles", json::array())) {
-      for (const json& w : c["workers"]) {
-        absl::StrAppendFormat(&mem_rows[w["worker_id"]], "%d %g\n", c["cycle"].get<int>(),
-                              w.value("resident_bytes", 0.0) / 1048576);
-        absl::StrAppendFormat(
-            &kv_rows[w["worker_id"]], "%d %g\n", c["cycle"].get<int>(),
-            w.value("kv_blocks_free", 0.0) / std::max(1.0, w.value("kv_blocks_total", 1.0)));
+    for (const CycleState& c : d.stability->cycles) {
+      for (const CycleWorker& w : c.workers) {
+        absl::StrAppendFormat(&mem_rows[w.worker_id], "%d %g\n", c.cycle,
+                              w.resident_bytes / 1048576);
+        absl::StrAppendFormat(&kv_rows[w.worker_id], "%d %g\n", c.cycle,
+                              w.kv_blocks_free / std::max(1.0, w.kv_blocks_total));
       }
     }
     // One colour per worker in both panels; the legend is the top panel's.
@@ -567,7 +561,8 @@ std::string StabilitySection(const ReportInput& in, Plotter& plot) {
           &md,
           plot.Draw(d.name + "-stability", mem,
                     Stacked("Resident memory and free KV blocks after each low phase",
-                            "set ylabel 'resident MiB'\nset yrange [0:*]\nset offsets 0, 0, graph 0.15, 0\nset format x ''\nplot " +
+                            "set ylabel 'resident MiB'\nset yrange [0:*]\n"
+                            "set offsets 0, 0, graph 0.15, 0\nset format x ''\nplot " +
                                 absl::StrJoin(mc, ", "),
                             "set xlabel 'cycle'\nset format x '%g'\nset ylabel 'KV blocks free "
                             "(fraction)'\nset yrange [0:1.05]\nplot " +

@@ -33,10 +33,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gguf/gguf.h"
-#include "nlohmann/json.hpp"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "server/metrics.h"
 #include "tokenizer/tokenizer.h"
+#include "harness/bench_result.h"
 #include "tools/bench_target.h"
 #include "tools/commands.h"
 
@@ -51,25 +51,6 @@ double Since(Clock::time_point a, Clock::time_point b) {
 }
 
 using Record = BenchRecord;
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const double rank = p / 100.0 * (v.size() - 1);
-  const size_t lo = (size_t)rank;
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (rank - lo);
-}
-
-// p50, p90, p99 and the mean of `v`.
-nlohmann::json Stats(const std::vector<double>& v) {
-  double sum = 0;
-  for (double x : v) sum += x;
-  return {{"p50", Percentile(v, 50)},
-          {"p90", Percentile(v, 90)},
-          {"p99", Percentile(v, 99)},
-          {"mean", v.empty() ? 0.0 : sum / v.size()}};
-}
 
 // A line rewritten in place on a terminal, a line every 10 s in a log, until
 // `done` reaches `total`.
@@ -181,21 +162,21 @@ struct Targets {
   double ttft = 0, tpot = 0;  // seconds; 0: none
 };
 
-// The level's figures; with `per_pool`, also each A/B pool's ("pools").
-nlohmann::json Summarize(int level, const std::vector<Record>& records, double seconds,
-                         const Targets& targets, bool per_pool = true) {
+// The level's figures; with `per_pool`, also each A/B pool's.
+LevelFigures Figures(const std::vector<Record>& records, double seconds, const Targets& targets) {
   std::vector<double> ttft, tpot, e2e, gaps, refusals;
-  int64_t ok = 0, failed = 0, refused = 0, out_tokens = 0, in_tokens = 0, good = 0;
+  int64_t out_tokens = 0, in_tokens = 0, good = 0;
+  LevelFigures f;
   for (const Record& r : records) {
     if (!r.ok) {
-      ++failed;
+      ++f.requests_failed;
       if (r.refused) {
-        ++refused;
+        ++f.requests_refused;
         refusals.push_back(r.e2e);
       }
       continue;
     }
-    ++ok;
+    ++f.requests_ok;
     ttft.push_back(r.ttft);
     if (r.output_tokens > 1) tpot.push_back(r.tpot);
     e2e.push_back(r.e2e);
@@ -206,49 +187,47 @@ nlohmann::json Summarize(int level, const std::vector<Record>& records, double s
             (targets.tpot <= 0 || r.output_tokens < 2 || r.tpot <= targets.tpot);
   }
   auto per_second = [&](int64_t n) { return seconds > 0 ? n / seconds : 0.0; };
-  // Under an A/B split, each pool's share of the level, summarized alike
-  // (its rates over the same span).
+  f.refusal_s = DistributionOf(refusals);
+  f.seconds = seconds;
+  f.ttft_s = DistributionOf(ttft);
+  f.tpot_s = DistributionOf(tpot);
+  f.itl_s = DistributionOf(gaps);
+  f.e2e_s = DistributionOf(e2e);
+  f.requests_per_s = per_second(f.requests_ok);
+  f.output_tokens_per_s = per_second(out_tokens);
+  f.total_tokens_per_s = per_second(out_tokens + in_tokens);
+  f.goodput_requests_per_s = per_second(good);
+  return f;
+}
+
+// The level's figures, and under an A/B split each pool's share of the
+// level, summarized alike (its rates over the same span).
+LevelResult Summarize(int level, const std::vector<Record>& records, double seconds,
+                      const Targets& targets) {
+  LevelResult out;
+  static_cast<LevelFigures&>(out) = Figures(records, seconds, targets);
+  out.concurrency = level;
   std::map<std::string, std::vector<Record>> by_pool;
   for (const Record& r : records) {
-    if (per_pool && !r.pool.empty()) by_pool[r.pool].push_back(r);
+    if (!r.pool.empty()) by_pool[r.pool].push_back(r);
   }
-  nlohmann::json pools = nlohmann::json::object();
-  for (const auto& [pool, rs] : by_pool) {
-    nlohmann::json p = Summarize(level, rs, seconds, targets, /*per_pool=*/false);
-    p.erase("concurrency");
-    pools[pool] = std::move(p);
-  }
-  nlohmann::json out = {{"concurrency", level},
-                        {"requests_ok", ok},
-                        {"requests_failed", failed},
-                        {"requests_refused", refused},
-                        {"refusal_s", Stats(refusals)},
-                        {"seconds", seconds},
-                        {"ttft_s", Stats(ttft)},
-                        {"tpot_s", Stats(tpot)},
-                        {"itl_s", Stats(gaps)},
-                        {"e2e_s", Stats(e2e)},
-                        {"requests_per_s", per_second(ok)},
-                        {"output_tokens_per_s", per_second(out_tokens)},
-                        {"total_tokens_per_s", per_second(out_tokens + in_tokens)},
-                        {"goodput_requests_per_s", per_second(good)}};
-  if (!pools.empty()) out["pools"] = std::move(pools);
+  for (const auto& [pool, rs] : by_pool) out.pools[pool] = Figures(rs, seconds, targets);
   return out;
 }
 
-void PrintSummary(const nlohmann::json& s) {
-  // The first column: the concurrency, or the arrival rate of an open loop.
-  const std::string level = s.contains("rate") ? absl::StrFormat("%.3g/s", s["rate"].get<double>())
-                                               : absl::StrCat(s["concurrency"].get<int>());
-  auto ms = [&](const char* k, const char* p) { return s[k][p].get<double>() * 1e3; };
+// One row of the level table; `level` is the first column (the concurrency,
+// or the arrival rate of an open loop).
+void PrintSummary(const std::string& level, const LevelFigures& s) {
   std::printf("%5s %4lld/%-4lld %8.1f %8.1f %8.1f %7.2f %7.2f %7.2f %8.2f %9.1f %9.1f %8.2f\n",
-              level.c_str(), (long long)s["requests_ok"].get<int64_t>(),
-              (long long)(s["requests_ok"].get<int64_t>() + s["requests_failed"].get<int64_t>()),
-              ms("ttft_s", "p50"), ms("ttft_s", "p90"), ms("ttft_s", "p99"), ms("tpot_s", "p50"),
-              ms("tpot_s", "p90"), ms("tpot_s", "p99"), s["requests_per_s"].get<double>(),
-              s["output_tokens_per_s"].get<double>(), s["total_tokens_per_s"].get<double>(),
-              s["goodput_requests_per_s"].get<double>());
+              level.c_str(), (long long)s.requests_ok,
+              (long long)(s.requests_ok + s.requests_failed), s.ttft_s.p50 * 1e3,
+              s.ttft_s.p90 * 1e3, s.ttft_s.p99 * 1e3, s.tpot_s.p50 * 1e3, s.tpot_s.p90 * 1e3,
+              s.tpot_s.p99 * 1e3, s.requests_per_s, s.output_tokens_per_s, s.total_tokens_per_s,
+              s.goodput_requests_per_s);
   std::fflush(stdout);
+}
+void PrintSummary(const LevelResult& s) {
+  PrintSummary(s.rate > 0 ? absl::StrFormat("%.3g/s", s.rate) : absl::StrCat(s.concurrency), s);
 }
 
 struct Workload {
@@ -406,8 +385,8 @@ absl::StatusOr<std::vector<int32_t>> Probe(v1::Pdq::Stub& stub, int64_t timeout_
 // cores busy, and while computing, prefill operations against the
 // machine's peak for its precision and decode bytes read against the read
 // bandwidth (both measured by the worker at start-up).
-nlohmann::json Resources(const Snapshot& a, const Snapshot& b) {
-  nlohmann::json out = nlohmann::json::array();
+std::vector<WorkerUsage> Resources(const Snapshot& a, const Snapshot& b) {
+  std::vector<WorkerUsage> out;
   const double wall = Since(a.at, b.at);
   for (size_t j = 0; j < b.workers.size(); ++j) {
     if (!b.samples[j].ok()) continue;  // a worker that did not answer has no figures
@@ -424,46 +403,44 @@ nlohmann::json Resources(const Snapshot& a, const Snapshot& b) {
     };
     auto delta = [&](const char* k) { return get(after, k) - get(before, k); };
     // Raw deltas too, for pdq plan: capacity while busy, and what was done.
-    nlohmann::json w = {
-        {"wall_seconds", wall},
-        {"prefill_tokens", delta("pdq_prefill_tokens_total")},
-        {"prefill_busy_seconds", delta("pdq_prefill_busy_seconds_total")},
-        {"generated_tokens", delta("pdq_generated_tokens_total")},
-        {"decode_step_seconds", delta("pdq_decode_step_seconds_sum")},
-        {"kv_blocks_total", get(after, "pdq_kv_blocks_total")},
-        {"worker_id", b.workers[j].worker_id()},
-        {"role", b.workers[j].role()},
-        {"precision", b.workers[j].precision()},
-        {"peak_resident_bytes", get(after, "process_peak_resident_memory_bytes")},
-        {"cpu_cores_busy", wall > 0 ? delta("process_cpu_seconds_total") / wall : 0}};
+    WorkerUsage w;
+    w.wall_seconds = wall;
+    w.prefill_tokens = delta("pdq_prefill_tokens_total");
+    w.prefill_busy_seconds = delta("pdq_prefill_busy_seconds_total");
+    w.generated_tokens = delta("pdq_generated_tokens_total");
+    w.decode_step_seconds = delta("pdq_decode_step_seconds_sum");
+    w.kv_blocks_total = get(after, "pdq_kv_blocks_total");
+    w.worker_id = b.workers[j].worker_id();
+    w.role = b.workers[j].role();
+    w.precision = b.workers[j].precision();
+    w.peak_resident_bytes = get(after, "process_peak_resident_memory_bytes");
+    w.cpu_cores_busy = wall > 0 ? delta("process_cpu_seconds_total") / wall : 0;
     const double prefill_s = delta("pdq_prefill_busy_seconds_total"),
                  peak = get(after, "pdq_machine_peak_ops_per_second");
     if (prefill_s > 0 && peak > 0) {
-      w["prefill_compute_utilization"] = delta("pdq_prefill_ops_total") / prefill_s / peak;
+      w.prefill_compute_utilization = delta("pdq_prefill_ops_total") / prefill_s / peak;
     }
     const double decode_s = delta("pdq_decode_step_seconds_sum"),
                  bw = get(after, "pdq_machine_read_bytes_per_second");
     if (decode_s > 0 && bw > 0) {
-      w["decode_bandwidth_utilization"] = delta("pdq_decode_bytes_read_total") / decode_s / bw;
+      w.decode_bandwidth_utilization = delta("pdq_decode_bytes_read_total") / decode_s / bw;
     }
     out.push_back(std::move(w));
   }
   return out;
 }
 
-void PrintResources(const nlohmann::json& workers) {
-  for (const nlohmann::json& w : workers) {
-    std::string line = absl::StrFormat(
-        "      %s (%s %s): peak RSS %.0f MiB, %.2f cores busy", w["worker_id"].get<std::string>(),
-        w["role"].get<std::string>(), w["precision"].get<std::string>(),
-        w["peak_resident_bytes"].get<double>() / 1048576, w["cpu_cores_busy"].get<double>());
-    if (w.contains("prefill_compute_utilization")) {
-      absl::StrAppendFormat(&line, ", prefill at %.2f of peak ops",
-                            w["prefill_compute_utilization"].get<double>());
+void PrintResources(const std::vector<WorkerUsage>& workers) {
+  for (const WorkerUsage& w : workers) {
+    std::string line = absl::StrFormat("      %s (%s %s): peak RSS %.0f MiB, %.2f cores busy",
+                                       w.worker_id, w.role, w.precision,
+                                       w.peak_resident_bytes / 1048576, w.cpu_cores_busy);
+    if (std::isfinite(w.prefill_compute_utilization)) {
+      absl::StrAppendFormat(&line, ", prefill at %.2f of peak ops", w.prefill_compute_utilization);
     }
-    if (w.contains("decode_bandwidth_utilization")) {
+    if (std::isfinite(w.decode_bandwidth_utilization)) {
       absl::StrAppendFormat(&line, ", decode at %.2f of read bandwidth",
-                            w["decode_bandwidth_utilization"].get<double>());
+                            w.decode_bandwidth_utilization);
     }
     std::printf("%s\n", line.c_str());
   }
@@ -481,7 +458,7 @@ struct AlternateOptions {
 // hung, and the probe answers as in the first cycle. "" when all held, else
 // the first reason it did not.
 std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOptions& o,
-                      const Targets& targets, nlohmann::json* out) {
+                      const Targets& targets, BenchResult* out) {
   // A warm-up burst first: workspaces and allocator pools grow to their
   // working size on the first high phase, which is not a leak. The bound
   // applies from the state after it.
@@ -513,10 +490,10 @@ std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOption
       const std::string label = absl::StrCat("cycle ", cycle, " concurrency ", level);
       std::vector<Record> records =
           driver.Run(level, 0, std::max(4, 2 * level), 0, label.c_str(), &seconds);
-      nlohmann::json s = Summarize(level, records, seconds, targets);
-      s["cycle"] = cycle;
+      LevelResult s = Summarize(level, records, seconds, targets);
+      s.cycle = cycle;
       PrintSummary(s);
-      (*out)["levels"].push_back(s);
+      out->levels.push_back(std::move(s));
       for (const Record& r : records) {
         if (!r.ok) return absl::StrCat("cycle ", cycle, ": a request failed or hung: ", r.error);
       }
@@ -550,14 +527,9 @@ std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOption
       }
       absl::StrAppendFormat(&rss_note, "%s%s %+.1f MiB", i ? ", " : "", b.id, growth);
     }
-    nlohmann::json state = {{"cycle", cycle}, {"workers", nlohmann::json::array()}};
-    for (const WorkerState& w : *now) {
-      state["workers"].push_back({{"worker_id", w.id},
-                                  {"resident_bytes", w.rss},
-                                  {"kv_blocks_free", w.kv_free},
-                                  {"kv_blocks_total", w.kv_total}});
-    }
-    (*out)["cycles"].push_back(std::move(state));
+    CycleState state{cycle, {}};
+    for (const WorkerState& w : *now) state.workers.push_back({w.id, w.rss, w.kv_free, w.kv_total});
+    out->cycles.push_back(std::move(state));
     absl::StatusOr<std::vector<int32_t>> probe = Probe(stub, o.timeout_s);
     if (!probe.ok()) return std::string(probe.status().message());
     if (*probe != *probe0) {
@@ -739,21 +711,23 @@ ConversationRun RunConversations(BenchTarget& target, const Tokenize& tokenize,
 // Per turn: requests, TTFT, TPOT, end-to-end, mean prompt and cached
 // tokens; over the run: conversations and output tokens per second, and
 // the TTFT of the turns that resend a conversation (2 on).
-nlohmann::json SummarizeConversations(const ConversationRun& run, const ConversationOptions& o) {
-  nlohmann::json per_turn = nlohmann::json::array();
+ConversationResult SummarizeConversations(const ConversationRun& run,
+                                          const ConversationOptions& o) {
+  ConversationResult out;
   std::vector<double> later_ttft;
-  int64_t ok_total = 0, failed_total = 0, out_tokens = 0;
+  int64_t out_tokens = 0;
   for (int turn = 1; turn <= o.turns; ++turn) {
     std::vector<double> ttft, tpot, e2e;
-    int64_t ok = 0, failed = 0;
+    TurnResult t;
+    t.turn = turn;
     double prompt = 0, cached = 0, output = 0;
     for (const Record& r : run.records) {
       if (r.turn != turn) continue;
       if (!r.ok) {
-        ++failed;
+        ++t.requests_failed;
         continue;
       }
-      ++ok;
+      ++t.requests_ok;
       ttft.push_back(r.ttft);
       if (r.output_tokens > 1) tpot.push_back(r.tpot);
       e2e.push_back(r.e2e);
@@ -762,67 +736,73 @@ nlohmann::json SummarizeConversations(const ConversationRun& run, const Conversa
       output += r.output_tokens;
       if (turn >= 2) later_ttft.push_back(r.ttft);
     }
-    ok_total += ok;
-    failed_total += failed;
+    out.requests_ok += t.requests_ok;
+    out.requests_failed += t.requests_failed;
     out_tokens += (int64_t)output;
-    auto mean = [&](double sum) { return ok > 0 ? sum / ok : 0.0; };
-    per_turn.push_back({{"turn", turn},
-                        {"requests_ok", ok},
-                        {"requests_failed", failed},
-                        {"ttft_s", Stats(ttft)},
-                        {"tpot_s", Stats(tpot)},
-                        {"e2e_s", Stats(e2e)},
-                        {"prompt_tokens_mean", mean(prompt)},
-                        {"cached_tokens_mean", mean(cached)},
-                        {"output_tokens_mean", mean(output)}});
+    auto mean = [&](double sum) { return t.requests_ok > 0 ? sum / t.requests_ok : 0.0; };
+    t.ttft_s = DistributionOf(ttft);
+    t.tpot_s = DistributionOf(tpot);
+    t.e2e_s = DistributionOf(e2e);
+    t.prompt_tokens_mean = mean(prompt);
+    t.cached_tokens_mean = mean(cached);
+    t.output_tokens_mean = mean(output);
+    out.per_turn.push_back(std::move(t));
   }
   auto per_second = [&](double n) { return run.seconds > 0 ? n / run.seconds : 0.0; };
-  return {{"sessions", o.sessions},
-          {"turns", o.turns},
-          {"conversations_ok", run.completed},
-          {"requests_ok", ok_total},
-          {"requests_failed", failed_total},
-          {"seconds", run.seconds},
-          {"conversations_per_s", per_second(run.completed)},
-          {"output_tokens_per_s", per_second((double)out_tokens)},
-          {"ttft_later_turns_s", Stats(later_ttft)},
-          {"per_turn", std::move(per_turn)}};
+  out.sessions = o.sessions;
+  out.turns = o.turns;
+  out.conversations_ok = run.completed;
+  out.seconds = run.seconds;
+  out.conversations_per_s = per_second(run.completed);
+  out.output_tokens_per_s = per_second((double)out_tokens);
+  out.ttft_later_turns_s = DistributionOf(later_ttft);
+  return out;
 }
 
-void PrintConversations(const nlohmann::json& s) {
+void PrintConversations(const ConversationResult& s) {
   std::printf("%5s %9s %8s %8s %8s %8s %8s\n", "turn", "ok/all", "ttft p50", "p90", "tpot50",
               "prompt", "cached");
   std::printf("%5s %9s %8s %8s %8s %8s %8s\n", "", "", "ms", "ms", "ms", "tokens", "tokens");
-  const int sessions = s["sessions"].get<int>();
-  for (const nlohmann::json& t : s["per_turn"]) {
-    std::printf("%5d %4lld/%-4d %8.1f %8.1f %8.2f %8.1f %8.1f\n", t["turn"].get<int>(),
-                (long long)t["requests_ok"].get<int64_t>(), sessions,
-                t["ttft_s"]["p50"].get<double>() * 1e3, t["ttft_s"]["p90"].get<double>() * 1e3,
-                t["tpot_s"]["p50"].get<double>() * 1e3, t["prompt_tokens_mean"].get<double>(),
-                t["cached_tokens_mean"].get<double>());
+  for (const TurnResult& t : s.per_turn) {
+    std::printf("%5d %4lld/%-4d %8.1f %8.1f %8.2f %8.1f %8.1f\n", t.turn,
+                (long long)t.requests_ok, s.sessions, t.ttft_s.p50 * 1e3, t.ttft_s.p90 * 1e3,
+                t.tpot_s.p50 * 1e3, t.prompt_tokens_mean, t.cached_tokens_mean);
   }
   std::printf(
       "%d/%d conversations of %d turns in %.2f s: %.3f conversations/s, %.1f output tok/s; "
       "TTFT p50 of turns 2 on: %.1f ms\n",
-      s["conversations_ok"].get<int>(), sessions, s["turns"].get<int>(), s["seconds"].get<double>(),
-      s["conversations_per_s"].get<double>(), s["output_tokens_per_s"].get<double>(),
-      s["ttft_later_turns_s"]["p50"].get<double>() * 1e3);
+      s.conversations_ok, s.sessions, s.turns, s.seconds, s.conversations_per_s,
+      s.output_tokens_per_s, s.ttft_later_turns_s.p50 * 1e3);
   std::fflush(stdout);
 }
 
-absl::Status WriteJson(const std::string& path, const nlohmann::json& j) {
-  std::ofstream f(path);
-  // Answers cut at a token count may end inside a UTF-8 character.
-  f << j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-  if (!f) return absl::UnavailableError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
+// A request's record as the bench result keeps it.
+RequestResult RequestOf(const Record& r) {
+  RequestResult q;
+  q.concurrency = r.level;
+  q.session = r.session;
+  q.turn = r.turn;
+  q.ok = r.ok;
+  q.refused = r.refused;
+  q.error = r.error;
+  q.start_s = r.start;
+  q.prompt_tokens = r.prompt_tokens;
+  q.cached_tokens = r.cached_tokens;
+  q.output_tokens = r.output_tokens;
+  q.ttft_s = r.ttft;
+  q.tpot_s = r.tpot;
+  q.e2e_s = r.e2e;
+  q.gaps_s = r.gaps;
+  q.pool = r.pool;
+  if (r.turn > 0) q.output_text = r.output_text;
+  return q;
 }
 
 // The whole conversation workload: messages, warm-up, sessions, report;
 // `out` has the run's settings and gets the summary and every turn's record.
 // `stub`: a pdq router's, for its workers' resources (null for --openai).
 int ConversationBench(BenchTarget& target, const Tokenize& tokenize, v1::Pdq::Stub* stub,
-                      const std::string& text, const ConversationOptions& o, nlohmann::json out,
+                      const std::string& text, const ConversationOptions& o, BenchResult out,
                       const std::string& json_path) {
   absl::StatusOr<UserMessages> messages = MakeUserMessages(tokenize, text, o);
   if (!messages.ok()) return Fail("bench", messages.status());
@@ -842,37 +822,22 @@ int ConversationBench(BenchTarget& target, const Tokenize& tokenize, v1::Pdq::St
   const ConversationRun run = RunConversations(target, tokenize, *messages, o);
   const absl::StatusOr<Snapshot> after =
       stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
-  nlohmann::json summary = SummarizeConversations(run, o);
-  summary["workers"] =
-      before.ok() && after.ok() ? Resources(*before, *after) : nlohmann::json::array();
+  ConversationResult summary = SummarizeConversations(run, o);
+  if (before.ok() && after.ok()) summary.workers = Resources(*before, *after);
   int exit_code = 0;
-  out["requests"] = nlohmann::json::array();
   for (const Record& r : run.records) {
     if (!r.ok) {
       exit_code = 1;
       std::fprintf(stderr, "pdq bench: session %d turn %d failed (the session ends): %s\n",
                    r.session, r.turn, r.error.c_str());
     }
-    out["requests"].push_back({{"session", r.session},
-                               {"turn", r.turn},
-                               {"ok", r.ok},
-                               {"error", r.error},
-                               {"start_s", r.start},
-                               {"prompt_tokens", r.prompt_tokens},
-                               {"cached_tokens", r.cached_tokens},
-                               {"output_tokens", r.output_tokens},
-                               {"ttft_s", r.ttft},
-                               {"tpot_s", r.tpot},
-                               {"e2e_s", r.e2e},
-                               {"gaps_s", r.gaps},
-                               {"pool", r.pool},
-                               {"output_text", r.output_text}});
+    out.requests.push_back(RequestOf(r));
   }
   PrintConversations(summary);
-  PrintResources(summary["workers"]);
-  out["conversation"] = std::move(summary);
+  PrintResources(summary.workers);
+  out.conversation = std::move(summary);
   if (!json_path.empty()) {
-    if (absl::Status s = WriteJson(json_path, out); !s.ok()) return Fail("bench", s);
+    if (absl::Status s = WriteBenchResult(json_path, out); !s.ok()) return Fail("bench", s);
   }
   return exit_code;
 }
@@ -1082,14 +1047,15 @@ int BenchCommand(int argc, char** argv) {
   if (conversation) {
     const ConversationOptions o{(int)sessions, (int)turns, first_tokens, turn_tokens,
                                 output_tokens, timeout_s,  warmup > 0};
-    const nlohmann::json out = {{"router", router},
-                                {"target", openai_url.empty() ? "pdq" : "openai"},
-                                {"workload", workload},
-                                {"sessions", sessions},
-                                {"turns", turns},
-                                {"first_tokens", first_tokens},
-                                {"turn_tokens", turn_tokens},
-                                {"output_tokens", output_tokens}};
+    BenchResult out;
+    out.router = router;
+    out.target = openai_url.empty() ? "pdq" : "openai";
+    out.workload = workload;
+    out.sessions = (int)sessions;
+    out.turns = (int)turns;
+    out.first_tokens = first_tokens;
+    out.turn_tokens = turn_tokens;
+    out.output_tokens = output_tokens;
     return ConversationBench(*target, tokenize, stub.get(), *text, o, out, json_path);
   }
   absl::StatusOr<std::vector<BenchPrompt>> prompts =
@@ -1098,16 +1064,15 @@ int BenchCommand(int argc, char** argv) {
   Driver driver(*target, std::move(*prompts), output_tokens, timeout_s);
   const Targets targets{ttft_target_ms / 1e3, tpot_target_ms / 1e3};
 
-  nlohmann::json out = {{"router", router},
-                        {"target", openai_url.empty() ? "pdq" : "openai"},
-                        {"workload", workload},
-                        {"input_tokens", input_tokens},
-                        {"output_tokens", output_tokens},
-                        {"rate", rate},
-                        {"ttft_target_ms", ttft_target_ms},
-                        {"tpot_target_ms", tpot_target_ms},
-                        {"levels", nlohmann::json::array()},
-                        {"requests", nlohmann::json::array()}};
+  BenchResult out;
+  out.router = router;
+  out.target = openai_url.empty() ? "pdq" : "openai";
+  out.workload = workload;
+  out.input_tokens = input_tokens;
+  out.output_tokens = output_tokens;
+  out.rate = rate;
+  out.ttft_target_ms = ttft_target_ms;
+  out.tpot_target_ms = tpot_target_ms;
   std::printf("%5s %9s %8s %8s %8s %7s %7s %7s %8s %9s %9s %8s\n", "conc", "ok/all", "ttft p50",
               "p90", "p99", "tpot50", "p90", "p99", "req/s", "out tok/s", "tot tok/s", "goodput");
   std::printf("%5s %9s %8s %8s %8s %7s %7s %7s\n", "", "", "ms", "ms", "ms", "ms", "ms", "ms");
@@ -1115,7 +1080,7 @@ int BenchCommand(int argc, char** argv) {
   if (pattern == "alternate") {
     AlternateOptions o{(int)cycles, (int)high, (int)low, max_rss_growth_mib, timeout_s};
     const std::string why = Alternate(*stub, driver, o, targets, &out);
-    out["pattern"] = {{"name", "alternate"}, {"pass", why.empty()}, {"reason", why}};
+    out.pattern = PatternResult{"alternate", why.empty(), why};
     std::printf("%s%s\n", why.empty() ? "PASS" : "FAIL: ", why.c_str());
     exit_code = why.empty() ? 0 : 1;
   } else {
@@ -1140,8 +1105,6 @@ int BenchCommand(int argc, char** argv) {
           driver.Run(level, rate, counted + (int)warmup, (int)warmup, label.c_str(), &seconds);
       const absl::StatusOr<Snapshot> after =
           stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
-      const nlohmann::json resources =
-          before.ok() && after.ok() ? Resources(*before, *after) : nlohmann::json::array();
       int64_t refused = 0;
       for (const Record& r : kept) {
         if (r.refused) {
@@ -1150,44 +1113,28 @@ int BenchCommand(int argc, char** argv) {
           exit_code = 1;
           std::fprintf(stderr, "pdq bench: a request failed: %s\n", r.error.c_str());
         }
-        out["requests"].push_back({{"concurrency", r.level},
-                                   {"ok", r.ok},
-                                   {"refused", r.refused},
-                                   {"error", r.error},
-                                   {"start_s", r.start},
-                                   {"prompt_tokens", r.prompt_tokens},
-                                   {"output_tokens", r.output_tokens},
-                                   {"ttft_s", r.ttft},
-                                   {"tpot_s", r.tpot},
-                                   {"e2e_s", r.e2e},
-                                   {"gaps_s", r.gaps},
-                                   {"pool", r.pool}});
+        out.requests.push_back(RequestOf(r));
       }
-      nlohmann::json s = Summarize(level, kept, seconds, targets);
-      if (rate > 0) s["rate"] = rate;
-      s["workers"] = resources;
+      LevelResult s = Summarize(level, kept, seconds, targets);
+      s.rate = rate;
+      if (before.ok() && after.ok()) s.workers = Resources(*before, *after);
       PrintSummary(s);
-      if (s.contains("pools")) {
-        for (const auto& [pool, p] : s["pools"].items()) {
-          std::printf("      pool %s:\n", pool.c_str());
-          nlohmann::json row = p;
-          row["concurrency"] = level;
-          PrintSummary(row);
-        }
+      for (const auto& [pool, p] : s.pools) {
+        std::printf("      pool %s:\n", pool.c_str());
+        PrintSummary(absl::StrCat(level), p);
       }
-      PrintResources(resources);
+      PrintResources(s.workers);
       if (refused > 0) {
         std::printf("      %lld refused by the server (admission control), answered in p50 %.1f ms, "
                     "p90 %.1f ms, p99 %.1f ms\n",
-                    (long long)refused, s["refusal_s"]["p50"].get<double>() * 1e3,
-                    s["refusal_s"]["p90"].get<double>() * 1e3,
-                    s["refusal_s"]["p99"].get<double>() * 1e3);
+                    (long long)refused, s.refusal_s.p50 * 1e3, s.refusal_s.p90 * 1e3,
+                    s.refusal_s.p99 * 1e3);
       }
-      out["levels"].push_back(std::move(s));
+      out.levels.push_back(std::move(s));
     }
   }
   if (!json_path.empty()) {
-    if (absl::Status s = WriteJson(json_path, out); !s.ok()) return Fail("bench", s);
+    if (absl::Status s = WriteBenchResult(json_path, out); !s.ok()) return Fail("bench", s);
   }
   return exit_code;
 }

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "server/metrics.h"
 #include "tools/commands.h"
+#include "harness/bench_result.h"
 #include "harness/report.h"
 #include "tools/local_run.h"
 
@@ -47,8 +48,8 @@ bool Keep(const std::string& tmp, const std::string& final) {
 // {pool: {series: value}} for the request counts by code, the TTFT and TPOT
 // histograms' sums and counts, and the fallbacks. Empty when it does not
 // answer.
-json PoolSeries(const std::string& metrics_address) {
-  json out = json::object();
+PoolCounters PoolSeries(const std::string& metrics_address) {
+  PoolCounters out;
   if (metrics_address.empty()) return out;
   absl::StatusOr<std::map<std::string, double>> samples = server::ScrapeMetrics(metrics_address);
   if (!samples.ok()) return out;
@@ -77,21 +78,21 @@ json PoolSeries(const std::string& metrics_address) {
     } else {
       continue;
     }
-    json& slot = out[pool][name];
-    slot = (slot.is_number() ? slot.get<double>() : 0.0) + value;
+    out[pool][name] += value;
   }
   return out;
 }
 
 // after - before, series by series.
-json PoolDelta(const json& before, const json& after) {
-  json out = json::object();
-  for (const auto& [pool, series] : after.items()) {
-    for (const auto& [name, v] : series.items()) {
+PoolCounters PoolDelta(const PoolCounters& before, const PoolCounters& after) {
+  PoolCounters out;
+  for (const auto& [pool, series] : after) {
+    for (const auto& [name, v] : series) {
       double b = 0;
-      if (before.contains(pool) && before[pool].contains(name))
-        b = before[pool][name].get<double>();
-      out[pool][name] = v.get<double>() - b;
+      if (auto p = before.find(pool); p != before.end()) {
+        if (auto it = p->second.find(name); it != p->second.end()) b = it->second;
+      }
+      out[pool][name] = v - b;
     }
   }
   return out;
@@ -413,16 +414,17 @@ int RunEval(int argc, char** argv) {
       } else if (spec.contains("requests")) {
         args.insert(args.end(), {"--requests", std::to_string(spec["requests"].get<int>())});
       }
-      const json pools_before = PoolSeries(dep.metrics_address());
+      const PoolCounters pools_before = PoolSeries(dep.metrics_address());
       RunChild(args);
       if (d.contains("split")) {
         // The router's own pool-labelled counts over this workload (warm-up
         // included), beside the per-request records the bench kept.
-        std::ifstream in(file + ".tmp");
-        json b = json::parse(in, nullptr, false);
-        if (b.is_object()) {
-          b["router_pools"] = PoolDelta(pools_before, PoolSeries(dep.metrics_address()));
-          std::ofstream(file + ".tmp") << b.dump(1) << "\n";
+        absl::StatusOr<BenchResult> b = ReadBenchResult(file + ".tmp");
+        if (b.ok()) {
+          b->router_pools = PoolDelta(pools_before, PoolSeries(dep.metrics_address()));
+          if (absl::Status s = WriteBenchResult(file + ".tmp", *b); !s.ok()) {
+            std::fprintf(stderr, "pdq eval: %s\n", std::string(s.message()).c_str());
+          }
         }
       }
       if (!Keep(file + ".tmp", file)) {

@@ -18,6 +18,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "harness/bench_result.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
 
@@ -33,30 +34,30 @@ struct Measured {
   double kv_blocks_total = 0;
 };
 
-absl::StatusOr<Measured> Measure(const nlohmann::json& bench, double tpot_target) {
-  if (!bench.contains("levels") || !bench["levels"].is_array() || bench["levels"].empty()) {
+absl::StatusOr<Measured> Measure(const BenchResult& bench, double tpot_target) {
+  if (bench.levels.empty()) {
     return Invalid("the bench file has no levels (want the JSON of pdq bench --concurrency ...)");
   }
   Measured m;
   double tokens = 0, busy = 0;
-  for (const nlohmann::json& level : bench["levels"]) {
-    if (!level.contains("workers")) {
-      return Invalid("the bench file has no per-worker figures (made by an older pdq bench?)");
+  for (const LevelResult& level : bench.levels) {
+    if (level.workers.empty()) {
+      return Invalid("the bench file has no per-worker figures (made by an older pdq bench, or "
+                     "against --openai?)");
     }
-    for (const nlohmann::json& w : level["workers"]) {
-      if (w.value("role", "") == "prefill") {
-        tokens += w.value("prefill_tokens", 0.0);
-        busy += w.value("prefill_busy_seconds", 0.0);
-      } else if (w.value("role", "") == "decode") {
-        m.kv_blocks_total = std::max(m.kv_blocks_total, w.value("kv_blocks_total", 0.0));
+    for (const WorkerUsage& w : level.workers) {
+      if (w.role == "prefill") {
+        if (std::isfinite(w.prefill_tokens)) tokens += w.prefill_tokens;
+        if (std::isfinite(w.prefill_busy_seconds)) busy += w.prefill_busy_seconds;
+      } else if (w.role == "decode" && std::isfinite(w.kv_blocks_total)) {
+        m.kv_blocks_total = std::max(m.kv_blocks_total, w.kv_blocks_total);
       }
     }
-    const int c = level.value("concurrency", 0);
-    const double p90 = level["tpot_s"].value("p90", 0.0);
-    if (c > m.decode_streams && level.value("requests_ok", 0) > 0 && p90 > 0 &&
-        p90 <= tpot_target) {
+    const int c = level.concurrency;
+    const double p90 = level.tpot_s.p90;
+    if (c > m.decode_streams && level.requests_ok > 0 && p90 > 0 && p90 <= tpot_target) {
       m.decode_streams = c;
-      m.tpot_p50 = level["tpot_s"].value("p50", 0.0);
+      m.tpot_p50 = level.tpot_s.p50;
     }
   }
   if (busy <= 0)
@@ -92,16 +93,13 @@ int PlanCommand(int argc, char** argv) {
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (bench_path.empty()) return Fail("plan", Invalid("--bench is required"));
   if (rate <= 0) return Fail("plan", Invalid("--rate is required (requests per second, > 0)"));
-  absl::StatusOr<std::string> text = ReadTextFile(bench_path, "--bench");
-  if (!text.ok()) return Fail("plan", text.status());
-  const nlohmann::json bench = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (bench.is_discarded() || !bench.is_object()) {
-    return Fail("plan", Invalid(absl::StrCat(bench_path, " is not JSON from pdq bench --json")));
-  }
-  if (input_tokens == 0) input_tokens = bench.value("input_tokens", 0);
-  if (output_tokens == 0) output_tokens = bench.value("output_tokens", 0);
-  if (ttft_ms == 0) ttft_ms = bench.value("ttft_target_ms", 0.0);
-  if (tpot_ms == 0) tpot_ms = bench.value("tpot_target_ms", 0.0);
+  absl::StatusOr<BenchResult> read = ReadBenchResult(bench_path);
+  if (!read.ok()) return Fail("plan", WithFlagNames(read.status(), {{"bench result", "--bench"}}));
+  const BenchResult& bench = *read;
+  if (input_tokens == 0) input_tokens = bench.input_tokens;
+  if (output_tokens == 0) output_tokens = bench.output_tokens;
+  if (ttft_ms == 0) ttft_ms = bench.ttft_target_ms;
+  if (tpot_ms == 0) tpot_ms = bench.tpot_target_ms;
   if (ttft_ms == 0) ttft_ms = 2000;
   if (tpot_ms == 0) tpot_ms = 200;
   if (input_tokens <= 0 || output_tokens <= 0) {
