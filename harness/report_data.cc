@@ -111,19 +111,19 @@ absl::StatusOr<BenchResult> ReportInput::Read(const std::string& path) {
   return r;
 }
 
-ReportInput LoadReportInput(const json& config, const std::string& out_dir) {
+ReportInput LoadReportInput(const EvalConfig& config, const std::string& out_dir) {
   ReportInput in;
   in.config = config;
   in.raw = out_dir + "/raw";
   const std::string& raw = in.raw;
-  for (const json& c : config["deployments"]) {
+  for (const EvalDeployment& c : config.deployments) {
     Dep d;
-    d.name = c["name"];
-    d.prefill = c["prefill_precision"];
-    d.decode = c["decode_precision"];
-    d.baseline = c.value("baseline", false);
-    d.workers = c["workers"];
-    d.split = c.value("split", std::string());
+    d.name = c.name;
+    d.prefill = c.prefill_precision;
+    d.decode = c.decode_precision;
+    d.baseline = c.baseline;
+    d.workers = c.workers;
+    d.split = c.split;
     for (const char* w : {"chat", "summarize", "analysis"}) {
       absl::StatusOr<BenchResult> b =
           in.Read(absl::StrCat(raw, "/", d.name, "/bench-", w, ".json"));
@@ -141,10 +141,6 @@ ReportInput LoadReportInput(const json& config, const std::string& out_dir) {
       in.pairs.push_back({d.prefill, d.decode});
     }
   }
-  in.workloads = config.value("workloads", json::object());
-  in.accuracy = config.value("accuracy", json::object());
-  in.cores = config.value("cores", (double)std::thread::hardware_concurrency());
-  in.price = config.value("price_per_core_hour", 0.0);
   return in;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "harness/bench_result.h"
+#include "harness/eval_config.h"
 #include "harness/plot.h"
 
 namespace pdq::report {
@@ -44,21 +45,18 @@ struct Dep {
 
 // What every section reads: the config and the deployments' results.
 struct ReportInput {
-  json config;
+  EvalConfig config;
   std::string raw;                   // OUT/raw
   std::vector<Dep> deps;             // in the config's order
   size_t base_index = 0;             // the baseline's (the first unless one says so)
   const Dep& base() const { return deps[base_index]; }
-  json workloads;                    // name -> targets
-  json accuracy;                     // the config's accuracy block
-  double cores = 0, price = 0;       // price per core-hour
   std::vector<std::pair<std::string, std::string>> pairs;  // prefill/decode precisions, once each
   std::vector<std::string> unreadable;  // results that exist but could not be read, with why
   // A bench result file: a missing one is NotFound (the step did not run);
   // one that cannot be read is also noted in `unreadable` for the report.
   absl::StatusOr<BenchResult> Read(const std::string& path);
 };
-ReportInput LoadReportInput(const json& config, const std::string& out_dir);
+ReportInput LoadReportInput(const EvalConfig& config, const std::string& out_dir);
 
 // The highest concurrency whose p90 TTFT and p90 TPOT are within the targets
 // with no request failed; 0 where none is.
@@ -82,12 +80,12 @@ std::string CostSection(const ReportInput& in);
 std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::string& w);
 std::string DualPrecisionSection(const ReportInput& in);
 std::string AbSplitSection(const ReportInput& in);
-std::string ConversationSection(const json& config, const std::string& raw);
+std::string ConversationSection(const EvalConfig& config, const std::string& raw);
 std::string StabilitySection(const ReportInput& in, Plotter& plot);
 std::string AccuracySection(const ReportInput& in, Plotter& plot);
-std::string CodeSection(const json& acc, const std::string& raw,
+std::string CodeSection(const EvalAccuracy& acc, const std::string& raw,
                         const std::vector<std::pair<std::string, std::string>>& pairs);
 std::string LongConversationSection(const ReportInput& in, Plotter& plot);
-std::string LowbitSection(const json& config, const std::string& raw);
+std::string LowbitSection(const EvalLowbit& lowbit, const std::string& raw);
 
 }  // namespace pdq::report

@@ -48,8 +48,7 @@ DecodeCost CostOf(const json& run, double peak, double weights) {
 
 }  // namespace
 
-std::string LowbitSection(const json& config, const std::string& raw) {
-  const json lowbit = config["lowbit"];
+std::string LowbitSection(const EvalLowbit& lowbit, const std::string& raw) {
   std::string md =
       "## Where low-bit stops paying\n\n"
       "The engine alone (`pdq bench-engine --baseline fp16`, the same process alternating the two "
@@ -67,17 +66,16 @@ std::string LowbitSection(const json& config, const std::string& raw) {
   };
   std::vector<Row> rows;
   std::vector<std::string> absent;
-  const json all_paths = json::array({"scalar", "avx2", "avx2+vnni", "avx512", "avx512+amx"});
-  for (const json& isa : lowbit.value("isas", all_paths)) {
-    for (const json& t : lowbit.value("threads", json::array({1}))) {
-      const std::string stem = absl::StrCat(raw, "/lowbit/", isa.get<std::string>(), "-");
-      const std::string tail = absl::StrCat("-t", t.get<int>(), ".json");
-      Row r{isa, t.get<int>(), Load(stem + "w4a16" + tail), Load(stem + "w8a8" + tail)};
+  for (const std::string& isa : lowbit.isas) {
+    for (int t : lowbit.threads) {
+      const std::string stem = absl::StrCat(raw, "/lowbit/", isa, "-");
+      const std::string tail = absl::StrCat("-t", t, ".json");
+      Row r{isa, t, Load(stem + "w4a16" + tail), Load(stem + "w8a8" + tail)};
       if (r.w4.is_object() && r.w8.is_object()) {
         rows.push_back(std::move(r));
       } else if (fs::exists(stem + "w4a16" + tail + ".absent") &&
-                 std::find(absent.begin(), absent.end(), isa.get<std::string>()) == absent.end()) {
-        absent.push_back(isa.get<std::string>());
+                 std::find(absent.begin(), absent.end(), isa) == absent.end()) {
+        absent.push_back(isa);
       }
     }
   }

@@ -95,7 +95,7 @@ std::string GoodputSection(const ReportInput& in, std::string* summary_out) {
   std::string md;
   const std::vector<Dep>& deps = in.deps;
   const Dep* base = &in.base();
-  const json& workloads = in.workloads;
+  const std::vector<EvalWorkload>& workloads = in.config.workloads;
   absl::StrAppend(&md, "## Goodput at the latency targets\n\n",
                   "Goodput: requests per second that met both targets (TTFT and mean TPOT), at "
                   "the best concurrency level of the sweep; in brackets, the ratio to ",
@@ -109,9 +109,10 @@ std::string GoodputSection(const ReportInput& in, std::string* summary_out) {
   (*summary_out) += absl::StrFormat("%-10s", "goodput");
   for (const Dep& d : deps) (*summary_out) += absl::StrFormat(" %18s", d.name);
   (*summary_out) += "\n";
-  for (const auto& [w, spec] : workloads.items()) {
-    absl::StrAppendFormat(&md, "| %s | TTFT ≤ %.0f ms, TPOT ≤ %.0f ms |", w,
-                          spec.value("ttft_target_ms", 0.0), spec.value("tpot_target_ms", 0.0));
+  for (const EvalWorkload& spec : workloads) {
+    const std::string& w = spec.name;
+    absl::StrAppendFormat(&md, "| %s | TTFT ≤ %.0f ms, TPOT ≤ %.0f ms |", w, spec.ttft_target_ms,
+                          spec.tpot_target_ms);
     (*summary_out) += absl::StrFormat("%-10s", w);
     const BenchResult* bb = base->Bench(w);
     const LevelResult* bbest = bb ? BestLevel(*bb) : nullptr;
@@ -144,12 +145,11 @@ std::string AimSection(const ReportInput& in) {
   std::string md;
   const std::vector<Dep>& deps = in.deps;
   const Dep* base = &in.base();
-  const json& config = in.config;
-  const json aim = config.value("aim", json::object());
+  if (!in.config.aim) return md;
+  const EvalAim& aim = *in.config.aim;
   for (const Dep& d : deps) {
-    if (d.name != aim.value("deployment", "")) continue;
-    const json ratios = aim.value("goodput_ratio", json::object());
-    for (const auto& [w, want] : ratios.items()) {
+    if (d.name != aim.deployment) continue;
+    for (const auto& [w, want] : aim.goodput_ratio) {
       const BenchResult* bench = d.Bench(w);
       const BenchResult* bb = base->Bench(w);
       const LevelResult* best = bench ? BestLevel(*bench) : nullptr;
@@ -160,9 +160,9 @@ std::string AimSection(const ReportInput& in) {
       }
       const double ratio = best->goodput_requests_per_s / bbest->goodput_requests_per_s;
       absl::StrAppendFormat(&md, "**Aim: %s goodput ≥ %.1f× %s on `%s`: %s (×%.2f).**", d.name,
-                            want.get<double>(), base->name, w,
-                            ratio >= want.get<double>() ? "met" : "missed", ratio);
-      if (ratio < want.get<double>()) {
+                            want, base->name, w,
+                            ratio >= want ? "met" : "missed", ratio);
+      if (ratio < want) {
         // The busiest process (CPU time against its threads) at that level.
         std::string busiest;
         double share = -1;
@@ -199,9 +199,9 @@ std::string AimSection(const ReportInput& in) {
 std::string CostSection(const ReportInput& in) {
   std::string md;
   const std::vector<Dep>& deps = in.deps;
-  const json& workloads = in.workloads;
-  const double cores = in.cores;
-  const double price = in.price;
+  const std::vector<EvalWorkload>& workloads = in.config.workloads;
+  const double cores = in.config.cores;
+  const double price = in.config.price_per_core_hour;
   if (price > 0) {
     absl::StrAppendFormat(
         &md,
@@ -213,7 +213,8 @@ std::string CostSection(const ReportInput& in) {
     absl::StrAppend(&md, "\n| --- |");
     for (size_t i = 0; i < deps.size(); ++i) absl::StrAppend(&md, " ---: |");
     absl::StrAppend(&md, "\n");
-    for (const auto& [w, spec] : workloads.items()) {
+    for (const EvalWorkload& spec : workloads) {
+      const std::string& w = spec.name;
       absl::StrAppend(&md, "| ", w, " |");
       for (const Dep& d : deps) {
         const BenchResult* bench = d.Bench(w);
@@ -471,24 +472,23 @@ std::string AbSplitSection(const ReportInput& in) {
 
 // `pdq bench --workload conversation` on the deployments the config names,
 // with their prefix caches on and off (conversation-cache-{on,off}.json).
-std::string ConversationSection(const json& config, const std::string& raw) {
-  const json conv = config.value("conversation_bench", json::object());
-  if (conv.value("deployments", json::array()).empty()) return "";
+std::string ConversationSection(const EvalConfig& config, const std::string& raw) {
+  if (!config.conversations || config.conversations->deployments.empty()) return "";
+  const EvalConversations& conv = *config.conversations;
   std::string md = absl::StrCat(
-      "## Conversations: KV reuse across turns\n\n", conv.value("sessions", 4),
-      " concurrent conversations of ", conv.value("turns", 8), " turns (`pdq bench --workload "
-      "conversation`): turn 1 sends ", conv.value("first_tokens", 512),
+      "## Conversations: KV reuse across turns\n\n", conv.sessions,
+      " concurrent conversations of ", conv.turns, " turns (`pdq bench --workload "
+      "conversation`): turn 1 sends ", conv.first_tokens,
       " tokens of text, every later turn the whole conversation so far (prompt and answer) and ",
-      conv.value("turn_tokens", 64), " new tokens; ", conv.value("output_tokens", 64),
+      conv.turn_tokens, " new tokens; ", conv.output_tokens,
       " tokens per answer. Each deployment runs it with its workers' prefix caches on (the "
       "default) and off (`--prefix-cache off`). Cached is the share of later turns' prompt "
       "tokens the workers reused.\n\n"
       "| deployment | prefix cache | conversations done in (s) | TTFT p50 turn 1 (ms) | TTFT p50 "
       "turns 2+ (ms) | TTFT p50 turn ",
-      conv.value("turns", 8), " (ms) | cached | off / on |\n"
+      conv.turns, " (ms) | cached | off / on |\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  for (const json& n : conv["deployments"]) {
-    const std::string name = n.get<std::string>();
+  for (const std::string& name : conv.deployments) {
     double on_seconds = NAN;
     for (const char* cache : {"on", "off"}) {
       const absl::StatusOr<BenchResult> j =

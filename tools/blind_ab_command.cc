@@ -21,7 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "tools/commands.h"
-#include "tools/local_run.h"
+#include "harness/local_run.h"
 
 namespace pdq {
 namespace {

@@ -26,7 +26,7 @@
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "server/server.h"
 #include "tools/commands.h"
-#include "tools/local_run.h"
+#include "harness/local_run.h"
 
 namespace pdq {
 namespace {

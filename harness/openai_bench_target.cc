@@ -8,7 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "tools/bench_target.h"
+#include "harness/bench_target.h"
 
 namespace pdq {
 namespace {

@@ -1,4 +1,4 @@
-#include "tools/local_run.h"
+#include "harness/local_run.h"
 
 #include <sched.h>
 #include <signal.h>

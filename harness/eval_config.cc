@@ -1,0 +1,269 @@
+// Reading and checking a `pdq eval` config (harness/eval_config.h).
+#include "harness/eval_config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/check.h"
+#include "harness/json_fields.h"
+
+namespace pdq {
+
+using json = nlohmann::json;
+using json_fields::ReadFieldsOrError;
+
+// The fields read by name (harness/json_fields.h); what needs more than a
+// type check is checked in Parse*. Static: found by argument-dependent
+// lookup, private to this file.
+static void Fields(auto& f, EvalDeployment& v) {
+  f("baseline", v.baseline);
+  f("split", v.split);
+  f("split_sticky", v.split_sticky);
+  f("kv_transport", v.kv_transport);
+}
+
+static void Fields(auto& f, EvalWorkload& v) {
+  f("requests_per_client", v.requests_per_client);
+  f("requests", v.requests);
+  f("warmup", v.warmup);
+  f("ttft_target_ms", v.ttft_target_ms);
+  f("tpot_target_ms", v.tpot_target_ms);
+  f("input_tokens", v.input_tokens);
+  f("output_tokens", v.output_tokens);
+}
+
+static void Fields(auto& f, EvalStability& v) {
+  f("deployment", v.deployment);
+  f("cycles", v.cycles);
+  f("high", v.high);
+  f("low", v.low);
+  f("input_tokens", v.input_tokens);
+  f("output_tokens", v.output_tokens);
+  f("max_rss_growth_mib", v.max_rss_growth_mib);
+}
+
+static void Fields(auto& f, EvalConversations& v) {
+  f("deployments", v.deployments);
+  f("sessions", v.sessions);
+  f("turns", v.turns);
+  f("first_tokens", v.first_tokens);
+  f("turn_tokens", v.turn_tokens);
+  f("output_tokens", v.output_tokens);
+}
+
+static void Fields(auto& f, EvalAccuracy& v) {
+  f("texts", v.texts);
+  f("ctx", v.ctx);
+  f("chunks", v.chunks);
+  f("threads", v.threads);
+  f("drift_prompts", v.drift_prompts);
+  f("drift_prompt_count", v.drift_prompt_count);
+  f("drift_tokens", v.drift_tokens);
+  f("conversation", v.conversation);
+  f("conversation_turn_tokens", v.conversation_turn_tokens);
+  f("code", v.code);
+  f("code_max_tokens", v.code_max_tokens);
+}
+
+static void Fields(auto& f, EvalLowbit& v) {
+  f("isas", v.isas);
+  f("threads", v.threads);
+  f("prompt_tokens", v.prompt_tokens);
+  f("gen_tokens", v.gen_tokens);
+  f("repetitions", v.repetitions);
+}
+
+static void Fields(auto& f, EvalAim& v) {
+  f("deployment", v.deployment);
+  f("goodput_ratio", v.goodput_ratio);
+}
+
+static void Fields(auto& f, EvalConfig& v) {
+  f("model", v.model);
+  f("text", v.text);
+  f("cores", v.cores);
+  f("price_per_core_hour", v.price_per_core_hour);
+  f("kv_transport", v.kv_transport);
+}
+
+namespace {
+
+absl::Status Invalid(const std::string& why) { return absl::InvalidArgumentError(why); }
+
+// An object field: absent is fine, anything but an object is not.
+absl::Status CheckObject(const json& j, const char* key) {
+  if (j.contains(key) && !j[key].is_object()) {
+    return Invalid(absl::StrCat("'", key, "' must be an object"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EvalDeployment> ParseDeployment(const json& d, std::set<std::string>& names) {
+  if (!d.is_object() || !d.contains("name") || !d["name"].is_string() || !d.contains("workers") ||
+      !d["workers"].is_array() || d["workers"].empty()) {
+    return Invalid(
+        "each deployment needs a 'name' and a non-empty 'workers' array (as in deploy/local/)");
+  }
+  EvalDeployment e;
+  e.name = d["name"];
+  if (e.name.empty() || e.name.find_first_of("/ ") != std::string::npos ||
+      !names.insert(e.name).second) {
+    return Invalid(
+        absl::StrCat("deployment names must be unique, without '/' or spaces: '", e.name, "'"));
+  }
+  for (const char* k : {"prefill_precision", "decode_precision"}) {
+    if (!d.contains(k) || !d[k].is_string()) {
+      return Invalid(absl::StrCat("deployment ", e.name, " needs '", k,
+                                  "' (its precision pair, for accuracy)"));
+    }
+  }
+  e.prefill_precision = d["prefill_precision"];
+  e.decode_precision = d["decode_precision"];
+  e.workers = d["workers"];
+  for (const json& w : e.workers) {
+    if (!w.is_object() || (w.contains("pool") && !w["pool"].is_string())) {
+      return Invalid(absl::StrCat("deployment ", e.name,
+                                  ": each worker must be an object, its 'pool' a string"));
+    }
+  }
+  const std::string where = absl::StrCat("deployment ", e.name, ": ");
+  if (d.contains("split") && !d["split"].is_string()) {
+    return Invalid(where + "'split' must be a string (POOL=WEIGHT,...)");
+  }
+  PDQ_RETURN_IF_ERROR(ReadFieldsOrError(d, e, where));
+  if (!e.split.empty()) {
+    // Each pool the split names needs a worker in it.
+    for (absl::string_view arm : absl::StrSplit(e.split, ',')) {
+      const std::string pool(arm.substr(0, arm.find('=')));
+      bool found = false;
+      for (const json& w : e.workers) found = found || w.value("pool", "") == pool;
+      if (!found) {
+        return Invalid(
+            absl::StrCat(where, "the split names pool '", pool, "', which no worker is in"));
+      }
+    }
+  }
+  return e;
+}
+
+absl::StatusOr<std::vector<EvalWorkload>> ParseWorkloads(const json& c) {
+  std::vector<EvalWorkload> out;
+  PDQ_RETURN_IF_ERROR(CheckObject(c, "workloads"));
+  const json workloads = c.value("workloads", json::object());
+  for (const auto& [name, spec] : workloads.items()) {
+    if (name != "chat" && name != "summarize" && name != "analysis") {
+      return Invalid(absl::StrCat("workload '", name, "' is not chat, summarize or analysis"));
+    }
+    if (!spec.is_object() || !spec.contains("concurrency") || !spec["concurrency"].is_array() ||
+        spec["concurrency"].empty()) {
+      return Invalid(absl::StrCat("workload ", name, " needs a 'concurrency' array"));
+    }
+    EvalWorkload w;
+    w.name = name;
+    for (const json& l : spec["concurrency"]) {
+      if (!l.is_number_integer() || l.get<int>() < 1) {
+        return Invalid(absl::StrCat("workload ", name, ": concurrency levels are integers >= 1"));
+      }
+      w.concurrency.push_back(l.get<int>());
+    }
+    PDQ_RETURN_IF_ERROR(ReadFieldsOrError(spec, w, absl::StrCat("workload ", name, ": ")));
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+absl::Status ParseStudies(const json& c, const std::set<std::string>& names, EvalConfig& e) {
+  for (const char* k : {"stability", "conversation_bench", "accuracy", "lowbit", "aim"}) {
+    PDQ_RETURN_IF_ERROR(CheckObject(c, k));
+  }
+  if (c.contains("stability")) {
+    EvalStability& st = e.stability.emplace();
+    PDQ_RETURN_IF_ERROR(ReadFieldsOrError(c["stability"], st, "stability."));
+    if (!names.count(st.deployment)) {
+      return Invalid(absl::StrCat("stability.deployment '", st.deployment,
+                                  "' is not one of the deployments"));
+    }
+  }
+  if (c.contains("conversation_bench")) {
+    EvalConversations& cb = e.conversations.emplace();
+    PDQ_RETURN_IF_ERROR(ReadFieldsOrError(c["conversation_bench"], cb, "conversation_bench."));
+    for (const std::string& d : cb.deployments) {
+      if (!names.count(d)) {
+        return Invalid(absl::StrCat("conversation_bench.deployments: '", d,
+                                    "' is not one of the deployments"));
+      }
+    }
+  }
+  e.accuracy.texts = {e.text};
+  if (c.contains("accuracy")) {
+    PDQ_RETURN_IF_ERROR(ReadFieldsOrError(c["accuracy"], e.accuracy, "accuracy."));
+  }
+  if (c.contains("lowbit")) {
+    EvalLowbit& lb = e.lowbit.emplace();
+    bool ok = ReadFieldsOrError(c["lowbit"], lb, "").ok();
+    for (int t : lb.threads) ok = ok && t >= 1;
+    if (!ok) {
+      return Invalid(
+          "'lowbit' must be an object: {\"isas\": [\"scalar\", \"avx2\", ...], \"threads\": "
+          "[1, 2], \"prompt_tokens\", \"gen_tokens\", \"repetitions\"}");
+    }
+  }
+  if (c.contains("aim")) PDQ_RETURN_IF_ERROR(ReadFieldsOrError(c["aim"], e.aim.emplace(), "aim."));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool EvalConversations::Includes(const std::string& deployment) const {
+  for (const std::string& d : deployments) {
+    if (d == deployment) return true;
+  }
+  return false;
+}
+
+const EvalDeployment* EvalConfig::Deployment(const std::string& name) const {
+  for (const EvalDeployment& d : deployments) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<EvalConfig> ParseEvalConfig(const json& c) {
+  if (!c.is_object()) return Invalid("the config must be a JSON object");
+  if (!c.contains("deployments") || !c["deployments"].is_array() || c["deployments"].empty()) {
+    return Invalid("the config needs a non-empty 'deployments' array");
+  }
+  EvalConfig e;
+  e.source = c;
+  e.cores = std::thread::hardware_concurrency();
+  PDQ_RETURN_IF_ERROR(ReadFieldsOrError(c, e, ""));
+  if (c.contains("notes")) {
+    for (const json& n : c["notes"]) {
+      if (n.is_string()) e.notes.push_back(n);
+    }
+  }
+  std::set<std::string> names;
+  for (const json& d : c["deployments"]) {
+    PDQ_ASSIGN_OR_RETURN(EvalDeployment dep, ParseDeployment(d, names));
+    e.deployments.push_back(std::move(dep));
+  }
+  PDQ_ASSIGN_OR_RETURN(e.workloads, ParseWorkloads(c));
+  PDQ_RETURN_IF_ERROR(ParseStudies(c, names, e));
+  return e;
+}
+
+absl::StatusOr<EvalConfig> ReadEvalConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the config '", path, "'"));
+  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Invalid(absl::StrCat(path, " is not JSON"));
+  absl::StatusOr<EvalConfig> config = ParseEvalConfig(j);
+  if (!config.ok()) return Invalid(absl::StrCat(path, ": ", config.status().message()));
+  return config;
+}
+
+}  // namespace pdq

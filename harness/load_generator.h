@@ -1,0 +1,121 @@
+// The load generator behind `pdq bench`: streaming requests of real text at
+// fixed lengths against a BenchTarget (a pdq router, or any OpenAI-compatible
+// server: harness/bench_target.h), measured per request and summarized per
+// level into a BenchResult (harness/bench_result.h).
+//
+// Three loads: a sweep over concurrency levels or an open-loop Poisson rate
+// (RunSweep); high and low concurrency in turn, checking the deployment
+// recovers after each burst (Alternate, a pdq router only); and multi-turn
+// conversations that resend the whole conversation each turn
+// (RunConversationBench). Against a pdq router, each level also records what
+// every worker did (its /metrics before and after). Progress goes to stderr,
+// a table row per level to stdout.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "harness/bench_result.h"
+#include "harness/bench_target.h"
+#include "pdq/v1/pdq.grpc.pb.h"
+
+namespace pdq {
+
+using Tokenize = std::function<absl::StatusOr<std::vector<int32_t>>(const std::string&)>;
+using Detokenize = std::function<absl::StatusOr<std::string>(const std::vector<int32_t>&)>;
+
+// The lengths of a named workload.
+struct WorkloadShape {
+  const char* name;
+  int64_t input, output;  // tokens
+};
+// chat (128 in, 512 out), summarize (2048, 32), analysis (2048, 512); null
+// for any other name.
+const WorkloadShape* StandardWorkload(const std::string& name);
+
+// Prompts of exactly `tokens` tokens from `text`, starting at spread-out
+// offsets, with the text of those tokens.
+absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
+                                                     const Detokenize& detokenize,
+                                                     const std::string& text, int64_t tokens,
+                                                     int count);
+
+// pdq's own API as a target: token-id prompts over gRPC (`stub` outlives it).
+std::unique_ptr<BenchTarget> PdqBenchTarget(v1::Pdq::Stub& stub);
+
+// Requests against one target, the prompts taken in turn.
+class Driver {
+ public:
+  Driver(BenchTarget& target, std::vector<BenchPrompt> prompts, int64_t output_tokens,
+         int64_t timeout_s)
+      : target_(target),
+        prompts_(std::move(prompts)),
+        output_tokens_(output_tokens),
+        timeout_s_(timeout_s) {}
+
+  // `total` requests from `concurrency` clients sending back to back (rate
+  // 0), or arriving as a Poisson process of `rate` per second. The first
+  // `warmup` to finish are dropped; `seconds` is the counted span: from the
+  // first counted request's start to the last one's answer (a span from the
+  // warm-up's end was near zero when every request ran at once).
+  std::vector<BenchRecord> Run(int concurrency, double rate, int total, int warmup,
+                               const char* label, double* seconds);
+
+ private:
+  BenchTarget& target_;
+  const std::vector<BenchPrompt> prompts_;
+  const int64_t output_tokens_, timeout_s_;
+  int serial_ = 0;
+};
+
+// Goodput counts the requests within both (seconds; 0: no target).
+struct LatencyTargets {
+  double ttft = 0, tpot = 0;
+};
+
+struct SweepOptions {
+  std::vector<int> levels;  // concurrency levels (ignored with a rate)
+  double rate = 0;          // > 0: one open-loop level at this many arrivals per second
+  int64_t requests = 0;     // counted per level; 0: 4 x the level, at least 8 (a rate: 32)
+  int64_t per_client = 0;   // instead of `requests`: this many per concurrent client
+  int64_t warmup = 1;       // per level, run first and not counted
+  LatencyTargets targets;
+};
+// The table's header for RunSweep's and Alternate's rows.
+void PrintLevelHeader();
+// Each level in turn, appended to `out` (its summary and every request's
+// record). `stub`: a pdq router's, for its workers' figures (null for other
+// targets). False when a request failed (a refusal by admission control is
+// counted apart, not a failure).
+bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchResult* out);
+
+struct AlternateOptions {
+  int cycles = 3, high = 8, low = 1;
+  double max_rss_growth_mib = 256;
+  int64_t timeout_s = 600;
+};
+// High and low concurrency in turn; after every low phase, every worker's
+// KV blocks are back, resident memory has not grown past the bound, nothing
+// hung, and a greedy probe answers as in the first cycle. "" when all held,
+// else the first reason it did not. Levels and cycles go to `out`.
+std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOptions& o,
+                      const LatencyTargets& targets, BenchResult* out);
+
+struct ConversationOptions {
+  int sessions = 4, turns = 8;
+  int64_t first_tokens = 512, turn_tokens = 64, output_tokens = 64, timeout_s = 600;
+  bool warmup = true;  // one untimed request before the sessions
+};
+// --sessions conversations at once: turn 1 sends a first message cut from
+// `text`; every later turn the previous prompt, its answer and a new message.
+// The summary and every turn's record go to `out`. False when a turn failed
+// (its session ends there); an error when the messages or the warm-up could
+// not be made.
+absl::StatusOr<bool> RunConversationBench(BenchTarget& target, const Tokenize& tokenize,
+                                          v1::Pdq::Stub* stub, const std::string& text,
+                                          const ConversationOptions& o, BenchResult* out);
+
+}  // namespace pdq

@@ -1,0 +1,91 @@
+// A `pdq eval` config read into types (harness/eval_config.h): defaults for
+// what is left out, the committed configs read whole, and every mistake an
+// error that names where it is.
+#include "harness/eval_config.h"
+
+#include <functional>
+
+#include "gtest/gtest.h"
+
+namespace pdq {
+namespace {
+
+using json = nlohmann::json;
+
+json Minimal() {
+  return json::parse(R"({"deployments": [{"name": "mono", "prefill_precision": "fp16",
+    "decode_precision": "fp16", "workers": [{"role": "both"}]}]})");
+}
+
+TEST(EvalConfigTest, WhatIsLeftOutTakesItsDefault) {
+  absl::StatusOr<EvalConfig> c = ParseEvalConfig(Minimal());
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->deployments.size(), 1u);
+  EXPECT_EQ(c->deployments[0].name, "mono");
+  EXPECT_FALSE(c->deployments[0].baseline);
+  EXPECT_TRUE(c->model.empty());
+  EXPECT_EQ(c->kv_transport, "tcp");
+  EXPECT_GT(c->cores, 0);
+  EXPECT_TRUE(c->workloads.empty());
+  EXPECT_FALSE(c->stability.has_value());
+  EXPECT_FALSE(c->lowbit.has_value());
+  // The accuracy texts default to the prompts' text.
+  EXPECT_EQ(c->accuracy.texts, std::vector<std::string>{c->text});
+  EXPECT_EQ(c->accuracy.ctx, 512);
+  EXPECT_EQ(c->Deployment("mono"), &c->deployments[0]);
+  EXPECT_EQ(c->Deployment("other"), nullptr);
+}
+
+TEST(EvalConfigTest, TheCommittedConfigsReadWhole) {
+  for (const char* name : {"deploy/eval/cpu-2core.json", "deploy/eval/smoke.json"}) {
+    absl::StatusOr<EvalConfig> c = ReadEvalConfig(name);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status();
+    EXPECT_FALSE(c->workloads.empty()) << name;
+    ASSERT_TRUE(c->stability.has_value()) << name;
+    EXPECT_NE(c->Deployment(c->stability->deployment), nullptr) << name;
+    ASSERT_TRUE(c->aim.has_value()) << name;
+    EXPECT_EQ(c->aim->goodput_ratio.at("chat"), 2.0) << name;
+  }
+  absl::StatusOr<EvalConfig> c = ReadEvalConfig("deploy/eval/cpu-2core.json");
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c->conversations.has_value());
+  EXPECT_TRUE(c->conversations->Includes("mono-fp16"));
+  EXPECT_FALSE(c->accuracy.code.empty());
+  ASSERT_TRUE(c->lowbit.has_value());
+}
+
+TEST(EvalConfigTest, EachMistakeIsAnErrorNamingWhereItIs) {
+  struct Case {
+    std::function<void(json&)> mutate;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {[](json& c) { c.erase("deployments"); }, "non-empty 'deployments' array"},
+      {[](json& c) { c["deployments"].push_back(c["deployments"][0]); }, "must be unique"},
+      {[](json& c) { c["deployments"][0].erase("decode_precision"); }, "needs 'decode_precision'"},
+      {[](json& c) { c["deployments"][0]["split"] = "a=50,b=50"; }, "pool 'a', which no worker"},
+      {[](json& c) { c["workloads"] = {{"poetry", {{"concurrency", {1}}}}}; },
+       "workload 'poetry' is not chat"},
+      {[](json& c) { c["workloads"] = {{"chat", {{"concurrency", {0}}}}}; }, "integers >= 1"},
+      {[](json& c) { c["workloads"] = {{"chat", {{"concurrency", {1}}, {"warmup", "one"}}}}; },
+       "workload chat: warmup has the wrong type"},
+      {[](json& c) { c["stability"] = {{"deployment", "nowhere"}}; }, "'nowhere' is not one"},
+      {[](json& c) { c["stability"] = {{"deployment", "mono"}, {"cycles", "ten"}}; },
+       "stability.cycles has the wrong type"},
+      {[](json& c) { c["lowbit"] = {{"threads", {0}}}; }, "'lowbit' must be an object"},
+      {[](json& c) { c["accuracy"] = json::array(); }, "'accuracy' must be an object"},
+      {[](json& c) { c["conversation_bench"] = {{"deployments", {"ghost"}}}; }, "'ghost'"},
+  };
+  for (const Case& k : cases) {
+    json c = Minimal();
+    k.mutate(c);
+    absl::StatusOr<EvalConfig> r = ParseEvalConfig(c);
+    ASSERT_FALSE(r.ok()) << k.message;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(k.message), std::string::npos) << r.status();
+  }
+  EXPECT_EQ(ReadEvalConfig("/nonexistent.json").status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace pdq
