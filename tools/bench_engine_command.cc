@@ -127,6 +127,66 @@ struct Series {
   std::vector<double> pp, tg, tg1;  // tg1: batch-1 decode, when the batch is larger
 };
 
+// Repetitions alternate between the configurations, so slow phases of a
+// shared machine hit both alike.
+absl::StatusOr<std::vector<Series>> RunRepetitions(std::vector<Runner>& runners, int64_t reps,
+                                                   int64_t batch, int64_t prompt_tokens,
+                                                   int64_t gen_tokens) {
+  std::vector<Series> series(runners.size());
+  for (int64_t rep = 0; rep < reps; ++rep) {
+    for (size_t i = 0; i < runners.size(); ++i) {
+      PDQ_ASSIGN_OR_RETURN(const double p, runners[i].Prefill());
+      PDQ_ASSIGN_OR_RETURN(const double t, runners[i].Decode(batch, gen_tokens));
+      series[i].pp.push_back(p);
+      series[i].tg.push_back(t);
+      std::string extra;
+      if (batch > 1) {
+        PDQ_ASSIGN_OR_RETURN(const double t1, runners[i].Decode(1, gen_tokens));
+        series[i].tg1.push_back(t1);
+        extra = absl::StrFormat(", batch-1 tg%d %.1f tokens/s", gen_tokens, t1);
+      }
+      std::fprintf(stderr,
+                   "pdq: repetition %lld/%lld%s: pp%lld %.1f tokens/s, tg%lld %.1f tokens/s "
+                   "(batch %lld)%s\n",
+                   (long long)rep + 1, (long long)reps, i == 1 ? " (baseline)" : "",
+                   (long long)prompt_tokens, p, (long long)gen_tokens, t, (long long)batch,
+                   extra.c_str());
+    }
+  }
+  return series;
+}
+
+// One configuration's speeds, and on a CPU their fractions of the rooflines.
+void PrintRun(const nlohmann::json& r, bool on_cpu, int64_t prompt_tokens, int64_t gen_tokens,
+              int64_t batch, double flops_per_token) {
+  std::printf("%s weights\n", r["precision"].get<std::string>().c_str());
+  const double pp = r["prefill_tokens_per_s"], tg = r["decode_tokens_per_s"];
+  // W8A8's GEMMs run on integer units (VNNI, AMX tiles) beside the FP32
+  // FMAs its FP16 layers and attention use, so its fraction can pass 100%.
+  const bool integer_prefill = r["precision"].get<std::string>() == "w8a8";
+  const std::string pp_roof =
+      on_cpu ? absl::StrFormat(" = %.1f%% of the FMA peak%s",
+                               100 * r["prefill_roofline_fraction"].get<double>(),
+                               integer_prefill ? " (FLOPs of every kind; int8 GEMMs included)"
+                                               : "")
+             : "";
+  const std::string tg_roof =
+      on_cpu ? absl::StrFormat(" = %.1f%% of the read bandwidth",
+                               100 * r["decode_roofline_fraction"].get<double>())
+             : "";
+  std::printf("  pp%-6lld %8.1f ± %.1f tokens/s  %6.1f GFLOP/s%s\n", (long long)prompt_tokens, pp,
+              r["prefill_tokens_per_s_stddev"].get<double>(), pp * flops_per_token / 1e9,
+              pp_roof.c_str());
+  std::printf("  tg%-6lld %8.1f ± %.1f tokens/s  %6.1f GB/s%s (batch %lld)\n",
+              (long long)gen_tokens, tg, r["decode_tokens_per_s_stddev"].get<double>(),
+              tg / (double)batch * r["decode_weight_bytes_per_token"].get<double>() / 1e9,
+              tg_roof.c_str(), (long long)batch);
+  if (r.contains("batch_speedup")) {
+    std::printf("  batch %lld decodes %.2fx the batch-1 rate (%.1f tokens/s)\n", (long long)batch,
+                r["batch_speedup"].get<double>(), r["decode_batch1_tokens_per_s"].get<double>());
+  }
+}
+
 }  // namespace
 
 int BenchEngineCommand(int argc, char** argv) {
@@ -194,32 +254,9 @@ int BenchEngineCommand(int argc, char** argv) {
   for (Runner& r : runners) {
     if (absl::Status s = r.Warmup(); !s.ok()) return Fail("bench-engine", s);
   }
-  // Repetitions alternate between the configurations, so slow phases of a
-  // shared machine hit both alike.
-  std::vector<Series> series(runners.size());
-  for (int64_t rep = 0; rep < reps; ++rep) {
-    for (size_t i = 0; i < runners.size(); ++i) {
-      auto p = runners[i].Prefill();
-      if (!p.ok()) return Fail("bench-engine", p.status());
-      auto t = runners[i].Decode(batch, gen_tokens);
-      if (!t.ok()) return Fail("bench-engine", t.status());
-      series[i].pp.push_back(*p);
-      series[i].tg.push_back(*t);
-      std::string extra;
-      if (batch > 1) {
-        auto t1 = runners[i].Decode(1, gen_tokens);
-        if (!t1.ok()) return Fail("bench-engine", t1.status());
-        series[i].tg1.push_back(*t1);
-        extra = absl::StrFormat(", batch-1 tg%d %.1f tokens/s", gen_tokens, *t1);
-      }
-      std::fprintf(stderr,
-                   "pdq: repetition %lld/%lld%s: pp%lld %.1f tokens/s, tg%lld %.1f tokens/s "
-                   "(batch %lld)%s\n",
-                   (long long)rep + 1, (long long)reps, i == 1 ? " (baseline)" : "",
-                   (long long)prompt_tokens, *p, (long long)gen_tokens, *t, (long long)batch,
-                   extra.c_str());
-    }
-  }
+  absl::StatusOr<std::vector<Series>> series =
+      RunRepetitions(runners, reps, batch, prompt_tokens, gen_tokens);
+  if (!series.ok()) return Fail("bench-engine", series.status());
   // The CPU's rooflines scale CPU runs only; a GPU's are gpu_bench's, and
   // here a GPU run reports speeds and the speedups over --baseline.
   const bool on_cpu = mf.device == "cpu";
@@ -258,7 +295,7 @@ int BenchEngineCommand(int argc, char** argv) {
     }
     return j;
   };
-  nlohmann::json j = report(model, series[0]);
+  nlohmann::json j = report(model, (*series)[0]);
   j["model"] = c.name;
   j["device"] = loaded->ctx->device();
   j["threads"] = pool.size();
@@ -274,7 +311,7 @@ int BenchEngineCommand(int argc, char** argv) {
   }
   j["prefill_flops_per_token"] = flops_per_token;
   if (base.model) {
-    nlohmann::json b = report(*base.model, series[1]);
+    nlohmann::json b = report(*base.model, (*series)[1]);
     j["prefill_speedup"] =
         j["prefill_tokens_per_s"].get<double>() / b["prefill_tokens_per_s"].get<double>();
     j["decode_speedup"] =
@@ -292,37 +329,9 @@ int BenchEngineCommand(int argc, char** argv) {
   } else {
     std::printf("model %s on %s\n", c.name.c_str(), loaded->ctx->device().c_str());
   }
-  auto print = [&](const nlohmann::json& r) {
-    std::printf("%s weights\n", r["precision"].get<std::string>().c_str());
-    const double pp = r["prefill_tokens_per_s"], tg = r["decode_tokens_per_s"];
-    // W8A8's GEMMs run on integer units (VNNI, AMX tiles) beside the FP32
-    // FMAs its FP16 layers and attention use, so its fraction can pass 100%.
-    const bool integer_prefill = r["precision"].get<std::string>() == "w8a8";
-    const std::string pp_roof =
-        on_cpu ? absl::StrFormat(" = %.1f%% of the FMA peak%s",
-                                 100 * r["prefill_roofline_fraction"].get<double>(),
-                                 integer_prefill ? " (FLOPs of every kind; int8 GEMMs included)"
-                                                 : "")
-               : "";
-    const std::string tg_roof =
-        on_cpu ? absl::StrFormat(" = %.1f%% of the read bandwidth",
-                                 100 * r["decode_roofline_fraction"].get<double>())
-               : "";
-    std::printf("  pp%-6lld %8.1f ± %.1f tokens/s  %6.1f GFLOP/s%s\n", (long long)prompt_tokens, pp,
-                r["prefill_tokens_per_s_stddev"].get<double>(), pp * flops_per_token / 1e9,
-                pp_roof.c_str());
-    std::printf("  tg%-6lld %8.1f ± %.1f tokens/s  %6.1f GB/s%s (batch %lld)\n",
-                (long long)gen_tokens, tg, r["decode_tokens_per_s_stddev"].get<double>(),
-                tg / (double)batch * r["decode_weight_bytes_per_token"].get<double>() / 1e9,
-                tg_roof.c_str(), (long long)batch);
-    if (r.contains("batch_speedup")) {
-      std::printf("  batch %lld decodes %.2fx the batch-1 rate (%.1f tokens/s)\n", (long long)batch,
-                  r["batch_speedup"].get<double>(), r["decode_batch1_tokens_per_s"].get<double>());
-    }
-  };
-  print(j);
+  PrintRun(j, on_cpu, prompt_tokens, gen_tokens, batch, flops_per_token);
   if (base.model) {
-    print(j["baseline"]);
+    PrintRun(j["baseline"], on_cpu, prompt_tokens, gen_tokens, batch, flops_per_token);
     std::printf("speedup over %s: prefill %.2fx, decode %.2fx\n", baseline.c_str(),
                 j["prefill_speedup"].get<double>(), j["decode_speedup"].get<double>());
   }

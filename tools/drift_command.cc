@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "eval/conversation_drift.h"
 #include "eval/drift.h"
 #include "nlohmann/json.hpp"
 #include "tools/commands.h"
@@ -13,124 +14,45 @@
 namespace pdq {
 namespace {
 
-// A scripted conversation: each line of the file is the user's next turn;
-// the reference's greedy answer to each (cut at its end-of-generation token,
-// at most `turn_tokens`) goes back into the history before the next, so
-// the context grows turn by turn as in a real dialogue. Every turn re-reads
-// the whole history, prefilled by the prefill precision and continued by
-// the decode precision, as a disaggregated deployment without a prefix
-// cache would; drift is measured on each answer's positions.
-//
-// With `reuse_kv`, the test side keeps its KV from turn to turn as a prefix
-// cache would: each turn reuses the whole blocks of the previous turn's
-// prompt (written by the prefill precision) and answer (written by the
-// decode precision) that the new prompt starts with, and prefills only the
-// rest; the reference still computes every turn afresh. Against a run
-// without it, this is the accuracy cost of reading KV another precision
-// wrote.
+// A scripted conversation (eval/conversation_drift.h), as JSON or a table.
 int ConversationDrift(Context& reference, Context& prefill, Context& decode,
                       const std::vector<std::string>& turns, int turn_tokens,
                       const std::string& prefill_precision, const std::string& decode_precision,
                       const std::string& reference_precision, bool reuse_kv, bool json) {
-  const Tokenizer& tok = reference.model().tokenizer();
-  std::vector<ChatMessage> history;
-  std::unique_ptr<KvCache> kept;
-  SeqId seq = 0;
-  std::vector<int32_t> stored;  // the tokens whose KV `kept` holds
-  if (reuse_kv) {
-    absl::StatusOr<std::unique_ptr<KvCache>> kv =
-        prefill.model().NewKvCache(prefill.model().config().max_context);
-    if (!kv.ok()) return Fail("drift", kv.status());
-    kept = std::move(*kv);
-    seq = kept->AddSequence();
-  }
-  int64_t reused_total = 0, prompt_total = 0;
-  nlohmann::json per_turn = nlohmann::json::array();
-  std::vector<double> kl_by_position, agreement_by_position;
-  double kl_sum = 0, agree_sum = 0;
-  for (size_t k = 0; k < turns.size(); ++k) {
-    history.push_back({"user", turns[k]});
-    absl::StatusOr<std::string> rendered = tok.ApplyChatTemplate(history, true);
-    if (!rendered.ok()) return Fail("drift", rendered.status());
-    const std::vector<int32_t> prompt = tok.Encode(*rendered, tok.add_bos(), true);
-    DriftOptions options;
-    options.max_tokens = turn_tokens;
-    int64_t reused = 0;
-    if (reuse_kv) {
-      // Whole blocks of the common prefix, at most the prompt less one
-      // token: what the prefix cache would reuse.
-      const int64_t bt = kept->layout().block_tokens;
-      const size_t common =
-          std::mismatch(stored.begin(), stored.end(), prompt.begin(), prompt.end()).first -
-          stored.begin();
-      reused = std::min<int64_t>((int64_t)common, (int64_t)prompt.size() - 1) / bt * bt;
-      if (absl::Status s = kept->SetLength(seq, reused); !s.ok()) return Fail("drift", s);
-      options.test_kv = kept.get();
-      options.test_seqs = {seq};
-    }
-    reused_total += reused;
-    prompt_total += (int64_t)prompt.size();
-    absl::StatusOr<DriftResult> r = MeasureDrift(reference, prefill, decode, {prompt}, options);
-    if (!r.ok()) {
-      return Fail("drift", absl::Status(r.status().code(),
-                                        absl::StrCat("turn ", k + 1, ": ", r.status().message())));
-    }
-    // The answer ends at the reference's end-of-generation token, which is
-    // scored (predicting the end is part of the answer) but not kept.
-    const std::vector<int32_t>& ref = r->reference_tokens[0];
-    if (reuse_kv) {
-      // The prompt and every answer token fed back (all but the last).
-      stored = prompt;
-      stored.insert(stored.end(), ref.begin(), ref.end() - 1);
-      PDQ_CHECK(*kept->Length(seq) == (int64_t)stored.size());
-    }
-    size_t len = ref.size();
-    for (size_t p = 0; p < ref.size(); ++p) {
-      if (tok.IsEndOfGeneration(ref[p])) {
-        len = p + 1;
-        break;
-      }
-    }
-    double kl = 0, agree = 0;
-    for (size_t p = 0; p < len; ++p) {
-      kl += r->kl_mean[p];
-      agree += r->agreement[p];
-      kl_by_position.push_back(r->kl_mean[p]);
-      agreement_by_position.push_back(r->agreement[p]);
-    }
-    kl_sum += kl;
-    agree_sum += agree;
-    const int64_t diverged = r->first_divergence[0] < (int64_t)len ? r->first_divergence[0] : -1;
-    std::vector<int32_t> answer(ref.begin(), ref.begin() + len);
-    if (!answer.empty() && tok.IsEndOfGeneration(answer.back())) answer.pop_back();
-    absl::StatusOr<std::string> said = tok.Decode(answer);
-    if (!said.ok()) return Fail("drift", said.status());
-    history.push_back({"assistant", *said});
-    per_turn.push_back({{"turn", k + 1},
-                        {"prompt_tokens", prompt.size()},
-                        {"reused_tokens", reused},
-                        {"answer_tokens", len},
-                        {"kl_mean", kl / (double)len},
-                        {"agreement", agree / (double)len},
-                        {"first_divergence", diverged}});
-    std::fprintf(stderr, "pdq: turn %zu/%zu: %zu prompt tokens, %zu answer tokens, KL %.5f\n",
-                 k + 1, turns.size(), prompt.size(), len, kl / (double)len);
-  }
-  const double positions = (double)kl_by_position.size();
+  ConversationDriftOptions o;
+  o.turn_tokens = turn_tokens;
+  o.reuse_kv = reuse_kv;
+  o.progress = [](const ConversationTurnDrift& t, size_t n) {
+    std::fprintf(stderr, "pdq: turn %d/%zu: %lld prompt tokens, %lld answer tokens, KL %.5f\n",
+                 t.turn, n, (long long)t.prompt_tokens, (long long)t.answer_tokens, t.kl_mean);
+  };
+  absl::StatusOr<ConversationDriftResult> r =
+      MeasureConversationDrift(reference, prefill, decode, turns, o);
+  if (!r.ok()) return Fail("drift", r.status());
   if (json) {
+    nlohmann::json per_turn = nlohmann::json::array();
+    for (const ConversationTurnDrift& t : r->turns) {
+      per_turn.push_back({{"turn", t.turn},
+                          {"prompt_tokens", t.prompt_tokens},
+                          {"reused_tokens", t.reused_tokens},
+                          {"answer_tokens", t.answer_tokens},
+                          {"kl_mean", t.kl_mean},
+                          {"agreement", t.agreement},
+                          {"first_divergence", t.first_divergence}});
+    }
     nlohmann::json j;
     j["conversation"] = true;
     j["reuse_kv"] = reuse_kv;
-    j["reused_fraction"] = prompt_total > 0 ? (double)reused_total / prompt_total : 0.0;
+    j["reused_fraction"] = r->reused_fraction;
     j["reference"] = reference_precision;
     j["prefill_precision"] = prefill_precision;
     j["decode_precision"] = decode_precision;
     j["turns"] = per_turn;
     j["turn_tokens"] = turn_tokens;
-    j["kl_mean"] = kl_sum / positions;
-    j["agreement"] = agree_sum / positions;
-    j["kl_by_position"] = kl_by_position;
-    j["agreement_by_position"] = agreement_by_position;
+    j["kl_mean"] = r->kl_mean;
+    j["agreement"] = r->agreement;
+    j["kl_by_position"] = r->kl_by_position;
+    j["agreement_by_position"] = r->agreement_by_position;
     std::puts(j.dump().c_str());
     return 0;
   }
@@ -138,17 +60,14 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
               prefill_precision.c_str(), decode_precision.c_str(), reference_precision.c_str(),
               turns.size(), reuse_kv ? ", KV kept from turn to turn" : "");
   std::printf("  turn  prompt  reused  answer      KL mean  agreement  first divergence\n");
-  for (const nlohmann::json& t : per_turn) {
-    std::printf("  %4d  %6d  %6d  %6d  %11.5f  %8.1f%%  %s\n", t["turn"].get<int>(),
-                t["prompt_tokens"].get<int>(), t["reused_tokens"].get<int>(),
-                t["answer_tokens"].get<int>(),
-                t["kl_mean"].get<double>(), 100 * t["agreement"].get<double>(),
-                t["first_divergence"].get<int64_t>() < 0
-                    ? "none"
-                    : std::to_string(t["first_divergence"].get<int64_t>()).c_str());
+  for (const ConversationTurnDrift& t : r->turns) {
+    std::printf("  %4d  %6lld  %6lld  %6lld  %11.5f  %8.1f%%  %s\n", t.turn,
+                (long long)t.prompt_tokens, (long long)t.reused_tokens,
+                (long long)t.answer_tokens, t.kl_mean, 100 * t.agreement,
+                t.first_divergence < 0 ? "none" : std::to_string(t.first_divergence).c_str());
   }
-  std::printf("  all                            %11.5f  %8.1f%%\n", kl_sum / positions,
-              100 * agree_sum / positions);
+  std::printf("  all                            %11.5f  %8.1f%%\n", r->kl_mean,
+              100 * r->agreement);
   return 0;
 }
 
