@@ -54,155 +54,80 @@ const LevelResult* LevelAt(const BenchResult& bench, int concurrency) {
 // ---- JSON: each type's fields, listed once (harness/json_fields.h). Static:
 // found by argument-dependent lookup, private to this file.
 
-static void Fields(auto& f, Distribution& v) {
-  f("p50", v.p50);
-  f("p90", v.p90);
-  f("p99", v.p99);
-  f("mean", v.mean);
-}
+static void Fields(auto& f, Distribution& v) { PDQ_JSON_EACH(p50, p90, p99, mean) }
 
 static void Fields(auto& f, WorkerUsage& v) {
-  f("worker_id", v.worker_id);
-  f("role", v.role);
-  f("precision", v.precision);
-  f("wall_seconds", v.wall_seconds);
-  f("prefill_tokens", v.prefill_tokens);
-  f("prefill_busy_seconds", v.prefill_busy_seconds);
-  f("generated_tokens", v.generated_tokens);
-  f("decode_step_seconds", v.decode_step_seconds);
-  f("kv_blocks_total", v.kv_blocks_total);
-  f("peak_resident_bytes", v.peak_resident_bytes);
-  f("cpu_cores_busy", v.cpu_cores_busy);
-  f("prefill_compute_utilization", v.prefill_compute_utilization);
-  f("decode_bandwidth_utilization", v.decode_bandwidth_utilization);
+  PDQ_JSON_EACH(worker_id, role, precision, wall_seconds, prefill_tokens, prefill_busy_seconds,
+                generated_tokens, decode_step_seconds, kv_blocks_total, peak_resident_bytes,
+                cpu_cores_busy, prefill_compute_utilization, decode_bandwidth_utilization)
 }
 
 static void Fields(auto& f, LevelFigures& v) {
-  f("requests_ok", v.requests_ok);
-  f("requests_failed", v.requests_failed);
-  f("requests_refused", v.requests_refused);
-  f("refusal_s", v.refusal_s);
-  f("seconds", v.seconds);
-  f("ttft_s", v.ttft_s);
-  f("tpot_s", v.tpot_s);
-  f("itl_s", v.itl_s);
-  f("e2e_s", v.e2e_s);
-  f("requests_per_s", v.requests_per_s);
-  f("output_tokens_per_s", v.output_tokens_per_s);
-  f("total_tokens_per_s", v.total_tokens_per_s);
-  f("goodput_requests_per_s", v.goodput_requests_per_s);
+  PDQ_JSON_EACH(requests_ok, requests_failed, requests_refused, refusal_s, seconds, ttft_s, tpot_s,
+                itl_s, e2e_s, requests_per_s, output_tokens_per_s, total_tokens_per_s,
+                goodput_requests_per_s)
 }
 
 static void Fields(auto& f, LevelResult& v) {
   Fields(f, static_cast<LevelFigures&>(v));
-  f("concurrency", v.concurrency);
-  f.Optional("rate", v.rate);
-  f.Optional("cycle", v.cycle);
-  f("workers", v.workers);
-  f.Optional("pools", v.pools);
+  PDQ_JSON_EACH(concurrency, workers)
+  PDQ_JSON_EACH_OPTIONAL(rate, cycle, pools)
 }
 
 static void Fields(auto& f, RequestResult& v) {
-  f("concurrency", v.concurrency);
-  f("session", v.session);
-  f("turn", v.turn);
-  f("ok", v.ok);
-  f("refused", v.refused);
-  f("error", v.error);
-  f("start_s", v.start_s);
-  f("prompt_tokens", v.prompt_tokens);
-  f("cached_tokens", v.cached_tokens);
-  f("output_tokens", v.output_tokens);
-  f("ttft_s", v.ttft_s);
-  f("tpot_s", v.tpot_s);
-  f("e2e_s", v.e2e_s);
-  f("gaps_s", v.gaps_s);
-  f("pool", v.pool);
-  f("output_text", v.output_text);
+  PDQ_JSON_EACH(concurrency, session, turn, ok, refused, error, start_s, prompt_tokens,
+                cached_tokens, output_tokens, ttft_s, tpot_s, e2e_s, gaps_s, pool, output_text)
 }
 
-static void Fields(auto& f, PatternResult& v) {
-  f("name", v.name);
-  f("pass", v.pass);
-  f("reason", v.reason);
-}
+static void Fields(auto& f, PatternResult& v) { PDQ_JSON_EACH(name, pass, reason) }
 
 static void Fields(auto& f, CycleWorker& v) {
-  f("worker_id", v.worker_id);
-  f("resident_bytes", v.resident_bytes);
-  f("kv_blocks_free", v.kv_blocks_free);
-  f("kv_blocks_total", v.kv_blocks_total);
+  PDQ_JSON_EACH(worker_id, resident_bytes, kv_blocks_free, kv_blocks_total)
 }
 
-static void Fields(auto& f, CycleState& v) {
-  f("cycle", v.cycle);
-  f("workers", v.workers);
-}
+static void Fields(auto& f, CycleState& v) { PDQ_JSON_EACH(cycle, workers) }
 
 static void Fields(auto& f, TurnResult& v) {
-  f("turn", v.turn);
-  f("requests_ok", v.requests_ok);
-  f("requests_failed", v.requests_failed);
-  f("ttft_s", v.ttft_s);
-  f("tpot_s", v.tpot_s);
-  f("e2e_s", v.e2e_s);
-  f("prompt_tokens_mean", v.prompt_tokens_mean);
-  f("cached_tokens_mean", v.cached_tokens_mean);
-  f("output_tokens_mean", v.output_tokens_mean);
+  PDQ_JSON_EACH(turn, requests_ok, requests_failed, ttft_s, tpot_s, e2e_s, prompt_tokens_mean,
+                cached_tokens_mean, output_tokens_mean)
 }
 
 static void Fields(auto& f, ConversationResult& v) {
-  f("sessions", v.sessions);
-  f("turns", v.turns);
-  f("conversations_ok", v.conversations_ok);
-  f("requests_ok", v.requests_ok);
-  f("requests_failed", v.requests_failed);
-  f("seconds", v.seconds);
-  f("conversations_per_s", v.conversations_per_s);
-  f("output_tokens_per_s", v.output_tokens_per_s);
-  f("ttft_later_turns_s", v.ttft_later_turns_s);
-  f("per_turn", v.per_turn);
-  f("workers", v.workers);
+  PDQ_JSON_EACH(sessions, turns, conversations_ok, requests_ok, requests_failed, seconds,
+                conversations_per_s, output_tokens_per_s, ttft_later_turns_s, per_turn, workers)
 }
 
 static void Fields(auto& f, BenchResult& v) {
-  f("router", v.router);
-  f("target", v.target);
-  f("workload", v.workload);
-  f("input_tokens", v.input_tokens);
-  f("output_tokens", v.output_tokens);
-  f("rate", v.rate);
-  f("ttft_target_ms", v.ttft_target_ms);
-  f("tpot_target_ms", v.tpot_target_ms);
-  f.Optional("sessions", v.sessions);
-  f.Optional("turns", v.turns);
-  f.Optional("first_tokens", v.first_tokens);
-  f.Optional("turn_tokens", v.turn_tokens);
-  f("levels", v.levels);
-  f("requests", v.requests);
-  f("pattern", v.pattern);
-  f.Optional("cycles", v.cycles);
-  f("conversation", v.conversation);
-  f.Optional("router_pools", v.router_pools);
+  PDQ_JSON_EACH(router, target, workload, input_tokens, output_tokens, rate, ttft_target_ms,
+                tpot_target_ms, levels, requests, pattern, conversation)
+  PDQ_JSON_EACH_OPTIONAL(sessions, turns, first_tokens, turn_tokens, cycles, router_pools)
 }
 
-
-// Each type's to_json and from_json are its Fields.
-#define PDQ_JSON_BY_FIELDS(T)                                                \
-  void to_json(json& j, const T& v) { json_fields::WriteFields(j, v); } \
-  void from_json(const json& j, T& v) { json_fields::ReadFields(j, v); }
-PDQ_JSON_BY_FIELDS(Distribution)
-PDQ_JSON_BY_FIELDS(WorkerUsage)
-PDQ_JSON_BY_FIELDS(LevelFigures)
-PDQ_JSON_BY_FIELDS(LevelResult)
-PDQ_JSON_BY_FIELDS(RequestResult)
-PDQ_JSON_BY_FIELDS(PatternResult)
-PDQ_JSON_BY_FIELDS(CycleWorker)
-PDQ_JSON_BY_FIELDS(CycleState)
-PDQ_JSON_BY_FIELDS(TurnResult)
-PDQ_JSON_BY_FIELDS(ConversationResult)
-PDQ_JSON_BY_FIELDS(BenchResult)
-#undef PDQ_JSON_BY_FIELDS
+// Each type's to_json and from_json are its Fields, instantiated here for
+// every BenchResultPart.
+template <BenchResultPart T>
+void to_json(json& j, const T& v) {
+  json_fields::WriteFields(j, v);
+}
+template <BenchResultPart T>
+void from_json(const json& j, T& v) {
+  json_fields::ReadFields(j, v);
+}
+#define PDQ_INSTANTIATE(T)                          \
+  template void to_json<T>(json&, const T&); \
+  template void from_json<T>(const json&, T&);
+PDQ_INSTANTIATE(Distribution)
+PDQ_INSTANTIATE(WorkerUsage)
+PDQ_INSTANTIATE(LevelFigures)
+PDQ_INSTANTIATE(LevelResult)
+PDQ_INSTANTIATE(RequestResult)
+PDQ_INSTANTIATE(PatternResult)
+PDQ_INSTANTIATE(CycleWorker)
+PDQ_INSTANTIATE(CycleState)
+PDQ_INSTANTIATE(TurnResult)
+PDQ_INSTANTIATE(ConversationResult)
+PDQ_INSTANTIATE(BenchResult)
+#undef PDQ_INSTANTIATE
 
 absl::StatusOr<BenchResult> ReadBenchResult(const std::string& path) {
   std::ifstream in(path);

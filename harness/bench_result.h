@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -134,28 +135,18 @@ const LevelResult* BestLevel(const BenchResult& bench);
 const LevelResult* TopLevel(const BenchResult& bench);
 const LevelResult* LevelAt(const BenchResult& bench, int concurrency);
 
-void to_json(nlohmann::json& j, const Distribution& v);
-void from_json(const nlohmann::json& j, Distribution& v);
-void to_json(nlohmann::json& j, const WorkerUsage& v);
-void from_json(const nlohmann::json& j, WorkerUsage& v);
-void to_json(nlohmann::json& j, const LevelFigures& v);
-void from_json(const nlohmann::json& j, LevelFigures& v);
-void to_json(nlohmann::json& j, const LevelResult& v);
-void from_json(const nlohmann::json& j, LevelResult& v);
-void to_json(nlohmann::json& j, const RequestResult& v);
-void from_json(const nlohmann::json& j, RequestResult& v);
-void to_json(nlohmann::json& j, const PatternResult& v);
-void from_json(const nlohmann::json& j, PatternResult& v);
-void to_json(nlohmann::json& j, const CycleWorker& v);
-void from_json(const nlohmann::json& j, CycleWorker& v);
-void to_json(nlohmann::json& j, const CycleState& v);
-void from_json(const nlohmann::json& j, CycleState& v);
-void to_json(nlohmann::json& j, const TurnResult& v);
-void from_json(const nlohmann::json& j, TurnResult& v);
-void to_json(nlohmann::json& j, const ConversationResult& v);
-void from_json(const nlohmann::json& j, ConversationResult& v);
-void to_json(nlohmann::json& j, const BenchResult& v);
-void from_json(const nlohmann::json& j, BenchResult& v);
+// nlohmann's JSON conversions of these types (json(result), j.get<...>()).
+template <typename T>
+concept BenchResultPart =
+    std::same_as<T, Distribution> || std::same_as<T, WorkerUsage> ||
+    std::same_as<T, LevelFigures> || std::same_as<T, LevelResult> ||
+    std::same_as<T, RequestResult> || std::same_as<T, PatternResult> ||
+    std::same_as<T, CycleWorker> || std::same_as<T, CycleState> || std::same_as<T, TurnResult> ||
+    std::same_as<T, ConversationResult> || std::same_as<T, BenchResult>;
+template <BenchResultPart T>
+void to_json(nlohmann::json& j, const T& v);
+template <BenchResultPart T>
+void from_json(const nlohmann::json& j, T& v);
 
 // The file's result; NotFound when it does not exist, InvalidArgument naming
 // the file and the field when it is not a bench result.

@@ -20,74 +20,35 @@ using json_fields::ReadFieldsOrError;
 // type check is checked in Parse*. Static: found by argument-dependent
 // lookup, private to this file.
 static void Fields(auto& f, EvalDeployment& v) {
-  f("baseline", v.baseline);
-  f("split", v.split);
-  f("split_sticky", v.split_sticky);
-  f("kv_transport", v.kv_transport);
+  PDQ_JSON_EACH(baseline, split, split_sticky, kv_transport)
 }
 
 static void Fields(auto& f, EvalWorkload& v) {
-  f("requests_per_client", v.requests_per_client);
-  f("requests", v.requests);
-  f("warmup", v.warmup);
-  f("ttft_target_ms", v.ttft_target_ms);
-  f("tpot_target_ms", v.tpot_target_ms);
-  f("input_tokens", v.input_tokens);
-  f("output_tokens", v.output_tokens);
+  PDQ_JSON_EACH(requests_per_client, requests, warmup, ttft_target_ms, tpot_target_ms,
+                input_tokens, output_tokens)
 }
 
 static void Fields(auto& f, EvalStability& v) {
-  f("deployment", v.deployment);
-  f("cycles", v.cycles);
-  f("high", v.high);
-  f("low", v.low);
-  f("input_tokens", v.input_tokens);
-  f("output_tokens", v.output_tokens);
-  f("max_rss_growth_mib", v.max_rss_growth_mib);
+  PDQ_JSON_EACH(deployment, cycles, high, low, input_tokens, output_tokens, max_rss_growth_mib)
 }
 
 static void Fields(auto& f, EvalConversations& v) {
-  f("deployments", v.deployments);
-  f("sessions", v.sessions);
-  f("turns", v.turns);
-  f("first_tokens", v.first_tokens);
-  f("turn_tokens", v.turn_tokens);
-  f("output_tokens", v.output_tokens);
+  PDQ_JSON_EACH(deployments, sessions, turns, first_tokens, turn_tokens, output_tokens)
 }
 
 static void Fields(auto& f, EvalAccuracy& v) {
-  f("texts", v.texts);
-  f("ctx", v.ctx);
-  f("chunks", v.chunks);
-  f("threads", v.threads);
-  f("drift_prompts", v.drift_prompts);
-  f("drift_prompt_count", v.drift_prompt_count);
-  f("drift_tokens", v.drift_tokens);
-  f("conversation", v.conversation);
-  f("conversation_turn_tokens", v.conversation_turn_tokens);
-  f("code", v.code);
-  f("code_max_tokens", v.code_max_tokens);
+  PDQ_JSON_EACH(texts, ctx, chunks, threads, drift_prompts, drift_prompt_count, drift_tokens,
+                conversation, conversation_turn_tokens, code, code_max_tokens)
 }
 
 static void Fields(auto& f, EvalLowbit& v) {
-  f("isas", v.isas);
-  f("threads", v.threads);
-  f("prompt_tokens", v.prompt_tokens);
-  f("gen_tokens", v.gen_tokens);
-  f("repetitions", v.repetitions);
+  PDQ_JSON_EACH(isas, threads, prompt_tokens, gen_tokens, repetitions)
 }
 
-static void Fields(auto& f, EvalAim& v) {
-  f("deployment", v.deployment);
-  f("goodput_ratio", v.goodput_ratio);
-}
+static void Fields(auto& f, EvalAim& v) { PDQ_JSON_EACH(deployment, goodput_ratio) }
 
 static void Fields(auto& f, EvalConfig& v) {
-  f("model", v.model);
-  f("text", v.text);
-  f("cores", v.cores);
-  f("price_per_core_hour", v.price_per_core_hour);
-  f("kv_transport", v.kv_transport);
+  PDQ_JSON_EACH(model, text, cores, price_per_core_hour, kv_transport)
 }
 
 namespace {

@@ -1,7 +1,9 @@
 // Internal to pdq::harness: JSON for plain structs whose fields are listed
 // once. A type provides `void Fields(auto& f, T& v)` calling `f("key",
 // v.member)` for each field (`f.Optional(...)` for one written only when
-// it is not its type's default or empty); WriteFields and ReadFields then
+// it is not its type's default or empty), most simply as
+//   static void Fields(auto& f, T& v) { PDQ_JSON_EACH(a, b, c) }
+// with the members' names as the keys; WriteFields and ReadFields then
 // serve as its to_json and from_json.
 //
 // Writing leaves out numbers that are not finite (not measured). Reading
@@ -18,6 +20,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+
+// f("m", v.m) for each member m; PDQ_JSON_EACH_OPTIONAL: f.Optional(...).
+// (nlohmann's own variadic expansion, which its NLOHMANN_DEFINE_TYPE_*
+// macros use; those write NaN as null and throw on a missing field.)
+#define PDQ_JSON_KEY(m) f(#m, v.m);
+#define PDQ_JSON_OPTIONAL_KEY(m) f.Optional(#m, v.m);
+#define PDQ_JSON_EACH(...) NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(PDQ_JSON_KEY, __VA_ARGS__))
+#define PDQ_JSON_EACH_OPTIONAL(...) \
+  NLOHMANN_JSON_EXPAND(NLOHMANN_JSON_PASTE(PDQ_JSON_OPTIONAL_KEY, __VA_ARGS__))
 
 namespace pdq::json_fields {
 

@@ -64,20 +64,24 @@ std::string Panels(const std::string& title, const std::string& first, const cha
 
 }  // namespace
 
+// Where the two panels go (margins as fractions of the canvas).
+constexpr const char* kSideBySide[2] = {
+    "set lmargin at screen 0.08\nset rmargin at screen 0.47\n"
+    "set bmargin at screen 0.24\nset tmargin at screen 0.90\n",
+    "set lmargin at screen 0.58\nset rmargin at screen 0.97\n"};
+constexpr const char* kStacked[2] = {
+    "set lmargin at screen 0.10\nset rmargin at screen 0.95\n"
+    "set bmargin at screen 0.60\nset tmargin at screen 0.91\n",
+    "set bmargin at screen 0.20\nset tmargin at screen 0.51\n"};
+
 std::string SideBySide(const std::string& title, const std::string& first,
                        const std::string& second) {
-  return Panels(title, first,
-                "set lmargin at screen 0.08\nset rmargin at screen 0.47\n"
-                "set bmargin at screen 0.24\nset tmargin at screen 0.90\n",
-                second, "set lmargin at screen 0.58\nset rmargin at screen 0.97\n");
+  return Panels(title, first, kSideBySide[0], second, kSideBySide[1]);
 }
 
 std::string Stacked(const std::string& title, const std::string& first,
                     const std::string& second) {
-  return Panels(title, first,
-                "set lmargin at screen 0.10\nset rmargin at screen 0.95\n"
-                "set bmargin at screen 0.60\nset tmargin at screen 0.91\n",
-                second, "set bmargin at screen 0.20\nset tmargin at screen 0.51\n");
+  return Panels(title, first, kStacked[0], second, kStacked[1]);
 }
 
 }  // namespace pdq::report

@@ -118,12 +118,7 @@ ReportInput LoadReportInput(const EvalConfig& config, const std::string& out_dir
   const std::string& raw = in.raw;
   for (const EvalDeployment& c : config.deployments) {
     Dep d;
-    d.name = c.name;
-    d.prefill = c.prefill_precision;
-    d.decode = c.decode_precision;
-    d.baseline = c.baseline;
-    d.workers = c.workers;
-    d.split = c.split;
+    static_cast<EvalDeployment&>(d) = c;
     for (const char* w : {"chat", "summarize", "analysis"}) {
       absl::StatusOr<BenchResult> b =
           in.Read(absl::StrCat(raw, "/", d.name, "/bench-", w, ".json"));
@@ -136,9 +131,9 @@ ReportInput LoadReportInput(const EvalConfig& config, const std::string& out_dir
   for (size_t i = 0; i < in.deps.size(); ++i) {
     const Dep& d = in.deps[i];
     if (d.baseline) in.base_index = i;
-    if (std::find(in.pairs.begin(), in.pairs.end(), std::make_pair(d.prefill, d.decode)) ==
+    if (std::find(in.pairs.begin(), in.pairs.end(), std::make_pair(d.prefill_precision, d.decode_precision)) ==
         in.pairs.end()) {
-      in.pairs.push_back({d.prefill, d.decode});
+      in.pairs.push_back({d.prefill_precision, d.decode_precision});
     }
   }
   return in;

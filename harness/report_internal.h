@@ -28,12 +28,8 @@ std::string F(double v, int digits = 2);
 std::string Quote(const std::string& s);
 std::string CpuModel();
 
-// A deployment's measurements.
-struct Dep {
-  std::string name, prefill, decode;
-  bool baseline = false;
-  json workers;
-  std::string split;                  // an A/B split between pools of workers; empty: none
+// A deployment (as configured) and its measurements.
+struct Dep : EvalDeployment {
   std::map<std::string, BenchResult> bench;  // by workload
   std::optional<BenchResult> stability;
   // The workload's result; null where it was not measured.

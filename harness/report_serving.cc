@@ -83,7 +83,7 @@ std::string DeploymentsSection(const ReportInput& in) {
                   "resident memory (all processes) |\n| --- | --- | --- | ---: |\n");
   for (const Dep& d : deps) {
     absl::StrAppend(&md, "| ", d.name, d.baseline ? " (baseline)" : "", " | ", Processes(d.workers),
-                    " | ", d.prefill, " / ", d.decode, " | ", F(PeakResidentMiB(d), 0), " MiB |\n");
+                    " | ", d.prefill_precision, " / ", d.decode_precision, " | ", F(PeakResidentMiB(d), 0), " MiB |\n");
   }
   absl::StrAppend(&md, "\n");
   return md;
@@ -357,7 +357,7 @@ std::string DualPrecisionSection(const ReportInput& in) {
     if (!DualPrecision(d)) continue;
     absl::StrAppend(
         &md, "## Both precisions in one process: `", d.name, "`\n\n", "One worker holds the ",
-        d.prefill, " and the ", d.decode,
+        d.prefill_precision, " and the ", d.decode_precision,
         " weights and one KV cache, and interleaves prefill chunks with decode steps in one "
         "scheduler. Peak resident memory of one process (the largest over every level), and "
         "TPOT jitter: p99 / p50 of the gaps between consecutive tokens at each deployment's "
@@ -367,7 +367,7 @@ std::string DualPrecisionSection(const ReportInput& in) {
         "|\n");
     for (const Dep& e : deps) {
       const bool single_mono = e.workers.size() == 1 && !DualPrecision(e);
-      const bool same_pair = e.prefill == d.prefill && e.decode == d.decode && e.split.empty();
+      const bool same_pair = e.prefill_precision == d.prefill_precision && e.decode_precision == d.decode_precision && e.split.empty();
       if (&e != &d && !single_mono && !same_pair) continue;
       double process_peak = 0;
       for (const auto& [w, b] : e.bench) {
@@ -392,7 +392,7 @@ std::string DualPrecisionSection(const ReportInput& in) {
     for (const auto& [w, b] : d.bench) {
       const Dep* rival = nullptr;
       for (const Dep& e : deps) {
-        if (&e != &d && e.prefill == d.prefill && e.decode == d.decode && e.split.empty() &&
+        if (&e != &d && e.prefill_precision == d.prefill_precision && e.decode_precision == d.decode_precision && e.split.empty() &&
             e.bench.count(w)) {
           rival = &e;
         }

@@ -121,9 +121,13 @@ TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
   const double rate = Metric(w.metrics, "pdq_prefill_tokens_per_second");
   // Let the router hear it (heartbeats every 200 ms).
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
-  // A prompt that alone takes over twice the target at the measured rate
-  // is taken (waiting would not bring it under the target)...
-  const int words = std::min(5000, (int)(rate * 0.8) + 100);
+  // A prompt that alone takes several times the target at the measured rate
+  // is taken (waiting would not bring it under the target)... It is sized
+  // for the three requests below to arrive while it is still queued even
+  // if it prefills faster than the first prompt measured (the bf16 tiles
+  // take long prompts; once, with 0.8 s of it, the queue had drained before
+  // the third): at about 1.6 s of work, up to the context's 5000 words.
+  const int words = std::min(5000, (int)(rate * 1.6) + 100);
   auto first = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(words, 2)); });
   WaitForMetric(router.metrics, "pdq_requests_in_flight", 1);
   // ...and a short one behind it is refused: the queue ahead would delay it
