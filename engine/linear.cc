@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "quant/smoothquant.h"
 #include "quant/w4_quantize.h"
 
 namespace pdq {
@@ -301,11 +302,10 @@ class W8A16Linear final : public WritableLinear {
   std::vector<fp16_t> scale_;
 };
 
-// With SmoothQuant, activation outliers migrate into the weights: input
-// channel j is divided by s_j = a_j^alpha / w_j^(1 - alpha) at run time (a_j
-// from calibration, w_j the weight column's absmax) and the weight column is
-// multiplied by s_j before quantization. Rows are staged until Finalize,
-// since s needs every row.
+// With SmoothQuant (quant/smoothquant.h), activation outliers migrate into
+// the weights: input channel j is divided by s_j at run time and the weight
+// column multiplied by s_j before quantization. Rows are staged until
+// Finalize, since s needs every row.
 class W8A8Linear final : public WritableLinear {
  public:
   W8A8Linear(int64_t out, int64_t in, float smooth_alpha)
@@ -342,18 +342,9 @@ class W8A8Linear final : public WritableLinear {
       return absl::FailedPreconditionError(
           "SmoothQuant needs calibration statistics for every quantized layer");
     }
-    std::vector<float> w_absmax(in_, 0.0f);
-    for (int64_t i = 0; i < out_; ++i) {
-      for (int64_t j = 0; j < in_; ++j) {
-        w_absmax[j] = std::max(w_absmax[j], std::abs(staged_[i * in_ + j]));
-      }
-    }
-    std::vector<float> s(in_);
-    for (int64_t j = 0; j < in_; ++j) {
-      const float a = std::max((*act_absmax)[j], 1e-5f), w = std::max(w_absmax[j], 1e-5f);
-      s[j] = std::clamp(std::pow(a, alpha_) / std::pow(w, 1.0f - alpha_), 1e-3f, 1e3f);
-      inv_s_[j] = 1.0f / s[j];
-    }
+    const std::vector<float> s =
+        SmoothQuantScales(staged_.data(), out_, in_, act_absmax->data(), alpha_);
+    for (int64_t j = 0; j < in_; ++j) inv_s_[j] = 1.0f / s[j];
     for (int64_t i = 0; i < out_; ++i) {
       for (int64_t j = 0; j < in_; ++j) staged_[i * in_ + j] *= s[j];
     }

@@ -132,6 +132,13 @@ absl::StatusOr<std::vector<EvalWorkload>> ParseWorkloads(const json& c) {
       w.concurrency.push_back(l.get<int>());
     }
     PDQ_RETURN_IF_ERROR(ReadFieldsOrError(spec, w, absl::StrCat("workload ", name, ": ")));
+    // Given, a count is at least 1 (0 would mean "the default" here and
+    // nothing to pdq bench).
+    for (const char* k : {"requests_per_client", "requests", "input_tokens", "output_tokens"}) {
+      if (spec.contains(k) && !(spec[k].is_number_integer() && spec[k].get<int64_t>() >= 1)) {
+        return Invalid(absl::StrCat("workload ", name, ": ", k, " must be an integer >= 1"));
+      }
+    }
     out.push_back(std::move(w));
   }
   return out;
@@ -166,7 +173,9 @@ absl::Status ParseStudies(const json& c, const std::set<std::string>& names, Eva
   if (c.contains("lowbit")) {
     EvalLowbit& lb = e.lowbit.emplace();
     bool ok = ReadFieldsOrError(c["lowbit"], lb, "").ok();
-    for (int t : lb.threads) ok = ok && t >= 1;
+    for (const json& t : c["lowbit"].value("threads", json::array())) {
+      ok = ok && t.is_number_integer() && t.get<int>() >= 1;
+    }
     if (!ok) {
       return Invalid(
           "'lowbit' must be an object: {\"isas\": [\"scalar\", \"avx2\", ...], \"threads\": "

@@ -25,11 +25,11 @@ absl::StatusOr<Measured> Measure(const BenchResult& bench, double tpot_target) {
   }
   Measured m;
   double tokens = 0, busy = 0;
+  bool any_workers = false;
   for (const LevelResult& level : bench.levels) {
-    if (level.workers.empty()) {
-      return Invalid("the bench file has no per-worker figures (made by an older pdq bench, or "
-                     "against --openai?)");
-    }
+    // A level whose /metrics snapshot failed has none; it still counts for
+    // the decode capacity below.
+    any_workers = any_workers || !level.workers.empty();
     for (const WorkerUsage& w : level.workers) {
       if (w.role == "prefill") {
         if (std::isfinite(w.prefill_tokens)) tokens += w.prefill_tokens;
@@ -44,6 +44,10 @@ absl::StatusOr<Measured> Measure(const BenchResult& bench, double tpot_target) {
       m.decode_streams = c;
       m.tpot_p50 = level.tpot_s.p50;
     }
+  }
+  if (!any_workers) {
+    return Invalid("the bench file has no per-worker figures (made by an older pdq bench, or "
+                   "against --openai?)");
   }
   if (busy <= 0)
     return Invalid("the bench file shows no prefill work (was a prefill worker in it?)");

@@ -34,7 +34,7 @@ int PlanCommand(int argc, char** argv) {
   if (bench_path.empty()) return Fail("plan", absl::InvalidArgumentError("--bench is required"));
   if (rate <= 0) return Fail("plan", absl::InvalidArgumentError("--rate is required (requests per second, > 0)"));
   absl::StatusOr<BenchResult> read = ReadBenchResult(bench_path);
-  if (!read.ok()) return Fail("plan", WithFlagNames(read.status(), {{"bench result", "--bench"}}));
+  if (!read.ok()) return Fail("plan", read.status());
   const BenchResult& bench = *read;
   PlanRequest request;
   request.rate = rate;

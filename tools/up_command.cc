@@ -452,9 +452,12 @@ int UpCommand(int argc, char** argv) {
   }
   server::BlockStopSignals();
   Supervisor supervisor(drain_s);
-  if (absl::Status s = supervisor.Configure(cfg); !s.ok()) return Fail("up", s);
+  if (absl::Status s = supervisor.Configure(cfg); !s.ok()) return Fail("up", s);  // nothing started
   absl::StatusOr<std::string> router = supervisor.Start();
-  if (!router.ok()) return Fail("up", router.status());
+  if (!router.ok()) {
+    supervisor.Stop();  // the started ones drain first; then the error, last on the terminal
+    return Fail("up", router.status());
+  }
   supervisor.Announce(address_file, metrics_address_file, http_address_file);
   const bool kept = supervisor.Supervise();
   supervisor.Stop();
