@@ -113,7 +113,7 @@ template <BenchResultPart T>
 void from_json(const json& j, T& v) {
   json_fields::ReadFields(j, v);
 }
-#define PDQ_INSTANTIATE(T)                          \
+#define PDQ_INSTANTIATE(T)                   \
   template void to_json<T>(json&, const T&); \
   template void from_json<T>(const json&, T&);
 PDQ_INSTANTIATE(Distribution)

@@ -137,8 +137,7 @@ const LevelResult* LevelAt(const BenchResult& bench, int concurrency);
 
 // nlohmann's JSON conversions of these types (json(result), j.get<...>()).
 template <typename T>
-concept BenchResultPart =
-    std::same_as<T, Distribution> || std::same_as<T, WorkerUsage> ||
+concept BenchResultPart = std::same_as<T, Distribution> || std::same_as<T, WorkerUsage> ||
     std::same_as<T, LevelFigures> || std::same_as<T, LevelResult> ||
     std::same_as<T, RequestResult> || std::same_as<T, PatternResult> ||
     std::same_as<T, CycleWorker> || std::same_as<T, CycleState> || std::same_as<T, TurnResult> ||

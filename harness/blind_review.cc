@@ -55,8 +55,8 @@ absl::StatusOr<std::vector<std::string>> CollectAnswers(const std::string& deplo
   } else {
     std::ifstream in(deployment);
     if (!in) {
-      return absl::NotFoundError(absl::StrCat("cannot read the deployment config '", deployment,
-                                              "'"));
+      return absl::NotFoundError(
+          absl::StrCat("cannot read the deployment config '", deployment, "'"));
     }
     json config = json::parse(in, nullptr, false);
     if (!config.is_object()) {

@@ -48,7 +48,7 @@ struct VoteCount {
 // Joins each votes file (as exported by the page) with the key; an error
 // names the file and the vote that does not belong (another review, an
 // unknown item, a choice other than left, right or tie).
-absl::StatusOr<VoteCount> CountVotes(const nlohmann::json& key,
-                                     const std::vector<std::pair<std::string, nlohmann::json>>& votes);
+absl::StatusOr<VoteCount> CountVotes(
+    const nlohmann::json& key, const std::vector<std::pair<std::string, nlohmann::json>>& votes);
 
 }  // namespace pdq

@@ -24,8 +24,8 @@ static void Fields(auto& f, EvalDeployment& v) {
 }
 
 static void Fields(auto& f, EvalWorkload& v) {
-  PDQ_JSON_EACH(requests_per_client, requests, warmup, ttft_target_ms, tpot_target_ms,
-                input_tokens, output_tokens)
+  PDQ_JSON_EACH(requests_per_client, requests, warmup, ttft_target_ms, tpot_target_ms, input_tokens,
+                output_tokens)
 }
 
 static void Fields(auto& f, EvalStability& v) {
@@ -152,8 +152,8 @@ absl::Status ParseStudies(const json& c, const std::set<std::string>& names, Eva
     EvalStability& st = e.stability.emplace();
     PDQ_RETURN_IF_ERROR(ReadFieldsOrError(c["stability"], st, "stability."));
     if (!names.count(st.deployment)) {
-      return Invalid(absl::StrCat("stability.deployment '", st.deployment,
-                                  "' is not one of the deployments"));
+      return Invalid(
+          absl::StrCat("stability.deployment '", st.deployment, "' is not one of the deployments"));
     }
   }
   if (c.contains("conversation_bench")) {

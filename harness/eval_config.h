@@ -18,7 +18,7 @@ namespace pdq {
 // One of the standard workloads (chat, summarize, analysis) over a sweep.
 struct EvalWorkload {
   std::string name;
-  std::vector<int> concurrency;  // levels, each >= 1
+  std::vector<int> concurrency;                   // levels, each >= 1
   int64_t requests_per_client = 0, requests = 0;  // 0: pdq bench's default
   int64_t warmup = 1;
   double ttft_target_ms = 0, tpot_target_ms = 0;  // goodput's targets
@@ -30,11 +30,11 @@ struct EvalWorkload {
 struct EvalDeployment {
   std::string name;  // unique, no '/' or spaces: its folder under raw/
   std::string prefill_precision, decode_precision;  // the pair its accuracy rows are
-  bool baseline = false;      // the one the others are compared with (else the first)
-  nlohmann::json workers;     // `pdq up`'s workers, passed through
-  std::string split;          // an A/B split between worker pools ("a=50,b=50"); empty: none
+  bool baseline = false;   // the one the others are compared with (else the first)
+  nlohmann::json workers;  // `pdq up`'s workers, passed through
+  std::string split;       // an A/B split between worker pools ("a=50,b=50"); empty: none
   bool split_sticky = false;
-  std::string kv_transport;   // empty: the config's
+  std::string kv_transport;  // empty: the config's
 };
 
 // The alternating-load test on one deployment.
@@ -80,14 +80,14 @@ struct EvalAim {
 };
 
 struct EvalConfig {
-  std::string model;  // empty: pdq's default model
+  std::string model;                                                 // empty: pdq's default model
   std::string text = "../shared/data/wikitext-2-raw/wiki.test.raw";  // prompts come from here
-  double cores = 0;   // the machine's share, for cost; 0: every core here
+  double cores = 0;  // the machine's share, for cost; 0: every core here
   double price_per_core_hour = 0;
   std::string kv_transport = "tcp";
   std::vector<std::string> notes;  // what a reader must know, quoted at the top of the report
   std::optional<EvalAim> aim;
-  std::vector<EvalWorkload> workloads;  // by name
+  std::vector<EvalWorkload> workloads;      // by name
   std::vector<EvalDeployment> deployments;  // non-empty
   std::optional<EvalStability> stability;
   std::optional<EvalConversations> conversations;

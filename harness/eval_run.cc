@@ -139,7 +139,8 @@ class EvalRunner {
 // The precision pairs of the deployments, once each (sorted).
 std::set<std::pair<std::string, std::string>> Pairs(const EvalConfig& c) {
   std::set<std::pair<std::string, std::string>> pairs;
-  for (const EvalDeployment& d : c.deployments) pairs.insert({d.prefill_precision, d.decode_precision});
+  for (const EvalDeployment& d : c.deployments)
+    pairs.insert({d.prefill_precision, d.decode_precision});
   return pairs;
 }
 
@@ -252,12 +253,24 @@ void EvalRunner::RunWorkload(const LocalDeployment& dep, const EvalDeployment& d
   std::vector<std::string> levels;
   for (int l : w.concurrency) levels.push_back(std::to_string(l));
   Progress(absl::StrCat(d.name, ": ", w.name, " at concurrency ", absl::StrJoin(levels, ",")));
-  std::vector<std::string> args = {
-      o_.pdq,          "bench",        "--router",          dep.address(),
-      "--workload",    w.name,         "--text",            c_.text,
-      "--concurrency", absl::StrJoin(levels, ","), "--warmup", std::to_string(w.warmup),
-      "--ttft-target-ms", std::to_string(w.ttft_target_ms), "--tpot-target-ms",
-      std::to_string(w.tpot_target_ms), "--json", file + ".tmp"};
+  std::vector<std::string> args = {o_.pdq,
+                                   "bench",
+                                   "--router",
+                                   dep.address(),
+                                   "--workload",
+                                   w.name,
+                                   "--text",
+                                   c_.text,
+                                   "--concurrency",
+                                   absl::StrJoin(levels, ","),
+                                   "--warmup",
+                                   std::to_string(w.warmup),
+                                   "--ttft-target-ms",
+                                   std::to_string(w.ttft_target_ms),
+                                   "--tpot-target-ms",
+                                   std::to_string(w.tpot_target_ms),
+                                   "--json",
+                                   file + ".tmp"};
   if (w.input_tokens > 0 || w.output_tokens > 0) {
     // The workload's name with other lengths (a short demo).
     args[5] = "custom";
@@ -293,11 +306,30 @@ void EvalRunner::RunStability(const LocalDeployment& dep, const std::string& nam
   const EvalStability& s = *c_.stability;
   Progress(absl::StrCat(name, ": stability, ", s.cycles, " cycles of alternating load"));
   const std::string file = raw_ + "/" + name + "/stability.json";
-  RunChild({o_.pdq, "bench", "--router", dep.address(), "--pattern", "alternate", "--text", c_.text,
-            "--cycles", std::to_string(s.cycles), "--high", std::to_string(s.high), "--low",
-            std::to_string(s.low), "--workload", "custom", "--input-tokens",
-            std::to_string(s.input_tokens), "--output-tokens", std::to_string(s.output_tokens),
-            "--max-rss-growth-mib", std::to_string(s.max_rss_growth_mib), "--json", file + ".tmp"});
+  RunChild({o_.pdq,
+            "bench",
+            "--router",
+            dep.address(),
+            "--pattern",
+            "alternate",
+            "--text",
+            c_.text,
+            "--cycles",
+            std::to_string(s.cycles),
+            "--high",
+            std::to_string(s.high),
+            "--low",
+            std::to_string(s.low),
+            "--workload",
+            "custom",
+            "--input-tokens",
+            std::to_string(s.input_tokens),
+            "--output-tokens",
+            std::to_string(s.output_tokens),
+            "--max-rss-growth-mib",
+            std::to_string(s.max_rss_growth_mib),
+            "--json",
+            file + ".tmp"});
   Keep(file);
 }
 
@@ -307,11 +339,26 @@ void EvalRunner::Converse(const LocalDeployment& dep, const std::string& name,
   const EvalConversations& c = *c_.conversations;
   Progress(absl::StrCat(name, ": conversations, prefix cache ", cache, ", ", c.sessions,
                         " sessions x ", c.turns, " turns"));
-  RunChild({o_.pdq, "bench", "--router", dep.address(), "--workload", "conversation", "--text",
-            c_.text, "--sessions", std::to_string(c.sessions), "--turns", std::to_string(c.turns),
-            "--first-tokens", std::to_string(c.first_tokens), "--turn-tokens",
-            std::to_string(c.turn_tokens), "--output-tokens", std::to_string(c.output_tokens),
-            "--json", file + ".tmp"});
+  RunChild({o_.pdq,
+            "bench",
+            "--router",
+            dep.address(),
+            "--workload",
+            "conversation",
+            "--text",
+            c_.text,
+            "--sessions",
+            std::to_string(c.sessions),
+            "--turns",
+            std::to_string(c.turns),
+            "--first-tokens",
+            std::to_string(c.first_tokens),
+            "--turn-tokens",
+            std::to_string(c.turn_tokens),
+            "--output-tokens",
+            std::to_string(c.output_tokens),
+            "--json",
+            file + ".tmp"});
   Keep(file);
 }
 
@@ -388,8 +435,16 @@ void EvalRunner::PairAccuracy(const std::string& p, const std::string& d,
   const std::string pair = p + "-" + d, acc = raw_ + "/accuracy/";
   const std::string on = absl::StrCat(", ", p, " prefill / ", d, " decode");
   const std::string threads = std::to_string(a.threads);
-  const std::vector<std::string> common = {o_.pdq,  "",  "--model", model_, "--threads", threads,
-                                           "--prefill-precision", p, "--decode-precision", d};
+  const std::vector<std::string> common = {o_.pdq,
+                                           "",
+                                           "--model",
+                                           model_,
+                                           "--threads",
+                                           threads,
+                                           "--prefill-precision",
+                                           p,
+                                           "--decode-precision",
+                                           d};
   auto args = [&](const char* command, std::vector<std::string> more) {
     std::vector<std::string> v = common;
     v[1] = command;
@@ -398,15 +453,17 @@ void EvalRunner::PairAccuracy(const std::string& p, const std::string& d,
   };
   for (const std::string& path : a.texts) {
     if (interrupted()) return;
-    AccuracyStep(absl::StrCat(acc, "ppl-", pair, "-", fs::path(path).stem().string(), ".json"),
-                 path, absl::StrCat("perplexity", on, ", ", path),
-                 args("perplexity", {"--text", path, "--ctx", std::to_string(a.ctx), "--chunks",
-                                     std::to_string(a.chunks), "--kl-reference", "fp16", "--json"}));
+    AccuracyStep(
+        absl::StrCat(acc, "ppl-", pair, "-", fs::path(path).stem().string(), ".json"), path,
+        absl::StrCat("perplexity", on, ", ", path),
+        args("perplexity", {"--text", path, "--ctx", std::to_string(a.ctx), "--chunks",
+                            std::to_string(a.chunks), "--kl-reference", "fp16", "--json"}));
   }
   if (!a.conversation.empty() && !interrupted()) {
     const std::vector<std::string> conversation = {
-        "--conversation", a.conversation, "--reference", "fp16", "--turn-tokens",
-        std::to_string(a.conversation_turn_tokens), "--json"};
+        "--conversation", a.conversation,  "--reference",
+        "fp16",           "--turn-tokens", std::to_string(a.conversation_turn_tokens),
+        "--json"};
     AccuracyStep(absl::StrCat(acc, "conversation-", pair, ".json"), "",
                  absl::StrCat("conversation drift", on), args("drift", conversation));
     // The same conversation reading the KV of earlier turns, as a prefix
@@ -419,10 +476,9 @@ void EvalRunner::PairAccuracy(const std::string& p, const std::string& d,
   }
   if (!a.code.empty() && !interrupted()) {
     AccuracyStep(absl::StrCat(acc, "code-", pair, ".json"), a.code, absl::StrCat("HumanEval", on),
-                 args("code-eval", {"--problems", a.code, "--kl-reference", "fp16",
-                                    "--max-tokens", std::to_string(a.code_max_tokens),
-                                    "--completions", absl::StrCat(acc, "code-", pair, ".jsonl"),
-                                    "--json"}));
+                 args("code-eval", {"--problems", a.code, "--kl-reference", "fp16", "--max-tokens",
+                                    std::to_string(a.code_max_tokens), "--completions",
+                                    absl::StrCat(acc, "code-", pair, ".jsonl"), "--json"}));
   }
   if (interrupted()) return;
   if (prompts.empty()) {  // the prompts could not be read: counted as a failure already
@@ -430,8 +486,8 @@ void EvalRunner::PairAccuracy(const std::string& p, const std::string& d,
     return;
   }
   AccuracyStep(absl::StrCat(acc, "drift-", pair, ".json"), "", absl::StrCat("drift", on),
-               args("drift", {"--prompts", prompts, "--chat", "--reference", "fp16",
-                              "--max-tokens", std::to_string(a.drift_tokens), "--json"}));
+               args("drift", {"--prompts", prompts, "--chat", "--reference", "fp16", "--max-tokens",
+                              std::to_string(a.drift_tokens), "--json"}));
 }
 
 void EvalRunner::RunAccuracy() {

@@ -23,9 +23,9 @@
 namespace pdq {
 
 struct EvalRunOptions {
-  std::string out_dir;        // raw/ goes here
-  std::string pdq;            // the `pdq` executable the steps run
-  std::string default_model;  // where the config names no model
+  std::string out_dir;         // raw/ goes here
+  std::string pdq;             // the `pdq` executable the steps run
+  std::string default_model;   // where the config names no model
   std::set<std::string> only;  // the deployments to run; empty: all (each must exist)
   bool skip_serving = false, skip_stability = false, skip_accuracy = false, skip_lowbit = false;
 };

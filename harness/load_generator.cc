@@ -1,4 +1,6 @@
 // The load generator behind `pdq bench` (harness/load_generator.h).
+#include "harness/load_generator.h"
+
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -16,10 +18,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/check.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "server/metrics.h"
-#include "common/check.h"
-#include "harness/load_generator.h"
 
 namespace pdq {
 namespace {
@@ -139,7 +140,8 @@ class PdqTarget : public BenchTarget {
 };
 
 // The level's figures; with `per_pool`, also each A/B pool's.
-LevelFigures Figures(const std::vector<Record>& records, double seconds, const LatencyTargets& targets) {
+LevelFigures Figures(const std::vector<Record>& records, double seconds,
+                     const LatencyTargets& targets) {
   std::vector<double> ttft, tpot, e2e, gaps, refusals;
   int64_t out_tokens = 0, in_tokens = 0, good = 0;
   LevelFigures f;
@@ -230,8 +232,8 @@ std::vector<BenchRecord> Driver::Run(int concurrency, double rate, int total, in
   const Clock::time_point start = Clock::now();
   auto one = [&](int i) {
     const double begun = Since(start, Clock::now());
-    records[i] = target_.Run(prompts_[(serial_ + i) % prompts_.size()], output_tokens_,
-                             timeout_s_, absl::StrCat("bench-", label, "-", serial_ + i));
+    records[i] = target_.Run(prompts_[(serial_ + i) % prompts_.size()], output_tokens_, timeout_s_,
+                             absl::StrCat("bench-", label, "-", serial_ + i));
     records[i].start = begun;
     records[i].level = concurrency;
     ++done;
@@ -397,9 +399,9 @@ std::vector<WorkerUsage> Resources(const Snapshot& a, const Snapshot& b) {
 
 void PrintResources(const std::vector<WorkerUsage>& workers) {
   for (const WorkerUsage& w : workers) {
-    std::string line = absl::StrFormat("      %s (%s %s): peak RSS %.0f MiB, %.2f cores busy",
-                                       w.worker_id, w.role, w.precision,
-                                       w.peak_resident_bytes / 1048576, w.cpu_cores_busy);
+    std::string line =
+        absl::StrFormat("      %s (%s %s): peak RSS %.0f MiB, %.2f cores busy", w.worker_id, w.role,
+                        w.precision, w.peak_resident_bytes / 1048576, w.cpu_cores_busy);
     if (std::isfinite(w.prefill_compute_utilization)) {
       absl::StrAppendFormat(&line, ", prefill at %.2f of peak ops", w.prefill_compute_utilization);
     }
@@ -717,9 +719,9 @@ void PrintConversations(const ConversationResult& s) {
               "prompt", "cached");
   std::printf("%5s %9s %8s %8s %8s %8s %8s\n", "", "", "ms", "ms", "ms", "tokens", "tokens");
   for (const TurnResult& t : s.per_turn) {
-    std::printf("%5d %4lld/%-4d %8.1f %8.1f %8.2f %8.1f %8.1f\n", t.turn,
-                (long long)t.requests_ok, s.sessions, t.ttft_s.p50 * 1e3, t.ttft_s.p90 * 1e3,
-                t.tpot_s.p50 * 1e3, t.prompt_tokens_mean, t.cached_tokens_mean);
+    std::printf("%5d %4lld/%-4d %8.1f %8.1f %8.2f %8.1f %8.1f\n", t.turn, (long long)t.requests_ok,
+                s.sessions, t.ttft_s.p50 * 1e3, t.ttft_s.p90 * 1e3, t.tpot_s.p50 * 1e3,
+                t.prompt_tokens_mean, t.cached_tokens_mean);
   }
   std::printf(
       "%d/%d conversations of %d turns in %.2f s: %.3f conversations/s, %.1f output tok/s; "
@@ -811,8 +813,8 @@ bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchR
     // Worker resources only where the target is a pdq router.
     const absl::StatusOr<Snapshot> before =
         stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
-    std::vector<Record> kept = driver.Run(level, o.rate, counted + (int)o.warmup, (int)o.warmup,
-                                          label.c_str(), &seconds);
+    std::vector<Record> kept =
+        driver.Run(level, o.rate, counted + (int)o.warmup, (int)o.warmup, label.c_str(), &seconds);
     const absl::StatusOr<Snapshot> after =
         stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
     int64_t refused = 0;
@@ -835,10 +837,10 @@ bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchR
     }
     PrintResources(s.workers);
     if (refused > 0) {
-      std::printf("      %lld refused by the server (admission control), answered in p50 %.1f ms, "
-                  "p90 %.1f ms, p99 %.1f ms\n",
-                  (long long)refused, s.refusal_s.p50 * 1e3, s.refusal_s.p90 * 1e3,
-                  s.refusal_s.p99 * 1e3);
+      std::printf(
+          "      %lld refused by the server (admission control), answered in p50 %.1f ms, "
+          "p90 %.1f ms, p99 %.1f ms\n",
+          (long long)refused, s.refusal_s.p50 * 1e3, s.refusal_s.p90 * 1e3, s.refusal_s.p99 * 1e3);
     }
     out->levels.push_back(std::move(s));
   }

@@ -46,8 +46,9 @@ absl::StatusOr<Measured> Measure(const BenchResult& bench, double tpot_target) {
     }
   }
   if (!any_workers) {
-    return Invalid("the bench file has no per-worker figures (made by an older pdq bench, or "
-                   "against --openai?)");
+    return Invalid(
+        "the bench file has no per-worker figures (made by an older pdq bench, or "
+        "against --openai?)");
   }
   if (busy <= 0)
     return Invalid("the bench file shows no prefill work (was a prefill worker in it?)");
@@ -70,8 +71,7 @@ absl::StatusOr<DeploymentPlan> PlanDeployment(const BenchResult& bench, PlanRequ
   if (r.ttft_target_ms == 0) r.ttft_target_ms = 2000;
   if (r.tpot_target_ms == 0) r.tpot_target_ms = 200;
   if (r.input_tokens <= 0 || r.output_tokens <= 0) {
-    return Invalid(
-        "the bench file has no token counts; give --input-tokens and --output-tokens");
+    return Invalid("the bench file has no token counts; give --input-tokens and --output-tokens");
   }
   PDQ_ASSIGN_OR_RETURN(const Measured m, Measure(bench, r.tpot_target_ms / 1e3));
   DeploymentPlan p;
@@ -81,8 +81,7 @@ absl::StatusOr<DeploymentPlan> PlanDeployment(const BenchResult& bench, PlanRequ
   p.tpot_p50 = m.tpot_p50;
   p.kv_blocks_total = m.kv_blocks_total;
   p.prefill_load = r.rate * r.input_tokens;
-  p.prefill_workers =
-      (int)std::ceil(p.prefill_load / (m.prefill_tokens_per_s * r.headroom) - 1e-9);
+  p.prefill_workers = (int)std::ceil(p.prefill_load / (m.prefill_tokens_per_s * r.headroom) - 1e-9);
   p.streams = r.rate * r.output_tokens * m.tpot_p50;  // Little's law
   p.decode_workers = (int)std::ceil(p.streams / (m.decode_streams * r.headroom) - 1e-9);
   p.hpa_prefill_queued_prompt_tokens = m.prefill_tokens_per_s * r.ttft_target_ms / 1e3 / 2;

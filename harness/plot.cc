@@ -79,8 +79,7 @@ std::string SideBySide(const std::string& title, const std::string& first,
   return Panels(title, first, kSideBySide[0], second, kSideBySide[1]);
 }
 
-std::string Stacked(const std::string& title, const std::string& first,
-                    const std::string& second) {
+std::string Stacked(const std::string& title, const std::string& first, const std::string& second) {
   return Panels(title, first, kStacked[0], second, kStacked[1]);
 }
 

@@ -12,8 +12,7 @@
 
 namespace pdq {
 
-absl::StatusOr<std::string> WriteEvalReport(const EvalConfig& config,
-                                            const std::string& out_dir,
+absl::StatusOr<std::string> WriteEvalReport(const EvalConfig& config, const std::string& out_dir,
                                             const std::string& command) {
   using namespace report;
   const ReportInput in = LoadReportInput(config, out_dir);
@@ -26,8 +25,8 @@ absl::StatusOr<std::string> WriteEvalReport(const EvalConfig& config,
                   date, " by `", command, "`.\n\n",
                   absl::StrFormat("Machine: %s, %d logical CPUs; the deployments share %.0f cores. "
                                   "Model: `%s`.\n\n",
-                                  CpuModel(), (int)std::thread::hardware_concurrency(), config.cores,
-                                  config.model.empty() ? "(default)" : config.model));
+                                  CpuModel(), (int)std::thread::hardware_concurrency(),
+                                  config.cores, config.model.empty() ? "(default)" : config.model));
 
   // What the config says the reader must know (the model, the machine).
   for (const std::string& n : config.notes) absl::StrAppend(&md, "> ", n, "\n>\n");

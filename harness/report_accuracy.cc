@@ -56,7 +56,8 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
           &md, "| %s / %s | %s | %.3f | %s | %.5f | %.4f | %.2f%% |\n", p, dprec, stem, ppl,
           r > 0 ? absl::StrFormat("%+.2f%%", 100 * (ppl / r - 1)) : "–", Num(j, {"kl_mean"}),
           Num(j, {"kl_p99"}), 100 * Num(j, {"top1_agreement"}));
-      const size_t at = std::find(shown.begin(), shown.end(), std::make_pair(p, dprec)) - shown.begin();
+      const size_t at =
+          std::find(shown.begin(), shown.end(), std::make_pair(p, dprec)) - shown.begin();
       if (at < shown.size()) {
         change[at] = r > 0 ? 100 * (ppl / r - 1) : NAN;
         kl[at] = Num(j, {"kl_mean"});
@@ -98,7 +99,8 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
     // FP16 against itself is 0 everywhere: in the table, not on the log axis.
     if (p != "fp16" || dprec != "fp16") {
       drift_curves.push_back(absl::StrCat("datafile index ", drift_block,
-                                          " using 1:2 with lines title ", Quote(p + " / " + dprec)));
+                                          " using 1:2 with lines title ",
+                                          Quote(p + " / " + dprec)));
     }
     ++drift_block;
   }
@@ -107,9 +109,8 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
     // Grouped bars: one group per text, one bar per pair, in both panels.
     std::vector<std::string> ppl_bars, kl_bars;
     for (size_t i = 0; i < shown.size(); ++i) {
-      ppl_bars.push_back(absl::StrCat(i ? "''" : "datafile", " using ", i + 2,
-                                      i ? "" : ":xtic(1)", " title ",
-                                      Quote(shown[i].first + " / " + shown[i].second)));
+      ppl_bars.push_back(absl::StrCat(i ? "''" : "datafile", " using ", i + 2, i ? "" : ":xtic(1)",
+                                      " title ", Quote(shown[i].first + " / " + shown[i].second)));
       kl_bars.push_back(absl::StrCat(i ? "''" : "datafile", " using ", shown.size() + i + 2,
                                      i ? "" : ":xtic(1)", " notitle"));
     }
@@ -123,7 +124,8 @@ std::string AccuracySection(const ReportInput& in, Plotter& plot) {
                                           "(prefill / decode)",
                                           "set ylabel 'perplexity change (%)'\nplot " +
                                               absl::StrJoin(ppl_bars, ", "),
-                                          "set ylabel 'KL mean (nats, log scale)'\nset logscale y\nset format y '%.0e'\nplot " +
+                                          "set ylabel 'KL mean (nats, log scale)'\nset logscale "
+                                          "y\nset format y '%.0e'\nplot " +
                                               absl::StrJoin(kl_bars, ", "))),
                   "perplexity change and KL against FP16, by text and precision pair", 960, 480),
         "\n");
@@ -253,8 +255,7 @@ std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
     // FP16 against itself is 0 every turn: in the table, not on the log axis.
     add_run(j, p + " / " + dprec, p + "/" + dprec, "linespoints", p != "fp16" || dprec != "fp16");
     // The same conversation reading earlier turns' KV (any precision's).
-    const json r =
-        Load(absl::StrCat(raw, "/accuracy/conversation-reuse-", p, "-", dprec, ".json"));
+    const json r = Load(absl::StrCat(raw, "/accuracy/conversation-reuse-", p, "-", dprec, ".json"));
     if (!r.is_null()) {
       add_run(r, p + " / " + dprec + ", KV reused", p + "/" + dprec + " reused",
               "linespoints dashtype 2", true);

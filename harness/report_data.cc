@@ -124,15 +124,16 @@ ReportInput LoadReportInput(const EvalConfig& config, const std::string& out_dir
           in.Read(absl::StrCat(raw, "/", d.name, "/bench-", w, ".json"));
       if (b.ok()) d.bench[w] = std::move(*b);
     }
-    absl::StatusOr<BenchResult> stability = in.Read(absl::StrCat(raw, "/", d.name, "/stability.json"));
+    absl::StatusOr<BenchResult> stability =
+        in.Read(absl::StrCat(raw, "/", d.name, "/stability.json"));
     if (stability.ok()) d.stability = std::move(*stability);
     in.deps.push_back(std::move(d));
   }
   for (size_t i = 0; i < in.deps.size(); ++i) {
     const Dep& d = in.deps[i];
     if (d.baseline) in.base_index = i;
-    if (std::find(in.pairs.begin(), in.pairs.end(), std::make_pair(d.prefill_precision, d.decode_precision)) ==
-        in.pairs.end()) {
+    if (std::find(in.pairs.begin(), in.pairs.end(),
+                  std::make_pair(d.prefill_precision, d.decode_precision)) == in.pairs.end()) {
       in.pairs.push_back({d.prefill_precision, d.decode_precision});
     }
   }

@@ -42,9 +42,9 @@ struct Dep : EvalDeployment {
 // What every section reads: the config and the deployments' results.
 struct ReportInput {
   EvalConfig config;
-  std::string raw;                   // OUT/raw
-  std::vector<Dep> deps;             // in the config's order
-  size_t base_index = 0;             // the baseline's (the first unless one says so)
+  std::string raw;        // OUT/raw
+  std::vector<Dep> deps;  // in the config's order
+  size_t base_index = 0;  // the baseline's (the first unless one says so)
   const Dep& base() const { return deps[base_index]; }
   std::vector<std::pair<std::string, std::string>> pairs;  // prefill/decode precisions, once each
   std::vector<std::string> unreadable;  // results that exist but could not be read, with why

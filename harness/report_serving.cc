@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_join.h"
 #include "harness/report_internal.h"
 
@@ -83,7 +83,8 @@ std::string DeploymentsSection(const ReportInput& in) {
                   "resident memory (all processes) |\n| --- | --- | --- | ---: |\n");
   for (const Dep& d : deps) {
     absl::StrAppend(&md, "| ", d.name, d.baseline ? " (baseline)" : "", " | ", Processes(d.workers),
-                    " | ", d.prefill_precision, " / ", d.decode_precision, " | ", F(PeakResidentMiB(d), 0), " MiB |\n");
+                    " | ", d.prefill_precision, " / ", d.decode_precision, " | ",
+                    F(PeakResidentMiB(d), 0), " MiB |\n");
   }
   absl::StrAppend(&md, "\n");
   return md;
@@ -130,7 +131,7 @@ std::string GoodputSection(const ReportInput& in, std::string* summary_out) {
       absl::StrAppendFormat(&md, " %.3f/s%s at c=%d; max concurrency %d |", good, ratio,
                             best->concurrency, MaxConcurrencyWithinTargets(*bench));
       (*summary_out) += absl::StrFormat(" %11.3f/s%6s", good,
-                                 bgood > 0 ? absl::StrFormat("x%.2f", good / bgood) : "");
+                                        bgood > 0 ? absl::StrFormat("x%.2f", good / bgood) : "");
     }
     absl::StrAppend(&md, "\n");
     (*summary_out) += "\n";
@@ -160,8 +161,7 @@ std::string AimSection(const ReportInput& in) {
       }
       const double ratio = best->goodput_requests_per_s / bbest->goodput_requests_per_s;
       absl::StrAppendFormat(&md, "**Aim: %s goodput ≥ %.1f× %s on `%s`: %s (×%.2f).**", d.name,
-                            want, base->name, w,
-                            ratio >= want ? "met" : "missed", ratio);
+                            want, base->name, w, ratio >= want ? "met" : "missed", ratio);
       if (ratio < want) {
         // The busiest process (CPU time against its threads) at that level.
         std::string busiest;
@@ -174,16 +174,16 @@ std::string AimSection(const ReportInput& in) {
           const double s = wk.cpu_cores_busy / threads;
           if (s > share) {
             share = s;
-            busiest = absl::StrFormat(
-                "the %s worker (%s), %.0f%% busy on its %d thread(s)%s", wk.role, wk.precision,
-                100 * s, threads,
-                std::isfinite(wk.decode_bandwidth_utilization)
-                    ? absl::StrFormat(", decode at %.0f%% of the read bandwidth",
-                                      100 * wk.decode_bandwidth_utilization)
-                : std::isfinite(wk.prefill_compute_utilization)
-                    ? absl::StrFormat(", prefill at %.0f%% of peak ops",
-                                      100 * wk.prefill_compute_utilization)
-                    : "");
+            busiest =
+                absl::StrFormat("the %s worker (%s), %.0f%% busy on its %d thread(s)%s", wk.role,
+                                wk.precision, 100 * s, threads,
+                                std::isfinite(wk.decode_bandwidth_utilization)
+                                    ? absl::StrFormat(", decode at %.0f%% of the read bandwidth",
+                                                      100 * wk.decode_bandwidth_utilization)
+                                : std::isfinite(wk.prefill_compute_utilization)
+                                    ? absl::StrFormat(", prefill at %.0f%% of peak ops",
+                                                      100 * wk.prefill_compute_utilization)
+                                    : "");
           }
         }
         if (!busiest.empty())
@@ -258,17 +258,16 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
       absl::StrAppendFormat(&md,
                             "| %s | %d | %d/%d | %.0f ms | %.0f | %.0f | %.1f ms | %.1f | %.1f | "
                             "%.2f s | %.3f | %.1f | %.3f |\n",
-                            d.name, c, (int)l.requests_ok,
-                            (int)(l.requests_ok + l.requests_failed), 1e3 * l.ttft_s.p50,
-                            1e3 * l.ttft_s.p90, 1e3 * l.ttft_s.p99, 1e3 * l.tpot_s.p50,
-                            1e3 * l.tpot_s.p90, 1e3 * l.tpot_s.p99, l.e2e_s.p50, l.requests_per_s,
-                            l.output_tokens_per_s, l.goodput_requests_per_s);
+                            d.name, c, (int)l.requests_ok, (int)(l.requests_ok + l.requests_failed),
+                            1e3 * l.ttft_s.p50, 1e3 * l.ttft_s.p90, 1e3 * l.ttft_s.p99,
+                            1e3 * l.tpot_s.p50, 1e3 * l.tpot_s.p90, 1e3 * l.tpot_s.p99, l.e2e_s.p50,
+                            l.requests_per_s, l.output_tokens_per_s, l.goodput_requests_per_s);
       absl::StrAppendFormat(&data, "%d %g %g %g\n", c, l.output_tokens_per_s, 1e3 * l.ttft_s.p50,
                             1e3 * l.tpot_s.p50);
     }
     absl::StrAppend(&data, "\n\n");
-    curves.push_back(absl::StrCat("datafile index ", block,
-                                  " using 2:COL with linespoints title ", Quote(d.name)));
+    curves.push_back(absl::StrCat("datafile index ", block, " using 2:COL with linespoints title ",
+                                  Quote(d.name)));
     ++block;
     top_common = std::min(top_common, top);
   }
@@ -307,8 +306,7 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
   std::string lines = absl::StrJoin(curves, ", ");
   auto col = [&](int c) {
     std::string s = lines;
-    for (size_t at; (at = s.find("COL")) != std::string::npos;)
-      s.replace(at, 3, std::to_string(c));
+    for (size_t at; (at = s.find("COL")) != std::string::npos;) s.replace(at, 3, std::to_string(c));
     return s;
   };
   absl::StrAppend(
@@ -329,8 +327,7 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
         absl::StrCat(w, "-", absl::AsciiStrToLower(metric), "-cdf"), data,
         absl::StrCat("set title 'Workload ", w, ": ", metric, " distribution at concurrency ",
                      top_common, "'\nset xlabel '", xlabel,
-                     "'\nset ylabel 'fraction of requests'\nplot ",
-                     cdfs, "\n"),
+                     "'\nset ylabel 'fraction of requests'\nplot ", cdfs, "\n"),
         absl::StrCat(w, ": ", metric, " distribution"));
   };
   absl::StrAppend(&md, cdf("TTFT", "TTFT (ms)", ttft_cdf), "\n",
@@ -367,7 +364,8 @@ std::string DualPrecisionSection(const ReportInput& in) {
         "|\n");
     for (const Dep& e : deps) {
       const bool single_mono = e.workers.size() == 1 && !DualPrecision(e);
-      const bool same_pair = e.prefill_precision == d.prefill_precision && e.decode_precision == d.decode_precision && e.split.empty();
+      const bool same_pair = e.prefill_precision == d.prefill_precision &&
+                             e.decode_precision == d.decode_precision && e.split.empty();
       if (&e != &d && !single_mono && !same_pair) continue;
       double process_peak = 0;
       for (const auto& [w, b] : e.bench) {
@@ -383,8 +381,8 @@ std::string DualPrecisionSection(const ReportInput& in) {
         if (top == nullptr) continue;
         const double p50 = top->itl_s.p50 * 1e3, p99 = top->itl_s.p99 * 1e3;
         absl::StrAppend(&md, "| ", e.name, " | ", F(process_peak > 0 ? process_peak : NAN, 0),
-                        " | ", w, " (conc ", top->concurrency, ") | ", F(p50, 1), " | ",
-                        F(p99, 1), " | ", F(p50 > 0 ? p99 / p50 : NAN, 1), " | ",
+                        " | ", w, " (conc ", top->concurrency, ") | ", F(p50, 1), " | ", F(p99, 1),
+                        " | ", F(p50 > 0 ? p99 / p50 : NAN, 1), " | ",
                         F(best ? best->goodput_requests_per_s : NAN, 3), " |\n");
       }
     }
@@ -392,8 +390,8 @@ std::string DualPrecisionSection(const ReportInput& in) {
     for (const auto& [w, b] : d.bench) {
       const Dep* rival = nullptr;
       for (const Dep& e : deps) {
-        if (&e != &d && e.prefill_precision == d.prefill_precision && e.decode_precision == d.decode_precision && e.split.empty() &&
-            e.bench.count(w)) {
+        if (&e != &d && e.prefill_precision == d.prefill_precision &&
+            e.decode_precision == d.decode_precision && e.split.empty() && e.bench.count(w)) {
           rival = &e;
         }
       }
@@ -476,9 +474,11 @@ std::string ConversationSection(const EvalConfig& config, const std::string& raw
   if (!config.conversations || config.conversations->deployments.empty()) return "";
   const EvalConversations& conv = *config.conversations;
   std::string md = absl::StrCat(
-      "## Conversations: KV reuse across turns\n\n", conv.sessions,
-      " concurrent conversations of ", conv.turns, " turns (`pdq bench --workload "
-      "conversation`): turn 1 sends ", conv.first_tokens,
+      "## Conversations: KV reuse across turns\n\n", conv.sessions, " concurrent conversations of ",
+      conv.turns,
+      " turns (`pdq bench --workload "
+      "conversation`): turn 1 sends ",
+      conv.first_tokens,
       " tokens of text, every later turn the whole conversation so far (prompt and answer) and ",
       conv.turn_tokens, " new tokens; ", conv.output_tokens,
       " tokens per answer. Each deployment runs it with its workers' prefix caches on (the "
@@ -486,7 +486,8 @@ std::string ConversationSection(const EvalConfig& config, const std::string& raw
       "tokens the workers reused.\n\n"
       "| deployment | prefix cache | conversations done in (s) | TTFT p50 turn 1 (ms) | TTFT p50 "
       "turns 2+ (ms) | TTFT p50 turn ",
-      conv.turns, " (ms) | cached | off / on |\n"
+      conv.turns,
+      " (ms) | cached | off / on |\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const std::string& name : conv.deployments) {
     double on_seconds = NAN;
@@ -507,13 +508,13 @@ std::string ConversationSection(const EvalConfig& config, const std::string& raw
       const double seconds = c.seconds;
       if (std::string(cache) == "on") on_seconds = seconds;
       const bool failed = c.requests_failed > 0;
-      absl::StrAppend(
-          &md, "| ", name, " | ", cache, " | ", F(seconds, 1), failed ? " (requests failed)" : "",
-          " | ", turns.empty() ? "–" : F(1e3 * turns[0].ttft_s.p50, 0), " | ",
-          F(1e3 * c.ttft_later_turns_s.p50, 0), " | ",
-          turns.empty() ? "–" : F(1e3 * turns.back().ttft_s.p50, 0), " | ",
-          prompt > 0 ? F(100 * cached / prompt, 0) + "%" : "–", " | ",
-          std::string(cache) == "off" ? F(seconds / on_seconds, 2) + "x" : "", " |\n");
+      absl::StrAppend(&md, "| ", name, " | ", cache, " | ", F(seconds, 1),
+                      failed ? " (requests failed)" : "", " | ",
+                      turns.empty() ? "–" : F(1e3 * turns[0].ttft_s.p50, 0), " | ",
+                      F(1e3 * c.ttft_later_turns_s.p50, 0), " | ",
+                      turns.empty() ? "–" : F(1e3 * turns.back().ttft_s.p50, 0), " | ",
+                      prompt > 0 ? F(100 * cached / prompt, 0) + "%" : "–", " | ",
+                      std::string(cache) == "off" ? F(seconds / on_seconds, 2) + "x" : "", " |\n");
     }
   }
   return md + "\n";

@@ -168,7 +168,8 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
       detail += lo.fp16_layers.empty()
                     ? ", no FP16 layers"
                     : absl::StrCat(", FP16 ", absl::StrJoin(lo.fp16_layers, ","));
-      if (!lo.w8_layers.empty()) absl::StrAppend(&detail, ", W8A16 ", absl::StrJoin(lo.w8_layers, ","));
+      if (!lo.w8_layers.empty())
+        absl::StrAppend(&detail, ", W8A16 ", absl::StrJoin(lo.w8_layers, ","));
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string where =

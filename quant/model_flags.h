@@ -26,7 +26,7 @@ struct ModelFlags {
   std::string model;
   std::string precision = "fp16";
   int64_t threads = 0;
-  int64_t group_size = 0;  // 0: the default (quant/quantized_load.h)
+  int64_t group_size = 0;                   // 0: the default (quant/quantized_load.h)
   int64_t w4a8_rows = kDefaultW4A8MinRows;  // W4A8 batched decode from this many rows; 0: never
   int64_t bf16_rows = kDefaultBf16MinRows;  // bf16 AMX tiles from this many rows; 0: never
   bool fp16_output = false;

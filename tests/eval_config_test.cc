@@ -64,20 +64,43 @@ TEST(EvalConfigTest, EachMistakeIsAnErrorNamingWhereItIs) {
       {[](json& c) { c["deployments"].push_back(c["deployments"][0]); }, "must be unique"},
       {[](json& c) { c["deployments"][0].erase("decode_precision"); }, "needs 'decode_precision'"},
       {[](json& c) { c["deployments"][0]["split"] = "a=50,b=50"; }, "pool 'a', which no worker"},
-      {[](json& c) { c["workloads"] = {{"poetry", {{"concurrency", {1}}}}}; },
+      {[](json& c) {
+         c["workloads"] = {{"poetry", {{"concurrency", {1}}}}};
+       },
        "workload 'poetry' is not chat"},
-      {[](json& c) { c["workloads"] = {{"chat", {{"concurrency", {0}}}}}; }, "integers >= 1"},
-      {[](json& c) { c["workloads"] = {{"chat", {{"concurrency", {1}}, {"warmup", "one"}}}}; },
+      {[](json& c) {
+         c["workloads"] = {{"chat", {{"concurrency", {0}}}}};
+       },
+       "integers >= 1"},
+      {[](json& c) {
+         c["workloads"] = {{"chat", {{"concurrency", {1}}, {"warmup", "one"}}}};
+       },
        "workload chat: warmup has the wrong type"},
-      {[](json& c) { c["workloads"] = {{"chat", {{"concurrency", {1}}, {"input_tokens", 0}}}}; },
+      {[](json& c) {
+         c["workloads"] = {{"chat", {{"concurrency", {1}}, {"input_tokens", 0}}}};
+       },
        "input_tokens must be an integer >= 1"},
-      {[](json& c) { c["lowbit"] = {{"threads", {1.5}}}; }, "'lowbit' must be an object"},
-      {[](json& c) { c["stability"] = {{"deployment", "nowhere"}}; }, "'nowhere' is not one"},
-      {[](json& c) { c["stability"] = {{"deployment", "mono"}, {"cycles", "ten"}}; },
+      {[](json& c) {
+         c["lowbit"] = {{"threads", {1.5}}};
+       },
+       "'lowbit' must be an object"},
+      {[](json& c) {
+         c["stability"] = {{"deployment", "nowhere"}};
+       },
+       "'nowhere' is not one"},
+      {[](json& c) {
+         c["stability"] = {{"deployment", "mono"}, {"cycles", "ten"}};
+       },
        "stability.cycles has the wrong type"},
-      {[](json& c) { c["lowbit"] = {{"threads", {0}}}; }, "'lowbit' must be an object"},
+      {[](json& c) {
+         c["lowbit"] = {{"threads", {0}}};
+       },
+       "'lowbit' must be an object"},
       {[](json& c) { c["accuracy"] = json::array(); }, "'accuracy' must be an object"},
-      {[](json& c) { c["conversation_bench"] = {{"deployments", {"ghost"}}}; }, "'ghost'"},
+      {[](json& c) {
+         c["conversation_bench"] = {{"deployments", {"ghost"}}};
+       },
+       "'ghost'"},
   };
   for (const Case& k : cases) {
     json c = Minimal();

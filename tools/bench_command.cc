@@ -40,8 +40,8 @@ namespace v1 = pdq::v1;
 
 struct BenchFlags {
   std::string router = "127.0.0.1:50051", levels = "1", workload = "custom", pattern,
-              text = "../shared/data/wikitext-2-raw/wiki.test.raw", json, openai_url,
-              openai_model, model = DefaultModelPath();
+              text = "../shared/data/wikitext-2-raw/wiki.test.raw", json, openai_url, openai_model,
+              model = DefaultModelPath();
   ConnectionFlags connection;
   int64_t input_tokens = 128, output_tokens = 128, requests = 0, per_client = 0, warmup = 1,
           timeout_s = 600, cycles = 3, high = 8, low = 1, sessions = 4, turns = 8,
@@ -168,16 +168,16 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
 
 std::string BenchFlags::Shape() const {
   return conversation()
-             ? absl::StrFormat("conversation: %d sessions x %d turns, %d then %d more tokens in "
-                               "per turn, %d out",
-                               sessions, turns, first_tokens, turn_tokens, output_tokens)
+             ? absl::StrFormat(
+                   "conversation: %d sessions x %d turns, %d then %d more tokens in "
+                   "per turn, %d out",
+                   sessions, turns, first_tokens, turn_tokens, output_tokens)
              : absl::StrFormat("%s: %d in, %d out", workload, input_tokens, output_tokens);
 }
 
 int64_t BenchFlags::Longest() const {
-  return conversation()
-             ? first_tokens + (turns - 1) * (turn_tokens + output_tokens) + output_tokens
-             : input_tokens + output_tokens;
+  return conversation() ? first_tokens + (turns - 1) * (turn_tokens + output_tokens) + output_tokens
+                        : input_tokens + output_tokens;
 }
 
 // The target, and the tokenizer that cuts prompts to their lengths.
@@ -193,9 +193,9 @@ struct Connected {
 absl::StatusOr<Connected> ConnectOpenAi(const BenchFlags& f) {
   Connected c;
   std::string model_used;
-  PDQ_ASSIGN_OR_RETURN(c.target, OpenAiBenchTarget(f.openai_url, f.openai_model,
-                                                   f.connection.api_key, f.connection.tls.ca,
-                                                   &model_used));
+  PDQ_ASSIGN_OR_RETURN(c.target,
+                       OpenAiBenchTarget(f.openai_url, f.openai_model, f.connection.api_key,
+                                         f.connection.tls.ca, &model_used));
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(f.model);
   if (!file.ok()) return WithFlagNames(file.status(), {{"path", "--model"}});
   PDQ_ASSIGN_OR_RETURN(c.tokenizer, Tokenizer::FromGguf(**file));
@@ -222,11 +222,11 @@ absl::StatusOr<Connected> ConnectRouter(const BenchFlags& f) {
     return absl::UnavailableError(absl::StrCat("router ", f.router, ": ", s.error_message()));
   }
   if (f.Longest() > info.max_context()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        f.conversation() ? "the last turn's prompt and answer (first + (turns - 1) x "
-                           "(turn + output) + output tokens = "
-                         : "input + output tokens (",
-        f.Longest(), ") must fit the context of ", info.max_context()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.conversation() ? "the last turn's prompt and answer (first + (turns - 1) x "
+                                        "(turn + output) + output tokens = "
+                                      : "input + output tokens (",
+                     f.Longest(), ") must fit the context of ", info.max_context()));
   }
   std::fprintf(stderr, "pdq bench: %s at %s, %d live workers; %s\n", info.name().c_str(),
                f.router.c_str(), info.live_workers(), f.Shape().c_str());
@@ -280,7 +280,7 @@ int BenchCommand(int argc, char** argv) {
     out.first_tokens = f.first_tokens;
     out.turn_tokens = f.turn_tokens;
     const ConversationOptions o{(int)f.sessions, (int)f.turns, f.first_tokens, f.turn_tokens,
-                                f.output_tokens,  f.timeout_s, f.warmup > 0};
+                                f.output_tokens, f.timeout_s,  f.warmup > 0};
     absl::StatusOr<bool> ok =
         RunConversationBench(*c->target, c->tokenize, c->stub.get(), *text, o, &out);
     if (!ok.ok()) return Fail("bench", ok.status());

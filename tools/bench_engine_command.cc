@@ -167,8 +167,7 @@ void PrintRun(const nlohmann::json& r, bool on_cpu, int64_t prompt_tokens, int64
   const std::string pp_roof =
       on_cpu ? absl::StrFormat(" = %.1f%% of the FMA peak%s",
                                100 * r["prefill_roofline_fraction"].get<double>(),
-                               integer_prefill ? " (FLOPs of every kind; int8 GEMMs included)"
-                                               : "")
+                               integer_prefill ? " (FLOPs of every kind; int8 GEMMs included)" : "")
              : "";
   const std::string tg_roof =
       on_cpu ? absl::StrFormat(" = %.1f%% of the read bandwidth",

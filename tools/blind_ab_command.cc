@@ -61,15 +61,14 @@ int BlindAbCommand(int argc, char** argv) {
   fs::create_directories(out, ec);
   if (ec) return Fail("eval blind-ab", absl::UnavailableError(absl::StrCat("cannot create ", out)));
   CatchInterrupts();
-  absl::StatusOr<std::vector<std::string>> answers_a = CollectAnswers(
-      a, prompts, (int)max_tokens, (int)concurrency, out + "/deployment-a", *remote);
+  absl::StatusOr<std::vector<std::string>> answers_a =
+      CollectAnswers(a, prompts, (int)max_tokens, (int)concurrency, out + "/deployment-a", *remote);
   if (!answers_a.ok()) return Fail("eval blind-ab", answers_a.status());
-  absl::StatusOr<std::vector<std::string>> answers_b = CollectAnswers(
-      b, prompts, (int)max_tokens, (int)concurrency, out + "/deployment-b", *remote);
+  absl::StatusOr<std::vector<std::string>> answers_b =
+      CollectAnswers(b, prompts, (int)max_tokens, (int)concurrency, out + "/deployment-b", *remote);
   if (!answers_b.ok()) return Fail("eval blind-ab", answers_b.status());
 
-  const BlindReview review =
-      MakeBlindReview(prompts, *answers_a, *answers_b, a, b, (uint64_t)seed);
+  const BlindReview review = MakeBlindReview(prompts, *answers_a, *answers_b, a, b, (uint64_t)seed);
   std::ofstream(out + "/review.html") << review.page;
   std::ofstream(out + "/key.json") << review.key.dump(1) << "\n";
   std::ofstream(out + "/answers.json") << review.answers.dump(1) << "\n";

@@ -138,8 +138,7 @@ absl::Status CompletionStep(const LoadedModel& prefill, Context* decode,
       continue;
     }
     absl::StatusOr<std::string> rendered = tok.ApplyChatTemplate(
-        {{"user",
-          absl::StrCat("Complete this Python function.\n\n```python\n", p.prompt, "```")}},
+        {{"user", absl::StrCat("Complete this Python function.\n\n```python\n", p.prompt, "```")}},
         /*add_generation_prompt=*/true);
     if (!rendered.ok()) return rendered.status();
     prompts.push_back(absl::StrCat(*rendered, "```python\n", CodePromptHead(p.prompt)));

@@ -62,12 +62,11 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
   std::printf("  turn  prompt  reused  answer      KL mean  agreement  first divergence\n");
   for (const ConversationTurnDrift& t : r->turns) {
     std::printf("  %4d  %6lld  %6lld  %6lld  %11.5f  %8.1f%%  %s\n", t.turn,
-                (long long)t.prompt_tokens, (long long)t.reused_tokens,
-                (long long)t.answer_tokens, t.kl_mean, 100 * t.agreement,
+                (long long)t.prompt_tokens, (long long)t.reused_tokens, (long long)t.answer_tokens,
+                t.kl_mean, 100 * t.agreement,
                 t.first_divergence < 0 ? "none" : std::to_string(t.first_divergence).c_str());
   }
-  std::printf("  all                            %11.5f  %8.1f%%\n", r->kl_mean,
-              100 * r->agreement);
+  std::printf("  all                            %11.5f  %8.1f%%\n", r->kl_mean, 100 * r->agreement);
   return 0;
 }
 

@@ -32,7 +32,9 @@ int PlanCommand(int argc, char** argv) {
   flags.String("json", &json_path, "also write the plan here");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (bench_path.empty()) return Fail("plan", absl::InvalidArgumentError("--bench is required"));
-  if (rate <= 0) return Fail("plan", absl::InvalidArgumentError("--rate is required (requests per second, > 0)"));
+  if (rate <= 0)
+    return Fail("plan",
+                absl::InvalidArgumentError("--rate is required (requests per second, > 0)"));
   absl::StatusOr<BenchResult> read = ReadBenchResult(bench_path);
   if (!read.ok()) return Fail("plan", read.status());
   const BenchResult& bench = *read;
@@ -58,7 +60,8 @@ int PlanCommand(int argc, char** argv) {
               r.rate, (long long)r.input_tokens, (long long)r.output_tokens, r.headroom * 100);
   std::printf("  prefill workers: %d  (%.0f prompt tokens/s to compute)\n", p.prefill_workers,
               p.prefill_load);
-  std::printf("  decode workers:  %d  (%.1f streams decoding at once)\n", p.decode_workers, p.streams);
+  std::printf("  decode workers:  %d  (%.1f streams decoding at once)\n", p.decode_workers,
+              p.streams);
   std::printf("autoscaler targets (average value per pod):\n");
   std::printf(
       "  prefill: pdq_queued_prompt_tokens %.0f  (a queue one worker computes in half the "
@@ -76,18 +79,19 @@ int PlanCommand(int argc, char** argv) {
         (long long)(r.input_tokens + r.output_tokens));
   }
   if (!json_path.empty()) {
-    const nlohmann::json out = {{"rate", r.rate},
-                                {"input_tokens", r.input_tokens},
-                                {"output_tokens", r.output_tokens},
-                                {"ttft_target_ms", r.ttft_target_ms},
-                                {"tpot_target_ms", r.tpot_target_ms},
-                                {"headroom", r.headroom},
-                                {"prefill_tokens_per_s", p.prefill_tokens_per_s},
-                                {"decode_streams_per_worker", p.decode_streams},
-                                {"prefill_workers", p.prefill_workers},
-                                {"decode_workers", p.decode_workers},
-                                {"hpa_prefill_queued_prompt_tokens", p.hpa_prefill_queued_prompt_tokens},
-                                {"hpa_decode_kv_blocks_used_ratio", p.hpa_decode_kv_blocks_used_ratio}};
+    const nlohmann::json out = {
+        {"rate", r.rate},
+        {"input_tokens", r.input_tokens},
+        {"output_tokens", r.output_tokens},
+        {"ttft_target_ms", r.ttft_target_ms},
+        {"tpot_target_ms", r.tpot_target_ms},
+        {"headroom", r.headroom},
+        {"prefill_tokens_per_s", p.prefill_tokens_per_s},
+        {"decode_streams_per_worker", p.decode_streams},
+        {"prefill_workers", p.prefill_workers},
+        {"decode_workers", p.decode_workers},
+        {"hpa_prefill_queued_prompt_tokens", p.hpa_prefill_queued_prompt_tokens},
+        {"hpa_decode_kv_blocks_used_ratio", p.hpa_decode_kv_blocks_used_ratio}};
     std::ofstream f(json_path);
     f << out.dump(1) << "\n";
     if (!f) return Fail("plan", absl::UnavailableError(absl::StrCat("cannot write ", json_path)));

@@ -24,9 +24,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/check.h"
+#include "harness/local_run.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "server/server.h"
-#include "harness/local_run.h"
 #include "tools/commands.h"
 
 namespace pdq {
@@ -188,10 +188,17 @@ absl::Status Supervisor::Configure(const nlohmann::json& cfg) {
   const std::string router_file = dir_ + "/router";
   // The router's flags but its addresses; a restart gets the addresses the
   // first start bound, where the workers and clients know it.
-  router_flags_ = {bin_ + "/pdq-router",      "--model",         model_,
-                   "--address-file",          router_file,       "--metrics-address-file",
-                   router_file + ".metrics",  "--http-address-file", router_file + ".http",
-                   "--drain-seconds",         std::to_string(drain_s_)};
+  router_flags_ = {bin_ + "/pdq-router",
+                   "--model",
+                   model_,
+                   "--address-file",
+                   router_file,
+                   "--metrics-address-file",
+                   router_file + ".metrics",
+                   "--http-address-file",
+                   router_file + ".http",
+                   "--drain-seconds",
+                   std::to_string(drain_s_)};
   // An A/B rollout: "split": "POOL=WEIGHT,...", workers' "pool".
   if (cfg.contains("split")) {
     if (!cfg["split"].is_string()) {
@@ -229,20 +236,30 @@ absl::StatusOr<Child> Supervisor::WorkerChild(const nlohmann::json& w, int index
   c.name = absl::StrCat("worker ", index, " (", role, ")");
   c.address_file = absl::StrCat(dir_, "/worker", index);
   c.args = {bin_ + (role == "prefill" ? "/pdq-prefill" : "/pdq-decode"),
-            "--role",           role,
-            "--model",          model_,
-            "--precision",      w.value("precision", std::string("fp16")),
-            "--router",         router_address,
-            "--listen",         host_ + ":0",
-            "--kv-transport",   transport_,
-            "--address-file",   c.address_file,
-            "--metrics-address-file", c.address_file + ".metrics",
-            "--worker-id",      w.value("id", absl::StrCat(role, "-", index)),
-            "--threads",        std::to_string(w.value("threads", 0)),
-            "--drain-seconds",  std::to_string(drain_s_)};
+            "--role",
+            role,
+            "--model",
+            model_,
+            "--precision",
+            w.value("precision", std::string("fp16")),
+            "--router",
+            router_address,
+            "--listen",
+            host_ + ":0",
+            "--kv-transport",
+            transport_,
+            "--address-file",
+            c.address_file,
+            "--metrics-address-file",
+            c.address_file + ".metrics",
+            "--worker-id",
+            w.value("id", absl::StrCat(role, "-", index)),
+            "--threads",
+            std::to_string(w.value("threads", 0)),
+            "--drain-seconds",
+            std::to_string(drain_s_)};
   if (w.contains("prefill_precision")) {
-    c.args.insert(c.args.end(),
-                  {"--prefill-precision", w["prefill_precision"].get<std::string>()});
+    c.args.insert(c.args.end(), {"--prefill-precision", w["prefill_precision"].get<std::string>()});
   }
   if (w.contains("pool")) {
     if (!w["pool"].is_string()) {
@@ -302,8 +319,7 @@ absl::StatusOr<std::string> Supervisor::Start() {
   }
 }
 
-void Supervisor::Announce(const std::string& address_file,
-                          const std::string& metrics_address_file,
+void Supervisor::Announce(const std::string& address_file, const std::string& metrics_address_file,
                           const std::string& http_address_file) {
   const Child& router = children_[0];
   std::string router_address;
@@ -355,9 +371,9 @@ bool Supervisor::Reap(std::chrono::steady_clock::time_point now) {
           return false;
         }
       }
-      c.backoff = ran >= kStableRun ? std::chrono::seconds(1)
-                                    : std::min(kMaxBackoff, std::max(std::chrono::seconds(1),
-                                                                     c.backoff * 2));
+      c.backoff = ran >= kStableRun
+                      ? std::chrono::seconds(1)
+                      : std::min(kMaxBackoff, std::max(std::chrono::seconds(1), c.backoff * 2));
       c.restart_at = now + c.backoff;
       std::fprintf(stderr, "pdq up: %s exited (%s) after %.1f s; starting it again in %lld s\n",
                    c.name.c_str(), ExitDescription(status).c_str(),
