@@ -120,6 +120,11 @@ class EvalRunner {
     if (!pdq::Keep(file + ".tmp", file)) ++failures_;
   }
   json UpConfig(const EvalDeployment& d) const;
+  using Flags = std::vector<std::pair<std::string, std::string>>;
+  // `pdq bench` against `dep` on the config's text, writing `file`.tmp, with
+  // these flags and values.
+  std::vector<std::string> BenchArgs(const LocalDeployment& dep, const std::string& file,
+                                     const Flags& flags) const;
   void RunWorkload(const LocalDeployment& dep, const EvalDeployment& d, const EvalWorkload& w);
   void RunStability(const LocalDeployment& dep, const std::string& name);
   void Converse(const LocalDeployment& dep, const std::string& name, const std::string& file,
@@ -190,6 +195,14 @@ json EvalRunner::UpConfig(const EvalDeployment& d) const {
   return up;
 }
 
+std::vector<std::string> EvalRunner::BenchArgs(const LocalDeployment& dep, const std::string& file,
+                                               const Flags& flags) const {
+  std::vector<std::string> args = {o_.pdq,   "bench", "--router", dep.address(),
+                                   "--text", c_.text, "--json",   file + ".tmp"};
+  for (const auto& [flag, value] : flags) args.insert(args.end(), {flag, value});
+  return args;
+}
+
 void EvalRunner::MeasureDeployment(const EvalDeployment& d) {
   const std::string& name = d.name;
   if (!Selected(name)) return;
@@ -253,38 +266,25 @@ void EvalRunner::RunWorkload(const LocalDeployment& dep, const EvalDeployment& d
   std::vector<std::string> levels;
   for (int l : w.concurrency) levels.push_back(std::to_string(l));
   Progress(absl::StrCat(d.name, ": ", w.name, " at concurrency ", absl::StrJoin(levels, ",")));
-  std::vector<std::string> args = {o_.pdq,
-                                   "bench",
-                                   "--router",
-                                   dep.address(),
-                                   "--workload",
-                                   w.name,
-                                   "--text",
-                                   c_.text,
-                                   "--concurrency",
-                                   absl::StrJoin(levels, ","),
-                                   "--warmup",
-                                   std::to_string(w.warmup),
-                                   "--ttft-target-ms",
-                                   std::to_string(w.ttft_target_ms),
-                                   "--tpot-target-ms",
-                                   std::to_string(w.tpot_target_ms),
-                                   "--json",
-                                   file + ".tmp"};
-  if (w.input_tokens > 0 || w.output_tokens > 0) {
-    // The workload's name with other lengths (a short demo).
-    args[5] = "custom";
-    args.insert(args.end(),
-                {"--input-tokens", std::to_string(w.input_tokens > 0 ? w.input_tokens : 128),
-                 "--output-tokens", std::to_string(w.output_tokens > 0 ? w.output_tokens : 128)});
+  // The workload's name, or "custom" with other lengths (a short demo).
+  const bool custom = w.input_tokens > 0 || w.output_tokens > 0;
+  Flags flags = {{"--workload", custom ? "custom" : w.name},
+                 {"--concurrency", absl::StrJoin(levels, ",")},
+                 {"--warmup", std::to_string(w.warmup)},
+                 {"--ttft-target-ms", std::to_string(w.ttft_target_ms)},
+                 {"--tpot-target-ms", std::to_string(w.tpot_target_ms)}};
+  if (custom) {
+    flags.push_back({"--input-tokens", std::to_string(w.input_tokens > 0 ? w.input_tokens : 128)});
+    flags.push_back(
+        {"--output-tokens", std::to_string(w.output_tokens > 0 ? w.output_tokens : 128)});
   }
   if (w.requests_per_client > 0) {
-    args.insert(args.end(), {"--requests-per-client", std::to_string(w.requests_per_client)});
+    flags.push_back({"--requests-per-client", std::to_string(w.requests_per_client)});
   } else if (w.requests > 0) {
-    args.insert(args.end(), {"--requests", std::to_string(w.requests)});
+    flags.push_back({"--requests", std::to_string(w.requests)});
   }
   const PoolCounters pools_before = PoolSeries(dep.metrics_address());
-  RunChild(args);
+  RunChild(BenchArgs(dep, file, flags));
   if (!d.split.empty()) {
     // The router's own pool-labelled counts over this workload (warm-up
     // included), beside the per-request records the bench kept.
@@ -306,30 +306,15 @@ void EvalRunner::RunStability(const LocalDeployment& dep, const std::string& nam
   const EvalStability& s = *c_.stability;
   Progress(absl::StrCat(name, ": stability, ", s.cycles, " cycles of alternating load"));
   const std::string file = raw_ + "/" + name + "/stability.json";
-  RunChild({o_.pdq,
-            "bench",
-            "--router",
-            dep.address(),
-            "--pattern",
-            "alternate",
-            "--text",
-            c_.text,
-            "--cycles",
-            std::to_string(s.cycles),
-            "--high",
-            std::to_string(s.high),
-            "--low",
-            std::to_string(s.low),
-            "--workload",
-            "custom",
-            "--input-tokens",
-            std::to_string(s.input_tokens),
-            "--output-tokens",
-            std::to_string(s.output_tokens),
-            "--max-rss-growth-mib",
-            std::to_string(s.max_rss_growth_mib),
-            "--json",
-            file + ".tmp"});
+  RunChild(BenchArgs(dep, file,
+                     {{"--pattern", "alternate"},
+                      {"--cycles", std::to_string(s.cycles)},
+                      {"--high", std::to_string(s.high)},
+                      {"--low", std::to_string(s.low)},
+                      {"--workload", "custom"},
+                      {"--input-tokens", std::to_string(s.input_tokens)},
+                      {"--output-tokens", std::to_string(s.output_tokens)},
+                      {"--max-rss-growth-mib", std::to_string(s.max_rss_growth_mib)}}));
   Keep(file);
 }
 
@@ -339,26 +324,13 @@ void EvalRunner::Converse(const LocalDeployment& dep, const std::string& name,
   const EvalConversations& c = *c_.conversations;
   Progress(absl::StrCat(name, ": conversations, prefix cache ", cache, ", ", c.sessions,
                         " sessions x ", c.turns, " turns"));
-  RunChild({o_.pdq,
-            "bench",
-            "--router",
-            dep.address(),
-            "--workload",
-            "conversation",
-            "--text",
-            c_.text,
-            "--sessions",
-            std::to_string(c.sessions),
-            "--turns",
-            std::to_string(c.turns),
-            "--first-tokens",
-            std::to_string(c.first_tokens),
-            "--turn-tokens",
-            std::to_string(c.turn_tokens),
-            "--output-tokens",
-            std::to_string(c.output_tokens),
-            "--json",
-            file + ".tmp"});
+  RunChild(BenchArgs(dep, file,
+                     {{"--workload", "conversation"},
+                      {"--sessions", std::to_string(c.sessions)},
+                      {"--turns", std::to_string(c.turns)},
+                      {"--first-tokens", std::to_string(c.first_tokens)},
+                      {"--turn-tokens", std::to_string(c.turn_tokens)},
+                      {"--output-tokens", std::to_string(c.output_tokens)}}));
   Keep(file);
 }
 
