@@ -21,7 +21,7 @@
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"
 #include "router/admission.h"
-#include "router/cache_routing.h"
+#include "policy/route.h"
 #include "router/openai_http.h"
 #include "router/traffic_split.h"
 #include "server/grpc_util.h"
@@ -207,7 +207,7 @@ class Registry {
   }
 
   // The live worker of one of `roles` (in `pool`, unless that is empty)
-  // that the request costs least (router/cache_routing.h: the prompt its
+  // that the request costs least (policy/route.h: the prompt its
   // prefix cache lacks against its work), preferring those not in `avoid`
   // and whose connection works; with `wanted_only`, none rather than one of
   // those. Prefill workers are not decoding. Counts the pick as one more
@@ -220,25 +220,25 @@ class Registry {
     const absl::Time now = absl::Now();
     const double load_tokens = options_.cache_load_tokens;
     std::vector<std::shared_ptr<Worker>> workers;
-    std::vector<RouteCandidate> candidates;
+    std::vector<policy::RouteCandidate> candidates;
     for (const auto& [id, w] : workers_) {
       if (!Alive(*w, now) || std::find(roles.begin(), roles.end(), w->info.role()) == roles.end() ||
           (!pool.empty() && w->info.pool() != pool)) {
         continue;
       }
-      RouteCandidate& c = candidates.emplace_back();
+      policy::RouteCandidate& c = candidates.emplace_back();
       // A worker whose connection just broke (killed, restarting) is still
       // "alive" until its heartbeats lapse; use it only if nothing else is.
       c.unwanted = avoid.contains(id) ||
                    w->channel->GetState(false) == GRPC_CHANNEL_TRANSIENT_FAILURE;
-      c.cached_tokens = CachedPrefixTokens(request.hashes, w->cached, request.block_tokens);
+      c.cached_tokens = policy::CachedPrefixTokens(request.hashes, w->cached, request.block_tokens);
       c.queued_tokens = w->load.queued_prompt_tokens();
       c.load = (by_tokens ? 0.0 : (double)w->load.active_sequences()) + (double)w->in_flight;
       c.kv_blocks_free = w->load.kv_blocks_free();
-      c.affinity = Affinity(request.client_id, id);
+      c.affinity = policy::Affinity(request.client_id, id);
       workers.push_back(w);
     }
-    const int i = BestCandidate(candidates, request.prompt_tokens, load_tokens);
+    const int i = policy::BestCandidate(candidates, request.prompt_tokens, load_tokens);
     if (i < 0 || (wanted_only && candidates[i].unwanted)) return nullptr;
     ++workers[i]->in_flight;
     return workers[i];

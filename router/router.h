@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "policy/route.h"
 #include "router/admission.h"
 #include "server/security.h"
 
@@ -51,9 +52,9 @@ struct RouterOptions {
   // at most this many tokens, it prefills them itself and no prefill worker
   // is involved (conditional disaggregation); 0: always a prefill worker.
   int local_prefill_tokens = 256;
-  // Cache-aware routing (router/cache_routing.h): how many prompt tokens
+  // Cache-aware routing (policy/route.h): how many prompt tokens
   // one request a worker is busy with is worth.
-  double cache_load_tokens = 512;
+  double cache_load_tokens = policy::kDefaultLoadTokens;
   // Admission control: bounded waiting, predicted TTFT, rate limits.
   AdmissionOptions admission;
 };

@@ -1,14 +1,14 @@
 // The router's cache-aware choice of worker as a pure function: the cached
 // prefix against the load, client affinity only between equals, and a
 // worker to avoid never preferred for its cache.
-#include "router/cache_routing.h"
+#include "policy/route.h"
 
 #include <vector>
 
 #include "common/prefix_hash.h"
 #include "gtest/gtest.h"
 
-namespace pdq::router {
+namespace pdq::policy {
 namespace {
 
 TEST(CacheRoutingTest, TheWorkerHoldingThePrefixWinsAtEqualLoad) {
@@ -103,4 +103,4 @@ TEST(CacheRoutingTest, CachedPrefixCountsTheLeadingRunOfHeldBlocks) {
 }
 
 }  // namespace
-}  // namespace pdq::router
+}  // namespace pdq::policy

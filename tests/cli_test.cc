@@ -50,7 +50,7 @@ TEST(CliTest, EveryCommandHasHelp) {
   for (const char* cmd : {"--help", "generate --help", "perplexity --help", "bench-engine --help",
                           "drift --help", "code-eval --help", "quantize --help", "up --help",
                           "client --help", "bench --help", "status --help", "plan --help",
-                          "migrate --help"}) {
+                          "migrate --help", "profile --help", "sim --help"}) {
     Result r = RunPdq(cmd);
     EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.out;
     EXPECT_NE(r.out.find("usage: pdq"), std::string::npos) << cmd;
@@ -461,6 +461,54 @@ TEST(CliTest, BenchEngineBaselineReportsSpeedups) {
   r = RunPdq("bench-engine --model synthetic:tiny --baseline fp8");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("unknown precision 'fp8'"), std::string::npos) << r.out;
+}
+
+// pdq profile measures a (synthetic) model and a KV link; pdq sim runs a
+// deployment on that profile. Bad arguments are one clear line each.
+TEST(CliTest, ProfileThenSimulateADeployment) {
+  const std::string profile = ::testing::TempDir() + "/cli_test_profile.json",
+                    out = ::testing::TempDir() + "/cli_test_sim.json";
+  Result r = RunPdq("profile --model synthetic:tiny --precisions fp16,w8a8 --reps 1 --out " +
+                    profile);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("held out"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV over tcp"), std::string::npos) << r.out;
+  r = RunPdq("sim --profile " + profile +
+             " --deployment 1P+2D --prefill-precision w8a8 --decode-precision fp16 "
+             "--prompt-tokens 200 --output-tokens 100 --rate 20 --requests 60 --warmup 5 --seeds 3 "
+             "--json " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("projected from"), std::string::npos) << r.out;
+  std::ifstream in(out);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["deployment"], "1P+2D");
+  EXPECT_EQ(j["seeds"], 3);
+  EXPECT_GT(j["ttft_p50"]["mean"].get<double>(), 0);
+  EXPECT_GT(j["tpot_p50"]["mean"].get<double>(), 0);
+  EXPECT_GT(j["output_tokens_per_second"]["mean"].get<double>(), 0);
+  EXPECT_GE(j["ttft_p99"]["mean"].get<double>(), j["ttft_p50"]["mean"].get<double>());
+
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"sim --workload chat --rate 1", "--profile is required"},
+           {"sim --profile " + profile + " --workload chat", "one of --rate and --concurrency"},
+           {"sim --profile " + profile + " --workload chat --rate 1 --concurrency 2",
+            "one of --rate and --concurrency"},
+           {"sim --profile " + profile + " --workload poetry --rate 1", "unknown 'poetry'"},
+           {"sim --profile " + profile + " --deployment 2X --workload chat --rate 1",
+            "neither P, D nor M"},
+           {"sim --profile " + profile + " --decode-precision w4a16 --workload chat --rate 1",
+            "no w4a16 pass"},
+           {"sim --profile " + profile + " --deployment 0P+1D --prefill-precision fp16 "
+            "--decode-precision fp16 --workload chat --rate 1",
+            "or prefill and decode workers"},
+           {"sim --profile README.md --workload chat --rate 1", "not a JSON object"},
+           {"sim --profile /nonexistent.json --workload chat --rate 1", "cannot read"},
+           {"profile --model synthetic:tiny --precisions fp3 --transports ''", "fp3"},
+       }) {
+    r = RunPdq(args);
+    EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << args << "\n" << r.out;
+  }
 }
 
 }  // namespace

@@ -4,14 +4,19 @@
 # A pdq library outside a server's list below fails the check, naming it:
 # the harness, the benchmarks, the evaluation metrics and the `pdq` commands
 # must not reach a server, the router must not reach the engine, and the
-# harness (a client of the servers) reaches neither the engine nor a server.
+# harness (a client of the servers) reaches neither the engine nor a server;
+# the policy (shared by the servers and the simulator) and the simulator
+# reach nothing but each other.
 cmake_minimum_required(VERSION 3.25)
 set(worker_allowed pdq_worker pdq_engine pdq_engine_cuda pdq_device pdq_quant pdq_quant_methods
   pdq_kernels pdq_kernels_cuda pdq_gguf pdq_tokenizer pdq_kvtransfer pdq_server pdq_proto
-  pdq_flags pdq_probes pdq_common)
-set(router_allowed pdq_router pdq_tokenizer pdq_gguf pdq_server pdq_proto pdq_flags pdq_common)
+  pdq_flags pdq_probes pdq_policy pdq_common)
+set(router_allowed pdq_router pdq_policy pdq_tokenizer pdq_gguf pdq_server pdq_proto pdq_flags pdq_common)
 # The harness is a client: no engine, no worker, no router.
 set(harness_allowed pdq_harness pdq_server pdq_proto pdq_common)
+# The policy is pure functions; the simulator runs on it alone.
+set(policy_allowed pdq_policy pdq_common)
+set(sim_allowed pdq_sim pdq_policy pdq_common)
 # name of the closure file, its allowed pdq libraries, one it must contain
 # (so an empty or broken walk fails too).
 set(checks
@@ -20,7 +25,9 @@ set(checks
   "pdq_worker|worker_allowed|pdq_quant"
   "pdq-router|router_allowed|pdq_tokenizer"
   "pdq_router|router_allowed|pdq_server"
-  "pdq_harness|harness_allowed|pdq_proto")
+  "pdq_harness|harness_allowed|pdq_proto"
+  "pdq_policy|policy_allowed|pdq_common"
+  "pdq_sim|sim_allowed|pdq_policy")
 
 set(failures 0)
 foreach(check IN LISTS checks)

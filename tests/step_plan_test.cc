@@ -1,7 +1,7 @@
-// The scheduler's step planning (worker/step_plan.h) on its own, with step
+// The scheduler's step planning (policy/step_plan.h) on its own, with step
 // costs from a known linear machine instead of a clock; and the scheduler
 // in-process on a synthetic model, checked in tokens per step.
-#include "worker/step_plan.h"
+#include "policy/step_plan.h"
 
 #include <memory>
 #include <thread>
@@ -13,6 +13,13 @@
 
 namespace pdq::worker {
 namespace {
+
+using policy::PlanStep;
+using policy::PrefillNeed;
+using policy::StepCostModel;
+using policy::StepInput;
+using policy::StepPlan;
+using policy::StepWork;
 
 // A machine whose step takes 2 ms + 0.5 ms a decode row + 0.1 ms a prompt
 // token + 1 us per 1000 attention pairs.

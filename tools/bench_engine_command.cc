@@ -38,19 +38,6 @@ Stats Summarize(const std::vector<double>& v) {
   return s;
 }
 
-// Deterministic pseudo-random prompt ids spread over the vocabulary.
-std::vector<int32_t> BenchTokens(int64_t n, int vocab) {
-  std::vector<int32_t> ids(n);
-  uint64_t x = 88172645463325252ull;
-  for (int64_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    ids[i] = (int32_t)(x % (uint64_t)vocab);
-  }
-  return ids;
-}
-
 // One model's pp and tg runs over its own KV cache.
 class Runner {
  public:
@@ -226,7 +213,7 @@ int BenchEngineCommand(int argc, char** argv) {
   if (prompt_tokens > c.max_context || decode_context + gen_tokens > c.max_context) {
     return Fail("bench-engine", absl::OutOfRangeError("test longer than the model's context"));
   }
-  const std::vector<int32_t> prompt = BenchTokens(prompt_tokens, c.vocab_size);
+  const std::vector<int32_t> prompt = BenchTokens(prompt_tokens, c.vocab_size, 0);
   const int64_t kv_tokens =
       std::max(prompt_tokens, (decode_context + gen_tokens) * batch + 16 * batch);
   LoadedModel base;

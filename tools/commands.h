@@ -2,8 +2,10 @@
 // own errors.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "flags/flags.h"
@@ -24,6 +26,8 @@ int BenchCommand(int argc, char** argv);
 int StatusCommand(int argc, char** argv);
 int MigrateCommand(int argc, char** argv);
 int PlanCommand(int argc, char** argv);
+int ProfileCommand(int argc, char** argv);
+int SimCommand(int argc, char** argv);
 int EvalCommand(int argc, char** argv);
 int BlindAbCommand(int argc, char** argv);  // pdq eval blind-ab
 int TallyCommand(int argc, char** argv);    // pdq eval tally
@@ -41,6 +45,9 @@ struct ConnectionFlags {
 };
 // Prints "pdq <command>: <status message>" to stderr and returns 1.
 int Fail(const std::string& command, const absl::Status& status);
+// Deterministic pseudo-random token ids spread over the vocabulary (xorshift
+// from a fixed state; `salt` varies it), for timing runs.
+std::vector<int32_t> BenchTokens(int64_t n, int vocab, uint64_t salt);
 // Parses flags; returns -1 to continue, else an exit code (help or error).
 int ParseOrExit(FlagParser& flags, int argc, char** argv);
 

@@ -40,4 +40,16 @@ absl::StatusOr<server::Dialing> ConnectionFlags::Dialing() const {
   return server::Dialing{std::move(*pem), server_name, api_key};
 }
 
+std::vector<int32_t> BenchTokens(int64_t n, int vocab, uint64_t salt) {
+  std::vector<int32_t> ids(n);
+  uint64_t x = 88172645463325252ull ^ salt;
+  for (int64_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    ids[i] = (int32_t)(x % (uint64_t)vocab);
+  }
+  return ids;
+}
+
 }  // namespace pdq

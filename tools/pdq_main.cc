@@ -22,6 +22,8 @@ constexpr char kUsage[] =
     "  status        a router's workers: role, precision, health, queue, KV blocks\n"
     "  migrate       move a decode worker's streams, with their KV, to other decode workers\n"
     "  plan          worker counts and autoscaler targets for a rate, from pdq bench\n"
+    "  profile       measure the step times, KV link and router cost that pdq sim runs on\n"
+    "  sim           simulate a deployment serving a workload, from a profile\n"
     "  eval          the whole evaluation of deployments (speed, stability, accuracy) and its "
     "report\n"
     "\n"
@@ -49,6 +51,8 @@ int main(int argc, char** argv) {
   if (command == "status") return pdq::StatusCommand(argc, argv);
   if (command == "migrate") return pdq::MigrateCommand(argc, argv);
   if (command == "plan") return pdq::PlanCommand(argc, argv);
+  if (command == "profile") return pdq::ProfileCommand(argc, argv);
+  if (command == "sim") return pdq::SimCommand(argc, argv);
   if (command == "eval") return pdq::EvalCommand(argc, argv);
   std::fprintf(stderr, "pdq: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;

@@ -1,6 +1,7 @@
 #include "worker/scheduler.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -8,7 +9,7 @@
 #include "common/check.h"
 #include "common/log.h"
 #include "server/metrics.h"
-#include "worker/step_plan.h"
+#include "policy/batch.h"
 #include "worker/text_stream.h"
 
 namespace pdq::worker {
@@ -845,60 +846,66 @@ void Scheduler::Housekeeping(absl::Time now, absl::Time* next_wake) {
 }
 
 void Scheduler::Step() {
-  // The decode rows: every running stream, up to the batch size.
-  std::vector<Sequence*> rows;
-  std::vector<Sequence*> queued;
-  for (auto& sp : sequences_) {
-    Sequence& s = *sp;
-    if (s.finished) continue;
-    if (s.stage == Stage::kQueued) queued.push_back(&s);
-    if (s.stage != Stage::kDecoding || s.paused_since != absl::InfiniteFuture() || s.suspended) {
-      continue;
-    }
-    if ((int)rows.size() < options_.max_decode_batch) rows.push_back(&s);
-  }
-  if (rows.empty() && queued.empty()) return;
-  // Interactive prompts first, each class in arrival order.
-  std::stable_partition(queued.begin(), queued.end(), [](Sequence* s) { return !s->batch; });
-  const absl::Time step_start = absl::Now();
-  // The ones that ran go to the back, so a full batch rotates fairly.
-  std::stable_partition(sequences_.begin(), sequences_.end(), [&](const auto& s) {
-    return std::find(rows.begin(), rows.end(), s.get()) == rows.end();
-  });
-  // The prompt work this step takes (worker/step_plan.h).
+  // What this step computes: the decode rows and prompt chunks of
+  // policy::FormStep (policy/batch.h: the simulator forms steps with it too).
   const bool fused = prefill_context() == decode_;
-  StepInput in;
-  in.fused = fused;
-  in.token_budget = options_.prefill_token_budget;
-  in.tpot_target = Seconds(options_.tpot_target);
-  in.min_chunk = in.align = kv_->layout().block_tokens;
-  for (Sequence* s : queued) in.prefill.push_back({s->prefilled, s->prompt_tokens - s->prefilled});
-  for (Sequence* s : rows) {
-    StepWork w;
-    w.AddDecodeRow(*kv_->Length(s->seq));
-    in.decode_attention += w.attention;
+  std::vector<policy::StreamView> views(sequences_.size());
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    const Sequence& s = *sequences_[i];
+    policy::StreamView& v = views[i];
+    if (s.finished) continue;
+    if (s.stage == Stage::kQueued) v.stage = policy::StreamView::Stage::kPrompt;
+    if (s.stage == Stage::kDecoding && s.paused_since == absl::InfiniteFuture() && !s.suspended) {
+      v.stage = policy::StreamView::Stage::kDecoding;
+      v.kv_tokens = *kv_->Length(s.seq);
+    }
+    v.batch_priority = s.batch;
+    v.prefilled = s.prefilled;
+    v.prompt_tokens = s.prompt_tokens;
   }
-  in.decode_rows = (int64_t)rows.size();
-  const StepPlan plan = PlanStep(in, fused ? decode_cost_ : prefill_cost_, decode_cost_);
+  policy::BatchOptions options;
+  options.max_decode_batch = options_.max_decode_batch;
+  options.token_budget = options_.prefill_token_budget;
+  options.tpot_target = Seconds(options_.tpot_target);
+  options.block_tokens = kv_->layout().block_tokens;
+  options.fused = fused;
+  const policy::StepComposition c =
+      policy::FormStep(views, options, fused ? decode_cost_ : prefill_cost_, decode_cost_);
+  if (c.rows.empty() && c.prompts.empty()) return;
+  const policy::StepPlan& plan = c.plan;
+  std::vector<Sequence*> rows, queued;
+  for (size_t i : c.rows) rows.push_back(sequences_[i].get());
+  for (size_t i : c.prompts) queued.push_back(sequences_[i].get());
   std::vector<Chunk> chunks;
   for (size_t i = 0; i < queued.size(); ++i) {
     Sequence& s = *queued[i];
-    const int64_t n = plan.chunk[i];
+    const int64_t n = c.chunk[i];
     if (n > 0) chunks.push_back({&s, n, s.prefilled + n == s.prompt_tokens});
   }
+  std::optional<StepTrace> trace;
+  if (options_.step_observer) trace = TraceStep(views, rows, chunks);
+  const absl::Time step_start = absl::Now();
+  // The ones that ran go to the back, so a full batch rotates fairly.
+  policy::RanToBack(sequences_, c.rows);
   if (!rows.empty()) {
     step_stats_.decode_steps += 1;
     step_stats_.bounded_steps += plan.bounded;
     step_stats_.max_prefill_tokens_with_decode =
         std::max(step_stats_.max_prefill_tokens_with_decode.load(), plan.prefill_tokens);
   }
+  double pass_seconds = 0, prompt_seconds = 0;
   if (fused) {
-    RunPass(decode_, decode_cost_, chunks, rows);
+    pass_seconds = RunPass(decode_, decode_cost_, chunks, rows);
   } else {
     // Two models: the prompt chunk first (the plan left the decode pass
     // its time), then the decode rows.
-    if (!chunks.empty()) RunPass(prefill_context(), prefill_cost_, chunks, {});
-    if (!rows.empty()) RunPass(decode_, decode_cost_, {}, rows);
+    if (!chunks.empty()) prompt_seconds = RunPass(prefill_context(), prefill_cost_, chunks, {});
+    if (!rows.empty()) pass_seconds = RunPass(decode_, decode_cost_, {}, rows);
+  }
+  if (trace) {
+    trace->pass_seconds = pass_seconds;
+    trace->prompt_seconds = prompt_seconds;
+    options_.step_observer(*trace);
   }
   // What the steps did, in the log every 10 s of steps with both kinds of
   // work: how prompts and decoding shared them, and how well the cost model
@@ -907,7 +914,7 @@ void Scheduler::Step() {
   if (!queued.empty() && !rows.empty()) {
     StepLog& g = step_log_;
     ++g.steps;
-    g.rows += in.decode_rows;
+    g.rows += (int64_t)rows.size();
     g.prompt_tokens += plan.prefill_tokens;
     g.bounded += plan.bounded;
     g.predicted += plan.predicted_seconds;
@@ -919,7 +926,7 @@ void Scheduler::Step() {
           "%.0f prompt tokens a step, %.0f%% cut short by the %.0f ms target; step %.1f ms on "
           "average (predicted %.1f), longest %.1f ms; cost model: prompt pass %s%s",
           g.steps, g.seconds, double(g.rows) / g.steps, double(g.prompt_tokens) / g.steps,
-          100.0 * g.bounded / g.steps, in.tpot_target * 1e3, g.seconds / g.steps * 1e3,
+          100.0 * g.bounded / g.steps, options.tpot_target * 1e3, g.seconds / g.steps * 1e3,
           g.predicted / g.steps * 1e3, g.longest * 1e3,
           (fused ? decode_cost_ : prefill_cost_).Describe(),
           fused ? "" : absl::StrCat(", decode pass ", decode_cost_.Describe())));
@@ -941,14 +948,27 @@ void Scheduler::Step() {
   }
 }
 
-void Scheduler::RunPass(Context* ctx, StepCostModel& cost, const std::vector<Chunk>& chunks,
-                        const std::vector<Sequence*>& rows) {
-  if (chunks.empty() && rows.empty()) return;
+StepTrace Scheduler::TraceStep(const std::vector<policy::StreamView>& views,
+                               const std::vector<Sequence*>& rows,
+                               const std::vector<Chunk>& chunks) const {
+  StepTrace t;
+  t.fused = prefill_context() == decode_;
+  for (size_t i = 0; i < sequences_.size(); ++i) {
+    if (!sequences_[i]->finished) t.streams.push_back({sequences_[i]->request_id, views[i]});
+  }
+  for (const Sequence* s : rows) t.rows.push_back(s->request_id);
+  for (const Chunk& c : chunks) t.chunks.emplace_back(c.s->request_id, c.n);
+  return t;
+}
+
+double Scheduler::RunPass(Context* ctx, policy::StepCostModel& cost,
+                          const std::vector<Chunk>& chunks, const std::vector<Sequence*>& rows) {
+  if (chunks.empty() && rows.empty()) return 0;
   const std::string writer = PrecisionName(ctx->model().precision());
   const int64_t bt = kv_->layout().block_tokens;
   // Decode rows first (one token each), then the prompt chunks.
   std::vector<BatchEntry> batch;
-  StepWork work;
+  policy::StepWork work;
   step_tokens_.resize(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) {
     step_tokens_[i] = rows[i]->last_token;
@@ -1043,6 +1063,7 @@ void Scheduler::RunPass(Context* ctx, StepCostModel& cost, const std::vector<Chu
       EmitToken(s, token);
     }
   }
+  return seconds;
 }
 
 void Scheduler::EmitToken(Sequence& s, int32_t token) {

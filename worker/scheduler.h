@@ -29,13 +29,29 @@
 #include "engine/kv_cache.h"
 #include "engine/sampler.h"
 #include "kvtransfer/transport.h"
-#include "worker/step_plan.h"
+#include "policy/batch.h"
+#include "policy/step_plan.h"
 
 namespace pdq::worker {
 
 enum class Role { kPrefill, kDecode, kBoth };
 const char* RoleName(Role role);
 absl::StatusOr<Role> ParseRole(const std::string& name);
+
+// One step as the scheduler formed and timed it, for
+// SchedulerOptions::step_observer.
+struct StepTrace {
+  struct Stream {
+    std::string request_id;
+    policy::StreamView view;
+  };
+  std::vector<Stream> streams;  // before the step, in the scheduler's order
+  std::vector<std::string> rows;  // request ids of the decode rows
+  std::vector<std::pair<std::string, int64_t>> chunks;  // (request id, prompt tokens)
+  bool fused = true;
+  double pass_seconds = 0;    // the decode model's pass (everything, when fused)
+  double prompt_seconds = 0;  // the prompt pass, when not fused
+};
 
 struct SchedulerOptions {
   Role role = Role::kBoth;
@@ -46,7 +62,7 @@ struct SchedulerOptions {
   int max_decode_batch = 64;
   // While streams decode, each step takes only the prompt work that keeps
   // the step (the time between a stream's tokens) within this, by the
-  // worker's measured step times (worker/step_plan.h); prompts progress by
+  // worker's measured step times (policy/step_plan.h); prompts progress by
   // at least one KV block a step. Zero (the default, as measured: see
   // bench/RESULTS.md): every step takes prefill_token_budget, and decoding
   // waits for it.
@@ -76,6 +92,9 @@ struct SchedulerOptions {
   // How long a stream suspended for migration waits for its KV to be sent
   // before it decodes on here.
   absl::Duration migration_lease = absl::Seconds(10);
+  // Called on the scheduler's thread after every step (tests: the
+  // simulator's parity with the scheduler, tests/sim_parity_test.cc).
+  std::function<void(const StepTrace&)> step_observer;
 };
 
 enum class FinishReason { kEos = 1, kStop = 2, kLength = 3, kContextFull = 4 };
@@ -299,7 +318,10 @@ class Scheduler {
     bool last;  // the prompt's end
   };
   void Step();
-  void RunPass(Context* ctx, StepCostModel& cost, const std::vector<Chunk>& chunks,
+  StepTrace TraceStep(const std::vector<policy::StreamView>& views,
+                      const std::vector<Sequence*>& rows, const std::vector<Chunk>& chunks) const;
+  // Runs one forward pass; its time in seconds.
+  double RunPass(Context* ctx, policy::StepCostModel& cost, const std::vector<Chunk>& chunks,
                const std::vector<Sequence*>& rows);
   void Housekeeping(absl::Time now, absl::Time* next_wake);
   // Emits a generated token (the first from a prefill, or a later one) and
@@ -357,7 +379,7 @@ class Scheduler {
   std::vector<int32_t> step_tokens_;
   Logits logits_;
   // Measured step times of the pass over each context (one when fused).
-  StepCostModel prefill_cost_, decode_cost_;
+  policy::StepCostModel prefill_cost_, decode_cost_;
   StepStats step_stats_;
   struct StepLog {
     int64_t steps = 0, rows = 0, prompt_tokens = 0, bounded = 0;

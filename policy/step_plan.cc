@@ -1,11 +1,11 @@
-#include "worker/step_plan.h"
+#include "policy/step_plan.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
 
-namespace pdq::worker {
+namespace pdq::policy {
 
 void StepWork::AddChunk(int64_t past, int64_t tokens) {
   prefill_tokens += tokens;
@@ -21,7 +21,7 @@ namespace {
 
 // The features, scaled so that each is of order one on typical steps and
 // the least-squares state stays well conditioned.
-constexpr double kPrior = 1e2;   // initial variance of each coefficient
+constexpr double kPrior = 1e2;    // initial variance of each coefficient
 constexpr double kForget = 0.98;  // older steps' weight per step
 void Features(const StepWork& w, double x[4]) {
   x[0] = 1;
@@ -80,9 +80,8 @@ void StepCostModel::Observe(const StepWork& w, double seconds) {
 }
 
 std::string StepCostModel::Describe() const {
-  return absl::StrFormat("%.2f ms + %.3f ms/row + %.3f ms/token + %.2f ms/M pairs",
-                         theta_[0] * 1e3, theta_[1] / 16 * 1e3, theta_[2] / 256 * 1e3,
-                         theta_[3] * 1e3);
+  return absl::StrFormat("%.2f ms + %.3f ms/row + %.3f ms/token + %.2f ms/M pairs", theta_[0] * 1e3,
+                         theta_[1] / 16 * 1e3, theta_[2] / 256 * 1e3, theta_[3] * 1e3);
 }
 
 StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
@@ -152,11 +151,10 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
     budget -= n;
     if (plan.bounded) break;
   }
-  plan.predicted_seconds =
-      in.fused ? prefill_cost.Predict(work)
-               : (plan.prefill_tokens > 0 ? prefill_cost.Predict(work) : 0) +
-                     (in.decode_rows > 0 ? decode_cost.Predict(decode) : 0);
+  plan.predicted_seconds = in.fused ? prefill_cost.Predict(work)
+                                    : (plan.prefill_tokens > 0 ? prefill_cost.Predict(work) : 0) +
+                                          (in.decode_rows > 0 ? decode_cost.Predict(decode) : 0);
   return plan;
 }
 
-}  // namespace pdq::worker
+}  // namespace pdq::policy

@@ -1,10 +1,10 @@
-#include "router/cache_routing.h"
+#include "policy/route.h"
 
 #include <tuple>
 
 #include "common/hash.h"
 
-namespace pdq::router {
+namespace pdq::policy {
 
 int BestCandidate(std::span<const RouteCandidate> candidates, int64_t prompt_tokens,
                   double load_tokens) {
@@ -36,4 +36,4 @@ uint64_t Affinity(std::string_view client_id, std::string_view worker_id) {
   return h == 0 ? 1 : h;
 }
 
-}  // namespace pdq::router
+}  // namespace pdq::policy

@@ -1,7 +1,8 @@
 // Which worker should take a request, given how much of its prompt each
 // worker's KV prefix cache holds and how busy each is: a pure function, so
-// the policy is tested on its own (tests/cache_routing_test.cc) and stated
-// in one place (README, "Cache-aware routing").
+// the policy is tested on its own (tests/cache_routing_test.cc), stated in
+// one place (README, "Cache-aware routing") and shared by the router and
+// the cluster simulator (sim/).
 //
 //   cost(w) = (prompt_tokens - cached_tokens(w)) + queued_tokens(w)
 //             + load_tokens * load(w)
@@ -24,7 +25,7 @@
 
 #include "absl/container/flat_hash_set.h"
 
-namespace pdq::router {
+namespace pdq::policy {
 
 struct RouteCandidate {
   bool unwanted = false;      // failed the last attempt, or its connection is failing
@@ -32,7 +33,7 @@ struct RouteCandidate {
   int64_t queued_tokens = 0;  // prompt tokens waiting for its prefill
   double load = 0;            // requests it is busy with (see above)
   int64_t kv_blocks_free = 0;
-  uint64_t affinity = 0;      // Affinity(client_id, worker id); 0 without a client id
+  uint64_t affinity = 0;  // Affinity(client_id, worker id); 0 without a client id
 };
 
 // How many prompt tokens one request of load is worth. 512 was the best of
@@ -54,4 +55,4 @@ int64_t CachedPrefixTokens(std::span<const uint64_t> request_hashes,
 // client id.
 uint64_t Affinity(std::string_view client_id, std::string_view worker_id);
 
-}  // namespace pdq::router
+}  // namespace pdq::policy

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace pdq::worker {
+namespace pdq::policy {
 
 // What a forward pass computes, in the terms its time depends on.
 struct StepWork {
@@ -101,4 +101,4 @@ struct StepPlan {
 StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
                   const StepCostModel& decode_cost);
 
-}  // namespace pdq::worker
+}  // namespace pdq::policy

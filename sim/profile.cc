@@ -1,0 +1,193 @@
+#include "sim/profile.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace pdq::sim {
+
+using nlohmann::json;
+
+absl::StatusOr<PassProfile> Profile::Pass(const std::string& precision, int threads) const {
+  const PassProfile* best = nullptr;
+  for (const PassProfile& p : passes) {
+    if (p.precision != precision) continue;
+    if (threads > 0 ? p.threads == threads : (best == nullptr || p.threads > best->threads)) {
+      best = &p;
+    }
+  }
+  if (best == nullptr) {
+    std::string have;
+    for (const PassProfile& p : passes) absl::StrAppend(&have, " ", p.precision, "@", p.threads);
+    return absl::NotFoundError(
+        absl::StrCat("the profile has no ", precision, " pass",
+                     threads > 0 ? absl::StrCat(" at ", threads, " threads") : "",
+                     "; it has:", have.empty() ? " none" : have));
+  }
+  return *best;
+}
+
+absl::StatusOr<LinkProfile> Profile::Link(const std::string& transport) const {
+  for (const LinkProfile& l : links) {
+    if (l.transport == transport) return l;
+  }
+  return absl::NotFoundError(absl::StrCat("the profile has no ", transport, " link"));
+}
+
+std::string ProfileToJson(const Profile& p) {
+  json j;
+  j["pdq_profile"] = p.version;
+  j["machine"] = {{"cpu", p.cpu}, {"isa", p.isa}, {"cores", p.cores}, {"hostname", p.hostname}};
+  j["model"] = {{"path", p.model_path},
+                {"num_layers", p.num_layers},
+                {"kv_bytes_per_token", p.kv_bytes_per_token},
+                {"block_tokens", p.block_tokens},
+                {"max_context", p.max_context}};
+  j["passes"] = json::array();
+  for (const PassProfile& s : p.passes) {
+    j["passes"].push_back({{"precision", s.precision},
+                           {"threads", s.threads},
+                           {"fixed", s.time.fixed},
+                           {"per_row", s.time.per_row},
+                           {"per_token", s.time.per_token},
+                           {"per_pair", s.time.per_pair},
+                           {"points", s.points},
+                           {"held_out", s.held_out},
+                           {"held_out_median_error", s.held_out_median_error},
+                           {"held_out_max_error", s.held_out_max_error},
+                           {"samples", json::array()}});
+    for (const PassSample& x : s.samples) {
+      j["passes"].back()["samples"].push_back({{"rows", x.rows},
+                                               {"tokens", x.tokens},
+                                               {"pairs", x.pairs},
+                                               {"seconds", x.seconds},
+                                               {"held_out", x.held_out}});
+    }
+  }
+  j["links"] = json::array();
+  for (const LinkProfile& l : p.links) {
+    j["links"].push_back({{"transport", l.transport},
+                          {"bytes_per_second", l.link.bytes_per_second},
+                          {"latency_seconds", l.link.latency_seconds}});
+  }
+  j["router_seconds"] = p.router_seconds;
+  return j.dump(2) + "\n";
+}
+
+namespace {
+
+// Reads j[key] into *out; an error names the path.
+template <class T>
+absl::Status Get(const json& j, const std::string& path, const char* key, T* out) {
+  if (!j.is_object() || !j.contains(key)) {
+    return absl::InvalidArgumentError(absl::StrCat("profile: ", path, ".", key, " is missing"));
+  }
+  const json& v = j.at(key);
+  constexpr bool kText = std::is_same_v<T, std::string>, kInt = std::is_integral_v<T>;
+  const bool ok = kText ? v.is_string() : kInt ? v.is_number_integer() : v.is_number();
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat("profile: ", path, ".", key, " must be ",
+                                                   kText  ? "a string"
+                                                   : kInt ? "an integer"
+                                                          : "a number"));
+  }
+  *out = v.get<T>();
+  return absl::OkStatus();
+}
+
+#define PDQ_GET(j, path, key, out) \
+  if (absl::Status s_ = Get(j, path, key, out); !s_.ok()) return s_
+
+}  // namespace
+
+absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("profile: not a JSON object");
+  }
+  Profile p;
+  PDQ_GET(j, "", "pdq_profile", &p.version);
+  if (p.version < 1 || p.version > kProfileVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile: version ", p.version, " is not one this pdq reads (1..", kProfileVersion, ")"));
+  }
+  const json& m = j.value("machine", json::object());
+  PDQ_GET(m, "machine", "cpu", &p.cpu);
+  PDQ_GET(m, "machine", "isa", &p.isa);
+  PDQ_GET(m, "machine", "cores", &p.cores);
+  PDQ_GET(m, "machine", "hostname", &p.hostname);
+  const json& model = j.value("model", json::object());
+  PDQ_GET(model, "model", "path", &p.model_path);
+  PDQ_GET(model, "model", "num_layers", &p.num_layers);
+  PDQ_GET(model, "model", "kv_bytes_per_token", &p.kv_bytes_per_token);
+  PDQ_GET(model, "model", "block_tokens", &p.block_tokens);
+  PDQ_GET(model, "model", "max_context", &p.max_context);
+  if (!j.contains("passes") || !j["passes"].is_array() || j["passes"].empty()) {
+    return absl::InvalidArgumentError("profile: passes must be a non-empty array");
+  }
+  for (size_t i = 0; i < j["passes"].size(); ++i) {
+    const json& e = j["passes"][i];
+    const std::string path = absl::StrCat("passes[", i, "]");
+    PassProfile s;
+    PDQ_GET(e, path, "precision", &s.precision);
+    PDQ_GET(e, path, "threads", &s.threads);
+    PDQ_GET(e, path, "fixed", &s.time.fixed);
+    PDQ_GET(e, path, "per_row", &s.time.per_row);
+    PDQ_GET(e, path, "per_token", &s.time.per_token);
+    PDQ_GET(e, path, "per_pair", &s.time.per_pair);
+    PDQ_GET(e, path, "points", &s.points);
+    PDQ_GET(e, path, "held_out", &s.held_out);
+    PDQ_GET(e, path, "held_out_median_error", &s.held_out_median_error);
+    PDQ_GET(e, path, "held_out_max_error", &s.held_out_max_error);
+    const json& samples = e.value("samples", json::array());
+    for (size_t k = 0; k < samples.size(); ++k) {
+      const std::string at = absl::StrCat(path, ".samples[", k, "]");
+      PassSample x;
+      PDQ_GET(samples[k], at, "rows", &x.rows);
+      PDQ_GET(samples[k], at, "tokens", &x.tokens);
+      PDQ_GET(samples[k], at, "pairs", &x.pairs);
+      PDQ_GET(samples[k], at, "seconds", &x.seconds);
+      x.held_out = samples[k].value("held_out", false);
+      s.samples.push_back(x);
+    }
+    for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair}) {
+      if (!(v >= 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("profile: ", path, ": step time coefficients must be >= 0"));
+      }
+    }
+    p.passes.push_back(s);
+  }
+  const json& links = j.value("links", json::array());
+  for (size_t i = 0; i < links.size(); ++i) {
+    const std::string path = absl::StrCat("links[", i, "]");
+    LinkProfile l;
+    PDQ_GET(links[i], path, "transport", &l.transport);
+    PDQ_GET(links[i], path, "bytes_per_second", &l.link.bytes_per_second);
+    PDQ_GET(links[i], path, "latency_seconds", &l.link.latency_seconds);
+    if (!(l.link.bytes_per_second > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile: ", path, ".bytes_per_second must be > 0"));
+    }
+    p.links.push_back(l);
+  }
+  PDQ_GET(j, "", "router_seconds", &p.router_seconds);
+  return p;
+}
+
+#undef PDQ_GET
+
+absl::StatusOr<Profile> ReadProfile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the profile ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<Profile> p = ProfileFromJson(ss.str());
+  if (!p.ok())
+    return absl::Status(p.status().code(), absl::StrCat(path, ": ", p.status().message()));
+  return p;
+}
+
+}  // namespace pdq::sim

@@ -1,0 +1,71 @@
+// The measured profile that `pdq sim` and `pdq plan --sim` run on: a
+// versioned JSON bundle written by `pdq profile` on the machine it
+// describes. Each pass model is a linear fit of measured forward passes
+// (sim::PassTime) with its error on points held out of the fit, so a
+// simulated figure can say how far its inputs are from measurement.
+//
+//   {"pdq_profile": 1,
+//    "machine": {"cpu": "...", "isa": "avx2", "cores": 2, "hostname": "..."},
+//    "model": {"path": "...", "num_layers": 30, "kv_bytes_per_token": 92160,
+//              "block_tokens": 16, "max_context": 8192},
+//    "passes": [{"precision": "fp16", "threads": 2, "fixed": 0.004, "per_row": ...,
+//                "per_token": ..., "per_pair": ..., "points": 24, "held_out": 8,
+//                "held_out_median_error": 0.03, "held_out_max_error": 0.08}, ...],
+//    "links": [{"transport": "tcp", "bytes_per_second": 2.1e9, "latency_seconds": 8e-5}],
+//    "router_seconds": 0.0004}
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sim/sim.h"
+
+namespace pdq::sim {
+
+inline constexpr int kProfileVersion = 1;
+
+// One measured forward pass.
+struct PassSample {
+  int64_t rows = 0, tokens = 0;
+  double pairs = 0;  // policy::StepWork::attention
+  double seconds = 0;
+  bool held_out = false;  // not used by the fit
+};
+
+struct PassProfile {
+  std::string precision;
+  int threads = 0;
+  PassTime time;
+  int points = 0, held_out = 0;
+  double held_out_median_error = 0, held_out_max_error = 0;  // relative
+  std::vector<PassSample> samples;  // what was fitted and held out (optional in files)
+};
+
+struct LinkProfile {
+  std::string transport;
+  LinkSpec link;
+};
+
+struct Profile {
+  int version = kProfileVersion;
+  std::string cpu, isa, hostname;
+  int cores = 0;
+  std::string model_path;
+  int num_layers = 0;
+  int64_t kv_bytes_per_token = 0, block_tokens = 16, max_context = 0;
+  std::vector<PassProfile> passes;
+  std::vector<LinkProfile> links;
+  double router_seconds = 0;
+
+  // The pass of `precision` at `threads` (0: the most threads measured).
+  absl::StatusOr<PassProfile> Pass(const std::string& precision, int threads = 0) const;
+  absl::StatusOr<LinkProfile> Link(const std::string& transport) const;
+};
+
+std::string ProfileToJson(const Profile& p);
+// Errors name the field; a newer version is refused.
+absl::StatusOr<Profile> ProfileFromJson(const std::string& text);
+absl::StatusOr<Profile> ReadProfile(const std::string& path);
+
+}  // namespace pdq::sim

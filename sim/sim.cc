@@ -1,0 +1,470 @@
+#include "sim/sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <queue>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "policy/route.h"
+#include "sim/worker_sim.h"
+
+namespace pdq::sim {
+
+std::string Deployment::Name() const {
+  std::string name;
+  if (prefill > 0 || decode > 0) absl::StrAppend(&name, prefill, "P+", decode, "D");
+  if (monolithic > 0) absl::StrAppend(&name, name.empty() ? "" : "+", monolithic, "M");
+  return name;
+}
+
+namespace {
+
+absl::Status CheckPass(const PassTime& p, const std::string& where) {
+  for (double v : {p.fixed, p.per_row, p.per_token, p.per_pair}) {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": step time coefficients must be finite and >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckWorker(const WorkerSpec& s, const std::string& where, bool prompts,
+                         bool decodes) {
+  if (prompts && !s.fused && s.prompt_pass.fixed + s.prompt_pass.per_token <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": prompt_pass is zero"));
+  }
+  if (absl::Status st = CheckPass(s.pass, where + ".pass"); !st.ok()) return st;
+  if (absl::Status st = CheckPass(s.prompt_pass, where + ".prompt_pass"); !st.ok()) return st;
+  const PassTime& p = s.fused ? s.pass : s.prompt_pass;
+  if (prompts && p.fixed + p.per_token <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": prompts would take no time"));
+  }
+  if (decodes && s.pass.fixed + s.pass.per_row <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": decode steps would take no time"));
+  }
+  if (s.batch.max_decode_batch < 1 || s.batch.token_budget < 1 || s.batch.block_tokens < 1 ||
+      s.kv_blocks < 1 || s.max_context < 2 || s.batch.tpot_target < 0 || s.noise < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where,
+                     ": max_decode_batch, token_budget, block_tokens, kv_blocks must be >= 1, "
+                     "max_context >= 2, tpot_target and noise >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Validate(const Deployment& d, const Workload& w) {
+  if (d.monolithic < 0 || d.prefill < 0 || d.decode < 0) {
+    return absl::InvalidArgumentError("worker counts must be >= 0");
+  }
+  if (d.monolithic == 0 && (d.prefill == 0 || d.decode == 0)) {
+    return absl::InvalidArgumentError(
+        "a deployment needs monolithic workers, or prefill and decode workers");
+  }
+  if (d.decode > 0 && d.prefill == 0) {
+    return absl::InvalidArgumentError("decode workers need prefill workers");
+  }
+  if (d.monolithic > 0) {
+    if (absl::Status s = CheckWorker(d.monolithic_worker, "monolithic_worker", true, true); !s.ok())
+      return s;
+  }
+  if (d.prefill > 0) {
+    if (absl::Status s = CheckWorker(d.prefill_worker, "prefill_worker", true, false); !s.ok())
+      return s;
+    if (absl::Status s = CheckWorker(d.decode_worker, "decode_worker", false, true); !s.ok())
+      return s;
+    if (!(d.link.bytes_per_second > 0) || !(d.link.latency_seconds >= 0)) {
+      return absl::InvalidArgumentError("link: bytes_per_second must be > 0, latency >= 0");
+    }
+    if (d.kv_bytes_per_token <= 0 || d.num_layers < 1) {
+      return absl::InvalidArgumentError("kv_bytes_per_token and num_layers must be >= 1");
+    }
+  }
+  if (!(d.router_seconds >= 0) || !(d.load_tokens >= 0)) {
+    return absl::InvalidArgumentError("router_seconds and load_tokens must be >= 0");
+  }
+  if (w.requests < 1 || w.warmup < 0) {
+    return absl::InvalidArgumentError("requests must be >= 1 and warmup >= 0");
+  }
+  if (w.prompt_tokens < 1 || w.output_tokens < 1) {
+    return absl::InvalidArgumentError("prompt_tokens and output_tokens must be >= 1");
+  }
+  if (!(w.length_spread >= 0 && w.length_spread < 1)) {
+    return absl::InvalidArgumentError("length_spread must be in [0, 1)");
+  }
+  if (w.arrivals == Workload::Arrivals::kClosedLoop ? w.concurrency < 1
+                                                    : !(w.rate > 0 && std::isfinite(w.rate))) {
+    return absl::InvalidArgumentError(w.arrivals == Workload::Arrivals::kClosedLoop
+                                          ? "concurrency must be >= 1"
+                                          : "rate must be > 0");
+  }
+  if (w.arrivals == Workload::Arrivals::kGamma && !(w.burstiness > 0)) {
+    return absl::InvalidArgumentError("burstiness must be > 0");
+  }
+  const int64_t longest =
+      (int64_t)std::ceil(double(w.prompt_tokens + w.output_tokens) * (1 + w.length_spread));
+  for (const auto& [n, s, name] :
+       {std::tuple{d.monolithic, &d.monolithic_worker, "monolithic_worker"},
+        std::tuple{d.decode, &d.decode_worker, "decode_worker"}}) {
+    if (n > 0 && longest > s->max_context) {
+      return absl::InvalidArgumentError(absl::StrCat("the workload's longest request (", longest,
+                                                     " tokens) exceeds ", name, ".max_context (",
+                                                     s->max_context, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The event loop and the deployment's state for one run.
+class Simulation {
+ public:
+  Simulation(const Deployment& d, const Workload& w, const RunOptions& o)
+      : d_(d), w_(w), o_(o), rng_(w.seed) {
+    for (int i = 0; i < d.monolithic; ++i) workers_.emplace_back(Role::kBoth, d.monolithic_worker);
+    for (int i = 0; i < d.prefill; ++i) workers_.emplace_back(Role::kPrefill, d.prefill_worker);
+    for (int i = 0; i < d.decode; ++i) workers_.emplace_back(Role::kDecode, d.decode_worker);
+    busy_.assign(workers_.size(), false);
+    in_flight_.assign(workers_.size(), 0);
+    link_free_.assign(workers_.size(), 0);
+    result_.workers.resize(workers_.size());
+    for (size_t i = 0; i < workers_.size(); ++i) result_.workers[i].role = workers_[i].role();
+  }
+
+  RunResult Run() {
+    const int total = w_.warmup + w_.requests;
+    result_.requests.resize(total);
+    if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
+      for (int c = 0; c < std::min(w_.concurrency, total); ++c) Send(0);
+    } else {
+      double t = 0;
+      for (int i = 0; i < total; ++i) {
+        At(t, [this, t] { Send(t); });
+        t += Gap();
+      }
+    }
+    while (!events_.empty()) {
+      Event e = events_.top();
+      events_.pop();
+      now_ = e.time;
+      e.fn();
+    }
+    result_.end_time = now_;
+    return std::move(result_);
+  }
+
+ private:
+  struct Event {
+    double time;
+    uint64_t order;
+    std::function<void()> fn;
+    bool operator>(const Event& o) const {
+      return time != o.time ? time > o.time : order > o.order;
+    }
+  };
+
+  void At(double t, std::function<void()> fn) { events_.push({t, next_order_++, std::move(fn)}); }
+
+  double Gap() {
+    if (w_.arrivals == Workload::Arrivals::kPoisson) {
+      return std::exponential_distribution<double>(w_.rate)(rng_);
+    }
+    // Gamma gaps with mean 1/rate and coefficient of variation `burstiness`.
+    const double k = 1 / (w_.burstiness * w_.burstiness);
+    return std::gamma_distribution<double>(k, 1 / (k * w_.rate))(rng_);
+  }
+
+  int64_t Length(int64_t mean) {
+    if (w_.length_spread == 0) return mean;
+    std::uniform_real_distribution<double> u(1 - w_.length_spread, 1 + w_.length_spread);
+    return std::max<int64_t>(1, std::llround(double(mean) * u(rng_)));
+  }
+
+  // A client sends its next request.
+  void Send(double t) {
+    if (sent_ >= (int64_t)result_.requests.size()) return;
+    RequestRecord& r = result_.requests[sent_];
+    r.id = sent_;
+    r.measured = sent_ >= w_.warmup;
+    r.arrival = t;
+    r.prompt_tokens = Length(w_.prompt_tokens);
+    r.output_tokens = Length(w_.output_tokens);
+    ++sent_;
+    const int64_t id = r.id;
+    At(t + d_.router_seconds, [this, id] { Route(id); });
+  }
+
+  void Done(int64_t id) {
+    RequestRecord& r = result_.requests[id];
+    r.finish = now_;
+    --in_flight_[r.decode_worker];  // (a prefill worker's ended when it sent the KV)
+    if (w_.arrivals == Workload::Arrivals::kClosedLoop) Send(now_);
+  }
+
+  // No worker has room for its KV: the router refuses it at once.
+  void Refuse(int64_t id) {
+    RequestRecord& r = result_.requests[id];
+    r.refused = true;
+    r.decode_worker = r.prefill_worker = -1;
+    r.first_token = r.finish = now_;
+    if (w_.arrivals == Workload::Arrivals::kClosedLoop) Send(now_);
+  }
+
+  // The router's choice among workers of `roles` (policy::BestCandidate),
+  // among those with room for `reserve` tokens of KV (0: no reservation).
+  int Pick(std::initializer_list<Role> roles, int64_t prompt_tokens, int64_t reserve) {
+    std::vector<policy::RouteCandidate> candidates;
+    std::vector<int> index;
+    for (int i = 0; i < (int)workers_.size(); ++i) {
+      const WorkerSim& w = workers_[i];
+      if (std::find(roles.begin(), roles.end(), w.role()) == roles.end()) continue;
+      const int64_t free = w.spec().kv_blocks - w.kv_blocks_used();
+      if (reserve > 0 && free * w.spec().batch.block_tokens < reserve) continue;
+      policy::RouteCandidate c;
+      c.queued_tokens = w.queued_prompt_tokens();
+      c.load = double(w.role() == Role::kPrefill ? 0 : in_flight_[i]);
+      c.kv_blocks_free = free;
+      candidates.push_back(c);
+      index.push_back(i);
+    }
+    const int best = policy::BestCandidate(candidates, prompt_tokens, d_.load_tokens);
+    return best < 0 ? -1 : index[best];
+  }
+
+  void Route(int64_t id) {
+    RequestRecord& r = result_.requests[id];
+    const int64_t kv = r.prompt_tokens + r.output_tokens;
+    const int dw = Pick({Role::kDecode, Role::kBoth}, r.prompt_tokens, kv);
+    if (dw < 0) return Refuse(id);
+    workers_[dw].Reserve(kv);
+    r.decode_worker = dw;
+    SimStream s;
+    s.id = id;
+    s.prompt_tokens = r.prompt_tokens;
+    s.output_tokens = r.output_tokens;
+    if (workers_[dw].role() == Role::kBoth) {
+      ++in_flight_[dw];
+      workers_[dw].Add(s);
+      Kick(dw);
+      return;
+    }
+    s.stage = policy::StreamView::Stage::kOther;  // a reservation: waits for its KV
+    workers_[dw].Add(s);
+    ++in_flight_[dw];
+    const int pw = Pick({Role::kPrefill}, r.prompt_tokens, r.prompt_tokens);
+    if (pw < 0) {
+      workers_[dw].Remove(id);
+      workers_[dw].Unreserve(kv);
+      Refuse(id);
+      return;
+    }
+    r.prefill_worker = pw;
+    ++in_flight_[pw];
+    workers_[pw].Reserve(r.prompt_tokens);
+    SimStream p;
+    p.id = id;
+    p.prompt_tokens = r.prompt_tokens;
+    p.output_tokens = 1;
+    p.prefill_only = true;
+    workers_[pw].Add(p);
+    Kick(pw);
+  }
+
+  void Kick(int w) {
+    if (busy_[w] || !workers_[w].HasWork()) return;
+    SimStep step = workers_[w].Form();
+    if (step.empty()) return;
+    StepTimes times = workers_[w].ModelTimes(step);
+    const double noise = workers_[w].spec().noise;
+    if (noise > 0) {
+      const double f =
+          std::exp(noise * std::normal_distribution<double>(0, 1)(rng_) - noise * noise / 2);
+      times.pass *= f;
+      times.prompt *= f;
+    }
+    const double seconds = times.total();
+    busy_[w] = true;
+    WorkerRecord& wr = result_.workers[w];
+    wr.busy_seconds += seconds;
+    ++wr.steps;
+    if (o_.trace_steps) {
+      result_.steps.push_back({w, now_, seconds, step.rows, step.chunks});
+    }
+    const double start = now_;
+    At(now_ + seconds,
+       [this, w, start, times, step = std::move(step)] { EndStep(w, start, step, times); });
+  }
+
+  void EndStep(int w, double start, const SimStep& step, const StepTimes& times) {
+    busy_[w] = false;
+    WorkerSim& worker = workers_[w];
+    const StepOutcome out = worker.Finish(step, times);
+    if (worker.role() == Role::kBoth) {
+      for (int64_t id : out.prefilled) result_.requests[id].first_token = now_;
+    }
+    for (int64_t id : out.finished) {
+      RequestRecord& r = result_.requests[id];
+      if (worker.role() == Role::kPrefill) {
+        worker.Unreserve(r.prompt_tokens);
+        SendKv(w, id, start);
+      } else {
+        worker.Unreserve(r.prompt_tokens + r.output_tokens);
+        Done(id);
+      }
+    }
+    Kick(w);
+  }
+
+  // The prompt's KV streams out layer by layer while its last chunk
+  // computes (from `start`), over the sender's and the receiver's links; the
+  // last layer leaves when the pass ends.
+  void SendKv(int pw, int64_t id, double start) {
+    RequestRecord& r = result_.requests[id];
+    const int dw = r.decode_worker;
+    const double bytes = double(r.prompt_tokens) * double(d_.kv_bytes_per_token);
+    const double wire = bytes / d_.link.bytes_per_second;
+    const double begin = std::max({start, link_free_[pw], link_free_[dw]});
+    const double end = std::max(now_ + wire / d_.num_layers, begin + wire);
+    link_free_[pw] = link_free_[dw] = end;
+    --in_flight_[pw];
+    At(end + d_.link.latency_seconds, [this, dw, id] {
+      RequestRecord& q = result_.requests[id];
+      q.first_token = now_;
+      WorkerSim& d = workers_[dw];
+      if (q.output_tokens <= 1) {
+        d.Remove(id);
+        d.Unreserve(q.prompt_tokens + q.output_tokens);
+        Done(id);
+        return;
+      }
+      d.KvLanded(id);
+      Kick(dw);
+    });
+  }
+
+  const Deployment& d_;
+  const Workload& w_;
+  const RunOptions& o_;
+  std::mt19937_64 rng_;
+  std::vector<WorkerSim> workers_;
+  std::vector<bool> busy_;
+  std::vector<int64_t> in_flight_;
+  std::vector<double> link_free_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t next_order_ = 0;
+  double now_ = 0;
+  int64_t sent_ = 0;
+  RunResult result_;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double x = p * double(v.size() - 1);
+  const size_t lo = (size_t)std::floor(x);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (x - double(lo));
+}
+
+// Student's t at 97.5% for `df` degrees of freedom.
+double TQuantile(int df) {
+  static constexpr double kT[] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306,
+                                  2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120,
+                                  2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+                                  2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+  if (df < 1) return 0;
+  return df <= 30 ? kT[df - 1] : 1.96;
+}
+
+Estimate Estimated(const std::vector<double>& v) {
+  Estimate e;
+  if (v.empty()) return e;
+  for (double x : v) e.mean += x;
+  e.mean /= double(v.size());
+  if (v.size() < 2) return e;
+  double ss = 0;
+  for (double x : v) ss += (x - e.mean) * (x - e.mean);
+  const double sd = std::sqrt(ss / double(v.size() - 1));
+  e.half_width = TQuantile((int)v.size() - 1) * sd / std::sqrt(double(v.size()));
+  return e;
+}
+
+}  // namespace
+
+absl::StatusOr<RunResult> Simulate(const Deployment& d, const Workload& w, const RunOptions& o) {
+  if (absl::Status s = Validate(d, w); !s.ok()) return s;
+  return Simulation(d, w, o).Run();
+}
+
+RunSummary Summarize(const RunResult& r, const Targets& t) {
+  RunSummary s;
+  std::vector<double> ttft, tpot;
+  double first = INFINITY, last = 0, tokens = 0, met = 0;
+  for (const RequestRecord& q : r.requests) {
+    if (!q.measured) continue;
+    if (q.refused) {
+      ++s.refused;
+      continue;
+    }
+    ++s.measured;
+    ttft.push_back(q.ttft());
+    if (q.output_tokens > 1) tpot.push_back(q.tpot());
+    first = std::min(first, q.arrival);
+    last = std::max(last, q.finish);
+    tokens += double(q.output_tokens);
+    met += q.ttft() <= t.ttft_seconds && q.tpot() <= t.tpot_seconds;
+  }
+  s.ttft_p50 = Percentile(ttft, 0.5);
+  s.ttft_p90 = Percentile(ttft, 0.9);
+  s.ttft_p99 = Percentile(ttft, 0.99);
+  s.tpot_p50 = Percentile(tpot, 0.5);
+  s.tpot_p90 = Percentile(tpot, 0.9);
+  s.tpot_p99 = Percentile(tpot, 0.99);
+  const double span = last - first;
+  if (s.measured > 0 && span > 0) {
+    s.output_tokens_per_second = tokens / span;
+    s.requests_per_second = double(s.measured) / span;
+    s.goodput = met / span;
+  }
+  const int64_t all = s.measured + s.refused;
+  s.met_fraction = all > 0 ? met / double(all) : 0;
+  return s;
+}
+
+absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
+                                     int seeds) {
+  if (seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  std::vector<RunSummary> runs;
+  for (int i = 0; i < seeds; ++i) {
+    Workload wi = w;
+    wi.seed = w.seed + (uint64_t)i;
+    absl::StatusOr<RunResult> r = Simulate(d, wi);
+    if (!r.ok()) return r.status();
+    runs.push_back(Summarize(*r, t));
+  }
+  SeedSummary out;
+  out.seeds = seeds;
+  auto each = [&](double RunSummary::*field) {
+    std::vector<double> v;
+    for (const RunSummary& s : runs) v.push_back(s.*field);
+    return Estimated(v);
+  };
+  out.ttft_p50 = each(&RunSummary::ttft_p50);
+  out.ttft_p90 = each(&RunSummary::ttft_p90);
+  out.ttft_p99 = each(&RunSummary::ttft_p99);
+  out.tpot_p50 = each(&RunSummary::tpot_p50);
+  out.tpot_p90 = each(&RunSummary::tpot_p90);
+  out.tpot_p99 = each(&RunSummary::tpot_p99);
+  out.output_tokens_per_second = each(&RunSummary::output_tokens_per_second);
+  out.goodput = each(&RunSummary::goodput);
+  out.met_fraction = each(&RunSummary::met_fraction);
+  for (const RunSummary& s : runs) out.refused += s.refused;
+  return out;
+}
+
+}  // namespace pdq::sim

@@ -1,0 +1,170 @@
+// pdq sim: a discrete-event simulator of a pdq deployment (clients, the
+// router, prefill, decode and monolithic workers, the KV links between
+// them) that batches with the workers' own policy (policy/batch.h) and
+// routes with the router's (policy/route.h), timing each step with a step
+// time model measured by `pdq profile` (sim/profile.h). It answers what one
+// machine cannot run: how a deployment of many workers would serve a
+// workload, for sizing (pdq plan --sim).
+//
+// What it models: open-loop (Poisson or bursty) and closed-loop arrivals;
+// per worker, continuous batching with chunked prefill under the token
+// budget and the TPOT target, with the online step cost model the real
+// worker fits (policy/step_plan.h) learning from the simulated step times;
+// a prefill worker's KV streaming out layer by layer during its last chunk,
+// over a sender and a receiver link that each carry one transfer at a time;
+// the decode worker's KV reservation (a request that finds no room is
+// refused, as the router refuses it). What it does not model yet: the prefix
+// cache, deadlines and cancels, live migration, co-located pods sharing
+// memory bandwidth, the autoscaler (each said where a figure depends on it).
+// Deterministic for a seed.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "policy/batch.h"
+
+namespace pdq::sim {
+
+// A forward pass's time as a linear function of policy::StepWork, in
+// seconds: what `pdq profile` fits for one model at one thread count.
+struct PassTime {
+  double fixed = 0;      // per pass (reading the weights)
+  double per_row = 0;    // per decode row
+  double per_token = 0;  // per prompt token
+  double per_pair = 0;   // per attention pair (StepWork::attention)
+  double Seconds(const policy::StepWork& w) const {
+    return fixed + per_row * double(w.decode_rows) + per_token * double(w.prefill_tokens) +
+           per_pair * w.attention;
+  }
+};
+
+enum class Role { kPrefill, kDecode, kBoth };
+
+struct WorkerSpec {
+  // `pass`: the worker's model; it computes prompts and decode rows in one
+  // forward pass. Unless `fused`, prompts run on a second model of another
+  // precision (a monolithic W8A8 prefill beside W4A16 decode), timed by
+  // `prompt_pass`, before the decode rows' pass.
+  PassTime pass, prompt_pass;
+  bool fused = true;
+  policy::BatchOptions batch;
+  int64_t kv_blocks = 1 << 20;  // the KV cache, in blocks of batch.block_tokens
+  int64_t max_context = 8192;
+  // Relative spread of step times around the model (log-normal sigma), so
+  // that queueing sees the machine's jitter; 0: exact.
+  double noise = 0;
+};
+
+// A link between two workers' hosts: each worker sends or receives one KV
+// at a time over its own link.
+struct LinkSpec {
+  double bytes_per_second = 1.25e9;  // 10 Gb/s
+  double latency_seconds = 50e-6;
+};
+
+struct Deployment {
+  int monolithic = 0, prefill = 0, decode = 0;
+  WorkerSpec monolithic_worker, prefill_worker, decode_worker;
+  LinkSpec link;
+  int64_t kv_bytes_per_token = 0;  // all layers, K and V
+  int num_layers = 1;
+  double router_seconds = 0;  // the router's time per request (parse, pick, relay)
+  double load_tokens = 512;   // policy::BestCandidate's weight of a request of load
+  // "1P+1D", "2M": for tables.
+  std::string Name() const;
+};
+
+struct Workload {
+  enum class Arrivals { kPoisson, kGamma, kClosedLoop };
+  Arrivals arrivals = Arrivals::kPoisson;
+  double rate = 1;        // requests a second (open loop)
+  double burstiness = 1;  // kGamma: the coefficient of variation of the gaps (1: Poisson)
+  int concurrency = 1;    // kClosedLoop: clients, each sending when its last ended
+  int requests = 200;     // measured
+  int warmup = 20;        // sent first and not measured
+  int64_t prompt_tokens = 512, output_tokens = 64;
+  double length_spread = 0;  // each length uniform in (1 +- spread) x its mean
+  uint64_t seed = 1;
+};
+
+struct RequestRecord {
+  int64_t id = 0;
+  bool measured = false;
+  bool refused = false;  // no decode worker had room for its KV
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  double arrival = 0, first_token = 0, finish = 0;
+  int prefill_worker = -1, decode_worker = -1;  // indices into the run's workers
+  double ttft() const { return first_token - arrival; }
+  // Mean time between later tokens (0 for one token).
+  double tpot() const {
+    return output_tokens > 1 ? (finish - first_token) / double(output_tokens - 1) : 0;
+  }
+};
+
+// One step of one worker, as the parity test and `pdq sim --trace` see it.
+struct StepRecord {
+  int worker = 0;
+  double start = 0, seconds = 0;
+  std::vector<int64_t> rows;                        // request ids
+  std::vector<std::pair<int64_t, int64_t>> chunks;  // (request id, tokens)
+};
+
+struct WorkerRecord {
+  Role role = Role::kBoth;
+  double busy_seconds = 0;
+  int64_t steps = 0;
+};
+
+struct RunResult {
+  std::vector<RequestRecord> requests;
+  std::vector<WorkerRecord> workers;
+  std::vector<StepRecord> steps;  // when RunOptions::trace_steps
+  double end_time = 0;
+};
+
+struct RunOptions {
+  bool trace_steps = false;
+};
+
+// Checks the deployment and workload (a clear error naming the field).
+absl::Status Validate(const Deployment& d, const Workload& w);
+absl::StatusOr<RunResult> Simulate(const Deployment& d, const Workload& w,
+                                   const RunOptions& o = {});
+
+// Service-level targets: a request counts toward goodput when it meets both.
+struct Targets {
+  double ttft_seconds = 2;
+  double tpot_seconds = 0.1;
+};
+
+struct RunSummary {
+  int64_t measured = 0, refused = 0;
+  double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
+  double tpot_p50 = 0, tpot_p90 = 0, tpot_p99 = 0;
+  double output_tokens_per_second = 0;  // over the measured requests' span
+  double requests_per_second = 0;
+  double goodput = 0;  // requests a second meeting both targets
+  double met_fraction = 0;
+};
+RunSummary Summarize(const RunResult& r, const Targets& t);
+
+// A figure over several seeds: the mean and the half-width of its 95%
+// confidence interval (Student's t).
+struct Estimate {
+  double mean = 0, half_width = 0;
+};
+struct SeedSummary {
+  int seeds = 0;
+  Estimate ttft_p50, ttft_p90, ttft_p99, tpot_p50, tpot_p90, tpot_p99;
+  Estimate output_tokens_per_second, goodput, met_fraction;
+  int64_t refused = 0;
+};
+// Runs seeds w.seed .. w.seed + seeds - 1.
+absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
+                                     int seeds);
+
+}  // namespace pdq::sim

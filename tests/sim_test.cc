@@ -1,0 +1,247 @@
+// The cluster simulator (sim/sim.h) against results known without it:
+// queueing theory, hand-computed step and transfer times, and the policy's
+// own rules (batch size, the TPOT target, KV capacity).
+#include "sim/sim.h"
+
+#include <numeric>
+
+#include "gtest/gtest.h"
+
+namespace pdq::sim {
+namespace {
+
+// One monolithic worker whose pass costs `fixed` + `per_token` a prompt
+// token + `per_row` a decode row.
+Deployment OneWorker(double fixed, double per_token, double per_row) {
+  Deployment d;
+  d.monolithic = 1;
+  d.monolithic_worker.pass = {fixed, per_row, per_token, 0};
+  return d;
+}
+
+double MeanTtft(const RunResult& r) {
+  double sum = 0;
+  int n = 0;
+  for (const RequestRecord& q : r.requests) {
+    if (!q.measured) continue;
+    sum += q.ttft();
+    ++n;
+  }
+  return sum / n;
+}
+
+TEST(SimTest, OnePromptAStepIsAnMD1Queue) {
+  // 100-token prompts, one a step (the budget), one token each: a server
+  // with deterministic service S = 20 ms under Poisson arrivals at 70% load.
+  // Pollaczek-Khinchine: mean wait rho S / (2 (1 - rho)).
+  Deployment d = OneWorker(0.01, 1e-4, 0);
+  d.monolithic_worker.batch.token_budget = 100;
+  Workload w;
+  w.prompt_tokens = 100;
+  w.output_tokens = 1;
+  const double s = 0.02, rho = 0.7;
+  w.rate = rho / s;
+  w.requests = 40000;
+  w.warmup = 1000;
+  const RunResult r = *Simulate(d, w);
+  const double expected = rho * s / (2 * (1 - rho)) + s;
+  EXPECT_NEAR(MeanTtft(r), expected, 0.04 * expected);
+}
+
+TEST(SimTest, ARequestAloneTakesItsStepTimes) {
+  // 1 ms + 0.1 ms a prompt token + 0.5 ms a row; one client at a time.
+  Deployment d = OneWorker(1e-3, 1e-4, 5e-4);
+  d.monolithic_worker.pass.per_pair = 1e-8;
+  d.router_seconds = 2e-4;
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = 1;
+  w.prompt_tokens = 200;
+  w.output_tokens = 5;
+  w.requests = 3;
+  w.warmup = 0;
+  const RunResult r = *Simulate(d, w);
+  policy::StepWork prompt;
+  prompt.AddChunk(0, 200);
+  const double ttft = 2e-4 + d.monolithic_worker.pass.Seconds(prompt);
+  double decode = 0;
+  for (int k = 0; k < 4; ++k) {
+    policy::StepWork row;
+    row.AddDecodeRow(200 + k);
+    decode += d.monolithic_worker.pass.Seconds(row);
+  }
+  for (const RequestRecord& q : r.requests) {
+    EXPECT_NEAR(q.ttft(), ttft, 1e-12);
+    EXPECT_NEAR(q.finish - q.first_token, decode, 1e-12);
+  }
+  EXPECT_NEAR(r.requests[2].arrival, 2 * (ttft + decode), 1e-12);
+}
+
+TEST(SimTest, DecodeRowsNeverExceedTheBatchSizeAndEveryRequestEnds) {
+  Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
+  d.monolithic_worker.batch.max_decode_batch = 4;
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = 10;
+  w.prompt_tokens = 32;
+  w.output_tokens = 20;
+  w.requests = 50;
+  RunOptions o;
+  o.trace_steps = true;
+  const RunResult r = *Simulate(d, w, o);
+  size_t most = 0;
+  for (const StepRecord& s : r.steps) most = std::max(most, s.rows.size());
+  EXPECT_EQ(most, 4u);
+  int64_t rows = 0;
+  for (const StepRecord& s : r.steps) rows += (int64_t)s.rows.size();
+  // Every request's tokens after the first are decode rows.
+  EXPECT_EQ(rows, int64_t(w.requests + w.warmup) * (w.output_tokens - 1));
+  for (const RequestRecord& q : r.requests) EXPECT_GT(q.finish, q.first_token);
+}
+
+TEST(SimTest, ATpotTargetKeepsDecodingStepsShortUnderLongPrompts) {
+  // Long prompts keep arriving beside decoding streams: without a target
+  // the streams wait for whole 2000-token steps (0.1 s); with a 20 ms one,
+  // the steps that decode stay near it (the worker's policy, its cost model
+  // learned online from the simulated steps), and prompts pay for it.
+  Deployment d = OneWorker(2e-3, 5e-5, 3e-4);
+  Workload w;
+  w.rate = 3;
+  w.prompt_tokens = 2000;
+  w.output_tokens = 100;
+  w.requests = 200;
+  RunOptions o;
+  o.trace_steps = true;
+  auto decode_step_p99 = [&](const RunResult& r) {
+    std::vector<double> v;
+    for (const StepRecord& s : r.steps) {
+      if (!s.rows.empty()) v.push_back(s.seconds);
+    }
+    std::sort(v.begin(), v.end());
+    return v[v.size() * 99 / 100];
+  };
+  const RunResult off = *Simulate(d, w, o);
+  d.monolithic_worker.batch.tpot_target = 0.02;
+  const RunResult on = *Simulate(d, w, o);
+  EXPECT_GT(decode_step_p99(off), 0.09);
+  EXPECT_LT(decode_step_p99(on), 0.025);
+  EXPECT_GT(Summarize(on, {}).ttft_p50, Summarize(off, {}).ttft_p50);
+}
+
+TEST(SimTest, TheKvOfALongPromptIsOnTheWireAfterItsPass) {
+  // 1P+1D, one request: the KV (1000 tokens x 100 kB = 100 MB over 1 GB/s,
+  // 0.1 s) streams from the start of the prompt's pass (20 ms), so it lands
+  // 0.1 s after the pass started, plus the latency.
+  Deployment d;
+  d.prefill = d.decode = 1;
+  d.prefill_worker.pass = {0.01, 0, 1e-5, 0};
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0};
+  d.kv_bytes_per_token = 100000;
+  d.num_layers = 10;
+  d.link = {1e9, 1e-3};
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.prompt_tokens = 1000;
+  w.output_tokens = 3;
+  w.requests = 1;
+  w.warmup = 0;
+  const RunResult r = *Simulate(d, w);
+  EXPECT_NEAR(r.requests[0].ttft(), 0.1 + 1e-3, 1e-12);
+  // A short prompt's KV leaves with the last layer, after its pass.
+  w.prompt_tokens = 100;  // 10 MB: 10 ms on the wire, 1 ms a layer
+  const RunResult s = *Simulate(d, w);
+  EXPECT_NEAR(s.requests[0].ttft(), 0.011 + 0.001 + 1e-3, 1e-12);
+  EXPECT_NEAR(s.requests[0].finish - s.requests[0].first_token, 2 * 1.1e-3, 1e-12);
+}
+
+TEST(SimTest, TransfersShareALink) {
+  // Two prefill workers send to one decode worker at once: its link carries
+  // one KV at a time, so the second lands a transfer later.
+  Deployment d;
+  d.prefill = 2;
+  d.decode = 1;
+  d.prefill_worker.pass = {0.01, 0, 0, 0};
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0};
+  d.kv_bytes_per_token = 1000000;
+  d.num_layers = 100;  // the last layer leaves 1 ms after the pass
+  d.link = {1e9, 0};
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = 2;
+  w.prompt_tokens = 100;  // 0.1 s on the wire
+  w.output_tokens = 1;
+  w.requests = 2;
+  w.warmup = 0;
+  const RunResult r = *Simulate(d, w);
+  std::vector<double> ttft = {r.requests[0].ttft(), r.requests[1].ttft()};
+  std::sort(ttft.begin(), ttft.end());
+  EXPECT_NEAR(ttft[0], 0.1, 1e-12);
+  EXPECT_NEAR(ttft[1], 0.2, 1e-12);
+  EXPECT_NE(r.requests[0].prefill_worker, r.requests[1].prefill_worker);
+}
+
+TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {
+  Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
+  d.monolithic_worker.kv_blocks = 10;  // 160 tokens: two requests of 80
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = 4;
+  w.prompt_tokens = 60;
+  w.output_tokens = 20;
+  w.requests = 40;
+  w.warmup = 0;
+  const RunResult r = *Simulate(d, w);
+  const RunSummary s = Summarize(r, {});
+  EXPECT_GT(s.refused, 0);
+  EXPECT_GT(s.measured, 0);
+  EXPECT_EQ(s.refused + s.measured, 40);
+  w.concurrency = 2;
+  EXPECT_EQ(Summarize(*Simulate(d, w), {}).refused, 0);
+}
+
+TEST(SimTest, ASeedDecidesTheRun) {
+  Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
+  d.monolithic_worker.noise = 0.1;
+  Workload w;
+  w.rate = 20;
+  w.length_spread = 0.5;
+  w.requests = 100;
+  const RunResult a = *Simulate(d, w), b = *Simulate(d, w);
+  ASSERT_EQ(a.requests.size(), b.requests.size());
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    EXPECT_EQ(a.requests[i].finish, b.requests[i].finish);
+  }
+  w.seed = 2;
+  EXPECT_NE(Simulate(d, w)->end_time, a.end_time);
+  const SeedSummary s = *RunSeeds(d, w, {}, 5);
+  EXPECT_EQ(s.seeds, 5);
+  EXPECT_GT(s.ttft_p90.half_width, 0);
+  EXPECT_GT(s.ttft_p90.mean, s.ttft_p50.mean);
+}
+
+TEST(SimTest, BadDeploymentsAndWorkloadsAreRefusedByName) {
+  Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
+  Workload w;
+  EXPECT_TRUE(Validate(d, w).ok());
+  Deployment none;
+  EXPECT_FALSE(Validate(none, w).ok());
+  Deployment only_decode = d;
+  only_decode.decode = 1;
+  only_decode.decode_worker.pass = {1e-3, 1e-4, 0, 0};
+  EXPECT_FALSE(Validate(only_decode, w).ok());
+  Deployment free = OneWorker(0, 0, 1e-4);
+  EXPECT_NE(Validate(free, w).message().find("no time"), std::string::npos);
+  Deployment negative = OneWorker(-1, 1e-5, 1e-4);
+  EXPECT_NE(Validate(negative, w).message().find("coefficients"), std::string::npos);
+  Workload long_one = w;
+  long_one.prompt_tokens = 9000;
+  EXPECT_NE(Validate(d, long_one).message().find("max_context"), std::string::npos);
+  Workload no_rate = w;
+  no_rate.rate = 0;
+  EXPECT_NE(Validate(d, no_rate).message().find("rate"), std::string::npos);
+  EXPECT_FALSE(Simulate(d, no_rate).ok());
+  EXPECT_FALSE(RunSeeds(d, w, {}, 0).ok());
+}
+
+}  // namespace
+}  // namespace pdq::sim

@@ -1,0 +1,432 @@
+// `pdq profile`: measures what `pdq sim` runs on (sim/profile.h): for each
+// precision, forward passes of this machine over a grid of prompt chunks,
+// decode batches and mixes of the two, fitted to the step model the
+// workers' own scheduler uses (policy::StepWork: a fixed part, per decode
+// row, per prompt token, per attention pair) with its error on points held
+// out of the fit; and the KV link: transfers of several sizes over a real
+// transport on this machine, fitted to latency + bytes / bandwidth.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/check.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kvtransfer/transport.h"
+#include "policy/step_plan.h"
+#include "sim/profile.h"
+#include "tools/commands.h"
+
+namespace pdq {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Point {
+  policy::StepWork work;
+  double seconds = 0;
+};
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Least squares of seconds on the step features, weighted so that each
+// point counts by its relative error; a coefficient that comes out
+// negative is held at zero and the rest refitted (time is never saved by
+// more work).
+sim::PassTime Fit(const std::vector<Point>& points) {
+  auto features = [](const policy::StepWork& w, double x[4]) {
+    x[0] = 1;
+    x[1] = double(w.decode_rows);
+    x[2] = double(w.prefill_tokens);
+    x[3] = w.attention;
+  };
+  bool active[4] = {true, true, true, true};
+  double beta[4] = {0, 0, 0, 0};
+  for (int round = 0; round < 4; ++round) {
+    // Normal equations over the active features, scaled for conditioning.
+    double scale[4] = {0, 0, 0, 0};
+    for (const Point& p : points) {
+      double x[4];
+      features(p.work, x);
+      for (int i = 0; i < 4; ++i) scale[i] = std::max(scale[i], std::abs(x[i]));
+    }
+    std::vector<int> idx;
+    for (int i = 0; i < 4; ++i) {
+      if (active[i] && scale[i] > 0) idx.push_back(i);
+    }
+    const int n = (int)idx.size();
+    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0));
+    for (const Point& p : points) {
+      double x[4];
+      features(p.work, x);
+      const double w = 1 / (p.seconds * p.seconds);
+      for (int r = 0; r < n; ++r) {
+        for (int c = 0; c < n; ++c)
+          a[r][c] += w * x[idx[r]] / scale[idx[r]] * x[idx[c]] / scale[idx[c]];
+        a[r][n] += w * x[idx[r]] / scale[idx[r]] * p.seconds;
+      }
+    }
+    for (int c = 0; c < n; ++c) {  // Gaussian elimination, partial pivoting
+      int pivot = c;
+      for (int r = c + 1; r < n; ++r) {
+        if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+      }
+      std::swap(a[c], a[pivot]);
+      if (a[c][c] == 0) continue;
+      for (int r = 0; r < n; ++r) {
+        if (r == c) continue;
+        const double f = a[r][c] / a[c][c];
+        for (int k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
+      }
+    }
+    std::fill(beta, beta + 4, 0.0);
+    bool negative = false;
+    for (int r = 0; r < n; ++r) {
+      beta[idx[r]] = a[r][r] != 0 ? a[r][n] / a[r][r] / scale[idx[r]] : 0;
+      if (beta[idx[r]] < 0) {
+        active[idx[r]] = false;
+        negative = true;
+      }
+    }
+    if (!negative) break;
+  }
+  for (double& b : beta) b = std::max(0.0, b);
+  return {beta[0], beta[1], beta[2], beta[3]};
+}
+
+// One precision's passes over the grid.
+class PassProbe {
+ public:
+  PassProbe(Context& ctx, KvCache& kv, int reps) : ctx_(ctx), kv_(kv), reps_(reps) {}
+
+  // Times `rows` decode rows (one token each on sequences of their current
+  // length) and `chunk` prompt tokens after `past` cached ones, as one pass;
+  // every sequence is put back to its length after each repetition.
+  absl::StatusOr<Point> Time(const std::vector<SeqId>& rows, SeqId prompt_seq, int64_t past,
+                             int64_t chunk) {
+    const int vocab = ctx_.model().config().vocab_size;
+    std::vector<int32_t> row_tokens(rows.size(), 1);
+    const std::vector<int32_t> prompt = BenchTokens(chunk, vocab, (uint64_t)past * 7919 + chunk);
+    Point p;
+    std::vector<int64_t> lengths;
+    for (SeqId s : rows) {
+      PDQ_ASSIGN_OR_RETURN(const int64_t len, kv_.Length(s));
+      lengths.push_back(len);
+      p.work.AddDecodeRow(len);
+    }
+    if (chunk > 0) p.work.AddChunk(past, chunk);
+    std::vector<double> times;
+    for (int r = 0; r < reps_; ++r) {
+      std::vector<BatchEntry> batch;
+      for (size_t i = 0; i < rows.size(); ++i) batch.push_back({rows[i], {&row_tokens[i], 1}, 1});
+      if (chunk > 0) batch.push_back({prompt_seq, prompt, 1});
+      const auto t0 = Clock::now();
+      PDQ_RETURN_IF_ERROR(ctx_.ForwardAll(kv_, batch, &logits_));
+      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      for (size_t i = 0; i < rows.size(); ++i)
+        PDQ_RETURN_IF_ERROR(kv_.SetLength(rows[i], lengths[i]));
+      if (chunk > 0) PDQ_RETURN_IF_ERROR(kv_.SetLength(prompt_seq, past));
+    }
+    p.seconds = Median(times);
+    return p;
+  }
+
+  // A sequence holding `tokens` tokens (computed untimed).
+  absl::StatusOr<SeqId> Filled(int64_t tokens, uint64_t salt) {
+    const SeqId s = kv_.AddSequence();
+    if (tokens == 0) return s;
+    const std::vector<int32_t> ids = BenchTokens(tokens, ctx_.model().config().vocab_size, salt);
+    BatchEntry e{s, ids, 1};
+    PDQ_RETURN_IF_ERROR(ctx_.ForwardAll(kv_, {&e, 1}, &logits_));
+    return s;
+  }
+
+ private:
+  Context& ctx_;
+  KvCache& kv_;
+  int reps_;
+  Logits logits_;
+};
+
+struct Grid {
+  std::vector<int64_t> chunks = {32, 128, 384, 1024};
+  std::vector<int64_t> pasts = {0, 512};
+  std::vector<int64_t> rows = {1, 2, 4, 8, 16};
+  std::vector<int64_t> contexts = {64, 512};
+  // The grid within a model's context (a small model's context may be
+  // shorter than the default grid): lengths halved until they fit.
+  Grid Within(int64_t max_context) const {
+    Grid g = *this;
+    auto fit = [&](std::vector<int64_t>& v, int64_t limit) {
+      for (int64_t& x : v) {
+        while (x > limit && x > 1) x /= 2;
+      }
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+    };
+    fit(g.pasts, max_context / 2);
+    fit(g.chunks, max_context - g.pasts.back());
+    fit(g.contexts, max_context - 16);
+    return g;
+  }
+};
+
+absl::StatusOr<std::vector<Point>> MeasurePasses(Context& ctx, const Grid& g, int reps) {
+  const int64_t most_rows = *std::max_element(g.rows.begin(), g.rows.end());
+  const int64_t longest = *std::max_element(g.contexts.begin(), g.contexts.end()) +
+                          *std::max_element(g.pasts.begin(), g.pasts.end()) +
+                          *std::max_element(g.chunks.begin(), g.chunks.end());
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
+                       ctx.NewKvCache((most_rows * g.contexts.size() + 2) * (longest + 32)));
+  PassProbe probe(ctx, *kv, reps);
+  std::vector<Point> points;
+  PDQ_ASSIGN_OR_RETURN(const SeqId warm, probe.Filled(64, 1));
+  PDQ_RETURN_IF_ERROR(kv->RemoveSequence(warm));
+  // Prompt chunks after each past.
+  for (int64_t past : g.pasts) {
+    PDQ_ASSIGN_OR_RETURN(const SeqId seq, probe.Filled(past, 2 + past));
+    for (int64_t chunk : g.chunks) {
+      PDQ_ASSIGN_OR_RETURN(Point p, probe.Time({}, seq, past, chunk));
+      points.push_back(p);
+    }
+    PDQ_RETURN_IF_ERROR(kv->RemoveSequence(seq));
+  }
+  // Decode batches at each context, and some alongside a prompt chunk.
+  for (int64_t context : g.contexts) {
+    std::vector<SeqId> seqs;
+    for (int64_t r = 0; r < most_rows; ++r) {
+      PDQ_ASSIGN_OR_RETURN(const SeqId s, probe.Filled(context, 100 + r));
+      seqs.push_back(s);
+    }
+    const SeqId prompt = kv->AddSequence();
+    for (int64_t rows : g.rows) {
+      const std::vector<SeqId> batch(seqs.begin(), seqs.begin() + rows);
+      PDQ_ASSIGN_OR_RETURN(Point p, probe.Time(batch, prompt, 0, 0));
+      points.push_back(p);
+      if (rows == 4 || rows == most_rows) {
+        for (int64_t chunk : {g.chunks.front(), g.chunks[g.chunks.size() / 2]}) {
+          PDQ_ASSIGN_OR_RETURN(Point m, probe.Time(batch, prompt, 0, chunk));
+          points.push_back(m);
+        }
+      }
+    }
+    for (SeqId s : seqs) PDQ_RETURN_IF_ERROR(kv->RemoveSequence(s));
+    PDQ_RETURN_IF_ERROR(kv->RemoveSequence(prompt));
+  }
+  return points;
+}
+
+// Fits on three of every four points; the fourth measures the error.
+sim::PassProfile FitWithHoldout(const std::vector<Point>& points) {
+  std::vector<Point> fit, held;
+  sim::PassProfile p;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const bool out = i % 4 == 3;
+    (out ? held : fit).push_back(points[i]);
+    const policy::StepWork& w = points[i].work;
+    p.samples.push_back({w.decode_rows, w.prefill_tokens, w.attention, points[i].seconds, out});
+  }
+  p.time = Fit(fit);
+  p.points = (int)fit.size();
+  p.held_out = (int)held.size();
+  std::vector<double> errors;
+  for (const Point& h : held) errors.push_back(std::abs(p.time.Seconds(h.work) / h.seconds - 1));
+  if (!errors.empty()) {
+    p.held_out_median_error = Median(errors);
+    p.held_out_max_error = *std::max_element(errors.begin(), errors.end());
+  }
+  return p;
+}
+
+// KV transfers of several sizes between two caches of this machine over
+// `transport`, each timed from the sender's connect to the receiver's
+// acknowledgement; fitted to latency + bytes / bandwidth.
+absl::StatusOr<sim::LinkProfile> MeasureLink(const std::string& transport, const KvLayout& layout,
+                                             int reps) {
+  const std::vector<int64_t> sizes = {64, 512, 2048};
+  const int64_t most = sizes.back();
+  const int64_t blocks = (most + layout.block_tokens - 1) / layout.block_tokens + 1;
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> send_kv, KvCache::Create({layout, blocks}));
+  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> recv_kv, KvCache::Create({layout, blocks}));
+  kvtransfer::TransportOptions so, ro;
+  so.layout = ro.layout = layout;
+  so.regions = send_kv->MemoryRegions();
+  ro.regions = recv_kv->MemoryRegions();
+  PDQ_ASSIGN_OR_RETURN(auto sender, kvtransfer::CreateTransport(transport, so));
+  PDQ_ASSIGN_OR_RETURN(auto receiver, kvtransfer::CreateTransport(transport, ro));
+  std::vector<double> x, y;
+  int n = 0;
+  for (int rep = 0; rep < reps + 1; ++rep) {  // the first round warms up
+    for (int64_t tokens : sizes) {
+      const SeqId out = send_kv->AddSequence();
+      PDQ_RETURN_IF_ERROR(send_kv->Reserve(out, tokens));
+      PDQ_RETURN_IF_ERROR(send_kv->SetLength(out, tokens));
+      PDQ_ASSIGN_OR_RETURN(const SeqId in, recv_kv->ImportSequence(layout, 0));
+      PDQ_RETURN_IF_ERROR(recv_kv->Reserve(in, tokens));
+      PDQ_RETURN_IF_ERROR(recv_kv->SetLength(in, tokens));
+      std::mutex mu;
+      std::condition_variable cv;
+      int finished = 0;
+      absl::Status first_error;
+      auto done = [&](const absl::Status& s) {
+        std::lock_guard lock(mu);
+        if (!s.ok() && first_error.ok()) first_error = s;
+        ++finished;
+        cv.notify_all();
+      };
+      kvtransfer::InboundSpec spec;
+      spec.token = absl::StrCat("profile-", ++n);
+      spec.tokens = tokens;
+      for (int l = 0; l < layout.num_layers; ++l) {
+        PDQ_ASSIGN_OR_RETURN(std::vector<KvSpan> spans, recv_kv->LayerSpans(in, l, tokens));
+        spec.layers.push_back(std::move(spans));
+      }
+      spec.done = [&](absl::Status s, const kvtransfer::KvNotice&) { done(s); };
+      PDQ_ASSIGN_OR_RETURN(auto inbound, receiver->Expect(std::move(spec)));
+      const auto t0 = Clock::now();
+      auto outbound = sender->Connect(receiver->address(), absl::StrCat("profile-", n),
+                                      absl::Now() + absl::Seconds(60), done);
+      for (int l = 0; l < layout.num_layers; ++l) {
+        PDQ_ASSIGN_OR_RETURN(std::vector<KvSpan> spans, send_kv->LayerSpans(out, l, tokens));
+        outbound->PostLayer(l, std::move(spans));
+      }
+      outbound->PostDone({0, tokens, 0});
+      {
+        std::unique_lock lock(mu);
+        if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished == 2; })) {
+          return absl::DeadlineExceededError("a profile transfer took over 60 s");
+        }
+      }
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (!first_error.ok()) return first_error;
+      outbound.reset();
+      inbound.reset();
+      PDQ_RETURN_IF_ERROR(send_kv->RemoveSequence(out));
+      PDQ_RETURN_IF_ERROR(recv_kv->RemoveSequence(in));
+      if (rep == 0) continue;
+      x.push_back(double(tokens) * double(layout.block_bytes()) * layout.num_layers /
+                  layout.block_tokens);
+      y.push_back(seconds);
+    }
+  }
+  // Ordinary least squares of time on bytes.
+  double mx = 0, my = 0;
+  for (size_t i = 0; i < x.size(); ++i) mx += x[i], my += y[i];
+  mx /= double(x.size());
+  my /= double(y.size());
+  double sxy = 0, sxx = 0;
+  for (size_t i = 0; i < x.size(); ++i)
+    sxy += (x[i] - mx) * (y[i] - my), sxx += (x[i] - mx) * (x[i] - mx);
+  const double per_byte = sxx > 0 ? sxy / sxx : 0;
+  if (!(per_byte > 0)) {
+    return absl::InternalError(
+        "the transfer times did not grow with their size; rerun on an idle machine");
+  }
+  sim::LinkProfile l;
+  l.transport = transport;
+  l.link.bytes_per_second = 1 / per_byte;
+  l.link.latency_seconds = std::max(0.0, my - per_byte * mx);
+  return l;
+}
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos)
+        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+int ProfileCommand(int argc, char** argv) {
+  ModelFlags mf;
+  std::string out_path = "profile.json", precisions = "fp16,w8a8,w4a16", transports = "tcp";
+  int64_t reps = 3;
+  double router_seconds = 0;
+  FlagParser flags("profile",
+                   "Measures the forward-pass times (per precision, over prompt chunks, decode "
+                   "batches and mixes), fitted to the workers' step model with held-out error, and "
+                   "the KV link of each transport on this machine; writes the profile pdq sim runs "
+                   "on.");
+  mf.Register(flags);
+  flags.String("precisions", &precisions, "comma-separated precisions to measure");
+  flags.String("transports", &transports, "comma-separated KV transports to measure ('' for none)");
+  flags.Int("reps", &reps, 1, 100, "timings of each point (their median counts)");
+  flags.Float("router-seconds", &router_seconds, 0, 10,
+              "the router's time per request (not measured by this command yet; 0 leaves it out)");
+  flags.String("out", &out_path, "where to write the profile");
+  if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  auto fail = [](const absl::Status& s) { return Fail("profile", s); };
+  sim::Profile profile;
+  profile.cpu = CpuName();
+  profile.isa = KernelIsaName();
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  profile.hostname = host;
+  profile.model_path = mf.model.empty() ? DefaultModelPath() : mf.model;
+  profile.router_seconds = router_seconds;
+  const Grid grid;
+  std::optional<KvLayout> layout;
+  for (absl::string_view precision : absl::StrSplit(precisions, ',', absl::SkipEmpty())) {
+    absl::StatusOr<LoadedModel> m = mf.Load(/*quiet=*/false, std::string(precision));
+    if (!m.ok()) return fail(m.status());
+    const ModelConfig& c = m->model->config();
+    if (!layout) {
+      layout = m->model->kv_layout();
+      profile.num_layers = c.num_layers;
+      profile.block_tokens = layout->block_tokens;
+      profile.kv_bytes_per_token = layout->block_bytes() * c.num_layers / layout->block_tokens;
+      profile.max_context = c.max_context;
+      profile.cores = (int)mf.pool().size();
+    }
+    const auto t0 = Clock::now();
+    absl::StatusOr<std::vector<Point>> points =
+        MeasurePasses(*m->ctx, grid.Within(c.max_context), (int)reps);
+    if (!points.ok()) return fail(points.status());
+    sim::PassProfile p = FitWithHoldout(*points);
+    p.precision = std::string(precision);
+    p.threads = (int)mf.pool().size();
+    std::fprintf(stderr,
+                 "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
+                 "ms/M pairs (%d points fitted, %d held out: median error %.1f%%, max %.1f%%; "
+                 "%.0f s)\n",
+                 p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
+                 p.time.per_token * 1e3, p.time.per_pair * 1e9, p.points, p.held_out,
+                 p.held_out_median_error * 100, p.held_out_max_error * 100,
+                 std::chrono::duration<double>(Clock::now() - t0).count());
+    profile.passes.push_back(p);
+  }
+  if (!layout) return fail(absl::InvalidArgumentError("--precisions names none"));
+  for (absl::string_view transport : absl::StrSplit(transports, ',', absl::SkipEmpty())) {
+    absl::StatusOr<sim::LinkProfile> l = MeasureLink(std::string(transport), *layout, (int)reps);
+    if (!l.ok()) return fail(l.status());
+    std::fprintf(stderr, "pdq profile: KV over %s on this machine: %.2f GB/s, %.0f us latency\n",
+                 l->transport.c_str(), l->link.bytes_per_second / 1e9,
+                 l->link.latency_seconds * 1e6);
+    profile.links.push_back(*l);
+  }
+  std::ofstream out(out_path);
+  out << sim::ProfileToJson(profile);
+  if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", out_path)));
+  std::fprintf(stderr, "pdq profile: wrote %s\n", out_path.c_str());
+  return 0;
+}
+
+}  // namespace pdq

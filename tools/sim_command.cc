@@ -1,0 +1,230 @@
+// `pdq sim`: how a deployment would serve a workload, simulated from a
+// measured profile (`pdq profile`) with the workers' own batching and the
+// router's own routing (sim/sim.h). Every figure it prints is a projection
+// from the profile, over several seeds with 95% confidence intervals.
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "harness/load_generator.h"
+#include "nlohmann/json.hpp"
+#include "sim/profile.h"
+#include "sim/sim.h"
+#include "tools/commands.h"
+
+namespace pdq {
+namespace {
+
+// "2P+4D", "3M", "1P+2D+1M": worker counts by role.
+absl::Status ParseDeployment(const std::string& text, sim::Deployment* d) {
+  d->monolithic = d->prefill = d->decode = 0;
+  for (absl::string_view part : absl::StrSplit(text, '+')) {
+    int n = 0;
+    if (part.size() < 2 || !absl::SimpleAtoi(part.substr(0, part.size() - 1), &n) || n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--deployment: '", part, "' is not a count and a role (P, D or M), as in 1P+2D or 4M"));
+    }
+    switch (part.back()) {
+      case 'P':
+        d->prefill += n;
+        break;
+      case 'D':
+        d->decode += n;
+        break;
+      case 'M':
+        d->monolithic += n;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("--deployment: '", part, "' ends in neither P, D nor M"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string Figure(const sim::Estimate& e, double scale, const char* unit) {
+  return absl::StrFormat("%.4g ± %.2g %s", e.mean * scale, e.half_width * scale, unit);
+}
+
+nlohmann::json ToJson(const sim::Estimate& e) {
+  return {{"mean", e.mean}, {"ci95_half_width", e.half_width}};
+}
+
+}  // namespace
+
+int SimCommand(int argc, char** argv) {
+  std::string profile_path, deployment = "1P+1D", workload, json_path;
+  std::string prefill_precision = "w8a8", decode_precision = "w4a16", mono_precision = "fp16",
+              mono_prefill_precision, transport = "tcp";
+  int64_t threads = 0, prompt_tokens = 0, output_tokens = 0, concurrency = 0, requests = 500,
+          warmup = 50, seeds = 5, seed = 1, batch = 64, budget = 2048, kv_blocks = 1 << 20;
+  double rate = 0, burstiness = 1, spread = 0, ttft_ms = 2000, tpot_ms = 200, step_target_ms = 0,
+         noise = 0;
+  FlagParser flags(
+      "sim",
+      "Simulates a deployment serving a workload from a measured profile (pdq profile): the "
+      "workers batch and the router routes with pdq's own policy. Prints TTFT and TPOT "
+      "percentiles, throughput and goodput over several seeds, with 95% confidence intervals. "
+      "All figures are projections from the profile.");
+  flags.String("profile", &profile_path, "pdq profile's JSON (required)");
+  flags.String("deployment", &deployment, "workers by role: 1P+1D, 2P+6D, 4M, 1P+2D+1M");
+  flags.String("prefill-precision", &prefill_precision, "prefill workers' precision");
+  flags.String("decode-precision", &decode_precision, "decode workers' precision");
+  flags.String("monolithic-precision", &mono_precision, "monolithic workers' precision");
+  flags.String("monolithic-prefill-precision", &mono_prefill_precision,
+               "monolithic workers compute prompts at this precision on a second model "
+               "(default: the same model)");
+  flags.Int("threads", &threads, 0, 1024,
+            "the profile's passes at this many threads (0: the most)");
+  flags.String("transport", &transport, "the KV link of the profile to use");
+  flags.String("workload", &workload,
+               "chat (128 in, 512 out), summarize (2048, 32) or analysis (2048, 512)");
+  flags.Int("prompt-tokens", &prompt_tokens, 0, 1 << 20, "prompt tokens (default: the workload's)");
+  flags.Int("output-tokens", &output_tokens, 0, 1 << 20, "output tokens (default: the workload's)");
+  flags.Float("length-spread", &spread, 0, 0.99, "lengths uniform in (1 +- this) x their mean");
+  flags.Float("rate", &rate, 0, 1e9, "open-loop arrivals a second (or --concurrency)");
+  flags.Float("burstiness", &burstiness, 0.01, 100,
+              "coefficient of variation of the gaps between arrivals (1: Poisson)");
+  flags.Int("concurrency", &concurrency, 0, 1 << 20, "closed loop: clients sending back to back");
+  flags.Int("requests", &requests, 1, 1 << 24, "measured requests a seed");
+  flags.Int("warmup", &warmup, 0, 1 << 24, "requests sent first and not measured");
+  flags.Int("seeds", &seeds, 1, 1000, "runs, each with its own seed");
+  flags.Int("seed", &seed, 0, 1LL << 62, "the first seed");
+  flags.Float("ttft-target-ms", &ttft_ms, 0, 1e9, "TTFT target of goodput");
+  flags.Float("tpot-target-ms", &tpot_ms, 0, 1e9, "TPOT target of goodput");
+  flags.Int("max-decode-batch", &batch, 1, 4096, "workers' --max-decode-batch");
+  flags.Int("prefill-budget", &budget, 1, 1 << 20, "workers' --prefill-budget");
+  flags.Float("step-target-ms", &step_target_ms, 0, 1e6, "workers' --tpot-target-ms");
+  flags.Int("kv-blocks", &kv_blocks, 1, 1LL << 40, "KV blocks per decode or monolithic worker");
+  flags.Float("noise", &noise, 0, 2, "relative spread of step times (log-normal sigma)");
+  flags.String("json", &json_path, "also write the results here");
+  if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  auto fail = [](const absl::Status& s) { return Fail("sim", s); };
+  if (profile_path.empty()) return fail(absl::InvalidArgumentError("--profile is required"));
+  if ((rate > 0) == (concurrency > 0)) {
+    return fail(absl::InvalidArgumentError("give one of --rate and --concurrency"));
+  }
+  if (!workload.empty()) {
+    const WorkloadShape* shape = StandardWorkload(workload);
+    if (shape == nullptr) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--workload: unknown '", workload, "' (chat, summarize or analysis)")));
+    }
+    if (prompt_tokens == 0) prompt_tokens = shape->input;
+    if (output_tokens == 0) output_tokens = shape->output;
+  }
+  if (prompt_tokens == 0 || output_tokens == 0) {
+    return fail(
+        absl::InvalidArgumentError("give --workload, or --prompt-tokens and --output-tokens"));
+  }
+  absl::StatusOr<sim::Profile> profile = sim::ReadProfile(profile_path);
+  if (!profile.ok()) return fail(profile.status());
+  sim::Deployment d;
+  if (absl::Status s = ParseDeployment(deployment, &d); !s.ok()) return fail(s);
+  // One worker's spec from the profile's pass of `precision` (and of
+  // `prompt_precision` when prompts run on a second model).
+  auto spec = [&](const std::string& precision, const std::string& prompt_precision,
+                  sim::WorkerSpec* w) -> absl::Status {
+    absl::StatusOr<sim::PassProfile> pass = profile->Pass(precision, (int)threads);
+    if (!pass.ok()) return pass.status();
+    w->pass = pass->time;
+    if (!prompt_precision.empty() && prompt_precision != precision) {
+      absl::StatusOr<sim::PassProfile> prompt = profile->Pass(prompt_precision, (int)threads);
+      if (!prompt.ok()) return prompt.status();
+      w->prompt_pass = prompt->time;
+      w->fused = false;
+    }
+    w->batch.max_decode_batch = (int)batch;
+    w->batch.token_budget = budget;
+    w->batch.tpot_target = step_target_ms / 1e3;
+    w->batch.block_tokens = profile->block_tokens;
+    w->kv_blocks = kv_blocks;
+    w->max_context = profile->max_context;
+    w->noise = noise;
+    return absl::OkStatus();
+  };
+  if (d.monolithic > 0) {
+    if (absl::Status s = spec(mono_precision, mono_prefill_precision, &d.monolithic_worker);
+        !s.ok())
+      return fail(s);
+  }
+  if (d.prefill > 0 || d.decode > 0) {
+    if (absl::Status s = spec(prefill_precision, "", &d.prefill_worker); !s.ok()) return fail(s);
+    if (absl::Status s = spec(decode_precision, "", &d.decode_worker); !s.ok()) return fail(s);
+    absl::StatusOr<sim::LinkProfile> link = profile->Link(transport);
+    if (!link.ok()) return fail(link.status());
+    d.link = link->link;
+  }
+  d.kv_bytes_per_token = profile->kv_bytes_per_token;
+  d.num_layers = profile->num_layers;
+  d.router_seconds = profile->router_seconds;
+  sim::Workload w;
+  w.arrivals = concurrency > 0   ? sim::Workload::Arrivals::kClosedLoop
+               : burstiness == 1 ? sim::Workload::Arrivals::kPoisson
+                                 : sim::Workload::Arrivals::kGamma;
+  w.rate = rate;
+  w.burstiness = burstiness;
+  w.concurrency = (int)concurrency;
+  w.requests = (int)requests;
+  w.warmup = (int)warmup;
+  w.prompt_tokens = prompt_tokens;
+  w.output_tokens = output_tokens;
+  w.length_spread = spread;
+  w.seed = (uint64_t)seed;
+  const sim::Targets targets{ttft_ms / 1e3, tpot_ms / 1e3};
+  absl::StatusOr<sim::SeedSummary> r = sim::RunSeeds(d, w, targets, (int)seeds);
+  if (!r.ok()) return fail(r.status());
+  std::printf("projected from %s (%s, %d cores, %s): %s serving %lld tokens in, %lld out, %s\n",
+              profile_path.c_str(), profile->cpu.c_str(), profile->cores, profile->isa.c_str(),
+              d.Name().c_str(), (long long)prompt_tokens, (long long)output_tokens,
+              concurrency > 0
+                  ? absl::StrCat(concurrency, " clients back to back").c_str()
+                  : absl::StrFormat("%.3g requests/s%s", rate,
+                                    burstiness == 1 ? " (Poisson)"
+                                                    : absl::StrFormat(" (gap CV %.2g)", burstiness))
+                        .c_str());
+  std::printf("  %d seeds x %lld requests; 95%% confidence intervals\n", r->seeds,
+              (long long)requests);
+  std::printf("  TTFT p50 %s  p90 %s  p99 %s\n", Figure(r->ttft_p50, 1e3, "ms").c_str(),
+              Figure(r->ttft_p90, 1e3, "ms").c_str(), Figure(r->ttft_p99, 1e3, "ms").c_str());
+  std::printf("  TPOT p50 %s  p90 %s  p99 %s\n", Figure(r->tpot_p50, 1e3, "ms").c_str(),
+              Figure(r->tpot_p90, 1e3, "ms").c_str(), Figure(r->tpot_p99, 1e3, "ms").c_str());
+  std::printf("  output %s; goodput %s (%.0f%% of requests within %.0f ms TTFT and %.0f ms TPOT)\n",
+              Figure(r->output_tokens_per_second, 1, "tokens/s").c_str(),
+              Figure(r->goodput, 1, "requests/s").c_str(), r->met_fraction.mean * 100, ttft_ms,
+              tpot_ms);
+  if (r->refused > 0) {
+    std::printf("  %lld requests refused: no decode worker had room for their KV\n",
+                (long long)r->refused);
+  }
+  if (!json_path.empty()) {
+    nlohmann::json j = {{"projected_from", profile_path},
+                        {"deployment", d.Name()},
+                        {"prompt_tokens", prompt_tokens},
+                        {"output_tokens", output_tokens},
+                        {"rate", rate},
+                        {"concurrency", concurrency},
+                        {"burstiness", burstiness},
+                        {"seeds", r->seeds},
+                        {"requests", requests},
+                        {"ttft_p50", ToJson(r->ttft_p50)},
+                        {"ttft_p90", ToJson(r->ttft_p90)},
+                        {"ttft_p99", ToJson(r->ttft_p99)},
+                        {"tpot_p50", ToJson(r->tpot_p50)},
+                        {"tpot_p90", ToJson(r->tpot_p90)},
+                        {"tpot_p99", ToJson(r->tpot_p99)},
+                        {"output_tokens_per_second", ToJson(r->output_tokens_per_second)},
+                        {"goodput", ToJson(r->goodput)},
+                        {"met_fraction", ToJson(r->met_fraction)},
+                        {"refused", r->refused}};
+    std::ofstream out(json_path);
+    out << j.dump(2) << "\n";
+    if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
+  }
+  return 0;
+}
+
+}  // namespace pdq
