@@ -3,7 +3,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 
 namespace pdq::sim {
@@ -34,6 +36,80 @@ absl::StatusOr<LinkProfile> Profile::Link(const std::string& transport) const {
     if (l.transport == transport) return l;
   }
   return absl::NotFoundError(absl::StrCat("the profile has no ", transport, " link"));
+}
+
+absl::Status ParseDeployment(const std::string& text, Deployment* d) {
+  d->monolithic = d->prefill = d->decode = 0;
+  for (absl::string_view part : absl::StrSplit(text, '+')) {
+    int n = 0;
+    if (part.size() < 2 || !absl::SimpleAtoi(part.substr(0, part.size() - 1), &n) || n < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "deployment: '", part, "' is not a count and a role (P, D or M), as in 1P+2D or 4M"));
+    }
+    switch (part.back()) {
+      case 'P':
+        d->prefill += n;
+        break;
+      case 'D':
+        d->decode += n;
+        break;
+      case 'M':
+        d->monolithic += n;
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("deployment: '", part, "' ends in neither P, D nor M"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status Spec(const Profile& p, const std::string& precision,
+                  const std::string& prompt_precision, const WorkerOptions& o, WorkerSpec* w) {
+  absl::StatusOr<PassProfile> pass = p.Pass(precision, o.threads);
+  if (!pass.ok()) return pass.status();
+  w->pass = pass->time;
+  w->fused = true;
+  if (!prompt_precision.empty() && prompt_precision != precision) {
+    absl::StatusOr<PassProfile> prompt = p.Pass(prompt_precision, o.threads);
+    if (!prompt.ok()) return prompt.status();
+    w->prompt_pass = prompt->time;
+    w->fused = false;
+  }
+  w->batch.max_decode_batch = o.max_decode_batch;
+  w->batch.token_budget = o.token_budget;
+  w->batch.tpot_target = o.step_target_seconds;
+  w->batch.block_tokens = p.block_tokens;
+  w->kv_blocks = o.kv_blocks;
+  w->max_context = p.max_context;
+  w->noise = o.noise;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
+                              const WorkerOptions& o, Deployment* d) {
+  if (d->monolithic > 0) {
+    if (absl::Status s =
+            Spec(p, precisions.monolithic, precisions.monolithic_prompt, o, &d->monolithic_worker);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (d->prefill > 0 || d->decode > 0) {
+    if (absl::Status s = Spec(p, precisions.prefill, "", o, &d->prefill_worker); !s.ok()) return s;
+    if (absl::Status s = Spec(p, precisions.decode, "", o, &d->decode_worker); !s.ok()) return s;
+    absl::StatusOr<LinkProfile> link = p.Link(o.transport);
+    if (!link.ok()) return link.status();
+    d->link = link->link;
+  }
+  d->kv_bytes_per_token = p.kv_bytes_per_token;
+  d->num_layers = p.num_layers;
+  d->router_seconds = p.router_seconds;
+  return absl::OkStatus();
 }
 
 std::string ProfileToJson(const Profile& p) {

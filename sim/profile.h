@@ -63,6 +63,33 @@ struct Profile {
   absl::StatusOr<LinkProfile> Link(const std::string& transport) const;
 };
 
+// How the simulated workers run, beside what the profile measured (the
+// workers' own flags).
+struct WorkerOptions {
+  int threads = 0;  // the profile's passes at this many threads (0: the most measured)
+  std::string transport = "tcp";
+  int max_decode_batch = 64;
+  int64_t token_budget = 2048;     // --prefill-budget
+  double step_target_seconds = 0;  // --tpot-target-ms
+  int64_t kv_blocks = 1 << 20;     // per decode or monolithic worker
+  double noise = 0;                // WorkerSpec::noise
+};
+
+// The precision of each kind of worker. A monolithic worker computes
+// prompts at `monolithic_prompt` on a second model when it differs from
+// `monolithic` (empty: the same model).
+struct Precisions {
+  std::string prefill = "w8a8", decode = "w4a16", monolithic = "fp16", monolithic_prompt;
+};
+
+// Worker counts by role from "2P+6D", "3M", "1P+2D+1M".
+absl::Status ParseDeployment(const std::string& text, Deployment* d);
+// Fills the specs of the kinds of worker `d` has, its link and the model's
+// KV facts from the profile; NotFound names a precision or transport the
+// profile lacks.
+absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
+                              const WorkerOptions& o, Deployment* d);
+
 std::string ProfileToJson(const Profile& p);
 // Errors name the field; a newer version is refused.
 absl::StatusOr<Profile> ProfileFromJson(const std::string& text);

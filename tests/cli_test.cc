@@ -488,7 +488,21 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   EXPECT_GT(j["output_tokens_per_second"]["mean"].get<double>(), 0);
   EXPECT_GE(j["ttft_p99"]["mean"].get<double>(), j["ttft_p50"]["mean"].get<double>());
 
+  // pdq plan --sim searches deployments on the profile.
+  const std::string plan = ::testing::TempDir() + "/cli_test_sim_plan.json";
+  r = RunPdq("plan --sim " + profile +
+             " --pairs fp16/fp16,w8a8/fp16 --input-tokens 100 --output-tokens 50 --rate 50 "
+             "--max-workers 4 --requests 50 --seeds 2 --json " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("not measured"), std::string::npos) << r.out;
+  std::ifstream plan_in(plan);
+  const nlohmann::json p = nlohmann::json::parse(plan_in);
+  EXPECT_GE(p["options"].size(), 2u);
+  if (p["recommended"] != "") EXPECT_EQ(p["sensitivity"].size(), 6u);
+
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"plan --sim " + profile + " --pairs w8a8 --rate 1", "not PREFILL/DECODE"},
+           {"plan --sim " + profile + " --workload chat", "--rate is required"},
            {"sim --workload chat --rate 1", "--profile is required"},
            {"sim --profile " + profile + " --workload chat", "one of --rate and --concurrency"},
            {"sim --profile " + profile + " --workload chat --rate 1 --concurrency 2",

@@ -3,6 +3,9 @@
 // own rules (batch size, the TPOT target, KV capacity).
 #include "sim/sim.h"
 
+#include "sim/plan.h"
+#include "sim/profile.h"
+
 #include <numeric>
 
 #include "gtest/gtest.h"
@@ -241,6 +244,84 @@ TEST(SimTest, BadDeploymentsAndWorkloadsAreRefusedByName) {
   EXPECT_NE(Validate(d, no_rate).message().find("rate"), std::string::npos);
   EXPECT_FALSE(Simulate(d, no_rate).ok());
   EXPECT_FALSE(RunSeeds(d, w, {}, 0).ok());
+}
+
+// A profile of one precision whose decode steps are dear next to its
+// prompts, and a 10 GB/s link.
+Profile DecodeBoundProfile() {
+  Profile p;
+  p.cpu = "test";
+  p.num_layers = 10;
+  p.kv_bytes_per_token = 10000;
+  p.block_tokens = 16;
+  p.max_context = 4096;
+  PassProfile pass;
+  pass.precision = "fp16";
+  pass.threads = 1;
+  pass.time = {5e-3, 2e-3, 2e-5, 0};
+  p.passes = {pass};
+  p.links = {{"tcp", {1e10, 1e-4}}};
+  return p;
+}
+
+TEST(SimPlanTest, TheSmallestDeploymentThatMeetsTheTargetsIsRecommended) {
+  PlanQuery q;
+  q.workload.rate = 30;
+  q.workload.prompt_tokens = 200;
+  q.workload.output_tokens = 40;
+  q.workload.requests = 150;
+  q.targets = {0.5, 0.03};
+  q.pairs = {{"fp16", "fp16"}};
+  q.max_workers = 8;
+  const Profile profile = DecodeBoundProfile();
+  const SimPlan plan = *PlanBySimulation(profile, q, {});
+  ASSERT_GE(plan.best, 0);
+  const PlanOption& best = plan.options[plan.best];
+  EXPECT_TRUE(best.meets);
+  EXPECT_EQ(best.workers, plan.workers);
+  EXPECT_GT(best.cost_per_million_output_tokens, 0);
+  std::printf("recommended: %s\n", Describe(best).c_str());
+  // Every shape of that size was tried: n monolithic and n - 1 splits.
+  EXPECT_EQ((int)plan.options.size(), plan.workers);
+  // And none smaller meets.
+  if (plan.workers > 1) {
+    q.max_workers = plan.workers - 1;
+    EXPECT_EQ(PlanBySimulation(profile, q, {})->best, -1);
+  }
+  q.max_workers = 8;
+  const std::vector<Sensitivity> s = *PlanSensitivity(profile, q, {}, plan, 0.2);
+  ASSERT_EQ(s.size(), 6u);
+  // Dearer decode steps never make a smaller deployment enough.
+  for (const Sensitivity& x : s) {
+    if (x.term == "decode" && x.factor > 1) {
+      Deployment d;
+      ASSERT_TRUE(ParseDeployment(x.recommendation.substr(0, x.recommendation.find(' ')), &d).ok());
+      EXPECT_GE(d.monolithic + d.prefill + d.decode, plan.workers) << x.recommendation;
+    }
+  }
+}
+
+TEST(SimPlanTest, AProfileRoundTripsAndBadOnesAreRefusedByField) {
+  const Profile p = DecodeBoundProfile();
+  const Profile q = *ProfileFromJson(ProfileToJson(p));
+  EXPECT_EQ(q.passes.size(), 1u);
+  EXPECT_EQ(q.passes[0].time.per_row, p.passes[0].time.per_row);
+  EXPECT_EQ(q.links[0].link.bytes_per_second, 1e10);
+  EXPECT_EQ(q.kv_bytes_per_token, 10000);
+  EXPECT_FALSE(q.Pass("w8a8").ok());
+  EXPECT_NE(ProfileFromJson("[1]").status().message().find("not a JSON object"), std::string::npos);
+  std::string text = ProfileToJson(p);
+  text.replace(text.find("\"per_row\""), 9, "\"per_rows\"");
+  EXPECT_NE(ProfileFromJson(text).status().message().find("passes[0].per_row is missing"),
+            std::string::npos);
+  text = ProfileToJson(p);
+  text.replace(text.find("\"pdq_profile\": 1"), 16, "\"pdq_profile\": 9");
+  EXPECT_NE(ProfileFromJson(text).status().message().find("version 9"), std::string::npos);
+  Deployment d;
+  EXPECT_TRUE(ParseDeployment("2P+3D+1M", &d).ok());
+  EXPECT_EQ(d.prefill + 10 * d.decode + 100 * d.monolithic, 2 + 30 + 100);
+  EXPECT_FALSE(ParseDeployment("2Q", &d).ok());
+  EXPECT_FALSE(ParseDeployment("P+D", &d).ok());
 }
 
 }  // namespace

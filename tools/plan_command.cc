@@ -1,17 +1,140 @@
 // `pdq plan`: how many prefill and decode workers a request rate needs, and
 // the autoscaler thresholds that hold that ratio, from a `pdq bench --json`
 // run against one prefill and one decode worker (harness/plan.h has the
-// arithmetic).
+// arithmetic); or, with --sim, by simulating deployments on a measured
+// profile (sim/plan.h).
 #include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "harness/bench_result.h"
+#include "harness/load_generator.h"
 #include "harness/plan.h"
 #include "nlohmann/json.hpp"
+#include "sim/plan.h"
 #include "tools/commands.h"
 
 namespace pdq {
+namespace {
+
+struct SimPlanFlags {
+  std::string profile, workload = "chat", pairs = "fp16/fp16,w8a8/w4a16";
+  int64_t max_workers = 16, seeds = 3, requests = 300;
+  double attainment = 0.9, price = 1, sensitivity = 0.2;
+  void Register(FlagParser& flags) {
+    flags.String("sim", &profile,
+                 "plan by simulation on this pdq profile (pdq sim) instead of from --bench");
+    flags.String("workload", &workload, "--sim: chat, summarize or analysis (or the token flags)");
+    flags.String("pairs", &pairs, "--sim: prefill/decode precision pairs to consider");
+    flags.Int("max-workers", &max_workers, 1, 1024, "--sim: the largest deployment to try");
+    flags.Int("seeds", &seeds, 1, 100, "--sim: runs per deployment");
+    flags.Int("requests", &requests, 10, 1 << 20, "--sim: measured requests per run");
+    flags.Float("attainment", &attainment, 0.01, 1,
+                "--sim: fraction of requests that must meet both targets");
+    flags.Float("worker-hour-price", &price, 0, 1e9, "--sim: one worker's price an hour");
+    flags.Float("sensitivity", &sensitivity, 0, 0.9,
+                "--sim: replan with each profile term changed by this fraction (0: skip)");
+  }
+};
+
+// `pdq plan --sim`: the search of sim/plan.h, printed.
+int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int64_t output_tokens,
+                   double ttft_ms, double tpot_ms, const std::string& json_path) {
+  auto fail = [](const absl::Status& s) { return Fail("plan", s); };
+  if (const WorkloadShape* shape = StandardWorkload(f.workload)) {
+    if (input_tokens == 0) input_tokens = shape->input;
+    if (output_tokens == 0) output_tokens = shape->output;
+  } else if (input_tokens == 0 || output_tokens == 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--workload: unknown '", f.workload,
+        "' (chat, summarize or analysis), or give --input-tokens and --output-tokens")));
+  }
+  absl::StatusOr<sim::Profile> profile = sim::ReadProfile(f.profile);
+  if (!profile.ok()) return fail(profile.status());
+  sim::PlanQuery q;
+  q.workload.rate = rate;
+  q.workload.requests = (int)f.requests;
+  q.workload.warmup = (int)f.requests / 10;
+  q.workload.prompt_tokens = input_tokens;
+  q.workload.output_tokens = output_tokens;
+  q.targets = {(ttft_ms > 0 ? ttft_ms : 2000) / 1e3, (tpot_ms > 0 ? tpot_ms : 200) / 1e3};
+  q.attainment = f.attainment;
+  q.max_workers = (int)f.max_workers;
+  q.seeds = (int)f.seeds;
+  q.worker_hour_price = f.price;
+  q.pairs.clear();
+  for (absl::string_view pair : absl::StrSplit(f.pairs, ',', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(pair, '/');
+    if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--pairs: '", pair, "' is not PREFILL/DECODE, as in w8a8/w4a16")));
+    }
+    q.pairs.emplace_back(parts[0], parts[1]);
+  }
+  const sim::WorkerOptions wo;
+  absl::StatusOr<sim::SimPlan> plan = sim::PlanBySimulation(*profile, q, wo);
+  if (!plan.ok()) return fail(plan.status());
+  std::printf(
+      "projected from %s (%s, %d cores, %s), not measured: %.3g requests/s of %lld tokens in "
+      "and %lld out; targets TTFT %.0f ms, TPOT %.0f ms for %.0f%% of requests; %d seeds\n",
+      f.profile.c_str(), profile->cpu.c_str(), profile->cores, profile->isa.c_str(), rate,
+      (long long)input_tokens, (long long)output_tokens, q.targets.ttft_seconds * 1e3,
+      q.targets.tpot_seconds * 1e3, q.attainment * 100, q.seeds);
+  std::printf("deployments of %d worker%s:\n", plan->workers, plan->workers == 1 ? "" : "s");
+  std::printf("  %-22s %10s %9s %12s %12s %13s\n", "deployment", "goodput/s", "within", "TTFT p90",
+              "TPOT p90", "cost/M tokens");
+  for (int i = 0; i < (int)plan->options.size(); ++i) {
+    const sim::PlanOption& o = plan->options[i];
+    std::printf("  %-22s %10.3g %8.0f%% %9.0f ms %9.1f ms %13.3g%s\n", sim::Describe(o).c_str(),
+                o.result.goodput.mean, o.result.met_fraction.mean * 100,
+                o.result.ttft_p90.mean * 1e3, o.result.tpot_p90.mean * 1e3,
+                o.cost_per_million_output_tokens, i == plan->best ? "  <- recommended" : "");
+  }
+  if (plan->best < 0) {
+    std::printf("no deployment of up to %d workers meets the targets\n", q.max_workers);
+  }
+  std::vector<sim::Sensitivity> sens;
+  if (f.sensitivity > 0 && plan->best >= 0) {
+    absl::StatusOr<std::vector<sim::Sensitivity>> s =
+        sim::PlanSensitivity(*profile, q, wo, *plan, f.sensitivity);
+    if (!s.ok()) return fail(s.status());
+    sens = *s;
+    std::printf("with one profile term changed by %.0f%%:\n", f.sensitivity * 100);
+    for (const sim::Sensitivity& x : sens) {
+      std::printf("  %-6s x%.2f: %s%s\n", x.term.c_str(), x.factor, x.recommendation.c_str(),
+                  x.same ? " (same)" : " (changes the recommendation)");
+    }
+  }
+  if (!json_path.empty()) {
+    nlohmann::json j = {{"projected_from", f.profile}, {"workers", plan->workers}};
+    j["recommended"] = plan->best >= 0 ? sim::Describe(plan->options[plan->best]) : "";
+    for (const sim::PlanOption& o : plan->options) {
+      j["options"].push_back({{"deployment", o.deployment},
+                              {"prefill_precision", o.prefill_precision},
+                              {"decode_precision", o.decode_precision},
+                              {"goodput", o.result.goodput.mean},
+                              {"met_fraction", o.result.met_fraction.mean},
+                              {"ttft_p90", o.result.ttft_p90.mean},
+                              {"tpot_p90", o.result.tpot_p90.mean},
+                              {"cost_per_million_output_tokens", o.cost_per_million_output_tokens},
+                              {"meets", o.meets}});
+    }
+    for (const sim::Sensitivity& x : sens) {
+      j["sensitivity"].push_back({{"term", x.term},
+                                  {"factor", x.factor},
+                                  {"recommendation", x.recommendation},
+                                  {"same", x.same}});
+    }
+    std::ofstream out(json_path);
+    out << j.dump(1) << "\n";
+    if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
+  }
+  return 0;
+}
+
+}  // namespace
 
 int PlanCommand(int argc, char** argv) {
   std::string bench_path, json_path;
@@ -30,7 +153,17 @@ int PlanCommand(int argc, char** argv) {
   flags.Float("headroom", &headroom, 0.05, 1, "fraction of measured capacity to plan for");
   flags.Int("block-tokens", &block_tokens, 1, 1024, "tokens per KV block of the workers");
   flags.String("json", &json_path, "also write the plan here");
+  SimPlanFlags sim_flags;
+  sim_flags.Register(flags);
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (!sim_flags.profile.empty()) {
+    if (rate <= 0) {
+      return Fail("plan",
+                  absl::InvalidArgumentError("--rate is required (requests per second, > 0)"));
+    }
+    return SimPlanCommand(sim_flags, rate, input_tokens, output_tokens, ttft_ms, tpot_ms,
+                          json_path);
+  }
   if (bench_path.empty()) return Fail("plan", absl::InvalidArgumentError("--bench is required"));
   if (rate <= 0)
     return Fail("plan",

@@ -254,7 +254,12 @@ sim::PassProfile FitWithHoldout(const std::vector<Point>& points) {
 // acknowledgement; fitted to latency + bytes / bandwidth.
 absl::StatusOr<sim::LinkProfile> MeasureLink(const std::string& transport, const KvLayout& layout,
                                              int reps) {
-  const std::vector<int64_t> sizes = {64, 512, 2048};
+  // About 1, 8 and 32 MB whatever the model, so that the sizes, not the
+  // machine's noise, set the slope.
+  const int64_t token_bytes =
+      std::max<int64_t>(1, layout.block_bytes() * layout.num_layers / layout.block_tokens);
+  std::vector<int64_t> sizes;
+  for (int64_t mb : {1, 8, 32}) sizes.push_back(std::max<int64_t>(16, (mb << 20) / token_bytes));
   const int64_t most = sizes.back();
   const int64_t blocks = (most + layout.block_tokens - 1) / layout.block_tokens + 1;
   PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> send_kv, KvCache::Create({layout, blocks}));
@@ -267,7 +272,8 @@ absl::StatusOr<sim::LinkProfile> MeasureLink(const std::string& transport, const
   PDQ_ASSIGN_OR_RETURN(auto receiver, kvtransfer::CreateTransport(transport, ro));
   std::vector<double> x, y;
   int n = 0;
-  for (int rep = 0; rep < reps + 1; ++rep) {  // the first round warms up
+  // The first round warms up; at least three are timed (one size is cheap).
+  for (int rep = 0; rep < std::max(reps, 3) + 1; ++rep) {
     for (int64_t tokens : sizes) {
       const SeqId out = send_kv->AddSequence();
       PDQ_RETURN_IF_ERROR(send_kv->Reserve(out, tokens));

@@ -5,10 +5,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "harness/load_generator.h"
 #include "nlohmann/json.hpp"
 #include "sim/profile.h"
@@ -17,33 +15,6 @@
 
 namespace pdq {
 namespace {
-
-// "2P+4D", "3M", "1P+2D+1M": worker counts by role.
-absl::Status ParseDeployment(const std::string& text, sim::Deployment* d) {
-  d->monolithic = d->prefill = d->decode = 0;
-  for (absl::string_view part : absl::StrSplit(text, '+')) {
-    int n = 0;
-    if (part.size() < 2 || !absl::SimpleAtoi(part.substr(0, part.size() - 1), &n) || n < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--deployment: '", part, "' is not a count and a role (P, D or M), as in 1P+2D or 4M"));
-    }
-    switch (part.back()) {
-      case 'P':
-        d->prefill += n;
-        break;
-      case 'D':
-        d->decode += n;
-        break;
-      case 'M':
-        d->monolithic += n;
-        break;
-      default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("--deployment: '", part, "' ends in neither P, D nor M"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 std::string Figure(const sim::Estimate& e, double scale, const char* unit) {
   return absl::StrFormat("%.4g ± %.2g %s", e.mean * scale, e.half_width * scale, unit);
@@ -123,44 +94,18 @@ int SimCommand(int argc, char** argv) {
   absl::StatusOr<sim::Profile> profile = sim::ReadProfile(profile_path);
   if (!profile.ok()) return fail(profile.status());
   sim::Deployment d;
-  if (absl::Status s = ParseDeployment(deployment, &d); !s.ok()) return fail(s);
-  // One worker's spec from the profile's pass of `precision` (and of
-  // `prompt_precision` when prompts run on a second model).
-  auto spec = [&](const std::string& precision, const std::string& prompt_precision,
-                  sim::WorkerSpec* w) -> absl::Status {
-    absl::StatusOr<sim::PassProfile> pass = profile->Pass(precision, (int)threads);
-    if (!pass.ok()) return pass.status();
-    w->pass = pass->time;
-    if (!prompt_precision.empty() && prompt_precision != precision) {
-      absl::StatusOr<sim::PassProfile> prompt = profile->Pass(prompt_precision, (int)threads);
-      if (!prompt.ok()) return prompt.status();
-      w->prompt_pass = prompt->time;
-      w->fused = false;
-    }
-    w->batch.max_decode_batch = (int)batch;
-    w->batch.token_budget = budget;
-    w->batch.tpot_target = step_target_ms / 1e3;
-    w->batch.block_tokens = profile->block_tokens;
-    w->kv_blocks = kv_blocks;
-    w->max_context = profile->max_context;
-    w->noise = noise;
-    return absl::OkStatus();
-  };
-  if (d.monolithic > 0) {
-    if (absl::Status s = spec(mono_precision, mono_prefill_precision, &d.monolithic_worker);
-        !s.ok())
-      return fail(s);
-  }
-  if (d.prefill > 0 || d.decode > 0) {
-    if (absl::Status s = spec(prefill_precision, "", &d.prefill_worker); !s.ok()) return fail(s);
-    if (absl::Status s = spec(decode_precision, "", &d.decode_worker); !s.ok()) return fail(s);
-    absl::StatusOr<sim::LinkProfile> link = profile->Link(transport);
-    if (!link.ok()) return fail(link.status());
-    d.link = link->link;
-  }
-  d.kv_bytes_per_token = profile->kv_bytes_per_token;
-  d.num_layers = profile->num_layers;
-  d.router_seconds = profile->router_seconds;
+  if (absl::Status s = sim::ParseDeployment(deployment, &d); !s.ok()) return fail(s);
+  const sim::Precisions precisions{prefill_precision, decode_precision, mono_precision,
+                                   mono_prefill_precision};
+  sim::WorkerOptions wo;
+  wo.threads = (int)threads;
+  wo.transport = transport;
+  wo.max_decode_batch = (int)batch;
+  wo.token_budget = budget;
+  wo.step_target_seconds = step_target_ms / 1e3;
+  wo.kv_blocks = kv_blocks;
+  wo.noise = noise;
+  if (absl::Status s = sim::SpecsFromProfile(*profile, precisions, wo, &d); !s.ok()) return fail(s);
   sim::Workload w;
   w.arrivals = concurrency > 0   ? sim::Workload::Arrivals::kClosedLoop
                : burstiness == 1 ? sim::Workload::Arrivals::kPoisson

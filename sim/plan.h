@@ -1,0 +1,71 @@
+// pdq plan --sim: the smallest deployment that serves a workload within
+// its targets, found by simulation on a measured profile (sim/sim.h), and
+// how each deployment of that size compares. Every figure here is a
+// projection from the profile.
+//
+// The search: for n = 1, 2, ... workers, every precision pair as n
+// monolithic workers and as every xP+(n-x)D split; the first n at which one
+// of them keeps at least `attainment` of the requests within both targets
+// (none refused) is the size, and the best of those (most goodput, then
+// least cost per token) the recommendation. Workers are priced alike (one
+// node shape).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sim/profile.h"
+#include "sim/sim.h"
+
+namespace pdq::sim {
+
+struct PlanQuery {
+  Workload workload;  // its rate is the load to serve
+  Targets targets;
+  double attainment = 0.9;  // fraction of requests that must meet both targets
+  int max_workers = 16;
+  int seeds = 3;
+  // (prefill, decode) precisions; a monolithic worker of a pair computes
+  // prompts at the first on a second model when they differ.
+  std::vector<std::pair<std::string, std::string>> pairs = {{"fp16", "fp16"}, {"w8a8", "w4a16"}};
+  bool monolithic = true, disaggregated = true;
+  double worker_hour_price = 1;  // one worker's price an hour, in any currency
+};
+
+struct PlanOption {
+  std::string deployment;  // "2P+6D", "4M"
+  std::string prefill_precision, decode_precision;
+  int workers = 0;
+  SeedSummary result;
+  bool meets = false;
+  double cost_per_million_output_tokens = 0;
+};
+
+struct SimPlan {
+  int workers = 0;  // the size searched last: the smallest that meets, or max_workers
+  std::vector<PlanOption> options;  // every deployment of that size
+  int best = -1;                    // index into options; -1: none meets at max_workers
+};
+
+absl::StatusOr<SimPlan> PlanBySimulation(const Profile& profile, const PlanQuery& query,
+                                         const WorkerOptions& workers);
+
+// The recommendation again with one term of the profile changed by a
+// factor: "prompt" (every pass's per-token and per-pair cost), "decode"
+// (every pass's fixed and per-row cost) or "link" (the KV link's time).
+struct Sensitivity {
+  std::string term;
+  double factor = 1;
+  std::string recommendation;  // "2P+6D w8a8/w4a16", or "none"
+  bool same = false;
+};
+absl::StatusOr<std::vector<Sensitivity>> PlanSensitivity(const Profile& profile,
+                                                         const PlanQuery& query,
+                                                         const WorkerOptions& workers,
+                                                         const SimPlan& plan, double change);
+
+std::string Describe(const PlanOption& o);
+
+}  // namespace pdq::sim
