@@ -542,6 +542,12 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   void OnClientChange() {
     if (!out_->cancelled()) return;
     std::lock_guard lock(mu_);
+    // A cancel can come after the call finished: the client's RST_STREAM
+    // racing the status, or the summary's write failing. Its attempt is
+    // then done (or was abandoned when it failed), and one whose calls all
+    // ended has let go of its decode worker (EndAttemptIfIdleLocked):
+    // nothing is left to stop or release.
+    if (finished_) return;
     if (attempt_) AbandonLocked(attempt_);
     FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled"));
   }
@@ -764,7 +770,9 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   // reservation waiting out its lease.
   void AbandonLocked(const std::shared_ptr<Attempt>& a) {
     a->CancelAll();
-    if (a->reserved) ReleaseLocked(a);
+    // (An attempt with no call open has let go of its decode worker: its
+    // Decode call used or freed the reservation, or its lease frees it.)
+    if (a->reserved && a->decode != nullptr) ReleaseLocked(a);
     a->reserved = false;
   }
 

@@ -355,6 +355,50 @@ TEST_F(ServingFaultsTest, AThousandCancelsAroundTheKvTransferReturnEveryBlock) {
   EXPECT_EQ(after.tokens, alone.tokens);
 }
 
+// A client that cancels as the summary arrives: its cancel races the
+// stream's status, often after the router finished the call and let go of
+// its workers (a short answer whose prompt the decode worker mostly had
+// cached, so no prefill call was open). The router crashed on that once
+// (releasing a reservation through a worker it no longer held); now the
+// cancel finds nothing to stop, and every block comes back.
+TEST_F(ServingFaultsTest, ACancelRacingTheFinishedStreamIsHarmless) {
+  Cluster c;
+  const Split split = StartSplit(c, "fp16", "fp16");
+  ASSERT_TRUE(split.ok());
+  v1::Pdq::Stub* const stub = split.stub.get();
+  const v1::GenerateRequest req = Long(20, 2);
+  constexpr int kClients = 4, kRequests = 300;
+  std::atomic<int> next{0}, done{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kClients; ++t) {
+    clients.emplace_back([&] {
+      while (next++ < kRequests) {
+        grpc::ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        auto reader = stub->Generate(&ctx, req);
+        v1::GenerateResponse m;
+        while (reader->Read(&m)) {
+          if (m.has_summary()) ctx.TryCancel();
+        }
+        const grpc::Status s = reader->Finish();
+        if (s.ok() || s.error_code() == grpc::StatusCode::CANCELLED) {
+          ++done;
+        } else {
+          ++other;
+          ADD_FAILURE() << "status " << s.error_code() << ": " << s.error_message();
+        }
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(done.load(), kRequests);
+  EXPECT_EQ(other.load(), 0);
+  ExpectAllBlocksFree(split.prefill.address, "prefill worker");
+  ExpectAllBlocksFree(split.decode.address, "decode worker");
+  const Answer after = Generate(*stub, req);
+  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+}
+
 // Sends `bytes` to 127.0.0.1:port and closes.
 void SendBytes(int port, const std::string& bytes) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
