@@ -1,5 +1,7 @@
 #include "sim/plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace pdq::sim {
@@ -29,11 +31,20 @@ absl::StatusOr<PlanOption> Evaluate(const Profile& profile, const PlanQuery& q,
   o.decode_precision = pair.second;
   o.workers = d.monolithic + d.prefill + d.decode;
   o.result = *r;
-  o.meets = r->refused == 0 && r->met_fraction.mean >= q.attainment;
+  // Met with confidence: the attainment's 95% interval lies above the bar.
+  o.meets = r->refused == 0 && r->met_fraction.mean - r->met_fraction.half_width >= q.attainment;
   const double tokens = r->output_tokens_per_second.mean;
   o.cost_per_million_output_tokens =
       tokens > 0 ? double(o.workers) * q.worker_hour_price / 3600 / tokens * 1e6 : 0;
   return o;
+}
+
+// How close to its targets an option runs: the larger of TTFT p90 and TPOT
+// p90 over their targets (lower is more headroom). Options that all meet
+// the targets serve the same load, so their goodput differs only by noise;
+// headroom is what sets them apart.
+double Pressure(const PlanOption& o, const Targets& t) {
+  return std::max(o.result.ttft_p90.mean / t.ttft_seconds, o.result.tpot_p90.mean / t.tpot_seconds);
 }
 
 }  // namespace
@@ -69,12 +80,7 @@ absl::StatusOr<SimPlan> PlanBySimulation(const Profile& profile, const PlanQuery
         plan.best = i;
         continue;
       }
-      const PlanOption& b = plan.options[plan.best];
-      if (o.result.goodput.mean > b.result.goodput.mean ||
-          (o.result.goodput.mean == b.result.goodput.mean &&
-           o.cost_per_million_output_tokens < b.cost_per_million_output_tokens)) {
-        plan.best = i;
-      }
+      if (Pressure(o, q.targets) < Pressure(plan.options[plan.best], q.targets)) plan.best = i;
     }
     if (plan.best >= 0) break;
   }

@@ -6,9 +6,10 @@
 // The search: for n = 1, 2, ... workers, every precision pair as n
 // monolithic workers and as every xP+(n-x)D split; the first n at which one
 // of them keeps at least `attainment` of the requests within both targets
-// (none refused) is the size, and the best of those (most goodput, then
-// least cost per token) the recommendation. Workers are priced alike (one
-// node shape).
+// (the lower end of its 95% interval, none refused) is the size, and the
+// one of those with the most headroom (the lowest of TTFT p90 and TPOT p90
+// over their targets, the larger of the two) the recommendation. Workers are
+// priced alike (one node shape).
 #pragma once
 
 #include <string>

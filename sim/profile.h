@@ -37,8 +37,10 @@ struct PassProfile {
   std::string precision;
   int threads = 0;
   PassTime time;
+  // `time` is fitted to all `points`; the errors are those of a fit made
+  // without `held_out` of them, on those (relative).
   int points = 0, held_out = 0;
-  double held_out_median_error = 0, held_out_max_error = 0;  // relative
+  double held_out_median_error = 0, held_out_max_error = 0;
   std::vector<PassSample> samples;  // what was fitted and held out (optional in files)
 };
 

@@ -125,7 +125,7 @@ namespace {
 class Simulation {
  public:
   Simulation(const Deployment& d, const Workload& w, const RunOptions& o)
-      : d_(d), w_(w), o_(o), rng_(w.seed) {
+      : d_(d), w_(w), o_(o), rng_(w.seed), noise_rng_(w.seed ^ 0x6e6f697365ull) {
     for (int i = 0; i < d.monolithic; ++i) workers_.emplace_back(Role::kBoth, d.monolithic_worker);
     for (int i = 0; i < d.prefill; ++i) workers_.emplace_back(Role::kPrefill, d.prefill_worker);
     for (int i = 0; i < d.decode; ++i) workers_.emplace_back(Role::kDecode, d.decode_worker);
@@ -202,8 +202,15 @@ class Simulation {
   void Done(int64_t id) {
     RequestRecord& r = result_.requests[id];
     r.finish = now_;
-    --in_flight_[r.decode_worker];  // (a prefill worker's ended when it sent the KV)
-    if (w_.arrivals == Workload::Arrivals::kClosedLoop) Send(now_);
+    // The router counts a request against both its workers until it ends.
+    --in_flight_[r.decode_worker];
+    if (r.prefill_worker >= 0) --in_flight_[r.prefill_worker];
+    if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
+      Send(now_);
+      // Clients whose last request was refused try again now that room
+      // may have come free.
+      for (; parked_ > 0; --parked_) Send(now_);
+    }
   }
 
   // No worker has room for its KV: the router refuses it at once.
@@ -212,28 +219,47 @@ class Simulation {
     r.refused = true;
     r.decode_worker = r.prefill_worker = -1;
     r.first_token = r.finish = now_;
-    if (w_.arrivals == Workload::Arrivals::kClosedLoop) Send(now_);
+    if (w_.arrivals != Workload::Arrivals::kClosedLoop) return;
+    // The client tries again when a request ends (at once if none is in
+    // flight, or it would wait forever).
+    bool any = false;
+    for (int64_t n : in_flight_) any |= n > 0;
+    if (any) {
+      ++parked_;
+    } else {
+      Send(now_);
+    }
   }
 
-  // The router's choice among workers of `roles` (policy::BestCandidate),
-  // among those with room for `reserve` tokens of KV (0: no reservation).
+  // The router's choice among workers of `roles` (policy::BestCandidate,
+  // its candidates as router/router.cc builds them: a decode worker's load
+  // is its decoding streams plus the requests in flight to it, a prefill
+  // worker's the requests in flight; the worker's state is read exactly,
+  // where the router has its last heartbeat), then its KV reservation of
+  // `reserve` tokens; a worker that refuses is avoided once more, as the
+  // router retries an attempt once. -1: refused.
   int Pick(std::initializer_list<Role> roles, int64_t prompt_tokens, int64_t reserve) {
-    std::vector<policy::RouteCandidate> candidates;
-    std::vector<int> index;
-    for (int i = 0; i < (int)workers_.size(); ++i) {
-      const WorkerSim& w = workers_[i];
-      if (std::find(roles.begin(), roles.end(), w.role()) == roles.end()) continue;
-      const int64_t free = w.spec().kv_blocks - w.kv_blocks_used();
-      if (reserve > 0 && free * w.spec().batch.block_tokens < reserve) continue;
-      policy::RouteCandidate c;
-      c.queued_tokens = w.queued_prompt_tokens();
-      c.load = double(w.role() == Role::kPrefill ? 0 : in_flight_[i]);
-      c.kv_blocks_free = free;
-      candidates.push_back(c);
-      index.push_back(i);
+    int avoid = -1;
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      std::vector<policy::RouteCandidate> candidates;
+      std::vector<int> index;
+      for (int i = 0; i < (int)workers_.size(); ++i) {
+        const WorkerSim& w = workers_[i];
+        if (std::find(roles.begin(), roles.end(), w.role()) == roles.end()) continue;
+        policy::RouteCandidate c;
+        c.unwanted = i == avoid;
+        c.queued_tokens = w.queued_prompt_tokens();
+        c.load = double(in_flight_[i]) + (w.role() == Role::kPrefill ? 0 : double(w.decoding()));
+        c.kv_blocks_free = w.spec().kv_blocks - w.kv_blocks_used();
+        candidates.push_back(c);
+        index.push_back(i);
+      }
+      const int best = policy::BestCandidate(candidates, prompt_tokens, d_.load_tokens);
+      if (best < 0 || candidates[best].unwanted) return -1;
+      if (workers_[index[best]].Reserve(reserve)) return index[best];
+      avoid = index[best];
     }
-    const int best = policy::BestCandidate(candidates, prompt_tokens, d_.load_tokens);
-    return best < 0 ? -1 : index[best];
+    return -1;
   }
 
   void Route(int64_t id) {
@@ -241,7 +267,6 @@ class Simulation {
     const int64_t kv = r.prompt_tokens + r.output_tokens;
     const int dw = Pick({Role::kDecode, Role::kBoth}, r.prompt_tokens, kv);
     if (dw < 0) return Refuse(id);
-    workers_[dw].Reserve(kv);
     r.decode_worker = dw;
     SimStream s;
     s.id = id;
@@ -260,12 +285,12 @@ class Simulation {
     if (pw < 0) {
       workers_[dw].Remove(id);
       workers_[dw].Unreserve(kv);
+      --in_flight_[dw];
       Refuse(id);
       return;
     }
     r.prefill_worker = pw;
     ++in_flight_[pw];
-    workers_[pw].Reserve(r.prompt_tokens);
     SimStream p;
     p.id = id;
     p.prompt_tokens = r.prompt_tokens;
@@ -283,7 +308,7 @@ class Simulation {
     const double noise = workers_[w].spec().noise;
     if (noise > 0) {
       const double f =
-          std::exp(noise * std::normal_distribution<double>(0, 1)(rng_) - noise * noise / 2);
+          std::exp(noise * std::normal_distribution<double>(0, 1)(noise_rng_) - noise * noise / 2);
       times.pass *= f;
       times.prompt *= f;
     }
@@ -305,13 +330,15 @@ class Simulation {
     WorkerSim& worker = workers_[w];
     const StepOutcome out = worker.Finish(step, times);
     if (worker.role() == Role::kBoth) {
-      for (int64_t id : out.prefilled) result_.requests[id].first_token = now_;
+      // Two models: the first token comes after the prompt pass, before
+      // the decode rows' pass.
+      const double first = worker.spec().fused ? now_ : start + times.prompt;
+      for (int64_t id : out.prefilled) result_.requests[id].first_token = first;
     }
     for (int64_t id : out.finished) {
       RequestRecord& r = result_.requests[id];
       if (worker.role() == Role::kPrefill) {
-        worker.Unreserve(r.prompt_tokens);
-        SendKv(w, id, start);
+        SendKv(w, id, start);  // its blocks are held until the KV landed
       } else {
         worker.Unreserve(r.prompt_tokens + r.output_tokens);
         Done(id);
@@ -331,9 +358,10 @@ class Simulation {
     const double begin = std::max({start, link_free_[pw], link_free_[dw]});
     const double end = std::max(now_ + wire / d_.num_layers, begin + wire);
     link_free_[pw] = link_free_[dw] = end;
-    --in_flight_[pw];
-    At(end + d_.link.latency_seconds, [this, dw, id] {
+    At(end + d_.link.latency_seconds, [this, pw, dw, id] {
       RequestRecord& q = result_.requests[id];
+      workers_[pw].Unreserve(q.prompt_tokens);
+      Kick(pw);
       q.first_token = now_;
       WorkerSim& d = workers_[dw];
       if (q.output_tokens <= 1) {
@@ -350,7 +378,8 @@ class Simulation {
   const Deployment& d_;
   const Workload& w_;
   const RunOptions& o_;
-  std::mt19937_64 rng_;
+  std::mt19937_64 rng_;        // arrivals and lengths: the workload
+  std::mt19937_64 noise_rng_;  // step noise: so the same seed is the same workload anywhere
   std::vector<WorkerSim> workers_;
   std::vector<bool> busy_;
   std::vector<int64_t> in_flight_;
@@ -359,6 +388,7 @@ class Simulation {
   uint64_t next_order_ = 0;
   double now_ = 0;
   int64_t sent_ = 0;
+  int parked_ = 0;  // closed-loop clients waiting to retry a refused request
   RunResult result_;
 };
 

@@ -35,6 +35,11 @@ int64_t WorkerSim::queued_prompt_tokens() const {
   return n;
 }
 
+int64_t WorkerSim::decoding() const {
+  return std::count_if(streams_.begin(), streams_.end(),
+                       [](const SimStream& s) { return s.stage == Stage::kDecoding; });
+}
+
 int64_t WorkerSim::BlocksFor(int64_t tokens) const {
   const int64_t bt = spec_.batch.block_tokens;
   return (tokens + bt - 1) / bt;

@@ -65,6 +65,8 @@ class WorkerSim {
   bool HasWork() const;
   // Prompt tokens waiting to be computed.
   int64_t queued_prompt_tokens() const;
+  // Streams decoding (the worker's active sequences).
+  int64_t decoding() const;
   int64_t streams() const { return (int64_t)streams_.size(); }
   // KV blocks held (reserved for prompt + output, as the worker reserves).
   int64_t kv_blocks_used() const { return kv_blocks_used_; }

@@ -47,6 +47,33 @@ TEST(FormStepTest, AChunkContinuesWhereThePromptStopped) {
   EXPECT_EQ(c.chunk, (std::vector<int64_t>{36}));
 }
 
+TEST(FormStepTest, TheTargetAndTheModelsReachThePlan) {
+  // A machine whose pass costs 1 ms + 0.1 ms a prompt token: with decode
+  // rows and a 5 ms target, a fused step takes what fits (a multiple of the
+  // block), a step of two models leaves the decode pass its time too.
+  StepCostModel cost;
+  for (int i = 0; i < 300; ++i) {
+    StepWork w;
+    w.AddChunk(0, 16 * (1 + i % 16));
+    if (i % 2) w.AddDecodeRow(100);
+    cost.Observe(w, 1e-3 + 1e-4 * double(w.prefill_tokens) + 1e-4 * double(w.decode_rows));
+  }
+  std::vector<StreamView> s = {Decoding(100), Prompt(1000)};
+  BatchOptions o;
+  o.tpot_target = 5e-3;
+  const StepComposition fused = FormStep(s, o, cost, cost);
+  EXPECT_TRUE(fused.plan.bounded);
+  EXPECT_EQ(fused.chunk[0] % 16, 0);
+  EXPECT_GE(fused.chunk[0], 16);
+  EXPECT_LE(fused.chunk[0], 40);
+  o.fused = false;
+  const StepComposition two = FormStep(s, o, cost, cost);
+  EXPECT_TRUE(two.plan.bounded);
+  EXPECT_LT(two.chunk[0], fused.chunk[0] + 1);
+  o.tpot_target = 0;
+  EXPECT_EQ(FormStep(s, o, cost, cost).chunk[0], 1000);
+}
+
 TEST(RanToBackTest, TheStreamsThatRanGoToTheBackInOrder) {
   std::vector<std::string> v = {"a", "b", "c", "d", "e"};
   const std::vector<size_t> rows = {1, 3};

@@ -108,7 +108,7 @@ void ExpectSameSteps(const Recorded& rec, const worker::SchedulerOptions& o, boo
   sim::WorkerSim w(sim::Role::kBoth, spec);
   std::map<std::string, int64_t> ids;
   std::vector<std::string> names;
-  int64_t prompt_tokens = 0, rows = 0;
+  int64_t prompt_tokens = 0, rows = 0, full_with_others_left = 0, cut_short = 0;
   for (size_t k = 0; k < rec.steps.size(); ++k) {
     const StepTrace& t = rec.steps[k];
     SCOPED_TRACE(absl::StrCat("step ", k));
@@ -143,11 +143,26 @@ void ExpectSameSteps(const Recorded& rec, const worker::SchedulerOptions& o, boo
     std::vector<std::pair<std::string, int64_t>> chunks;
     for (const auto& [id, n] : step.chunks) chunks.emplace_back(names[id], n);
     ASSERT_EQ(chunks, t.chunks);
-    for (const auto& c : t.chunks) prompt_tokens += c.second;
+    for (const auto& c : t.chunks) {
+      prompt_tokens += c.second;
+      for (const StepTrace::Stream& s : t.streams) {
+        cut_short += s.request_id == c.first && s.view.prompt_tokens - s.view.prefilled > c.second;
+      }
+    }
     rows += (int64_t)t.rows.size();
+    int64_t decoding = 0;
+    for (const StepTrace::Stream& s : t.streams) {
+      decoding += s.view.stage == policy::StreamView::Stage::kDecoding;
+    }
+    full_with_others_left +=
+        (int)t.rows.size() == o.max_decode_batch && decoding > (int64_t)t.rows.size();
     w.Finish(step, {t.pass_seconds, t.prompt_seconds});
   }
   EXPECT_EQ(w.streams(), 0);
+  // The steps exercised the rules: full batches that left streams out (so
+  // the rotation decided who ran) and prompts computed in parts.
+  EXPECT_GT(full_with_others_left, 0);
+  EXPECT_GT(cut_short, 0);
   // What the steps held, so a run that formed trivial steps is seen.
   std::printf("%zu steps: %lld decode rows, %lld prompt tokens\n", rec.steps.size(),
               (long long)rows, (long long)prompt_tokens);

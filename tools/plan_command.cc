@@ -22,6 +22,7 @@ namespace {
 struct SimPlanFlags {
   std::string profile, workload = "chat", pairs = "fp16/fp16,w8a8/w4a16";
   int64_t max_workers = 16, seeds = 3, requests = 300;
+  int64_t kv_blocks = 1 << 20;
   double attainment = 0.9, price = 1, sensitivity = 0.2;
   void Register(FlagParser& flags) {
     flags.String("sim", &profile,
@@ -34,6 +35,8 @@ struct SimPlanFlags {
     flags.Float("attainment", &attainment, 0.01, 1,
                 "--sim: fraction of requests that must meet both targets");
     flags.Float("worker-hour-price", &price, 0, 1e9, "--sim: one worker's price an hour");
+    flags.Int("kv-blocks", &kv_blocks, 1, 1LL << 40,
+              "--sim: KV blocks per decode or monolithic worker (the workers' cache size)");
     flags.Float("sensitivity", &sensitivity, 0, 0.9,
                 "--sim: replan with each profile term changed by this fraction (0: skip)");
   }
@@ -73,7 +76,8 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
     }
     q.pairs.emplace_back(parts[0], parts[1]);
   }
-  const sim::WorkerOptions wo;
+  sim::WorkerOptions wo;
+  wo.kv_blocks = f.kv_blocks;
   absl::StatusOr<sim::SimPlan> plan = sim::PlanBySimulation(*profile, q, wo);
   if (!plan.ok()) return fail(plan.status());
   std::printf(

@@ -40,69 +40,79 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Least squares of seconds on the step features, weighted so that each
-// point counts by its relative error; a coefficient that comes out
-// negative is held at zero and the rest refitted (time is never saved by
-// more work).
-sim::PassTime Fit(const std::vector<Point>& points) {
-  auto features = [](const policy::StepWork& w, double x[4]) {
-    x[0] = 1;
-    x[1] = double(w.decode_rows);
-    x[2] = double(w.prefill_tokens);
-    x[3] = w.attention;
-  };
-  bool active[4] = {true, true, true, true};
-  double beta[4] = {0, 0, 0, 0};
-  for (int round = 0; round < 4; ++round) {
-    // Normal equations over the active features, scaled for conditioning.
-    double scale[4] = {0, 0, 0, 0};
-    for (const Point& p : points) {
-      double x[4];
-      features(p.work, x);
-      for (int i = 0; i < 4; ++i) scale[i] = std::max(scale[i], std::abs(x[i]));
-    }
-    std::vector<int> idx;
-    for (int i = 0; i < 4; ++i) {
-      if (active[i] && scale[i] > 0) idx.push_back(i);
-    }
-    const int n = (int)idx.size();
-    std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0));
-    for (const Point& p : points) {
-      double x[4];
-      features(p.work, x);
-      const double w = 1 / (p.seconds * p.seconds);
-      for (int r = 0; r < n; ++r) {
-        for (int c = 0; c < n; ++c)
-          a[r][c] += w * x[idx[r]] / scale[idx[r]] * x[idx[c]] / scale[idx[c]];
-        a[r][n] += w * x[idx[r]] / scale[idx[r]] * p.seconds;
-      }
-    }
-    for (int c = 0; c < n; ++c) {  // Gaussian elimination, partial pivoting
-      int pivot = c;
-      for (int r = c + 1; r < n; ++r) {
-        if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
-      }
-      std::swap(a[c], a[pivot]);
-      if (a[c][c] == 0) continue;
-      for (int r = 0; r < n; ++r) {
-        if (r == c) continue;
-        const double f = a[r][c] / a[c][c];
-        for (int k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
-      }
-    }
-    std::fill(beta, beta + 4, 0.0);
-    bool negative = false;
-    for (int r = 0; r < n; ++r) {
-      beta[idx[r]] = a[r][r] != 0 ? a[r][n] / a[r][r] / scale[idx[r]] : 0;
-      if (beta[idx[r]] < 0) {
-        active[idx[r]] = false;
-        negative = true;
-      }
-    }
-    if (!negative) break;
+void Features(const policy::StepWork& w, double x[4]) {
+  x[0] = 1;
+  x[1] = double(w.decode_rows);
+  x[2] = double(w.prefill_tokens);
+  x[3] = w.attention;
+}
+
+// Weighted least squares over the features in `mask` (bit i: feature i),
+// each point weighted by 1 / seconds^2 so that it counts by its relative
+// error; false when the system is singular.
+bool SolveSubset(const std::vector<Point>& points, int mask, double beta[4]) {
+  double scale[4] = {0, 0, 0, 0};
+  for (const Point& p : points) {
+    double x[4];
+    Features(p.work, x);
+    for (int i = 0; i < 4; ++i) scale[i] = std::max(scale[i], std::abs(x[i]));
   }
-  for (double& b : beta) b = std::max(0.0, b);
-  return {beta[0], beta[1], beta[2], beta[3]};
+  std::vector<int> idx;
+  for (int i = 0; i < 4; ++i) {
+    if ((mask >> i & 1) && scale[i] > 0) idx.push_back(i);
+  }
+  const int n = (int)idx.size();
+  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0));
+  for (const Point& p : points) {
+    double x[4];
+    Features(p.work, x);
+    const double w = 1 / (p.seconds * p.seconds);
+    for (int r = 0; r < n; ++r) {
+      for (int c = 0; c < n; ++c)
+        a[r][c] += w * x[idx[r]] / scale[idx[r]] * x[idx[c]] / scale[idx[c]];
+      a[r][n] += w * x[idx[r]] / scale[idx[r]] * p.seconds;
+    }
+  }
+  for (int c = 0; c < n; ++c) {  // Gauss-Jordan, partial pivoting
+    int pivot = c;
+    for (int r = c + 1; r < n; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+    }
+    std::swap(a[c], a[pivot]);
+    if (std::abs(a[c][c]) < 1e-12) return false;
+    for (int r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (int k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
+    }
+  }
+  std::fill(beta, beta + 4, 0.0);
+  for (int r = 0; r < n; ++r) beta[idx[r]] = a[r][n] / a[r][r] / scale[idx[r]];
+  return true;
+}
+
+// The non-negative fit of seconds on the step features (time is never
+// saved by more work): with four features, every subset is solved and the
+// one with no negative coefficient and the least weighted residual kept.
+sim::PassTime Fit(const std::vector<Point>& points) {
+  double best[4] = {0, 0, 0, 0}, best_residual = INFINITY;
+  for (int mask = 1; mask < 16; ++mask) {
+    double beta[4];
+    if (!SolveSubset(points, mask, beta)) continue;
+    if (std::any_of(beta, beta + 4, [](double b) { return b < 0; })) continue;
+    double residual = 0;
+    for (const Point& p : points) {
+      double x[4];
+      Features(p.work, x);
+      const double predicted = beta[0] * x[0] + beta[1] * x[1] + beta[2] * x[2] + beta[3] * x[3];
+      residual += (predicted / p.seconds - 1) * (predicted / p.seconds - 1);
+    }
+    if (residual < best_residual) {
+      best_residual = residual;
+      std::copy(beta, beta + 4, best);
+    }
+  }
+  return {best[0], best[1], best[2], best[3]};
 }
 
 // One precision's passes over the grid.
@@ -132,7 +142,8 @@ class PassProbe {
       for (size_t i = 0; i < rows.size(); ++i) batch.push_back({rows[i], {&row_tokens[i], 1}, 1});
       if (chunk > 0) batch.push_back({prompt_seq, prompt, 1});
       const auto t0 = Clock::now();
-      PDQ_RETURN_IF_ERROR(ctx_.ForwardAll(kv_, batch, &logits_));
+      PDQ_RETURN_IF_ERROR(ctx_.Forward(kv_, batch, &logits_));
+      for (const absl::Status& st : logits_.status) PDQ_RETURN_IF_ERROR(st);
       times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
       for (size_t i = 0; i < rows.size(); ++i)
         PDQ_RETURN_IF_ERROR(kv_.SetLength(rows[i], lengths[i]));
@@ -184,11 +195,16 @@ struct Grid {
 
 absl::StatusOr<std::vector<Point>> MeasurePasses(Context& ctx, const Grid& g, int reps) {
   const int64_t most_rows = *std::max_element(g.rows.begin(), g.rows.end());
-  const int64_t longest = *std::max_element(g.contexts.begin(), g.contexts.end()) +
-                          *std::max_element(g.pasts.begin(), g.pasts.end()) +
-                          *std::max_element(g.chunks.begin(), g.chunks.end());
-  PDQ_ASSIGN_OR_RETURN(std::unique_ptr<KvCache> kv,
-                       ctx.NewKvCache((most_rows * g.contexts.size() + 2) * (longest + 32)));
+  // At most: the decode rows at the longest context (each one token longer
+  // while timed) beside a prompt chunk, or a chunk after the longest past.
+  const int64_t longest_context = *std::max_element(g.contexts.begin(), g.contexts.end());
+  const int64_t longest_chunk = *std::max_element(g.chunks.begin(), g.chunks.end());
+  const int64_t longest_past = *std::max_element(g.pasts.begin(), g.pasts.end());
+  const int64_t block = ctx.model().kv_layout().block_tokens;
+  PDQ_ASSIGN_OR_RETURN(
+      std::unique_ptr<KvCache> kv,
+      ctx.NewKvCache(most_rows * (longest_context + 2 * block) +
+                     std::max(longest_past, longest_context) + longest_chunk + 4 * block + 64));
   PassProbe probe(ctx, *kv, reps);
   std::vector<Point> points;
   PDQ_ASSIGN_OR_RETURN(const SeqId warm, probe.Filled(64, 1));
@@ -227,21 +243,24 @@ absl::StatusOr<std::vector<Point>> MeasurePasses(Context& ctx, const Grid& g, in
   return points;
 }
 
-// Fits on three of every four points; the fourth measures the error.
+// The error of a fit without one point in four (not the largest of each
+// series: those stay in, so the error measures interpolation), and the fit
+// over every point, which is what the profile keeps.
 sim::PassProfile FitWithHoldout(const std::vector<Point>& points) {
   std::vector<Point> fit, held;
   sim::PassProfile p;
   for (size_t i = 0; i < points.size(); ++i) {
-    const bool out = i % 4 == 3;
+    const bool out = i % 4 == 1;
     (out ? held : fit).push_back(points[i]);
     const policy::StepWork& w = points[i].work;
     p.samples.push_back({w.decode_rows, w.prefill_tokens, w.attention, points[i].seconds, out});
   }
-  p.time = Fit(fit);
-  p.points = (int)fit.size();
+  const sim::PassTime without = Fit(fit);
+  p.time = Fit(points);
+  p.points = (int)points.size();
   p.held_out = (int)held.size();
   std::vector<double> errors;
-  for (const Point& h : held) errors.push_back(std::abs(p.time.Seconds(h.work) / h.seconds - 1));
+  for (const Point& h : held) errors.push_back(std::abs(without.Seconds(h.work) / h.seconds - 1));
   if (!errors.empty()) {
     p.held_out_median_error = Median(errors);
     p.held_out_max_error = *std::max_element(errors.begin(), errors.end());
@@ -310,7 +329,8 @@ absl::StatusOr<sim::LinkProfile> MeasureLink(const std::string& transport, const
       outbound->PostDone({0, tokens, 0});
       {
         std::unique_lock lock(mu);
-        if (!cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished == 2; })) {
+        if (!cv.wait_for(lock, std::chrono::seconds(60),
+                         [&] { return finished == 2 || !first_error.ok(); })) {
           return absl::DeadlineExceededError("a profile transfer took over 60 s");
         }
       }
@@ -411,8 +431,8 @@ int ProfileCommand(int argc, char** argv) {
     p.threads = (int)mf.pool().size();
     std::fprintf(stderr,
                  "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
-                 "ms/M pairs (%d points fitted, %d held out: median error %.1f%%, max %.1f%%; "
-                 "%.0f s)\n",
+                 "ms/M pairs (fitted to %d points; fitted without %d of them, it misses those by "
+                 "%.1f%% median, %.1f%% at most, held out; %.0f s)\n",
                  p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
                  p.time.per_token * 1e3, p.time.per_pair * 1e9, p.points, p.held_out,
                  p.held_out_median_error * 100, p.held_out_max_error * 100,

@@ -846,6 +846,7 @@ void Scheduler::Housekeeping(absl::Time now, absl::Time* next_wake) {
 }
 
 void Scheduler::Step() {
+  const absl::Time step_start = absl::Now();
   // What this step computes: the decode rows and prompt chunks of
   // policy::FormStep (policy/batch.h: the simulator forms steps with it too).
   const bool fused = prefill_context() == decode_;
@@ -884,7 +885,6 @@ void Scheduler::Step() {
   }
   std::optional<StepTrace> trace;
   if (options_.step_observer) trace = TraceStep(views, rows, chunks);
-  const absl::Time step_start = absl::Now();
   // The ones that ran go to the back, so a full batch rotates fairly.
   policy::RanToBack(sequences_, c.rows);
   if (!rows.empty()) {
