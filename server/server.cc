@@ -3,11 +3,17 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <unistd.h>
+
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace pdq::server {
 
@@ -99,7 +105,9 @@ void BlockStopSignals() {
   signal(SIGPIPE, SIG_IGN);
 }
 
-std::string WaitForStopSignal() {
+namespace {
+
+int AwaitStopSignal() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -107,7 +115,51 @@ std::string WaitForStopSignal() {
   int sig = 0;
   while (sigwait(&set, &sig) != 0) {
   }
-  return sig == SIGINT ? "SIGINT" : "SIGTERM";
+  return sig;
+}
+
+const char* SignalName(int sig) { return sig == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+// The start-up watcher's state; leaked, since its thread outlives main.
+struct StopWatch {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string doing;     // what start-up is doing, for the log line
+  bool serving = false;  // WaitForStopSignal was called
+  int signal = 0;        // the signal received once serving
+};
+StopWatch* watch = nullptr;
+
+}  // namespace
+
+void ExitOnStopSignalUntilServing(const std::string& doing) {
+  if (watch != nullptr) return;
+  watch = new StopWatch;
+  watch->doing = doing;
+  // One thread owns sigwait from here on; WaitForStopSignal takes its
+  // signal. Until then a signal ends the process: _exit, because the main
+  // thread is mid-load and nothing it holds may be torn down under it.
+  std::thread([] {
+    for (;;) {
+      const int sig = AwaitStopSignal();
+      std::unique_lock<std::mutex> lock(watch->mu);
+      if (!watch->serving) {
+        LogLine(absl::StrCat(SignalName(sig), " while ", watch->doing, ": stopped before serving"));
+        std::fflush(nullptr);
+        _exit(0);
+      }
+      if (watch->signal == 0) watch->signal = sig;
+      watch->cv.notify_all();
+    }
+  }).detach();
+}
+
+std::string WaitForStopSignal() {
+  if (watch == nullptr) return SignalName(AwaitStopSignal());
+  std::unique_lock<std::mutex> lock(watch->mu);
+  watch->serving = true;
+  watch->cv.wait(lock, [] { return watch->signal != 0; });
+  return SignalName(watch->signal);
 }
 
 }  // namespace pdq::server

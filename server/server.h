@@ -60,6 +60,12 @@ void WriteAddressFiles(const std::string& path, const std::string& address,
 // later, and ignores SIGPIPE (a peer that hangs up mid-response must fail
 // that write, not end the process); call first thing in main.
 void BlockStopSignals();
+// From now until WaitForStopSignal is called, SIGINT or SIGTERM ends the
+// process at once (exit status 0) with a log line saying it stopped while
+// `doing`: a process still loading or calibrating a model holds no request
+// to lose, and an orchestrator expects it gone within seconds, not after
+// minutes of calibration. Call after BlockStopSignals, before the slow part.
+void ExitOnStopSignalUntilServing(const std::string& doing);
 // Waits for SIGINT or SIGTERM (blocked by BlockStopSignals); returns its name.
 std::string WaitForStopSignal();
 

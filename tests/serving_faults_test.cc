@@ -2,9 +2,10 @@
 // killed with SIGKILL mid-request (a decode worker's streams computed again
 // elsewhere), a deadline shorter than the prefill, a
 // thousand requests cancelled around their KV transfer, random bytes on a
-// worker's KV port. Each time the client gets a clear status within a
+// worker's KV port, SIGTERM while a worker calibrates. Each time the client gets a clear status within a
 // stated bound, every KV block returns to its pool, and the router keeps
 // serving with the workers that are left.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -232,6 +233,61 @@ TEST_F(ServingFaultsTest, SigtermDrainsADecodeWorkerWithoutFailingItsStream) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
   ExpectAllBlocksFree(other.address, "the decode worker left");
   ExpectAllBlocksFree(prefill.address, "the prefill worker");
+}
+
+// A worker told to stop while it calibrates (W8A8, statistics not cached:
+// a minute or more here) stops within seconds, says why, and exits 0; it
+// does not finish calibrating first (orchestrators SIGKILL after 30 s).
+TEST_F(ServingFaultsTest, SigtermWhileCalibratingStopsTheWorkerAtOnce) {
+  char tmpl[] = "/tmp/pdq-calib-stop-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string log = dir + "/stderr";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 2);
+    setenv("PDQ_CACHE_DIR", "none", 1);  // calibrate, whatever is cached
+    const std::string bin = std::string(PDQ_BIN_DIR) + "/pdq-prefill";
+    execl(bin.c_str(), bin.c_str(), "--model", kModel, "--precision", "w8a8", "--threads", "1",
+          "--skip-peaks", "--kv-tokens", "1024", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  auto read_log = [&] {
+    std::ifstream in(log);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  // Signal once the first calibration window is reported.
+  const auto end = Clock::now() + std::chrono::seconds(120);
+  int status = 0;
+  bool exited = false;
+  while (read_log().find("calibrating on") == std::string::npos && Clock::now() < end) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(exited) << "exited before calibrating: " << read_log();
+  ASSERT_NE(read_log().find("calibrating on"), std::string::npos) << read_log();
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  const auto signalled = Clock::now();
+  while (!exited && Clock::now() - signalled < std::chrono::seconds(10)) {
+    exited = waitpid(pid, &status, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!exited) {
+    ::kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+  }
+  const std::string text = read_log();
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(exited) << "still running 10 s after SIGTERM: " << text;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << text;
+  EXPECT_NE(text.find("SIGTERM while loading the model: stopped before serving"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("serving on"), std::string::npos) << text;
 }
 
 // A prompt that waits in the prefill worker's queue longer than the decode

@@ -188,6 +188,10 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
       server::LoadServerTls({security.tls_cert, security.tls_key, security.tls_ca});
   if (!tls.ok()) return fail(tls.status());
 
+  // Loading (calibrating, uncached, for minutes) holds no request: a stop
+  // signal meanwhile ends the process at once.
+  server::ExitOnStopSignalUntilServing("loading the model");
+
   // Models: one, or for role both at two precisions, two sharing one layout.
   absl::StatusOr<LoadedModel> main_model = model_flags.Load(false);
   if (!main_model.ok()) return fail(main_model.status());
