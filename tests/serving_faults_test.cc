@@ -1,10 +1,10 @@
 // The served system when things go wrong, as separate processes: a worker
 // killed with SIGKILL mid-request (a decode worker's streams computed again
-// elsewhere), a deadline shorter than the prefill, a
-// thousand requests cancelled around their KV transfer, random bytes on a
-// worker's KV port, SIGTERM while a worker calibrates. Each time the client gets a clear status within a
-// stated bound, every KV block returns to its pool, and the router keeps
-// serving with the workers that are left.
+// elsewhere), a deadline shorter than the prefill, a thousand requests
+// cancelled around their KV transfer, random bytes on a worker's KV port,
+// SIGTERM while a worker calibrates. Each time the client gets a clear
+// status within a stated bound, every KV block returns to its pool, and the
+// router keeps serving with the workers that are left.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -89,7 +89,7 @@ struct StreamOnTwoDecoders {
   std::unique_ptr<v1::Pdq::Stub> stub;
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
-  int tokens = 0;  // read so far
+  int tokens = 0;                     // read so far
   std::vector<int32_t> first_tokens;  // those tokens
 
   // False (with the failure recorded) when the cluster or the stream did
@@ -284,8 +284,7 @@ TEST_F(ServingFaultsTest, SigtermWhileCalibratingStopsTheWorkerAtOnce) {
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(exited) << "still running 10 s after SIGTERM: " << text;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << ": " << text;
-  EXPECT_NE(text.find("SIGTERM while loading the model: stopped before serving"),
-            std::string::npos)
+  EXPECT_NE(text.find("SIGTERM while loading the model: stopped before serving"), std::string::npos)
       << text;
   EXPECT_EQ(text.find("serving on"), std::string::npos) << text;
 }
@@ -329,8 +328,9 @@ TEST_F(ServingFaultsTest, ADeadlineShorterThanThePrefillIsDeadlineExceededAndFre
   // The router takes requests predicted to miss their deadline here, so
   // the workers' handling of one is what is tested (admission_serving_test
   // has the refusal).
-  const Split split = StartSplit(c, "fp16", "fp16", {"--prefill-budget", "64", "--prefix-cache", "off"},
-                                 {"--prefix-cache", "off"}, {"--admit-past-deadline"});
+  const Split split =
+      StartSplit(c, "fp16", "fp16", {"--prefill-budget", "64", "--prefix-cache", "off"},
+                 {"--prefix-cache", "off"}, {"--admit-past-deadline"});
   ASSERT_TRUE(split.ok());
   v1::Pdq::Stub* const stub = split.stub.get();
 
