@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/cublas_lib.h"
 
 namespace pdq::cuda {
 
@@ -23,13 +24,15 @@ constexpr int64_t kBlasWorkspaceBytes = 32ll << 20;
 
 class BlasHandles {
  public:
-  // Fails (Internal, with cuBLAS's reason) where there is no usable device.
+  // Loads cuBLAS (FailedPrecondition when it cannot: cublas_lib.h); fails
+  // (Internal, with cuBLAS's reason) where there is no usable device.
   static absl::StatusOr<std::unique_ptr<BlasHandles>> Create();
   ~BlasHandles();
   BlasHandles(const BlasHandles&) = delete;
   BlasHandles& operator=(const BlasHandles&) = delete;
 
-  cublasLtHandle_t lt() const { return lt_; }
+  // The cuBLAS entry points these handles were made with.
+  const CublasLib& lib() const { return lib_; }
   // The cuBLAS handle bound to `stream`, with this object's workspace (a
   // stream change resets cuBLAS's workspace, so it is set again each time).
   absl::StatusOr<cublasHandle_t> BlasOn(cudaStream_t stream);
@@ -43,11 +46,12 @@ class BlasHandles {
                           int64_t k_pad, int32_t* y, cudaStream_t stream);
 
  private:
-  BlasHandles() = default;
+  explicit BlasHandles(const CublasLib& lib);
   struct Plan;
   using PlanKey = std::tuple<int64_t, int64_t, int64_t, int>;  // m, n_pad, k_pad, alignment
   absl::StatusOr<const Plan*> Int8Plan(const PlanKey& key);
 
+  const CublasLib& lib_;
   cublasHandle_t blas_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* blas_workspace_ = nullptr;

@@ -30,9 +30,9 @@ absl::Status GemmF16(const GemmF16Params& p, cudaStream_t stream) {
   // transposed; x is k x m; y is y^T, n x m with leading dimension ldy.
   const float alpha = 1.0f, beta = 0.0f;
   return BlasStatus(
-      cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)p.n, (int)p.m, (int)p.k, &alpha, p.w,
-                   CUDA_R_16F, (int)p.ldw, p.x, CUDA_R_16F, (int)p.ldx, &beta, p.y, CUDA_R_32F,
-                   (int)p.ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      p.blas->lib().GemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, (int)p.n, (int)p.m, (int)p.k, &alpha,
+                           p.w, CUDA_R_16F, (int)p.ldw, p.x, CUDA_R_16F, (int)p.ldx, &beta, p.y,
+                           CUDA_R_32F, (int)p.ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx (fp16)");
 }
 
