@@ -5,6 +5,7 @@
 // row, per prompt token, per attention pair) with its error on points held
 // out of the fit; and the KV link: transfers of several sizes over a real
 // transport on this machine, fitted to latency + bytes / bandwidth.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -383,7 +385,8 @@ std::string CpuName() {
 
 int ProfileCommand(int argc, char** argv) {
   ModelFlags mf;
-  std::string out_path = "profile.json", precisions = "fp16,w8a8,w4a16", transports = "tcp";
+  std::string out_path = "profile.json", precisions = "fp16,w8a8,w4a16", transports = "tcp",
+              thread_counts;
   int64_t reps = 3;
   double router_seconds = 0;
   FlagParser flags("profile",
@@ -397,9 +400,26 @@ int ProfileCommand(int argc, char** argv) {
   flags.Int("reps", &reps, 1, 100, "timings of each point (their median counts)");
   flags.Float("router-seconds", &router_seconds, 0, 10,
               "the router's time per request (not measured by this command yet; 0 leaves it out)");
+  flags.String("thread-counts", &thread_counts,
+               "comma-separated thread counts to measure the passes at (a 1P+1D deployment on 2 "
+               "cores runs each worker on 1; pdq sim --threads picks); default: --threads");
   flags.String("out", &out_path, "where to write the profile");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   auto fail = [](const absl::Status& s) { return Fail("profile", s); };
+  // Each count runs on its own pool: a copy of the flags made before any
+  // pool exists gets its own (ModelFlags::pool).
+  std::vector<ModelFlags> runs;
+  for (absl::string_view t : absl::StrSplit(thread_counts, ',', absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(t), &n) || n < 1 || n > 1024) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--thread-counts: '", t, "' is not a thread count from 1 to 1024")));
+    }
+    ModelFlags f = mf;
+    f.threads = n;
+    runs.push_back(f);
+  }
+  if (runs.empty()) runs.push_back(mf);
   sim::Profile profile;
   profile.cpu = CpuName();
   profile.isa = KernelIsaName();
@@ -408,36 +428,41 @@ int ProfileCommand(int argc, char** argv) {
   profile.hostname = host;
   profile.model_path = mf.model.empty() ? DefaultModelPath() : mf.model;
   profile.router_seconds = router_seconds;
+  cpu_set_t cpus;
+  profile.cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0
+                      ? CPU_COUNT(&cpus)
+                      : (int)sysconf(_SC_NPROCESSORS_ONLN);
   const Grid grid;
   std::optional<KvLayout> layout;
-  for (absl::string_view precision : absl::StrSplit(precisions, ',', absl::SkipEmpty())) {
-    absl::StatusOr<LoadedModel> m = mf.Load(/*quiet=*/false, std::string(precision));
-    if (!m.ok()) return fail(m.status());
-    const ModelConfig& c = m->model->config();
-    if (!layout) {
-      layout = m->model->kv_layout();
-      profile.num_layers = c.num_layers;
-      profile.block_tokens = layout->block_tokens;
-      profile.kv_bytes_per_token = layout->block_bytes() * c.num_layers / layout->block_tokens;
-      profile.max_context = c.max_context;
-      profile.cores = (int)mf.pool().size();
+  for (const ModelFlags& run : runs) {
+    for (absl::string_view precision : absl::StrSplit(precisions, ',', absl::SkipEmpty())) {
+      absl::StatusOr<LoadedModel> m = run.Load(/*quiet=*/false, std::string(precision));
+      if (!m.ok()) return fail(m.status());
+      const ModelConfig& c = m->model->config();
+      if (!layout) {
+        layout = m->model->kv_layout();
+        profile.num_layers = c.num_layers;
+        profile.block_tokens = layout->block_tokens;
+        profile.kv_bytes_per_token = layout->block_bytes() * c.num_layers / layout->block_tokens;
+        profile.max_context = c.max_context;
+      }
+      const auto t0 = Clock::now();
+      absl::StatusOr<std::vector<Point>> points =
+          MeasurePasses(*m->ctx, grid.Within(c.max_context), (int)reps);
+      if (!points.ok()) return fail(points.status());
+      sim::PassProfile p = FitWithHoldout(*points);
+      p.precision = std::string(precision);
+      p.threads = (int)run.pool().size();
+      std::fprintf(stderr,
+                   "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
+                   "ms/M pairs (fitted to %d points; fitted without %d of them, it misses those by "
+                   "%.1f%% median, %.1f%% at most, held out; %.0f s)\n",
+                   p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
+                   p.time.per_token * 1e3, p.time.per_pair * 1e9, p.points, p.held_out,
+                   p.held_out_median_error * 100, p.held_out_max_error * 100,
+                   std::chrono::duration<double>(Clock::now() - t0).count());
+      profile.passes.push_back(p);
     }
-    const auto t0 = Clock::now();
-    absl::StatusOr<std::vector<Point>> points =
-        MeasurePasses(*m->ctx, grid.Within(c.max_context), (int)reps);
-    if (!points.ok()) return fail(points.status());
-    sim::PassProfile p = FitWithHoldout(*points);
-    p.precision = std::string(precision);
-    p.threads = (int)mf.pool().size();
-    std::fprintf(stderr,
-                 "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
-                 "ms/M pairs (fitted to %d points; fitted without %d of them, it misses those by "
-                 "%.1f%% median, %.1f%% at most, held out; %.0f s)\n",
-                 p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
-                 p.time.per_token * 1e3, p.time.per_pair * 1e9, p.points, p.held_out,
-                 p.held_out_median_error * 100, p.held_out_max_error * 100,
-                 std::chrono::duration<double>(Clock::now() - t0).count());
-    profile.passes.push_back(p);
   }
   if (!layout) return fail(absl::InvalidArgumentError("--precisions names none"));
   for (absl::string_view transport : absl::StrSplit(transports, ',', absl::SkipEmpty())) {
