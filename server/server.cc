@@ -124,7 +124,7 @@ struct StopWatch {
   std::mutex mu;
   std::condition_variable cv;
   std::string doing;     // what start-up is doing, for the log line
-  bool serving = false;  // WaitForStopSignal was called
+  bool serving = false;  // StopSignalsNowServing or WaitForStopSignal was called
   int signal = 0;        // the signal received once serving
 };
 StopWatch* watch = nullptr;
@@ -151,6 +151,12 @@ void ExitOnStopSignalUntilServing(const std::string& doing) {
       watch->cv.notify_all();
     }
   }).detach();
+}
+
+void StopSignalsNowServing() {
+  if (watch == nullptr) return;
+  std::lock_guard<std::mutex> lock(watch->mu);
+  watch->serving = true;
 }
 
 std::string WaitForStopSignal() {

@@ -66,6 +66,9 @@ void BlockStopSignals();
 // to lose, and an orchestrator expects it gone within seconds, not after
 // minutes of calibration. Call after BlockStopSignals, before the slow part.
 void ExitOnStopSignalUntilServing(const std::string& doing);
+// Ends that: a signal from now on is kept for WaitForStopSignal (the
+// process drains). Call before the server can take a request.
+void StopSignalsNowServing();
 // Waits for SIGINT or SIGTERM (blocked by BlockStopSignals); returns its name.
 std::string WaitForStopSignal();
 

@@ -268,6 +268,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   if (!advertise.empty()) {
     wo.metrics_address = advertise + wo.metrics_address.substr(wo.metrics_address.rfind(':'));
   }
+  // From here a stop signal drains what the server took.
+  server::StopSignalsNowServing();
   absl::StatusOr<std::unique_ptr<WorkerServer>> server =
       WorkerServer::Start(wo, scheduler.get(), transport.get());
   if (!server.ok()) return fail(WithFlagNames(server.status(), {{"listen", "--listen"}}));
