@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Issue 24's validation: what `pdq sim` predicts for a deployment against
+# real runs of the same deployment on this machine. The predictions come
+# from a profile of microbenchmarks only (`pdq profile`), never from the
+# runs they are checked against, and are committed before those runs.
+#
+# Usage:
+#   bench/sim_validation.sh predict BUILD DIR
+#       pdq sim on DIR/profile.json (`pdq profile --thread-counts 1,2`) for
+#       every configuration and level -> DIR/predicted/NAME-cLEVEL.json
+#   bench/sim_validation.sh measure BUILD DIR [RUNS] [NAMES]
+#       the real deployments (pdq up + pdq bench, closed loop), RUNS times
+#       each (3), the configurations alternating within each round
+#       -> DIR/measured/NAME-RUN.json
+#   bench/sim_validation.sh compare DIR
+#       DIR/validation.md: predicted against measured, each cell's error,
+#       the run-to-run spread, the bias of each metric
+#
+# Workload: chat (128 prompt tokens, 512 out), closed loop at concurrency
+# 1, 4 and 8, 2 requests per client after one unmeasured request. The
+# simulator runs the same: every client starting at once, the same count of
+# requests, exact lengths (so one seed is the whole prediction). About 4
+# minutes a configuration and run on 2 cores.
+set -euo pipefail
+cmd="${1:-}"
+build="${2:-build}"
+dir="${3:-}"
+levels=(1 4 8)
+per_client=2
+prompt_tokens=128
+output_tokens=512
+
+# NAME|pdq up workers (JSON)|pdq sim flags
+configs=(
+  'mono-fp16|[{"role": "both", "precision": "fp16", "threads": 2}]|--deployment 1M --monolithic-precision fp16 --threads 2'
+  'mono-w8a8-w4a16|[{"role": "both", "precision": "w4a16", "threads": 2, "args": ["--prefill-precision", "w8a8"]}]|--deployment 1M --monolithic-precision w4a16 --monolithic-prefill-precision w8a8 --threads 2'
+  '1p1d-fp16|[{"role": "prefill", "precision": "fp16", "threads": 1, "cpus": "0"}, {"role": "decode", "precision": "fp16", "threads": 1, "cpus": "1"}]|--deployment 1P+1D --prefill-precision fp16 --decode-precision fp16 --threads 1'
+  '1p1d-w8a8-w4a16|[{"role": "prefill", "precision": "w8a8", "threads": 1, "cpus": "0"}, {"role": "decode", "precision": "w4a16", "threads": 1, "cpus": "1"}]|--deployment 1P+1D --prefill-precision w8a8 --decode-precision w4a16 --threads 1'
+)
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+[[ -n $cmd && -n $dir ]] || usage
+case $cmd in
+  predict | measure) [[ -x $build/bin/pdq ]] || { echo "no $build/bin/pdq (make build)" >&2; exit 1; } ;;
+  compare) dir="${2:-}"; [[ -d $dir ]] || usage ;;
+  *) usage ;;
+esac
+
+predict() {
+  [[ -f $dir/profile.json ]] || { echo "no $dir/profile.json (pdq profile --thread-counts 1,2 --out ...)" >&2; exit 1; }
+  mkdir -p "$dir/predicted"
+  local c name flags level
+  for c in "${configs[@]}"; do
+    IFS='|' read -r name _ flags <<<"$c"
+    for level in "${levels[@]}"; do
+      # shellcheck disable=SC2086  # flags are words
+      "$build/bin/pdq" sim --profile "$dir/profile.json" $flags \
+        --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
+        --concurrency "$level" --requests $((level * per_client)) --warmup 0 --seeds 1 \
+        --json "$dir/predicted/$name-c$level.json" | sed "s/^/$name c=$level: /"
+    done
+  done
+}
+
+measure() {
+  local runs="${4:-3}" only="${5:-}"
+  bin="$build/bin"
+  model="${PDQ_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+  work="$(mktemp -d /tmp/pdq-sim-validation-XXXXXX)"
+  # shellcheck source=bench/lib.sh
+  source "$(dirname "$0")/lib.sh"
+  mkdir -p "$dir/measured"
+  lscpu | grep -E '^Model name' >&2
+  local r c name workers
+  for r in $(seq "$runs"); do
+    for c in "${configs[@]}"; do
+      IFS='|' read -r name workers _ <<<"$c"
+      [[ -z $only || ",$only," == *",$name,"* ]] || continue
+      log "round $r: $name"
+      up "$name" "$workers"
+      "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
+        --output-tokens "$output_tokens" --concurrency "$(IFS=,; echo "${levels[*]}")" \
+        --requests-per-client "$per_client" --warmup 1 \
+        --json "$dir/measured/$name-$r.json" >"$work/bench.out" 2>&1 ||
+        { cat "$work/bench.out" >&2; exit 1; }
+      grep -E 'c=|concurrency' "$work/bench.out" | head -5 >&2 || true
+      down
+    done
+  done
+}
+
+compare() {
+  python3 - "$dir" <<'PY'
+import glob, json, os, re, statistics, sys
+d = sys.argv[1]
+metrics = [("ttft", "p50"), ("ttft", "p90"), ("tpot", "p50"), ("tpot", "p90"), ("out", "")]
+def measured_cell(level, m, q):
+    if m == "out":
+        return level["output_tokens_per_s"]
+    return level[f"{m}_s"][q] * 1e3
+def predicted_cell(p, m, q):
+    if m == "out":
+        return p["output_tokens_per_second"]["mean"]
+    return p[f"{m}_{q}"]["mean"] * 1e3
+rows, errors = [], {f"{m} {q}".strip(): [] for m, q in metrics}
+names = sorted({re.sub(r"-\d+\.json$", "", os.path.basename(f))
+                for f in glob.glob(f"{d}/measured/*.json")})
+for name in names:
+    runs = [json.load(open(f)) for f in sorted(glob.glob(f"{d}/measured/{name}-*.json"))]
+    for level in runs[0]["levels"]:
+        c = level["concurrency"]
+        pf = f"{d}/predicted/{name}-c{c}.json"
+        if not os.path.exists(pf):
+            continue
+        p = json.load(open(pf))
+        cells = []
+        for m, q in metrics:
+            vals = [measured_cell(next(l for l in r["levels"] if l["concurrency"] == c), m, q)
+                    for r in runs]
+            mean = statistics.fmean(vals)
+            spread = max(abs(v - mean) for v in vals) / mean if mean else 0
+            pred = predicted_cell(p, m, q)
+            err = pred / mean - 1 if mean else float("nan")
+            bound = 0.10 if m == "out" else max(0.10, 2 * spread)
+            errors[f"{m} {q}".strip()].append((err, abs(err) <= bound))
+            cells.append(f"{pred:.0f} / {mean:.0f} ({err:+.0%}, ±{spread:.0%}){'' if abs(err) <= bound else ' **'}")
+        rows.append(f"| {name} | {c} | {len(runs)} | " + " | ".join(cells) + " |")
+out = [
+    "| deployment | clients | runs | TTFT p50 (ms) | TTFT p90 (ms) | TPOT p50 (ms) | TPOT p90 (ms) | output tokens/s |",
+    "| --- | ---: | ---: | --- | --- | --- | --- | --- |",
+    *rows, "",
+    "Each cell: predicted / measured mean of the runs (the prediction's error, the runs' spread: their",
+    "largest distance from their mean). ** : outside the bound (the larger of 10% and twice the spread;",
+    "throughput 10%).", "",
+    "| metric | bias (mean error) | median absolute error | largest absolute error | cells within the bound |",
+    "| --- | ---: | ---: | ---: | ---: |",
+]
+for k, cells in errors.items():
+    if not cells:
+        continue
+    es = [e for e, _ in cells]
+    out.append(f"| {k} | {statistics.fmean(es):+.1%} | {statistics.median(abs(e) for e in es):.1%} | "
+               f"{max(abs(e) for e in es):.1%} | {sum(ok for _, ok in cells)} of {len(cells)} |")
+open(f"{d}/validation.md", "w").write("\n".join(out) + "\n")
+print("\n".join(out))
+PY
+}
+
+"$cmd" "$@"
