@@ -17,15 +17,19 @@
 #       the run-to-run spread, the bias of each metric
 #
 # Workload: chat (128 prompt tokens, 512 out), closed loop at concurrency
-# 1, 4 and 8, 2 requests per client after one unmeasured request. The
-# simulator runs the same: every client starting at once, the same count of
-# requests, exact lengths (so one seed is the whole prediction). About 4
+# 1, 4 and 8, 2 requests per client plus one unmeasured request (pdq bench
+# --warmup 1: the clients share 2c+1 requests and the first to finish is
+# not counted). The simulator runs the same: every client starting at once,
+# the same count of requests, the first sent not counted, exact lengths (so
+# one seed is the whole prediction). About 4
 # minutes a configuration and run on 2 cores.
 set -euo pipefail
 cmd="${1:-}"
 build="${2:-build}"
 dir="${3:-}"
 levels=(1 4 8)
+# Where predict writes and compare reads the predictions (PREDICTED=...).
+predicted="${PREDICTED:-predicted}"
 per_client=2
 prompt_tokens=128
 output_tokens=512
@@ -48,7 +52,7 @@ esac
 
 predict() {
   [[ -f $dir/profile.json ]] || { echo "no $dir/profile.json (pdq profile --thread-counts 1,2 --out ...)" >&2; exit 1; }
-  mkdir -p "$dir/predicted"
+  mkdir -p "$dir/$predicted"
   local c name flags level
   for c in "${configs[@]}"; do
     IFS='|' read -r name _ flags <<<"$c"
@@ -56,8 +60,8 @@ predict() {
       # shellcheck disable=SC2086  # flags are words
       "$build/bin/pdq" sim --profile "$dir/profile.json" $flags \
         --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
-        --concurrency "$level" --requests $((level * per_client)) --warmup 0 --seeds 1 \
-        --json "$dir/predicted/$name-c$level.json" | sed "s/^/$name c=$level: /"
+        --concurrency "$level" --requests $((level * per_client)) --warmup 1 --seeds 1 \
+        --json "$dir/$predicted/$name-c$level.json" | sed "s/^/$name c=$level: /"
     done
   done
 }
@@ -109,7 +113,7 @@ for name in names:
     runs = [json.load(open(f)) for f in sorted(glob.glob(f"{d}/measured/{name}-*.json"))]
     for level in runs[0]["levels"]:
         c = level["concurrency"]
-        pf = f"{d}/predicted/{name}-c{c}.json"
+        pf = f"{d}/{os.environ.get('PREDICTED', 'predicted')}/{name}-c{c}.json"
         if not os.path.exists(pf):
             continue
         p = json.load(open(pf))
