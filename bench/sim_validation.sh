@@ -13,7 +13,7 @@
 #       each (3), the configurations alternating within each round
 #       -> DIR/measured/NAME-RUN.json
 #   bench/sim_validation.sh compare DIR
-#       DIR/validation.md: predicted against measured, each cell's error,
+#       DIR/validation-PREDICTED.md: predicted against measured, each cell's error,
 #       the run-to-run spread, the bias of each metric
 #
 # Workload: chat (128 prompt tokens, 512 out), closed loop at concurrency
@@ -43,9 +43,10 @@ configs=(
 )
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
-[[ -n $cmd && -n $dir ]] || usage
 case $cmd in
-  predict | measure) [[ -x $build/bin/pdq ]] || { echo "no $build/bin/pdq (make build)" >&2; exit 1; } ;;
+  predict | measure)
+    [[ -n $dir ]] || usage
+    [[ -x $build/bin/pdq ]] || { echo "no $build/bin/pdq (make build)" >&2; exit 1; } ;;
   compare) dir="${2:-}"; [[ -d $dir ]] || usage ;;
   *) usage ;;
 esac
@@ -69,6 +70,7 @@ predict() {
 measure() {
   local runs="${4:-3}" only="${5:-}"
   bin="$build/bin"
+  # shellcheck disable=SC2034  # bin, model and work are lib.sh's
   model="${PDQ_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
   work="$(mktemp -d /tmp/pdq-sim-validation-XXXXXX)"
   # shellcheck source=bench/lib.sh
@@ -145,7 +147,7 @@ for k, cells in errors.items():
     es = [e for e, _ in cells]
     out.append(f"| {k} | {statistics.fmean(es):+.1%} | {statistics.median(abs(e) for e in es):.1%} | "
                f"{max(abs(e) for e in es):.1%} | {sum(ok for _, ok in cells)} of {len(cells)} |")
-open(f"{d}/validation.md", "w").write("\n".join(out) + "\n")
+open(f"{d}/validation-{os.environ.get('PREDICTED', 'predicted')}.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
 }
