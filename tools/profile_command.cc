@@ -5,7 +5,6 @@
 // row, per prompt token, per attention pair) with its error on points held
 // out of the fit; and the KV link: transfers of several sizes over a real
 // transport on this machine, fitted to latency + bytes / bandwidth.
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "common/check.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/thread_pool.h"
 #include "kvtransfer/transport.h"
 #include "policy/step_plan.h"
 #include "sim/profile.h"
@@ -428,10 +428,7 @@ int ProfileCommand(int argc, char** argv) {
   profile.hostname = host;
   profile.model_path = mf.model.empty() ? DefaultModelPath() : mf.model;
   profile.router_seconds = router_seconds;
-  cpu_set_t cpus;
-  profile.cores = sched_getaffinity(0, sizeof cpus, &cpus) == 0
-                      ? CPU_COUNT(&cpus)
-                      : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  profile.cores = ThreadPool::UsableCores();
   const Grid grid;
   std::optional<KvLayout> layout;
   for (const ModelFlags& run : runs) {

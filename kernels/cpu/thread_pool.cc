@@ -17,16 +17,13 @@ constexpr int kSpinsPerYield = 256;
 // Enough chunks that a late thread's share is small, few enough that each
 // still streams a contiguous run of weights.
 constexpr int64_t kChunksPerThread = 4;
-}
+}  // namespace
 
-namespace {
-// Cores this process may run on (affinity mask), not all the machine's.
-int UsableCores() {
+int ThreadPool::UsableCores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
   return (int)std::max(1u, std::thread::hardware_concurrency());
 }
-}  // namespace
 
 ThreadPool::ThreadPool(int num_threads)
     : num_threads_(num_threads > 0 ? num_threads : UsableCores()) {

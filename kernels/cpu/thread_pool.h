@@ -26,6 +26,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return num_threads_; }
+  // Cores this process may run on (its affinity mask), not all the machine's.
+  static int UsableCores();
 
   // Runs fn(thread_index) once on every thread (the caller is index 0) and
   // returns when all are done. One caller at a time, and not from inside a
@@ -37,8 +39,7 @@ class ThreadPool {
   // Splits [0, n) into contiguous chunks aligned to `align` (a few per
   // thread) and runs fn(begin, end, thread_index) on each, on whichever
   // threads are ready; a thread index is never used by two chunks at once.
-  void ParallelFor(int64_t n, int64_t align,
-                   const std::function<void(int64_t, int64_t, int)>& fn);
+  void ParallelFor(int64_t n, int64_t align, const std::function<void(int64_t, int64_t, int)>& fn);
 
   // Runs fn(i, thread_index) for every i in [0, n), threads taking one index
   // at a time: for items of uneven cost (attention rows of a causal prompt).
@@ -57,8 +58,8 @@ class ThreadPool {
   const std::function<void(int)>* job_ = nullptr;
   std::atomic<uint64_t> generation_{0};
   bool every_thread_ = false;
-  std::atomic<int> pending_{0};  // workers yet to run an every-thread job
-  std::atomic<int> active_{0};   // workers inside (or entering) a job
+  std::atomic<int> pending_{0};        // workers yet to run an every-thread job
+  std::atomic<int> active_{0};         // workers inside (or entering) a job
   std::atomic<uint64_t> open_gen_{0};  // generation of the open job; 0 when closed
   std::atomic<int> sleepers_{0};
   std::atomic<bool> stop_{false};
