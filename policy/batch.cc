@@ -20,6 +20,7 @@ StepComposition FormStep(std::span<const StreamView> streams, const BatchOptions
   in.fused = options.fused;
   in.token_budget = options.token_budget;
   in.tpot_target = options.tpot_target;
+  in.prompt_share = options.prompt_share;
   in.min_chunk = in.align = options.block_tokens;
   for (size_t i : c.prompts) {
     in.prefill.push_back({streams[i].prefilled, streams[i].prompt_tokens - streams[i].prefilled});

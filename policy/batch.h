@@ -39,6 +39,7 @@ struct BatchOptions {
   int max_decode_batch = 64;
   int64_t token_budget = 2048;  // prompt tokens a step, at most
   double tpot_target = 0;       // seconds; 0: no bound (StepInput::tpot_target)
+  double prompt_share = 0;      // with no tpot_target (StepInput::prompt_share)
   int64_t block_tokens = 16;    // the KV block: chunk alignment and least progress
   bool fused = true;            // one forward pass for prompts and decoding
 };

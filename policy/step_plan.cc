@@ -19,69 +19,152 @@ void StepWork::AddDecodeRow(int64_t past) {
 
 namespace {
 
-// The features, scaled so that each is of order one on typical steps and
-// the least-squares state stays well conditioned.
-constexpr double kPrior = 1e2;    // initial variance of each coefficient
-constexpr double kForget = 0.98;  // older steps' weight per step
+constexpr double kForget = 0.95;  // a pass's weight, per pass since
+// The parts in units that keep them of order one on typical steps, so that
+// the normal equations stay well conditioned.
+constexpr double kRowScale = 1.0 / 16, kTokenScale = 1.0 / 256, kPairScale = 1e-6;
+
 void Features(const StepWork& w, double x[4]) {
   x[0] = 1;
-  x[1] = double(w.decode_rows) / 16;
-  x[2] = double(w.prefill_tokens) / 256;
-  x[3] = w.attention / 1e6;
+  x[1] = double(w.decode_rows) * kRowScale;
+  x[2] = double(w.prefill_tokens) * kTokenScale;
+  x[3] = w.attention * kPairScale;
+}
+
+// Solves a[n][n] y = b in place (Gauss-Jordan, partial pivoting); false when
+// a pivot is negligible against the matrix's size (parts that moved
+// together in every sample).
+bool Solve(int n, double a[4][5], double y[4]) {
+  double size = 0;
+  for (int i = 0; i < n; ++i) size = std::max(size, std::abs(a[i][i]));
+  for (int c = 0; c < n; ++c) {
+    int pivot = c;
+    for (int r = c + 1; r < n; ++r) {
+      if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+    }
+    for (int k = 0; k <= n; ++k) std::swap(a[c][k], a[pivot][k]);
+    if (!(std::abs(a[c][c]) > 1e-10 * size)) return false;
+    for (int r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (int k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
+    }
+  }
+  for (int i = 0; i < n; ++i) y[i] = a[i][n] / a[i][i];
+  return true;
 }
 
 }  // namespace
 
-StepCostModel::StepCostModel() {
-  for (int i = 0; i < kDim; ++i) {
-    theta_[i] = 0;
-    for (int j = 0; j < kDim; ++j) p_[i][j] = i == j ? kPrior : 0;
+void NormalEquations::Add(const StepWork& w, double seconds, double weight) {
+  if (!(seconds > 0) || !(weight > 0)) return;
+  double x[4];
+  Features(w, x);
+  const double k = weight / (seconds * seconds);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) a[i][j] += k * x[i] * x[j];
+    b[i] += k * x[i] * seconds;
   }
+  yy += k * seconds * seconds;
+}
+
+void NormalEquations::Scale(double f) {
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) a[i][j] *= f;
+    b[i] *= f;
+  }
+  yy *= f;
+}
+
+void NormalEquations::Plus(const NormalEquations& o) {
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) a[i][j] += o.a[i][j];
+    b[i] += o.b[i];
+  }
+  yy += o.yy;
+}
+
+StepCoefficients NormalEquations::Fit() const {
+  // Each part scaled by its diagonal so that the solves compare like with
+  // like; a part no sample exercised (zero diagonal) stays out.
+  double d[4];
+  for (int i = 0; i < 4; ++i) d[i] = a[i][i] > 0 ? std::sqrt(a[i][i]) : 0;
+  // Fewer parts first; more only for a residual that is really smaller.
+  static const std::vector<int> masks = [] {
+    std::vector<int> m;
+    for (int mask = 1; mask < 16; ++mask) m.push_back(mask);
+    std::stable_sort(m.begin(), m.end(),
+                     [](int l, int r) { return __builtin_popcount(l) < __builtin_popcount(r); });
+    return m;
+  }();
+  double best[4] = {0, 0, 0, 0}, best_residual = INFINITY;
+  for (int mask : masks) {
+    int idx[4], n = 0;
+    bool usable = true;
+    for (int i = 0; i < 4; ++i) {
+      if (!(mask >> i & 1)) continue;
+      usable = usable && d[i] > 0;
+      idx[n++] = i;
+    }
+    if (!usable) continue;
+    double m[4][5], y[4];
+    for (int r = 0; r < n; ++r) {
+      for (int c = 0; c < n; ++c) m[r][c] = a[idx[r]][idx[c]] / (d[idx[r]] * d[idx[c]]);
+      m[r][n] = b[idx[r]] / d[idx[r]];
+    }
+    if (!Solve(n, m, y)) continue;
+    if (std::any_of(y, y + n, [](double v) { return v < 0; })) continue;
+    double g[4] = {0, 0, 0, 0};
+    for (int r = 0; r < n; ++r) g[idx[r]] = y[r] / d[idx[r]];
+    double residual = yy;
+    for (int i = 0; i < 4; ++i) {
+      residual -= 2 * g[i] * b[i];
+      for (int j = 0; j < 4; ++j) residual += g[i] * a[i][j] * g[j];
+    }
+    if (residual < best_residual - 1e-9 * yy) {
+      best_residual = residual;
+      std::copy(g, g + 4, best);
+    }
+  }
+  return {best[0], best[1] * kRowScale, best[2] * kTokenScale, best[3] * kPairScale};
+}
+
+StepCoefficients FitStepTime(const std::vector<StepSample>& samples) {
+  NormalEquations e;
+  for (const StepSample& p : samples) e.Add(p.work, p.seconds, p.weight);
+  return e.Fit();
 }
 
 double StepCostModel::Predict(const StepWork& w) const {
-  if (n_ == 0) return 0;
-  double x[kDim];
-  Features(w, x);
-  double t = 0;
-  for (int i = 0; i < kDim; ++i) t += theta_[i] * x[i];
-  return t;
+  if (n_ == 0 && !calibrated_) return 0;
+  return fit_.Seconds(w);
 }
 
 void StepCostModel::Observe(const StepWork& w, double seconds) {
-  double x[kDim], px[kDim];
-  Features(w, x);
-  double denom = kForget, err = seconds;
-  for (int i = 0; i < kDim; ++i) {
-    px[i] = 0;
-    for (int j = 0; j < kDim; ++j) px[i] += p_[i][j] * x[j];
-    denom += x[i] * px[i];
-    err -= theta_[i] * x[i];
-  }
-  // Each part costs time or nothing: a coefficient driven below zero (by
-  // features that moved together) is held at zero, so more work never looks
-  // cheaper and the plan's searches see a monotone cost; the others take up
-  // the difference on the next steps.
-  for (int i = 0; i < kDim; ++i) theta_[i] = std::max(0.0, theta_[i] + px[i] / denom * err);
-  // P = (P - P x x' P / denom) / forget; the forgetting stops while P is at
-  // its prior's size, so steps that all look alike (decode only, for hours)
-  // cannot blow up the directions they do not excite.
-  double trace = 0;
-  for (int i = 0; i < kDim; ++i) {
-    for (int j = 0; j < kDim; ++j) p_[i][j] -= px[i] * px[j] / denom;
-    trace += p_[i][i];
-  }
-  const double scale = trace < kPrior * kDim ? 1 / kForget : 1;
-  for (int i = 0; i < kDim; ++i) {
-    for (int j = 0; j < kDim; ++j) p_[i][j] *= scale;
-  }
+  recent_.Scale(kForget);
+  recent_.Add(w, seconds, 1);
   ++n_;
   n_prefill_ += w.prefill_tokens > 0;
+  Refit();
+}
+
+void StepCostModel::Calibrate(const StepWork& w, double seconds) {
+  calibration_.Add(w, seconds, 1);
+  calibrated_ = true;
+  n_prefill_ += w.prefill_tokens > 0;
+  Refit();
+}
+
+void StepCostModel::Refit() {
+  NormalEquations all = recent_;
+  all.Plus(calibration_);
+  fit_ = all.Fit();
 }
 
 std::string StepCostModel::Describe() const {
-  return absl::StrFormat("%.2f ms + %.3f ms/row + %.3f ms/token + %.2f ms/M pairs", theta_[0] * 1e3,
-                         theta_[1] / 16 * 1e3, theta_[2] / 256 * 1e3, theta_[3] * 1e3);
+  return absl::StrFormat("%.2f ms + %.3f ms/row + %.3f ms/token + %.2f ms/M pairs",
+                         fit_.fixed * 1e3, fit_.per_row * 1e3, fit_.per_token * 1e3,
+                         fit_.per_pair * 1e9);
 }
 
 StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
@@ -91,14 +174,24 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
   StepWork decode;
   decode.decode_rows = in.decode_rows;
   decode.attention = in.decode_attention;
-  const bool bound = in.tpot_target > 0 && in.decode_rows > 0;
+  const bool bound = (in.tpot_target > 0 || in.prompt_share > 0) && in.decode_rows > 0;
   // Until the prompt pass has been timed, a bounded step takes a few
   // blocks: the first step measures, the next ones fit.
   const bool unknown = prefill_cost.prefill_observations() == 0;
   // What the prompt pass may take: the whole target when fused (the decode
   // rows are in the same pass), else what the decode pass leaves.
   const double decode_alone = in.fused ? 0 : decode_cost.Predict(decode);
-  const double allowed = in.tpot_target - decode_alone;
+  double target = in.tpot_target;
+  if (bound && target == 0) {
+    // A share of the step: the rest is what the step costs without prompt
+    // tokens (the rows in the fused pass; the decode pass and the prompt
+    // pass's fixed cost otherwise).
+    const double rest =
+        in.fused ? prefill_cost.Predict(decode) : decode_alone + prefill_cost.Predict(StepWork{});
+    target = rest / (1 - std::min(in.prompt_share, 0.99));
+  }
+  if (bound) plan.target_seconds = target;
+  const double allowed = target - decode_alone;
   StepWork work = in.fused ? decode : StepWork{};
   int64_t budget = in.token_budget;
   // A pass of its own (not fused) pays its fixed cost (reading every
@@ -138,7 +231,13 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
       }
       if (n < most) {
         plan.bounded = true;
-        if (n >= in.align && n < need.remaining) n -= n % in.align;
+        if (n >= in.align && n < need.remaining) {
+          // A target in time is kept: the block below. A share is a
+          // proportion: the nearest block (the one below can cost a third
+          // of the prompt work when chunks are a block or two).
+          n = in.tpot_target > 0 ? n - n % in.align
+                                 : std::min(most, (n + in.align / 2) / in.align * in.align);
+        }
         // Prompts always progress: the first one waiting takes at least a
         // minimum chunk, whatever the target says.
         if (i == 0) n = std::max(n, std::min(most, min_chunk));
@@ -155,6 +254,42 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
                                     : (plan.prefill_tokens > 0 ? prefill_cost.Predict(work) : 0) +
                                           (in.decode_rows > 0 ? decode_cost.Predict(decode) : 0);
   return plan;
+}
+
+StepWork CalibrationPass::Work() const {
+  StepWork w;
+  for (int64_t r = 0; r < rows; ++r) w.AddDecodeRow(context);
+  if (chunk > 0) w.AddChunk(0, chunk);
+  return w;
+}
+
+namespace {
+constexpr int64_t kCalibrationContext = 16;
+constexpr int64_t kCalibrationRows = 4;
+}  // namespace
+
+std::vector<CalibrationPass> CalibrationPasses(bool fused) {
+  // Prompt chunks of three sizes (a pass's fixed cost against its cost per
+  // token), decode batches of two (per row), and when fused the two
+  // together: 240 prompt tokens in all, so about a second on the slowest
+  // 2-core machine measured (a W8A8 pass at 4 ms a token, Zen 1).
+  const int64_t c = kCalibrationContext;
+  std::vector<CalibrationPass> passes = {
+      {0, 0, 16}, {0, 0, 64}, {0, 0, 160}, {1, c, 0}, {kCalibrationRows, c, 0}};
+  if (fused) passes.push_back({2, c, 32});
+  return passes;
+}
+
+int64_t CalibrationKvTokens(bool fused, int64_t block_tokens) {
+  int64_t rows = 0, chunk = 0;
+  for (const CalibrationPass& p : CalibrationPasses(fused)) {
+    rows = std::max(rows, p.rows);
+    chunk = std::max(chunk, p.chunk);
+  }
+  const auto blocks = [&](int64_t tokens) {
+    return (tokens + block_tokens - 1) / block_tokens * block_tokens;
+  };
+  return rows * blocks(kCalibrationContext + 1) + blocks(chunk);
 }
 
 }  // namespace pdq::policy

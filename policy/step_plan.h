@@ -31,27 +31,74 @@ struct StepWork {
   void AddDecodeRow(int64_t past);
 };
 
-// A forward pass's time as a linear function of StepWork (a fixed part,
-// per decode row, per prompt token, per attention pair), fitted online by
-// recursive least squares with forgetting, so it follows the machine (other
-// load, frequency) within tens of steps. Deterministic.
+// A measured pass: its work and time, and its weight in a fit.
+struct StepSample {
+  StepWork work;
+  double seconds = 0;
+  double weight = 1;
+};
+
+// The coefficients of a pass's time: fixed + per decode row + per prompt
+// token + per attention pair.
+struct StepCoefficients {
+  double fixed = 0, per_row = 0, per_token = 0, per_pair = 0;
+  double Seconds(const StepWork& w) const {
+    return fixed + per_row * double(w.decode_rows) + per_token * double(w.prefill_tokens) +
+           per_pair * w.attention;
+  }
+};
+
+// Non-negative weighted least squares of the samples' seconds on the four
+// parts, each sample counting by its relative error (weight / seconds^2):
+// every subset of the parts is solved and the one with no negative
+// coefficient and the least residual kept (time is never saved by more
+// work). Parts no sample exercises are 0. Used by `pdq profile`; the
+// workers' StepCostModel solves the same way.
+StepCoefficients FitStepTime(const std::vector<StepSample>& samples);
+
+// Weighted normal equations of a pass's time on its four parts, each sample
+// counting by its relative error (weight / seconds^2).
+struct NormalEquations {
+  double a[4][4] = {}, b[4] = {}, yy = 0;
+  void Add(const StepWork& w, double seconds, double weight);
+  void Scale(double f);
+  void Plus(const NormalEquations& o);
+  // The non-negative fit (FitStepTime).
+  StepCoefficients Fit() const;
+};
+
+// A forward pass's time as a linear function of StepWork, fitted online:
+// the non-negative fit (FitStepTime) of every pass observed, each weighing
+// kForget times the next newer one (forgetting, so it follows the machine,
+// other load and frequency, within tens of steps), plus the calibration
+// passes a worker timed at start, kept at full weight for good. Steps under
+// steady load are much alike and, alone, cannot tell a pass's fixed cost
+// from its per-token cost; the calibration passes can. The fit is solved
+// afresh from the accumulated normal equations after each pass (an earlier
+// recursive least squares, the textbook online form, updated its inverse
+// instead, and seeded with a few calibration passes it diverged on a
+// monolithic worker: coefficients of 10^13 ms, bench/RESULTS.md).
+// Deterministic.
 class StepCostModel {
  public:
-  StepCostModel();
   // Seconds; 0 until something was observed.
   double Predict(const StepWork& w) const;
   void Observe(const StepWork& w, double seconds);
+  // A start-up calibration pass: kept at full weight in every fit.
+  void Calibrate(const StepWork& w, double seconds);
   int64_t observations() const { return n_; }
-  // Of those, steps that computed prompt tokens (until one has, their cost
-  // is not known).
+  // Passes (observed or calibration) that computed prompt tokens (until
+  // one has, their cost is not known).
   int64_t prefill_observations() const { return n_prefill_; }
+  const StepCoefficients& coefficients() const { return fit_; }
   // "2.1 ms + 0.40 ms/row + 0.52 ms/token + 31 ms/M pairs", for logs.
   std::string Describe() const;
 
  private:
-  static constexpr int kDim = 4;
-  double theta_[kDim];
-  double p_[kDim][kDim];
+  void Refit();
+  NormalEquations recent_, calibration_;
+  bool calibrated_ = false;
+  StepCoefficients fit_;
   int64_t n_ = 0, n_prefill_ = 0;
 };
 
@@ -72,8 +119,16 @@ struct StepInput {
   // Prompt tokens per step, at most (--prefill-budget).
   int64_t token_budget = 2048;
   // The step time to keep while decode rows run, in seconds; 0: no bound
-  // (each step takes token_budget).
+  // (each step takes token_budget), unless prompt_share says otherwise.
   double tpot_target = 0;
+  // With no tpot_target: the share of a step's time prompt work may take
+  // while decode rows run (0: no bound). The step's other work (the decode
+  // rows, and a prompt pass's fixed cost when it is a pass of its own) is
+  // then (1 - share) of it: at 0.75, prompts keep three quarters of their
+  // unbounded rate and a stream waits at most four times its decode step.
+  // A bound relative to what the step costs anyway, so it needs no target
+  // per machine (--tpot-target-ms auto).
+  double prompt_share = 0;
   // Prompt tokens a step takes while any wait, however tight the target, so
   // prompts always progress. Not fused, at least as many as cost what the
   // prompt pass's fixed part costs (by the model), so a pass of its own is
@@ -94,11 +149,31 @@ struct StepPlan {
   // The prompt tokens were limited by the target (not by the budget or the
   // prompts).
   bool bounded = false;
+  // The target the step was held to (tpot_target, or the one prompt_share
+  // gave); 0: none.
+  double target_seconds = 0;
 };
 
 // `prefill_cost` times the pass that computes prompts; `decode_cost` the
 // decode pass (the same model when fused).
 StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
                   const StepCostModel& decode_cost);
+
+// The passes a worker times when it starts (when its steps are bounded), so
+// that its cost models know a prompt pass's fixed cost apart from its cost
+// per token before the first request: bounded steps under steady load are
+// all alike, and from passes that are alike least squares cannot tell the
+// two apart (bench/RESULTS.md, "Stall-free steps"). Each pass: `rows` decode
+// rows over sequences of `context` tokens, and/or a prompt chunk of `chunk`
+// tokens from the start of a sequence. A fused worker times all of them on
+// its one model; otherwise the prompt chunks go to the prompt pass's model
+// and the decode rows to the decode pass's.
+struct CalibrationPass {
+  int64_t rows = 0, context = 0, chunk = 0;
+  StepWork Work() const;
+};
+std::vector<CalibrationPass> CalibrationPasses(bool fused);
+// Tokens of KV cache the calibration needs at once.
+int64_t CalibrationKvTokens(bool fused, int64_t block_tokens);
 
 }  // namespace pdq::policy

@@ -81,6 +81,8 @@ absl::Status Spec(const Profile& p, const std::string& precision,
   w->batch.max_decode_batch = o.max_decode_batch;
   w->batch.token_budget = o.token_budget;
   w->batch.tpot_target = o.step_target_seconds;
+  w->batch.prompt_share = o.step_target_seconds > 0 ? 0 : o.prompt_share;
+  w->calibrate = o.step_target_seconds > 0 || o.prompt_share > 0;
   w->batch.block_tokens = p.block_tokens;
   w->kv_blocks = o.kv_blocks;
   w->max_context = p.max_context;

@@ -73,6 +73,7 @@ struct WorkerOptions {
   int max_decode_batch = 64;
   int64_t token_budget = 2048;     // --prefill-budget
   double step_target_seconds = 0;  // --tpot-target-ms
+  double prompt_share = 0;         // --tpot-target-ms auto --prompt-share (0: off)
   int64_t kv_blocks = 1 << 20;     // per decode or monolithic worker
   double noise = 0;                // WorkerSpec::noise
 };

@@ -57,6 +57,9 @@ struct WorkerSpec {
   // Relative spread of step times around the model (log-normal sigma), so
   // that queueing sees the machine's jitter; 0: exact.
   double noise = 0;
+  // The worker times policy::CalibrationPasses before serving (its
+  // --tpot-target-ms bounds steps): its cost models start from them.
+  bool calibrate = false;
 };
 
 // A link between two workers' hosts: each worker sends or receives one KV

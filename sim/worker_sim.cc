@@ -80,6 +80,27 @@ SimStep WorkerSim::Form() {
   return step;
 }
 
+WorkerSim::WorkerSim(Role role, const WorkerSpec& spec) : role_(role), spec_(spec) {
+  if (!spec_.calibrate || role_ == Role::kPrefill) return;
+  // As the scheduler times them: one pass on the fused model, else the
+  // prompt chunk on the prompt model and the rows on the decode model.
+  for (const policy::CalibrationPass& p : policy::CalibrationPasses(spec_.fused)) {
+    if (spec_.fused) {
+      const policy::StepWork w = p.Work();
+      decode_cost_.Calibrate(w, spec_.pass.Seconds(w));
+      continue;
+    }
+    if (p.chunk > 0) {
+      const policy::StepWork w = policy::CalibrationPass{0, 0, p.chunk}.Work();
+      prompt_cost_.Calibrate(w, spec_.prompt_pass.Seconds(w));
+    }
+    if (p.rows > 0) {
+      const policy::StepWork w = policy::CalibrationPass{p.rows, p.context, 0}.Work();
+      decode_cost_.Calibrate(w, spec_.pass.Seconds(w));
+    }
+  }
+}
+
 StepTimes WorkerSim::ModelTimes(const SimStep& step) const {
   StepTimes t;
   if (step.prompt_work.prefill_tokens > 0) t.prompt = spec_.prompt_pass.Seconds(step.prompt_work);

@@ -50,7 +50,9 @@ struct StepOutcome {
 
 class WorkerSim {
  public:
-  WorkerSim(Role role, const WorkerSpec& spec) : role_(role), spec_(spec) {}
+  // Observes the spec's calibration passes first when it asks for them (a
+  // prefill worker never bounds a step, so it has none).
+  WorkerSim(Role role, const WorkerSpec& spec);
 
   Role role() const { return role_; }
   const WorkerSpec& spec() const { return spec_; }

@@ -216,6 +216,125 @@ TEST(PlanStepTest, BeforeAnyTimingABoundedStepTakesAFewBlocks) {
   EXPECT_EQ(PlanStep(in, fresh, fresh).chunk[0], 64);
 }
 
+// A prompt pass with a large fixed cost (reading every weight; 50 ms) and
+// 0.5 ms a token, as a W8A8 pass of its own is on some machines.
+double DearPass(const StepWork& w) {
+  return 50e-3 + 0.5e-3 * double(w.prefill_tokens) + 1e-9 * w.attention;
+}
+
+TEST(CalibrationTest, TellsAPassesFixedCostFromItsCostPerToken) {
+  StepCostModel m;
+  for (const policy::CalibrationPass& p : policy::CalibrationPasses(/*fused=*/false)) {
+    if (p.chunk == 0) continue;
+    const StepWork w = policy::CalibrationPass{0, 0, p.chunk}.Work();
+    m.Calibrate(w, DearPass(w));
+  }
+  StepWork chunk;
+  chunk.AddChunk(0, 256);
+  EXPECT_NEAR(m.Predict(StepWork{}), 50e-3, 2.5e-3);
+  EXPECT_NEAR((m.Predict(chunk) - m.Predict(StepWork{})) / 256, 0.5e-3, 0.025e-3);
+  // Then hours of identical bounded chunks (the steps least squares cannot
+  // split by themselves) leave the split where it was.
+  for (int i = 0; i < 20000; ++i) {
+    StepWork w;
+    w.AddChunk(16 * (i % 100), 48);
+    m.Observe(w, DearPass(w));
+  }
+  EXPECT_NEAR(m.Predict(StepWork{}), 50e-3, 5e-3);
+  EXPECT_NEAR((m.Predict(chunk) - m.Predict(StepWork{})) / 256, 0.5e-3, 0.05e-3);
+}
+
+TEST(CalibrationTest, NeedsTheKvItSays) {
+  for (bool fused : {false, true}) {
+    int64_t rows = 0, chunk = 0, context = 0;
+    for (const policy::CalibrationPass& p : policy::CalibrationPasses(fused)) {
+      rows = std::max(rows, p.rows);
+      chunk = std::max(chunk, p.chunk);
+      context = std::max(context, p.context);
+    }
+    // Every row's sequence (one token past its context while timed) and
+    // the prompt's, in whole blocks.
+    EXPECT_EQ(policy::CalibrationKvTokens(fused, 16),
+              rows * ((context + 1 + 15) / 16 * 16) + (chunk + 15) / 16 * 16);
+    EXPECT_GE(policy::CalibrationKvTokens(fused, 1), rows * (context + 1) + chunk);
+  }
+}
+
+// A prompt share holds its proportion under a stream of long prompts: each
+// bounded step's prompt work costs share / (1 - share) of the step's other
+// work, within one block, and every prompt finishes.
+void ExpectShareHolds(bool fused, const StepCostModel& prefill, const StepCostModel& decode,
+                      double (*prompt_cost)(const StepWork&),
+                      double (*rest_cost)(const StepWork&)) {
+  std::vector<PrefillNeed> queue;
+  int arrived = 0, finished = 0, bounded = 0;
+  for (int64_t step = 0; step < 5000 && finished < 6; ++step) {
+    if (step % 30 == 0 && arrived < 6) {
+      queue.push_back({0, 2048});
+      ++arrived;
+    }
+    StepInput in;
+    in.fused = fused;
+    in.prompt_share = 0.75;
+    in.decode_rows = 6;
+    for (int r = 0; r < 6; ++r) in.decode_attention += 300.5;
+    in.prefill = queue;
+    const StepPlan p = PlanStep(in, prefill, decode);
+    StepWork rows, chunks;
+    for (int r = 0; r < 6; ++r) rows.AddDecodeRow(300);
+    for (size_t i = 0; i < queue.size(); ++i) {
+      if (p.chunk[i] == 0) continue;
+      chunks.AddChunk(queue[i].past, p.chunk[i]);
+      queue[i].past += p.chunk[i];
+      queue[i].remaining -= p.chunk[i];
+    }
+    // What the prompt tokens add to the step, against what the step costs
+    // without them.
+    const double rest = rest_cost(rows);
+    const double prompt = prompt_cost(chunks);
+    StepWork block;
+    block.AddChunk(chunks.prefill_tokens, 16);
+    const double one_block = prompt_cost(block);
+    if (p.bounded) {
+      ++bounded;
+      EXPECT_NEAR(prompt, 3 * rest, one_block) << "step " << step;
+      EXPECT_NEAR(p.target_seconds, 4 * rest, 0.05 * rest) << "step " << step;
+    }
+    finished += (int)std::erase_if(queue, [](const PrefillNeed& n) { return n.remaining == 0; });
+  }
+  EXPECT_EQ(finished, 6);
+  EXPECT_GT(bounded, 20);
+}
+
+TEST(PlanStepTest, APromptShareHoldsItsProportionInOnePass) {
+  // Fused: the rows' step (2 ms + 6 x 0.5 ms) is the rest; prompt tokens
+  // at 0.1 ms each take three times that.
+  ExpectShareHolds(
+      /*fused=*/true, Trained(), Trained(),
+      [](const StepWork& w) { return 0.1e-3 * double(w.prefill_tokens) + 1e-9 * w.attention; },
+      [](const StepWork& w) { return TrueCost(w); });
+}
+
+TEST(PlanStepTest, APromptShareHoldsItsProportionBesideADecodePass) {
+  // Two passes: the rest is the decode pass and the prompt pass's fixed
+  // cost (50 ms), so a bounded step's prompt tokens cost three times both.
+  StepCostModel prefill, decode;
+  for (const policy::CalibrationPass& p : policy::CalibrationPasses(/*fused=*/false)) {
+    if (p.chunk > 0) {
+      const StepWork w = policy::CalibrationPass{0, 0, p.chunk}.Work();
+      prefill.Calibrate(w, DearPass(w));
+    }
+    if (p.rows > 0) {
+      const StepWork w = policy::CalibrationPass{p.rows, p.context, 0}.Work();
+      decode.Calibrate(w, TrueCost(w));
+    }
+  }
+  ExpectShareHolds(
+      /*fused=*/false, prefill, decode,
+      [](const StepWork& w) { return DearPass(w) - DearPass(StepWork{}); },
+      [](const StepWork& w) { return TrueCost(w) + DearPass(StepWork{}); });
+}
+
 // ---- The scheduler, in-process ----------------------------------------------
 
 class Collect : public TokenStream {
@@ -239,15 +358,18 @@ class Collect : public TokenStream {
 struct Served {
   std::vector<std::vector<int32_t>> answers;
   int64_t max_prefill_with_decode = 0, bounded_steps = 0;
+  std::string calibration;
 };
 
 // Four streams decode while long prompts arrive, on one synthetic model
 // (fused steps) or a W8A8 prompt model beside it (two passes).
-Served Serve(absl::Duration target, bool two_models) {
+Served Serve(absl::Duration target, bool two_models, double share = 0) {
   testing::TestModel decode = testing::LoadOrDie("synthetic:tiny", 1);
   testing::TestModel prefill = testing::LoadOrDie("synthetic:tiny@w8a8", 1);
   SchedulerOptions o;
   o.tpot_target = target;
+  o.prompt_share = share;
+  o.calibrate_step_costs = share > 0;
   o.prefix_cache = false;
   auto kv = decode.ctx->NewKvCache(1 << 14);
   EXPECT_TRUE(kv.ok());
@@ -255,6 +377,7 @@ Served Serve(absl::Duration target, bool two_models) {
   {
     Scheduler sched(o, two_models ? prefill.ctx.get() : decode.ctx.get(), decode.ctx.get(),
                     std::move(*kv), nullptr);
+    run.calibration = sched.calibration();
     const int vocab = decode->config().vocab_size;
     std::vector<std::shared_ptr<Collect>> streams;
     auto start = [&](int n, int salt, int max_tokens) {
@@ -269,8 +392,8 @@ Served Serve(absl::Duration target, bool two_models) {
     // Long enough answers that they still decode when the prompts arrive.
     for (int i = 0; i < 4; ++i) start(8, i, 480);
     // Let them reach decoding, then send long prompts.
-    while (sched.step_stats().decode_steps.load() < 2) std::this_thread::sleep_for(
-        std::chrono::milliseconds(1));
+    while (sched.step_stats().decode_steps.load() < 2)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     for (int i = 0; i < 3; ++i) start(400, 10 + i, 4);
     for (auto& s : streams) {
       s->done.WaitForNotification();
@@ -305,6 +428,21 @@ TEST(SchedulerStepsTest, TwoPrecisionsInOneProcessHoldTheSameRule) {
   const Served off = Serve(absl::ZeroDuration(), /*two_models=*/true);
   EXPECT_GE(off.max_prefill_with_decode, 400);
   EXPECT_EQ(tight.answers, off.answers);
+}
+
+TEST(SchedulerStepsTest, ACalibratedShareChangesNoAnswer) {
+  // The calibration passes run on the serving KV cache before the first
+  // request and leave nothing behind: the answers are those of unbounded
+  // steps, with one model or two.
+  for (bool two_models : {false, true}) {
+    SCOPED_TRACE(two_models ? "two models" : "one model");
+    const Served share = Serve(absl::ZeroDuration(), two_models, 0.75);
+    const Served off = Serve(absl::ZeroDuration(), two_models);
+    EXPECT_NE(share.calibration.find(two_models ? "prompt pass" : "one pass"), std::string::npos)
+        << share.calibration;
+    EXPECT_EQ(off.calibration, "");
+    EXPECT_EQ(share.answers, off.answers);
+  }
 }
 
 }  // namespace

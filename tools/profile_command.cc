@@ -42,79 +42,13 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-void Features(const policy::StepWork& w, double x[4]) {
-  x[0] = 1;
-  x[1] = double(w.decode_rows);
-  x[2] = double(w.prefill_tokens);
-  x[3] = w.attention;
-}
-
-// Weighted least squares over the features in `mask` (bit i: feature i),
-// each point weighted by 1 / seconds^2 so that it counts by its relative
-// error; false when the system is singular.
-bool SolveSubset(const std::vector<Point>& points, int mask, double beta[4]) {
-  double scale[4] = {0, 0, 0, 0};
-  for (const Point& p : points) {
-    double x[4];
-    Features(p.work, x);
-    for (int i = 0; i < 4; ++i) scale[i] = std::max(scale[i], std::abs(x[i]));
-  }
-  std::vector<int> idx;
-  for (int i = 0; i < 4; ++i) {
-    if ((mask >> i & 1) && scale[i] > 0) idx.push_back(i);
-  }
-  const int n = (int)idx.size();
-  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0));
-  for (const Point& p : points) {
-    double x[4];
-    Features(p.work, x);
-    const double w = 1 / (p.seconds * p.seconds);
-    for (int r = 0; r < n; ++r) {
-      for (int c = 0; c < n; ++c)
-        a[r][c] += w * x[idx[r]] / scale[idx[r]] * x[idx[c]] / scale[idx[c]];
-      a[r][n] += w * x[idx[r]] / scale[idx[r]] * p.seconds;
-    }
-  }
-  for (int c = 0; c < n; ++c) {  // Gauss-Jordan, partial pivoting
-    int pivot = c;
-    for (int r = c + 1; r < n; ++r) {
-      if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
-    }
-    std::swap(a[c], a[pivot]);
-    if (std::abs(a[c][c]) < 1e-12) return false;
-    for (int r = 0; r < n; ++r) {
-      if (r == c) continue;
-      const double f = a[r][c] / a[c][c];
-      for (int k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
-    }
-  }
-  std::fill(beta, beta + 4, 0.0);
-  for (int r = 0; r < n; ++r) beta[idx[r]] = a[r][n] / a[r][r] / scale[idx[r]];
-  return true;
-}
-
-// The non-negative fit of seconds on the step features (time is never
-// saved by more work): with four features, every subset is solved and the
-// one with no negative coefficient and the least weighted residual kept.
+// The non-negative fit of seconds on the step's parts, as the workers' cost
+// model fits (policy::FitStepTime).
 sim::PassTime Fit(const std::vector<Point>& points) {
-  double best[4] = {0, 0, 0, 0}, best_residual = INFINITY;
-  for (int mask = 1; mask < 16; ++mask) {
-    double beta[4];
-    if (!SolveSubset(points, mask, beta)) continue;
-    if (std::any_of(beta, beta + 4, [](double b) { return b < 0; })) continue;
-    double residual = 0;
-    for (const Point& p : points) {
-      double x[4];
-      Features(p.work, x);
-      const double predicted = beta[0] * x[0] + beta[1] * x[1] + beta[2] * x[2] + beta[3] * x[3];
-      residual += (predicted / p.seconds - 1) * (predicted / p.seconds - 1);
-    }
-    if (residual < best_residual) {
-      best_residual = residual;
-      std::copy(beta, beta + 4, best);
-    }
-  }
-  return {best[0], best[1], best[2], best[3]};
+  std::vector<policy::StepSample> samples;
+  for (const Point& p : points) samples.push_back({p.work, p.seconds, 1});
+  const policy::StepCoefficients c = policy::FitStepTime(samples);
+  return {c.fixed, c.per_row, c.per_token, c.per_pair};
 }
 
 // One precision's passes over the grid.

@@ -33,7 +33,7 @@ int SimCommand(int argc, char** argv) {
   int64_t threads = 0, prompt_tokens = 0, output_tokens = 0, concurrency = 0, requests = 500,
           warmup = 50, seeds = 5, seed = 1, batch = 64, budget = 2048, kv_blocks = 1 << 20;
   double rate = 0, burstiness = 1, spread = 0, ttft_ms = 2000, tpot_ms = 200, step_target_ms = 0,
-         noise = 0;
+         prompt_share = 0, noise = 0;
   FlagParser flags(
       "sim",
       "Simulates a deployment serving a workload from a measured profile (pdq profile): the "
@@ -68,7 +68,10 @@ int SimCommand(int argc, char** argv) {
   flags.Float("tpot-target-ms", &tpot_ms, 0, 1e9, "TPOT target of goodput");
   flags.Int("max-decode-batch", &batch, 1, 4096, "workers' --max-decode-batch");
   flags.Int("prefill-budget", &budget, 1, 1 << 20, "workers' --prefill-budget");
-  flags.Float("step-target-ms", &step_target_ms, 0, 1e6, "workers' --tpot-target-ms");
+  flags.Float("step-target-ms", &step_target_ms, 0, 1e6, "workers' --tpot-target-ms (ms)");
+  flags.Float("prompt-share", &prompt_share, 0, 0.95,
+              "workers' --prompt-share under --tpot-target-ms auto (used without a "
+              "--step-target-ms; 0: workers with --tpot-target-ms off)");
   flags.Int("kv-blocks", &kv_blocks, 1, 1LL << 40, "KV blocks per decode or monolithic worker");
   flags.Float("noise", &noise, 0, 2, "relative spread of step times (log-normal sigma)");
   flags.String("json", &json_path, "also write the results here");
@@ -103,6 +106,7 @@ int SimCommand(int argc, char** argv) {
   wo.max_decode_batch = (int)batch;
   wo.token_budget = budget;
   wo.step_target_seconds = step_target_ms / 1e3;
+  wo.prompt_share = prompt_share;
   wo.kv_blocks = kv_blocks;
   wo.noise = noise;
   if (absl::Status s = sim::SpecsFromProfile(*profile, precisions, wo, &d); !s.ok()) return fail(s);

@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "common/log.h"
-#include "server/metrics.h"
 #include "policy/batch.h"
+#include "server/metrics.h"
 #include "worker/text_stream.h"
 
 namespace pdq::worker {
@@ -81,13 +81,13 @@ struct WorkMetrics {
       "pdq_prefill_ops_total",
       "Arithmetic operations of the prefill forward passes (2 per multiply-add), for compute "
       "utilization against pdq_machine_peak_ops_per_second.");
-  server::Counter& prefill_busy = m.GetCounter(
-      "pdq_prefill_busy_seconds_total",
-      "Time spent in prefill forward passes (batched prompts count once).");
-  server::Counter& decode_bytes = m.GetCounter(
-      "pdq_decode_bytes_read_total",
-      "Weight and KV bytes the decode steps read, for bandwidth utilization against "
-      "pdq_machine_read_bytes_per_second.");
+  server::Counter& prefill_busy =
+      m.GetCounter("pdq_prefill_busy_seconds_total",
+                   "Time spent in prefill forward passes (batched prompts count once).");
+  server::Counter& decode_bytes =
+      m.GetCounter("pdq_decode_bytes_read_total",
+                   "Weight and KV bytes the decode steps read, for bandwidth utilization against "
+                   "pdq_machine_read_bytes_per_second.");
   server::Histogram& prefill_seconds = m.GetHistogram(
       "pdq_prefill_seconds", "Compute time of one prompt, from its first chunk to its last.",
       server::LatencyBuckets());
@@ -124,9 +124,9 @@ struct WorkMetrics {
 struct CacheMetrics {
   explicit CacheMetrics(const std::string& pool)
       : pool(pool),
-        lookups(server::Metrics::Global().GetCounter(
-            "pdq_prefix_cache_lookups_total", "Prompts looked up in the KV prefix cache.",
-            {{"pool", pool}})),
+        lookups(server::Metrics::Global().GetCounter("pdq_prefix_cache_lookups_total",
+                                                     "Prompts looked up in the KV prefix cache.",
+                                                     {{"pool", pool}})),
         lookup_tokens(server::Metrics::Global().GetCounter(
             "pdq_prefix_cache_lookup_tokens_total",
             "Prompt tokens looked up in the KV prefix cache (the hit rate's denominator).",
@@ -159,9 +159,9 @@ struct Scheduler::Sequence {
   // The prompt, then (for a sequence that decodes) the tokens generated.
   std::vector<int32_t> tokens;
   int64_t prompt_tokens = 0;
-  uint64_t cache_seed = 0;     // the prefix cache's seed for its salt
-  int64_t cached_tokens = 0;   // prompt tokens reused from the prefix cache
-  int64_t skip_tokens = 0;     // prefill: leading tokens the receiver holds, not sent
+  uint64_t cache_seed = 0;    // the prefix cache's seed for its salt
+  int64_t cached_tokens = 0;  // prompt tokens reused from the prefix cache
+  int64_t skip_tokens = 0;    // prefill: leading tokens the receiver holds, not sent
   int64_t prefilled = 0;
   SamplingParams first_sampling;
   std::unique_ptr<kvtransfer::Outbound> outbound;
@@ -173,7 +173,7 @@ struct Scheduler::Sequence {
   std::string reservation_id;
   absl::Time lease_end = absl::InfiniteFuture();
   std::unique_ptr<kvtransfer::Inbound> inbound;
-  int64_t kv_bytes = 0;  // what the transfer brings
+  int64_t kv_bytes = 0;   // what the transfer brings
   std::string kv_writer;  // the precision of the prefill that sends it
   // The missing prompt tokens are prefilled here (a short suffix), not sent.
   bool local_prefill = false;
@@ -220,8 +220,111 @@ Scheduler::Scheduler(const SchedulerOptions& options, Context* prefill, Context*
   std::random_device rd;
   id_salt_ = ((uint64_t)rd() << 32) ^ rd();
   kv_->TakePrefixEvents();  // starts the event log
+  if (options_.calibrate_step_costs && decode_ != nullptr) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<std::string> learnt = CalibrateStepCosts();
+    if (learnt.ok()) {
+      calibration_ = *learnt;
+      LogLine(absl::StrFormat("step costs measured in %.2f s: %s", Seconds(absl::Now() - start),
+                              calibration_));
+    } else {
+      // The models then learn from the first steps, as without calibration.
+      LogLine(absl::StrCat("step costs not measured at start (", learnt.status().message(),
+                           "); learning them from the first steps"));
+    }
+  }
   UpdateLoad();
   thread_ = std::thread([this] { Loop(); });
+}
+
+absl::StatusOr<std::string> Scheduler::CalibrateStepCosts() {
+  Context* prompt_ctx = prefill_context();
+  const bool fused = prompt_ctx == decode_;
+  const KvLayout& layout = kv_->layout();
+  const int64_t need = policy::CalibrationKvTokens(fused, layout.block_tokens);
+  if (kv_->num_free_blocks() * layout.block_tokens < need) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the KV cache holds fewer than the ", need, " tokens it takes"));
+  }
+  const int vocab = decode_->model().config().vocab_size;
+  auto tokens = [&](int64_t n, int64_t salt) {
+    std::vector<int32_t> t(n);
+    for (int64_t i = 0; i < n; ++i) t[i] = (int32_t)((salt * 7919 + i * 104729 + 13) % vocab);
+    return t;
+  };
+  Logits logits;
+  std::vector<SeqId> seqs;
+  auto run = [&](Context* ctx, std::span<const BatchEntry> batch) -> absl::StatusOr<double> {
+    const absl::Time t0 = absl::Now();
+    PDQ_RETURN_IF_ERROR(ctx->Forward(*kv_, batch, &logits));
+    for (const absl::Status& st : logits.status) PDQ_RETURN_IF_ERROR(st);
+    return Seconds(absl::Now() - t0);
+  };
+  auto calibrate = [&]() -> absl::Status {
+    const std::vector<policy::CalibrationPass> passes = policy::CalibrationPasses(fused);
+    int64_t rows = 0, context = 0;
+    for (const policy::CalibrationPass& p : passes) {
+      rows = std::max(rows, p.rows);
+      context = std::max(context, p.context);
+    }
+    // The decode rows' sequences, filled in one untimed pass (by the decode
+    // model, whose KV they are).
+    std::vector<std::vector<int32_t>> filled;
+    std::vector<BatchEntry> fill;
+    for (int64_t r = 0; r < rows; ++r) {
+      seqs.push_back(kv_->AddSequence());
+      filled.push_back(tokens(context, r + 1));
+    }
+    for (int64_t r = 0; r < rows; ++r) fill.push_back({seqs[r], filled[r], 1});
+    PDQ_RETURN_IF_ERROR(run(decode_, fill).status());
+    const SeqId prompt = kv_->AddSequence();
+    seqs.push_back(prompt);
+    int64_t longest = 0;
+    for (const policy::CalibrationPass& p : passes) longest = std::max(longest, p.chunk);
+    const std::vector<int32_t> prompt_tokens = tokens(longest, 0);
+    std::vector<int32_t> row_tokens(rows, 1);
+    // The fill touched the decode model's weights; a prompt model of its own
+    // gets a first pass untimed too.
+    if (!fused) {
+      const BatchEntry warm{prompt, std::span<const int32_t>(prompt_tokens).first(16), 1};
+      PDQ_RETURN_IF_ERROR(run(prompt_ctx, {&warm, 1}).status());
+      PDQ_RETURN_IF_ERROR(kv_->SetLength(prompt, 0));
+    }
+    for (const policy::CalibrationPass& p : passes) {
+      std::vector<BatchEntry> decode_batch, prompt_batch;
+      for (int64_t r = 0; r < p.rows; ++r)
+        decode_batch.push_back({seqs[r], {&row_tokens[r], 1}, 1});
+      if (p.chunk > 0) {
+        prompt_batch.push_back({prompt, std::span<const int32_t>(prompt_tokens).first(p.chunk), 1});
+      }
+      policy::StepWork prompt_work, decode_work;
+      for (int64_t r = 0; r < p.rows; ++r) decode_work.AddDecodeRow(context);
+      if (p.chunk > 0) prompt_work.AddChunk(0, p.chunk);
+      if (fused) {
+        decode_batch.insert(decode_batch.end(), prompt_batch.begin(), prompt_batch.end());
+        PDQ_ASSIGN_OR_RETURN(const double t, run(decode_, decode_batch));
+        decode_cost_.Calibrate(p.Work(), t);
+      } else {
+        if (!prompt_batch.empty()) {
+          PDQ_ASSIGN_OR_RETURN(const double t, run(prompt_ctx, prompt_batch));
+          prefill_cost_.Calibrate(prompt_work, t);
+        }
+        if (!decode_batch.empty()) {
+          PDQ_ASSIGN_OR_RETURN(const double t, run(decode_, decode_batch));
+          decode_cost_.Calibrate(decode_work, t);
+        }
+      }
+      for (int64_t r = 0; r < p.rows; ++r) PDQ_RETURN_IF_ERROR(kv_->SetLength(seqs[r], context));
+      if (p.chunk > 0) PDQ_RETURN_IF_ERROR(kv_->SetLength(prompt, 0));
+    }
+    return absl::OkStatus();
+  };
+  const absl::Status st = calibrate();
+  for (SeqId q : seqs) kv_->RemoveSequence(q).IgnoreError();
+  PDQ_RETURN_IF_ERROR(st);
+  if (fused) return absl::StrCat("one pass ", decode_cost_.Describe());
+  return absl::StrCat("prompt pass ", prefill_cost_.Describe(), ", decode pass ",
+                      decode_cost_.Describe());
 }
 
 Scheduler::~Scheduler() {
@@ -282,8 +385,9 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
       done(st);
     };
     if (!args.prompt.empty() && (int64_t)args.prompt.size() != args.prompt_tokens) {
-      return refuse(absl::InvalidArgumentError(absl::StrCat(
-          "the prompt has ", args.prompt.size(), " ids but prompt_tokens is ", args.prompt_tokens)));
+      return refuse(absl::InvalidArgumentError(absl::StrCat("the prompt has ", args.prompt.size(),
+                                                            " ids but prompt_tokens is ",
+                                                            args.prompt_tokens)));
     }
     // A new sequence of length 0 whose blocks the transfer fills, after the
     // prompt's cached prefix.
@@ -499,9 +603,9 @@ void Scheduler::Prefill(PrefillArgs args, std::shared_ptr<PrefillCall> call) {
     const int64_t bt = kv_->layout().block_tokens;
     if (args.decode_cached_tokens < 0 || args.decode_cached_tokens % bt != 0 ||
         args.decode_cached_tokens >= (int64_t)args.prompt.size()) {
-      call->Finish(absl::InvalidArgumentError(absl::StrCat(
-          "decode_cached_tokens ", args.decode_cached_tokens, " is not a multiple of ", bt,
-          " below the prompt's ", args.prompt.size(), " tokens")));
+      call->Finish(absl::InvalidArgumentError(
+          absl::StrCat("decode_cached_tokens ", args.decode_cached_tokens, " is not a multiple of ",
+                       bt, " below the prompt's ", args.prompt.size(), " tokens")));
       return;
     }
     auto s = std::make_unique<Sequence>();
@@ -558,8 +662,7 @@ void Scheduler::StartDecoding(Sequence& s, int32_t token) {
   // A migrated stream: the source sent `token` to the client already, and
   // the KV holds everything before it.
   const std::vector<int32_t>& sent = s.params.resume_generated;
-  if (sent.empty() || sent.back() != token ||
-      (int64_t)sent.size() >= s.params.max_tokens) {
+  if (sent.empty() || sent.back() != token || (int64_t)sent.size() >= s.params.max_tokens) {
     FinishSequence(s, absl::InvalidArgumentError(absl::StrCat(
                           "a resumed stream's last sent token (", sent.empty() ? -1 : sent.back(),
                           ") is not the one its KV notice brings (", token, ")")));
@@ -570,8 +673,8 @@ void Scheduler::StartDecoding(Sequence& s, int32_t token) {
   if (!s.tokens.empty()) s.tokens.push_back(token);
   s.first_token_time = s.last_token_time = absl::Now();
   s.emitted = true;
-  LogLine(absl::StrCat("request ", s.request_id, ": migrated here; decoding on after ",
-                       s.generated, " tokens"));
+  LogLine(absl::StrCat("request ", s.request_id, ": migrated here; decoding on after ", s.generated,
+                       " tokens"));
 }
 
 bool Scheduler::ReplaySent(Sequence& s) {
@@ -672,9 +775,9 @@ void Scheduler::SendKv(std::string request_id, std::string key, MigrationTarget 
     const int64_t tokens = *kv_->Length(s.seq);
     if (target.cached_tokens < 0 || target.cached_tokens % bt != 0 ||
         target.cached_tokens >= tokens) {
-      return done(absl::InvalidArgumentError(absl::StrCat(
-          "target_cached_tokens ", target.cached_tokens, " is not a multiple of ", bt,
-          " below the ", tokens, " tokens of KV")));
+      return done(absl::InvalidArgumentError(
+          absl::StrCat("target_cached_tokens ", target.cached_tokens, " is not a multiple of ", bt,
+                       " below the ", tokens, " tokens of KV")));
     }
     s.migration = std::move(done);
     s.migration_start = absl::Now();
@@ -868,6 +971,7 @@ void Scheduler::Step() {
   options.max_decode_batch = options_.max_decode_batch;
   options.token_budget = options_.prefill_token_budget;
   options.tpot_target = Seconds(options_.tpot_target);
+  options.prompt_share = options_.prompt_share;
   options.block_tokens = kv_->layout().block_tokens;
   options.fused = fused;
   const policy::StepComposition c =
@@ -918,15 +1022,17 @@ void Scheduler::Step() {
     g.prompt_tokens += plan.prefill_tokens;
     g.bounded += plan.bounded;
     g.predicted += plan.predicted_seconds;
+    g.target += plan.target_seconds;
     g.seconds += took;
     g.longest = std::max(g.longest, took);
     if (g.seconds >= 10) {
       LogLine(absl::StrFormat(
           "steps while prompts waited and streams decoded: %d in %.1f s, %.1f decode rows and "
-          "%.0f prompt tokens a step, %.0f%% cut short by the %.0f ms target; step %.1f ms on "
+          "%.0f prompt tokens a step, %.0f%% cut short by the target (%.1f ms on average); "
+          "step %.1f ms on "
           "average (predicted %.1f), longest %.1f ms; cost model: prompt pass %s%s",
           g.steps, g.seconds, double(g.rows) / g.steps, double(g.prompt_tokens) / g.steps,
-          100.0 * g.bounded / g.steps, options.tpot_target * 1e3, g.seconds / g.steps * 1e3,
+          100.0 * g.bounded / g.steps, g.target / g.steps * 1e3, g.seconds / g.steps * 1e3,
           g.predicted / g.steps * 1e3, g.longest * 1e3,
           (fused ? decode_cost_ : prefill_cost_).Describe(),
           fused ? "" : absl::StrCat(", decode pass ", decode_cost_.Describe())));

@@ -45,8 +45,8 @@ struct StepTrace {
     std::string request_id;
     policy::StreamView view;
   };
-  std::vector<Stream> streams;  // before the step, in the scheduler's order
-  std::vector<std::string> rows;  // request ids of the decode rows
+  std::vector<Stream> streams;                          // before the step, in the scheduler's order
+  std::vector<std::string> rows;                        // request ids of the decode rows
   std::vector<std::pair<std::string, int64_t>> chunks;  // (request id, prompt tokens)
   bool fused = true;
   double pass_seconds = 0;    // the decode model's pass (everything, when fused)
@@ -67,6 +67,15 @@ struct SchedulerOptions {
   // bench/RESULTS.md): every step takes prefill_token_budget, and decoding
   // waits for it.
   absl::Duration tpot_target = absl::ZeroDuration();
+  // With no tpot_target: the share of such a step prompt work may take, the
+  // rest being what the step costs without it (policy::StepInput::
+  // prompt_share); 0: no bound.
+  double prompt_share = 0;
+  // Time policy::CalibrationPasses before serving, so a bounded step's plan
+  // knows a prompt pass's fixed cost from the first request on (worth it
+  // only when steps are bounded; about a second on one core for the 135M
+  // model).
+  bool calibrate_step_costs = false;
   // A stream whose client has not taken this many tokens is paused...
   int64_t max_unsent_tokens = 64;
   // ...and cancelled when it stays paused this long.
@@ -148,7 +157,7 @@ struct Summary {
   FinishReason reason = FinishReason::kLength;
   int64_t prompt_tokens = 0;
   int64_t output_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens reused from the prefix cache
+  int64_t cached_tokens = 0;     // prompt tokens reused from the prefix cache
   double ttft_seconds = 0;       // from the call's arrival to its first token
   double mean_tpot_seconds = 0;  // between later tokens
 };
@@ -215,7 +224,7 @@ struct PrefillArgs {
   absl::Time deadline = absl::InfiniteFuture();
   int64_t decode_cached_tokens = 0;  // the receiver holds these; they are not sent
   std::string cache_salt;
-  bool batch = false;  // batch priority: computed after every interactive prompt waiting
+  bool batch = false;        // batch priority: computed after every interactive prompt waiting
   int64_t skip_samples = 0;  // the first pick continues a stream that drew this many
 };
 
@@ -262,6 +271,9 @@ class Scheduler {
             std::unique_ptr<KvCache> kv, kvtransfer::Transport* transport);
   // Fails whatever is in flight with Unavailable and joins the thread.
   ~Scheduler();
+  // The step cost models after the start-up calibration ("" without one),
+  // as logged.
+  const std::string& calibration() const { return calibration_; }
 
   // Decode side: blocks for prompt + max tokens, and where the KV lands.
   // ResourceExhausted when the blocks are not free; FailedPrecondition when
@@ -321,8 +333,11 @@ class Scheduler {
   StepTrace TraceStep(const std::vector<policy::StreamView>& views,
                       const std::vector<Sequence*>& rows, const std::vector<Chunk>& chunks) const;
   // Runs one forward pass; its time in seconds.
+  // Times policy::CalibrationPasses into the cost models (before the loop
+  // starts); what it learnt, for the log.
+  absl::StatusOr<std::string> CalibrateStepCosts();
   double RunPass(Context* ctx, policy::StepCostModel& cost, const std::vector<Chunk>& chunks,
-               const std::vector<Sequence*>& rows);
+                 const std::vector<Sequence*>& rows);
   void Housekeeping(absl::Time now, absl::Time* next_wake);
   // Emits a generated token (the first from a prefill, or a later one) and
   // decides whether the sequence is finished.
@@ -380,10 +395,11 @@ class Scheduler {
   Logits logits_;
   // Measured step times of the pass over each context (one when fused).
   policy::StepCostModel prefill_cost_, decode_cost_;
+  std::string calibration_;
   StepStats step_stats_;
   struct StepLog {
     int64_t steps = 0, rows = 0, prompt_tokens = 0, bounded = 0;
-    double predicted = 0, seconds = 0, longest = 0;
+    double predicted = 0, target = 0, seconds = 0, longest = 0;
   } step_log_;
 
   // The prefill rate: tokens and step time summed while prompts waited,

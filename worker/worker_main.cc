@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -115,13 +116,19 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   flags.Int("prefill-budget", &budget, 1, 1 << 20,
             "prompt tokens per prefill step; longer prompts run in chunks");
   flags.Int("max-batch", &max_batch, 1, 4096, "sequences per decode step");
-  int64_t tpot_target_ms = 0;
-  flags.Int("tpot-target-ms", &tpot_target_ms, 0, 60000,
-            "while streams decode, each step takes only as much prompt work as keeps the time "
-            "between a stream's tokens within this (by the measured step times; prompts still "
-            "advance at least one KV block a step): no multi-second stalls behind long prompts, "
-            "at a cost in prompt throughput (bench/RESULTS.md); 0: each step takes the whole "
-            "--prefill-budget and decoding waits for it");
+  std::string tpot_target = "off";
+  flags.String(
+      "tpot-target-ms", &tpot_target,
+      "while streams decode, how much prompt work a step may take (stall-free batching): "
+      "'auto' (the steps' own measured costs: prompt work takes at most --prompt-share of a "
+      "step, so a stream waits at most 1/(1 - share) times its decode step and prompts keep "
+      "that share of their rate), N (ms: each step within N by the measured step times, prompts "
+      "still advancing at least one KV block a step), or 'off' (each step takes the whole "
+      "--prefill-budget and decoding waits for it); bench/RESULTS.md, 'Stall-free steps'");
+  double prompt_share = 0.75;
+  flags.Float("prompt-share", &prompt_share, 0.1, 0.95,
+              "with --tpot-target-ms auto: the share of a step prompt work may take while "
+              "streams decode");
   flags.Int("lease-seconds", &lease_s, 1, 3600,
             "how long a decode reservation waits for the prefill worker to connect (when it "
             "queues the prompt) and, once the KV landed, for the Decode call");
@@ -161,6 +168,14 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   if (prefix_cache != "on" && prefix_cache != "off") {
     return fail(absl::InvalidArgumentError(
         absl::StrCat("--prefix-cache must be on or off, not '", prefix_cache, "'")));
+  }
+  int64_t tpot_target_ms = 0;
+  if (tpot_target != "auto" && tpot_target != "off" &&
+      (!absl::SimpleAtoi(tpot_target, &tpot_target_ms) || tpot_target_ms < 0 ||
+       tpot_target_ms > 60000)) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--tpot-target-ms must be auto, off or milliseconds in [0, 60000], not '",
+                     tpot_target, "'")));
   }
   absl::StatusOr<Role> role = ParseRole(role_name);
   if (!role.ok()) return fail(WithFlagNames(role.status(), {{"role", "--role"}}));
@@ -232,6 +247,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   so.prefill_token_budget = budget;
   so.max_decode_batch = (int)max_batch;
   so.tpot_target = absl::Milliseconds(tpot_target_ms);
+  if (tpot_target == "auto") so.prompt_share = prompt_share;
+  so.calibrate_step_costs = tpot_target == "auto" || tpot_target_ms > 0;
   so.reservation_lease = absl::Seconds(lease_s);
   so.stalled_stream_timeout = absl::Seconds(stall_s);
   so.max_unsent_tokens = max_unsent;
