@@ -257,9 +257,16 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
 }
 
 StepWork CalibrationPass::Work() const {
+  StepWork w = RowWork();
+  if (chunk > 0) w.AddChunk(0, chunk);
+  return w;
+}
+
+StepWork CalibrationPass::PromptWork() const { return CalibrationPass{0, 0, chunk}.Work(); }
+
+StepWork CalibrationPass::RowWork() const {
   StepWork w;
   for (int64_t r = 0; r < rows; ++r) w.AddDecodeRow(context);
-  if (chunk > 0) w.AddChunk(0, chunk);
   return w;
 }
 

@@ -41,7 +41,10 @@ struct StepSample {
 // The coefficients of a pass's time: fixed + per decode row + per prompt
 // token + per attention pair.
 struct StepCoefficients {
-  double fixed = 0, per_row = 0, per_token = 0, per_pair = 0;
+  double fixed = 0;      // per pass (reading the weights)
+  double per_row = 0;    // per decode row
+  double per_token = 0;  // per prompt token
+  double per_pair = 0;   // per attention pair (StepWork::attention)
   double Seconds(const StepWork& w) const {
     return fixed + per_row * double(w.decode_rows) + per_token * double(w.prefill_tokens) +
            per_pair * w.attention;
@@ -170,7 +173,9 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
 // and the decode rows to the decode pass's.
 struct CalibrationPass {
   int64_t rows = 0, context = 0, chunk = 0;
-  StepWork Work() const;
+  StepWork Work() const;        // both, as one fused pass
+  StepWork PromptWork() const;  // the prompt chunk alone
+  StepWork RowWork() const;     // the decode rows alone
 };
 std::vector<CalibrationPass> CalibrationPasses(bool fused);
 // Tokens of KV cache the calibration needs at once.

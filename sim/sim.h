@@ -30,17 +30,9 @@
 namespace pdq::sim {
 
 // A forward pass's time as a linear function of policy::StepWork, in
-// seconds: what `pdq profile` fits for one model at one thread count.
-struct PassTime {
-  double fixed = 0;      // per pass (reading the weights)
-  double per_row = 0;    // per decode row
-  double per_token = 0;  // per prompt token
-  double per_pair = 0;   // per attention pair (StepWork::attention)
-  double Seconds(const policy::StepWork& w) const {
-    return fixed + per_row * double(w.decode_rows) + per_token * double(w.prefill_tokens) +
-           per_pair * w.attention;
-  }
-};
+// seconds: what `pdq profile` fits for one model at one thread count (the
+// workers' cost models fit the same form).
+using PassTime = policy::StepCoefficients;
 
 enum class Role { kPrefill, kDecode, kBoth };
 

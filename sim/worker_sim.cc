@@ -91,11 +91,11 @@ WorkerSim::WorkerSim(Role role, const WorkerSpec& spec) : role_(role), spec_(spe
       continue;
     }
     if (p.chunk > 0) {
-      const policy::StepWork w = policy::CalibrationPass{0, 0, p.chunk}.Work();
+      const policy::StepWork w = p.PromptWork();
       prompt_cost_.Calibrate(w, spec_.prompt_pass.Seconds(w));
     }
     if (p.rows > 0) {
-      const policy::StepWork w = policy::CalibrationPass{p.rows, p.context, 0}.Work();
+      const policy::StepWork w = p.RowWork();
       decode_cost_.Calibrate(w, spec_.pass.Seconds(w));
     }
   }

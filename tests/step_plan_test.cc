@@ -226,7 +226,7 @@ TEST(CalibrationTest, TellsAPassesFixedCostFromItsCostPerToken) {
   StepCostModel m;
   for (const policy::CalibrationPass& p : policy::CalibrationPasses(/*fused=*/false)) {
     if (p.chunk == 0) continue;
-    const StepWork w = policy::CalibrationPass{0, 0, p.chunk}.Work();
+    const StepWork w = p.PromptWork();
     m.Calibrate(w, DearPass(w));
   }
   StepWork chunk;
@@ -321,11 +321,11 @@ TEST(PlanStepTest, APromptShareHoldsItsProportionBesideADecodePass) {
   StepCostModel prefill, decode;
   for (const policy::CalibrationPass& p : policy::CalibrationPasses(/*fused=*/false)) {
     if (p.chunk > 0) {
-      const StepWork w = policy::CalibrationPass{0, 0, p.chunk}.Work();
+      const StepWork w = p.PromptWork();
       prefill.Calibrate(w, DearPass(w));
     }
     if (p.rows > 0) {
-      const StepWork w = policy::CalibrationPass{p.rows, p.context, 0}.Work();
+      const StepWork w = p.RowWork();
       decode.Calibrate(w, TrueCost(w));
     }
   }

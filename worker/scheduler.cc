@@ -297,9 +297,6 @@ absl::StatusOr<std::string> Scheduler::CalibrateStepCosts() {
       if (p.chunk > 0) {
         prompt_batch.push_back({prompt, std::span<const int32_t>(prompt_tokens).first(p.chunk), 1});
       }
-      policy::StepWork prompt_work, decode_work;
-      for (int64_t r = 0; r < p.rows; ++r) decode_work.AddDecodeRow(context);
-      if (p.chunk > 0) prompt_work.AddChunk(0, p.chunk);
       if (fused) {
         decode_batch.insert(decode_batch.end(), prompt_batch.begin(), prompt_batch.end());
         PDQ_ASSIGN_OR_RETURN(const double t, run(decode_, decode_batch));
@@ -307,11 +304,11 @@ absl::StatusOr<std::string> Scheduler::CalibrateStepCosts() {
       } else {
         if (!prompt_batch.empty()) {
           PDQ_ASSIGN_OR_RETURN(const double t, run(prompt_ctx, prompt_batch));
-          prefill_cost_.Calibrate(prompt_work, t);
+          prefill_cost_.Calibrate(p.PromptWork(), t);
         }
         if (!decode_batch.empty()) {
           PDQ_ASSIGN_OR_RETURN(const double t, run(decode_, decode_batch));
-          decode_cost_.Calibrate(decode_work, t);
+          decode_cost_.Calibrate(p.RowWork(), t);
         }
       }
       for (int64_t r = 0; r < p.rows; ++r) PDQ_RETURN_IF_ERROR(kv_->SetLength(seqs[r], context));
