@@ -20,6 +20,7 @@ absl::Status Logits::FirstError() const {
 struct Context::Workspace {
   std::vector<float> x, h, qkv, attn, gate_up, act, tmp, rows, scratch;
   std::vector<int32_t> positions;
+  std::vector<AttentionSeq> attention;  // one per sequence of the step
 };
 
 Context::Context(const Model& model, const CpuContext& cpu, std::unique_ptr<ForwardBackend> backend)
@@ -202,6 +203,7 @@ void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const For
   fit(w.rows, logit_rows * d);
   fit(w.scratch, AttentionScratchFloats(cpu_, max_pos, c.num_heads, c.head_dim));
   w.positions.resize(total);
+  w.attention.resize(run.size());
 
   // Embedding and positions; offset[i]: first row of run[i].
   int64_t row = 0;
@@ -230,9 +232,11 @@ void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const For
       const float* qkv = w.qkv.data() + offset[i] * qkvd;
       KvWrite(kvl, tables[i].data(), w.positions.data() + offset[i], n, qkv + c.q_dim(), qkvd,
               qkv + c.q_dim() + c.kv_dim(), qkvd);
-      Attention(cpu_, kvl, tables[i].data(), start[run[i]], n, qkv, qkvd, c.num_heads, scale,
-                w.attn.data() + offset[i] * c.q_dim(), c.q_dim(), w.scratch.data());
+      w.attention[i] = {tables[i].data(), start[run[i]], n, qkv,
+                        w.attn.data() + offset[i] * c.q_dim()};
     }
+    Attention(cpu_, kvl, w.attention.data(), (int64_t)run.size(), qkvd, c.num_heads, scale,
+              c.q_dim(), w.scratch.data());
     if (layer_observer_) layer_observer_(li);
     if (observer_) observer_(absl::StrCat("blk.", li, ".out"), w.attn.data(), total, c.q_dim());
     L.out->Forward(cpu_, w.attn.data(), total, c.q_dim(), w.tmp.data(), d);

@@ -267,4 +267,20 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* b
                int64_t first_pos, int64_t m, const float* q, int64_t q_stride, int heads,
                float scale, float* out, int64_t out_stride, float* scratch);
 
+// The same for the sequences of one batch in one parallel pass: the work of
+// all of them (a block of query rows times a kv head each) is handed out
+// largest first, so a batched decode step's few items per sequence keep
+// every thread busy instead of one parallel region per sequence. scratch:
+// AttentionScratchFloats for the largest first_pos + m of the batch.
+struct AttentionSeq {
+  const int32_t* block_table = nullptr;
+  int64_t first_pos = 0;
+  int64_t m = 0;
+  const float* q = nullptr;  // m rows, q_stride floats apart
+  float* out = nullptr;      // m rows, out_stride floats apart
+};
+void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionSeq* seqs,
+               int64_t num_seqs, int64_t q_stride, int heads, float scale, int64_t out_stride,
+               float* scratch);
+
 }  // namespace pdq

@@ -351,6 +351,52 @@ TEST(KernelsTest, CausalGqaAttentionMatchesDenseComputation) {
   }
 }
 
+// Several sequences in one Attention call (a batched step: decode rows and
+// prompt chunks of different lengths over their own blocks of one cache)
+// give each sequence exactly what a call of its own gives.
+TEST(KernelsTest, BatchedAttentionEqualsOneCallPerSequence) {
+  std::mt19937 rng(8);
+  const int heads = 6, kv_heads = 2, d = 64, bt = 16;
+  struct Shape {
+    int64_t first, m;
+  };
+  const std::vector<Shape> shapes = {{40, 1}, {0, 20}, {300, 1}, {100, 7}, {15, 1}};
+  int64_t blocks = 0;
+  for (const Shape& s : shapes) blocks += (s.first + s.m + bt - 1) / bt;
+  std::vector<fp16_t> kc(blocks * kv_heads * bt * d), vc(kc.size());
+  const KvLayerView layer{kc.data(), vc.data(), kv_heads, d, bt};
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> qs;
+  int32_t next = (int32_t)blocks - 1;  // blocks handed out from the top, interleaved
+  for (const Shape& s : shapes) {
+    const int64_t n = s.first + s.m;
+    std::vector<int32_t> table;
+    for (int64_t b = 0; b < (n + bt - 1) / bt; ++b) table.push_back(next--);
+    auto k = Random(n * kv_heads * d, rng), v = Random(n * kv_heads * d, rng);
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)i;
+    KvWrite(layer, table.data(), pos.data(), n, k.data(), kv_heads * d, v.data(), kv_heads * d);
+    tables.push_back(table);
+    qs.push_back(Random(s.m * heads * d, rng));
+  }
+  ThreadPool pool(2);
+  CpuContext ctx{&pool};
+  std::vector<float> scratch(AttentionScratchFloats(ctx, 320, heads, d));
+  std::vector<std::vector<float>> alone, together;
+  std::vector<AttentionSeq> seqs;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    alone.emplace_back(shapes[i].m * heads * d, 0.0f);
+    together.emplace_back(shapes[i].m * heads * d, -1.0f);
+    Attention(ctx, layer, tables[i].data(), shapes[i].first, shapes[i].m, qs[i].data(), heads * d,
+              heads, 0.125f, alone[i].data(), heads * d, scratch.data());
+    seqs.push_back(
+        {tables[i].data(), shapes[i].first, shapes[i].m, qs[i].data(), together[i].data()});
+  }
+  Attention(ctx, layer, seqs.data(), (int64_t)seqs.size(), heads * d, heads, 0.125f, heads * d,
+            scratch.data());
+  for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(alone[i], together[i]) << "sequence " << i;
+}
+
 TEST(KernelsTest, RopeStylesRotateTheDocumentedPairs) {
   const int d = 4;
   std::vector<float> inv_freq = {1.0f, 0.5f};

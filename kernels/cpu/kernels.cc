@@ -2,6 +2,7 @@
 // call the per-ISA bodies chosen once at start-up.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "common/check.h"
 #include "kernels/cpu/cpu_features.h"
@@ -287,27 +288,53 @@ int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions, int
 void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* block_table,
                int64_t first_pos, int64_t m, const float* q, int64_t q_stride, int heads,
                float scale, float* out, int64_t out_stride, float* scratch) {
+  const AttentionSeq seq{block_table, first_pos, m, q, out};
+  Attention(ctx, layer, &seq, 1, q_stride, heads, scale, out_stride, scratch);
+}
+
+void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionSeq* seqs,
+               int64_t num_seqs, int64_t q_stride, int heads, float scale, int64_t out_stride,
+               float* scratch) {
   const auto& kt = cpu::ActiveKernels();
   const int group = heads / layer.kv_heads;
-  const int64_t per_thread = AttentionScratchPerThread(first_pos + m, heads, layer.head_dim);
-  const int rows_per_item = cpu::AttendRowsFor(first_pos + m, group);
-  const int64_t row_blocks = (m + rows_per_item - 1) / rows_per_item;
-  const int64_t items = row_blocks * layer.kv_heads;
-  // Causal rows grow in cost, so threads take one item (a block of rows for
-  // one kv head) at a time.
-  auto item_fn = [&](int64_t item, int t) {
-    const int64_t i = item / layer.kv_heads * rows_per_item;
-    const int rows = (int)std::min<int64_t>(rows_per_item, m - i);
-    const int g = (int)(item % layer.kv_heads);
-    const int64_t head_off = (int64_t)g * group * layer.head_dim;
-    kt.attend(layer, block_table, first_pos + i + 1, rows, g, group, q + i * q_stride + head_off,
-              q_stride, scale, out + i * out_stride + head_off, out_stride,
-              scratch + t * per_thread);
+  int64_t max_pos = 0;
+  for (int64_t si = 0; si < num_seqs; ++si)
+    max_pos = std::max(max_pos, seqs[si].first_pos + seqs[si].m);
+  const int64_t per_thread = AttentionScratchPerThread(max_pos, heads, layer.head_dim);
+  // An item: a block of query rows of one sequence times one kv head. Causal
+  // rows grow in cost, so threads take one item at a time, the costliest
+  // (rows times the positions they see) first.
+  struct Item {
+    int64_t cost;
+    int32_t seq;
+    int32_t rows;
+    int64_t row;
+    int32_t kv_head;
+  };
+  std::vector<Item> items;
+  for (int64_t si = 0; si < num_seqs; ++si) {
+    const AttentionSeq& s = seqs[si];
+    const int rows_per_item = cpu::AttendRowsFor(s.first_pos + s.m, group);
+    for (int64_t i = 0; i < s.m; i += rows_per_item) {
+      const int rows = (int)std::min<int64_t>(rows_per_item, s.m - i);
+      const int64_t cost = rows * (s.first_pos + i + rows);
+      for (int g = 0; g < layer.kv_heads; ++g) items.push_back({cost, (int32_t)si, rows, i, g});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  auto item_fn = [&](int64_t index, int t) {
+    const Item& it = items[index];
+    const AttentionSeq& s = seqs[it.seq];
+    const int64_t head_off = (int64_t)it.kv_head * group * layer.head_dim;
+    kt.attend(layer, s.block_table, s.first_pos + it.row + 1, it.rows, it.kv_head, group,
+              s.q + it.row * q_stride + head_off, q_stride, scale,
+              s.out + it.row * out_stride + head_off, out_stride, scratch + t * per_thread);
   };
   if (ctx.pool == nullptr) {
-    for (int64_t item = 0; item < items; ++item) item_fn(item, 0);
+    for (int64_t i = 0; i < (int64_t)items.size(); ++i) item_fn(i, 0);
   } else {
-    ctx.pool->ParallelForEach(items, item_fn);
+    ctx.pool->ParallelForEach((int64_t)items.size(), item_fn);
   }
 }
 
