@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The KV-reuse figures of bench/RESULTS.md ("Conversations: KV reuse across
 # turns"), each a ratio measured in this run on this machine:
-#  - per deployment (monolithic FP16 on 2 threads; 1 prefill + 1 decode
+#  - per deployment (monolithic FP16, W8A8+W4A16 and W4A16 on 2 threads; 1 prefill + 1 decode
 #    worker, FP16/FP16 and W8A8/W4A16, one core each), the conversation
 #    workload with the prefix cache on and off: conversations finish
 #    (wall time) and TTFT p50 per turn;
@@ -11,7 +11,7 @@
 #    of the same model, 2 threads, one slot per session, its prompt cache on)
 #    under the same client, alternated with pdq's monolithic deployment.
 # Usage: bench/conversation_bench.sh BUILD [LLAMA_SERVER Q4_0_GGUF] [ROUNDS]
-#        (about 10 minutes on 2 cores with llama-server, ROUNDS=1)
+#        (10-25 minutes on 2 cores with llama-server, ROUNDS=1)
 set -euo pipefail
 build="${1:-build}"
 llama_server="${2:-}"
@@ -74,6 +74,12 @@ mixed='[{"role": "both", "prefill_precision": "w8a8", "precision": "w4a16", "thr
 mixed_off='[{"role": "both", "prefill_precision": "w8a8", "precision": "w4a16", "threads": 2, "args": ["--prefix-cache", "off"]}]'
 run_pdq mono-w8a8-w4a16-cache-on "$mixed" fresh
 run_pdq mono-w8a8-w4a16-cache-off "$mixed_off"
+# W4A16 for both phases: the fastest one-process deployment on CPUs without
+# VNNI, where W8A8 prompts run slower than W4A16's (bench/RESULTS.md).
+w4='[{"role": "both", "precision": "w4a16", "threads": 2}]'
+w4_off='[{"role": "both", "precision": "w4a16", "threads": 2, "args": ["--prefix-cache", "off"]}]'
+run_pdq mono-w4a16-cache-on "$w4" fresh
+run_pdq mono-w4a16-cache-off "$w4_off"
 for pair in "fp16 fp16" "w8a8 w4a16"; do
   set -- $pair
   on="[{\"role\": \"prefill\", \"precision\": \"$1\", \"threads\": 1, \"cpus\": \"0\"},
