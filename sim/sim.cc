@@ -358,6 +358,10 @@ class Simulation {
     const double begin = std::max({start, link_free_[pw], link_free_[dw]});
     const double end = std::max(now_ + wire / d_.num_layers, begin + wire);
     link_free_[pw] = link_free_[dw] = end;
+    // Busy for the bytes' time on the wire (the transfer also holds the
+    // link while the layers are still being computed).
+    result_.workers[pw].link_busy_seconds += wire;
+    result_.workers[dw].link_busy_seconds += wire;
     At(end + d_.link.latency_seconds, [this, pw, dw, id] {
       RequestRecord& q = result_.requests[id];
       workers_[pw].Unreserve(q.prompt_tokens);
@@ -463,7 +467,58 @@ RunSummary Summarize(const RunResult& r, const Targets& t) {
   }
   const int64_t all = s.measured + s.refused;
   s.met_fraction = all > 0 ? met / double(all) : 0;
+  s.busy = Busy(r);
   return s;
+}
+
+PoolBusy Busy(const RunResult& r) {
+  PoolBusy b;
+  if (!(r.end_time > 0)) return b;
+  auto share = [&](auto take) {
+    double busy = 0;
+    int n = 0;
+    for (const WorkerRecord& w : r.workers) {
+      const double* x = take(w);
+      if (x == nullptr) continue;
+      busy += *x;
+      ++n;
+    }
+    return n > 0 ? busy / (n * r.end_time) : -1.0;
+  };
+  auto of_role = [&](Role role) {
+    return share([role](const WorkerRecord& w) {
+      return w.role == role ? &w.busy_seconds : static_cast<const double*>(nullptr);
+    });
+  };
+  b.prefill = of_role(Role::kPrefill);
+  b.decode = of_role(Role::kDecode);
+  b.monolithic = of_role(Role::kBoth);
+  // Links exist where KV moves: between prefill and decode workers.
+  b.link = share([](const WorkerRecord& w) {
+    return w.role != Role::kBoth ? &w.link_busy_seconds : static_cast<const double*>(nullptr);
+  });
+  return b;
+}
+
+std::string NameBottleneck(const PoolBusy& b, int64_t refused) {
+  const std::pair<const char*, double> pools[] = {{"the prefill workers", b.prefill},
+                                                  {"the decode workers", b.decode},
+                                                  {"the monolithic workers", b.monolithic},
+                                                  {"the KV links", b.link}};
+  const auto* top = &pools[0];
+  for (const auto& p : pools) {
+    if (p.second > top->second) top = &p;
+  }
+  std::string out;
+  if (refused > 0) {
+    out = absl::StrCat("KV memory (", refused,
+                       " requests found no decode worker with room for their KV); then ");
+  }
+  if (top->second < 0) return out + "no worker ran";
+  const int percent = (int)std::lround(top->second * 100);
+  if (top->second >= kSaturatedBusy) return absl::StrCat(out, top->first, ", ", percent, "% busy");
+  return absl::StrCat(out, "no pool saturated (the busiest, ", top->first, ", ", percent,
+                      "% busy): the arrivals set the pace");
 }
 
 absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
@@ -494,6 +549,13 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   out.goodput = each(&RunSummary::goodput);
   out.met_fraction = each(&RunSummary::met_fraction);
   for (const RunSummary& s : runs) out.refused += s.refused;
+  auto mean_busy = [&](double PoolBusy::*field) {
+    double sum = 0;
+    for (const RunSummary& s : runs) sum += s.busy.*field;
+    return sum / double(runs.size());
+  };
+  out.busy = {mean_busy(&PoolBusy::prefill), mean_busy(&PoolBusy::decode),
+              mean_busy(&PoolBusy::monolithic), mean_busy(&PoolBusy::link)};
   return out;
 }
 

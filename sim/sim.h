@@ -110,7 +110,8 @@ struct StepRecord {
 
 struct WorkerRecord {
   Role role = Role::kBoth;
-  double busy_seconds = 0;
+  double busy_seconds = 0;       // stepping
+  double link_busy_seconds = 0;  // KV bytes on its link (sent or received) over the bandwidth
   int64_t steps = 0;
 };
 
@@ -136,6 +137,12 @@ struct Targets {
   double tpot_seconds = 0.1;
 };
 
+// How busy each pool was over a run: the share of its capacity (workers
+// times the run's length) spent stepping, or for the links carrying KV;
+// negative where the deployment has no such pool.
+struct PoolBusy {
+  double prefill = -1, decode = -1, monolithic = -1, link = -1;
+};
 struct RunSummary {
   int64_t measured = 0, refused = 0;
   double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
@@ -144,8 +151,16 @@ struct RunSummary {
   double requests_per_second = 0;
   double goodput = 0;  // requests a second meeting both targets
   double met_fraction = 0;
+  PoolBusy busy;
 };
 RunSummary Summarize(const RunResult& r, const Targets& t);
+PoolBusy Busy(const RunResult& r);
+// What bounds the deployment, in words: the busiest pool when it is at
+// least kSaturatedBusy busy ("the decode workers, 97% busy"), else that no
+// pool is saturated and the arrivals set the pace; refusals name KV memory
+// first. The evaluation report names its measured bound the same way.
+constexpr double kSaturatedBusy = 0.85;
+std::string NameBottleneck(const PoolBusy& b, int64_t refused);
 
 // A figure over several seeds: the mean and the half-width of its 95%
 // confidence interval (Student's t).
@@ -157,6 +172,7 @@ struct SeedSummary {
   Estimate ttft_p50, ttft_p90, ttft_p99, tpot_p50, tpot_p90, tpot_p99;
   Estimate output_tokens_per_second, goodput, met_fraction;
   int64_t refused = 0;
+  PoolBusy busy;  // the mean over the seeds
 };
 // Runs seeds w.seed .. w.seed + seeds - 1.
 absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,

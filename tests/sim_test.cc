@@ -182,6 +182,46 @@ TEST(SimTest, TransfersShareALink) {
   EXPECT_NE(r.requests[0].prefill_worker, r.requests[1].prefill_worker);
 }
 
+TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
+  // 1P+1D under closed loop at 4 clients: prompts take 1 ms a pass, each
+  // decode step 20 ms, so the decode worker steps all the time and the
+  // prefill worker almost never.
+  Deployment d;
+  d.prefill = d.decode = 1;
+  d.prefill_worker.pass = {1e-3, 0, 0, 0};
+  d.decode_worker.pass = {0.02, 0, 0, 0};
+  d.kv_bytes_per_token = 1000;
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = 4;
+  w.prompt_tokens = 100;
+  w.output_tokens = 50;
+  w.requests = 40;
+  w.warmup = 4;
+  RunSummary s = Summarize(*Simulate(d, w), Targets{});
+  EXPECT_GT(s.busy.decode, 0.95);
+  EXPECT_LT(s.busy.prefill, 0.05);
+  EXPECT_GE(s.busy.link, 0);
+  EXPECT_LT(s.busy.monolithic, 0);  // no such pool
+  EXPECT_EQ(NameBottleneck(s.busy, 0).rfind("the decode workers, ", 0), 0u)
+      << NameBottleneck(s.busy, 0);
+  // The other way round: long prompts at 1 s a pass, one output token each.
+  d.prefill_worker.pass = {1.0, 0, 0, 0};
+  d.decode_worker.pass = {1e-3, 0, 0, 0};
+  w.output_tokens = 2;
+  s = Summarize(*Simulate(d, w), Targets{});
+  EXPECT_EQ(NameBottleneck(s.busy, 0).rfind("the prefill workers, ", 0), 0u)
+      << NameBottleneck(s.busy, 0);
+  // Open loop far below capacity: nothing is saturated.
+  w.arrivals = Workload::Arrivals::kPoisson;
+  w.rate = 0.05;  // a request every 20 s, served in about 1 s
+  s = Summarize(*Simulate(d, w), Targets{});
+  EXPECT_LT(s.busy.prefill, 0.2);
+  EXPECT_NE(NameBottleneck(s.busy, 0).find("no pool saturated"), std::string::npos)
+      << NameBottleneck(s.busy, 0);
+  EXPECT_EQ(NameBottleneck(s.busy, 3).rfind("KV memory (3 requests", 0), 0u);
+}
+
 TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {
   Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
   d.monolithic_worker.kv_blocks = 10;  // 160 tokens: two requests of 80

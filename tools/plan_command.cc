@@ -99,6 +99,21 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
   if (plan->best < 0) {
     std::printf("no deployment of up to %d workers meets the targets\n", q.max_workers);
   }
+  // What bounds the recommended deployment (else the one of most goodput).
+  int named = plan->best;
+  if (named < 0) {
+    for (int i = 0; i < (int)plan->options.size(); ++i) {
+      if (named < 0 ||
+          plan->options[i].result.goodput.mean > plan->options[named].result.goodput.mean) {
+        named = i;
+      }
+    }
+  }
+  if (named >= 0) {
+    const sim::PlanOption& o = plan->options[named];
+    std::printf("%s is bound by %s\n", sim::Describe(o).c_str(),
+                sim::NameBottleneck(o.result.busy, o.result.refused).c_str());
+  }
   std::vector<sim::Sensitivity> sens;
   if (f.sensitivity > 0 && plan->best >= 0) {
     absl::StatusOr<std::vector<sim::Sensitivity>> s =

@@ -149,6 +149,8 @@ int SimCommand(int argc, char** argv) {
     std::printf("  %lld requests refused: no decode worker had room for their KV\n",
                 (long long)r->refused);
   }
+  const std::string bound = sim::NameBottleneck(r->busy, r->refused);
+  std::printf("  bound: %s\n", bound.c_str());
   if (!json_path.empty()) {
     nlohmann::json j = {{"projected_from", profile_path},
                         {"deployment", d.Name()},
@@ -168,7 +170,13 @@ int SimCommand(int argc, char** argv) {
                         {"output_tokens_per_second", ToJson(r->output_tokens_per_second)},
                         {"goodput", ToJson(r->goodput)},
                         {"met_fraction", ToJson(r->met_fraction)},
-                        {"refused", r->refused}};
+                        {"refused", r->refused},
+                        {"busy",
+                         {{"prefill", r->busy.prefill},
+                          {"decode", r->busy.decode},
+                          {"monolithic", r->busy.monolithic},
+                          {"link", r->busy.link}}},
+                        {"bound", bound}};
     std::ofstream out(json_path);
     out << j.dump(2) << "\n";
     if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
