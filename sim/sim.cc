@@ -474,29 +474,24 @@ RunSummary Summarize(const RunResult& r, const Targets& t) {
 PoolBusy Busy(const RunResult& r) {
   PoolBusy b;
   if (!(r.end_time > 0)) return b;
-  auto share = [&](auto take) {
-    double busy = 0;
-    int n = 0;
-    for (const WorkerRecord& w : r.workers) {
-      const double* x = take(w);
-      if (x == nullptr) continue;
-      busy += *x;
-      ++n;
-    }
-    return n > 0 ? busy / (n * r.end_time) : -1.0;
+  // Per role: seconds stepping, seconds of KV on the links, workers.
+  double step[3] = {}, link[3] = {};
+  int n[3] = {};
+  for (const WorkerRecord& w : r.workers) {
+    const int i = static_cast<int>(w.role);
+    step[i] += w.busy_seconds;
+    link[i] += w.link_busy_seconds;
+    ++n[i];
+  }
+  auto share = [&](double seconds, int workers) {
+    return workers > 0 ? seconds / (workers * r.end_time) : -1.0;
   };
-  auto of_role = [&](Role role) {
-    return share([role](const WorkerRecord& w) {
-      return w.role == role ? &w.busy_seconds : static_cast<const double*>(nullptr);
-    });
-  };
-  b.prefill = of_role(Role::kPrefill);
-  b.decode = of_role(Role::kDecode);
-  b.monolithic = of_role(Role::kBoth);
+  const int p = static_cast<int>(Role::kPrefill), d = static_cast<int>(Role::kDecode);
+  b.prefill = share(step[p], n[p]);
+  b.decode = share(step[d], n[d]);
+  b.monolithic = share(step[static_cast<int>(Role::kBoth)], n[static_cast<int>(Role::kBoth)]);
   // Links exist where KV moves: between prefill and decode workers.
-  b.link = share([](const WorkerRecord& w) {
-    return w.role != Role::kBoth ? &w.link_busy_seconds : static_cast<const double*>(nullptr);
-  });
+  b.link = share(link[p] + link[d], n[p] + n[d]);
   return b;
 }
 
