@@ -77,6 +77,18 @@ AdmissionDecision Admit(const AdmissionOptions& o, const AdmissionSnapshot& s,
       d.retry_after = d.predicted_ttft - limit;
     }
   }
+  if (d.admitted() && rate <= 0 && o.ttft_target > absl::ZeroDuration() && ahead > 0) {
+    // No worker has reported a prefill rate yet (they measure one at start;
+    // a worker that could not learns it from its first prompts): the target
+    // cannot be judged, so prompts are taken one at a time rather than all
+    // at once.
+    d.refusal = Refusal::kTtft;
+    d.message = absl::StrFormat(
+        "no worker has measured its prefill rate yet and %d prompt tokens wait ahead, so the "
+        "%s target cannot be judged; retry shortly",
+        ahead, Ms(o.ttft_target));
+    d.retry_after = absl::Seconds(1);
+  }
   if (!d.admitted()) d.retry_after = std::max(d.retry_after, absl::Milliseconds(100));
   return d;
 }

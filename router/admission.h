@@ -23,7 +23,9 @@ struct AdmissionOptions {
   // Refuse a request whose predicted time to first token is over this
   // because of the prompts waiting ahead of it (one whose own prompt alone
   // takes longer is taken: waiting would not help it), and always one
-  // predicted to miss its own deadline. Zero: the deadline only.
+  // predicted to miss its own deadline. While no prefill rate is measured,
+  // a request is taken only when no prompt waits ahead of it. Zero: the
+  // deadline only.
   absl::Duration ttft_target = absl::ZeroDuration();
   // Refuse a request predicted to miss its own deadline (else it is taken
   // and fails with DEADLINE_EXCEEDED if the deadline passes first).
@@ -41,7 +43,8 @@ struct AdmissionSnapshot {
   int64_t waiting_interactive_tokens = 0;
   int64_t waiting_batch_tokens = 0;
   // What the workers that prefill compute together, measured (their
-  // heartbeats); 0 while none has measured, then no prediction is made.
+  // heartbeats); 0 while none has measured, then no prediction is made
+  // (and with a target, prompts are taken one at a time).
   double prefill_tokens_per_second = 0;
   // How much longer than predicted recent admitted requests took to their
   // first token (an average of actual / predicted; 1: as predicted): the

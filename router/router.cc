@@ -1390,7 +1390,11 @@ class PdqService : public PdqBase {
     }
     LogLine(absl::StrCat("request ", id, ": ", prompt.size(), " prompt tokens, max_tokens ",
                          req->max_tokens(), ar.priority == Priority::kBatch ? ", batch" : "",
-                         pool.empty() ? "" : absl::StrCat(", pool ", pool)));
+                         pool.empty() ? "" : absl::StrCat(", pool ", pool),
+                         admit.predicted_ttft > absl::ZeroDuration()
+                             ? absl::StrFormat(", predicted ttft %.0f ms",
+                                               absl::ToDoubleMilliseconds(admit.predicted_ttft))
+                             : ", no prefill rate measured yet"));
     auto call = std::make_shared<GenerateCall>(r_, book_, ar, admit.uncorrected_ttft, out, id,
                                                std::move(prompt), *req,
                                                ctx->deadline(), std::move(pool));

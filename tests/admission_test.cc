@@ -133,14 +133,31 @@ TEST(AdmissionTest, PredictionsLearnFromTheTtftsAdmittedRequestsHad) {
   EXPECT_NEAR(correction, 0.5, 0.01);
 }
 
-TEST(AdmissionTest, WithoutAMeasuredRateOnlyTheBoundDecides) {
+TEST(AdmissionTest, WithoutAMeasuredRateATargetTakesOnePromptAtATime) {
   AdmissionOptions o;
   o.ttft_target = absl::Milliseconds(1);
   AdmissionSnapshot s;
-  s.waiting_interactive_tokens = 1 << 30;
-  const AdmissionDecision d = Admit(o, s, Req(100));
+  // Nothing waits: taken, whatever its size, with nothing predicted.
+  AdmissionDecision d = Admit(o, s, Req(1 << 20));
   EXPECT_TRUE(d.admitted());
   EXPECT_EQ(d.predicted_ttft, absl::ZeroDuration());
+  // A prompt waits ahead: the target cannot be judged, so not all at once.
+  s.waiting_requests = 1;
+  s.waiting_interactive_tokens = 100;
+  d = Admit(o, s, Req(100));
+  EXPECT_EQ(d.refusal, Refusal::kTtft);
+  EXPECT_NE(d.message.find("no worker has measured its prefill rate"), std::string::npos)
+      << d.message;
+  EXPECT_EQ(d.retry_after, absl::Seconds(1));
+  // Interactive prompts do not wait for batch ones.
+  s.waiting_interactive_tokens = 0;
+  s.waiting_batch_tokens = 100;
+  EXPECT_TRUE(Admit(o, s, Req(100)).admitted());
+  EXPECT_EQ(Admit(o, s, Req(100, Priority::kBatch)).refusal, Refusal::kTtft);
+  // Without a target only the bound and the deadline decide.
+  o.ttft_target = absl::ZeroDuration();
+  s.waiting_interactive_tokens = 1 << 30;
+  EXPECT_TRUE(Admit(o, s, Req(100)).admitted());
 }
 
 TEST(RateLimiterTest, ABucketPerClientRefillsAtTheRate) {

@@ -445,5 +445,38 @@ TEST(SchedulerStepsTest, ACalibratedShareChangesNoAnswer) {
   }
 }
 
+TEST(SchedulerStepsTest, AWorkerThatPrefillsKnowsItsRateBeforeItsFirstPrompt) {
+  // The router's admission predicts time to first token from this rate: a
+  // worker measures it on one prompt before serving, and leaves no KV held.
+  testing::TestModel decode = testing::LoadOrDie("synthetic:tiny", 1);
+  testing::TestModel prefill = testing::LoadOrDie("synthetic:tiny@w8a8", 1);
+  SchedulerOptions o;
+  o.prefix_cache = false;
+  for (bool two_models : {false, true}) {
+    SCOPED_TRACE(two_models ? "two models" : "one model");
+    auto kv = decode.ctx->NewKvCache(1 << 12);
+    ASSERT_TRUE(kv.ok());
+    Scheduler sched(o, two_models ? prefill.ctx.get() : decode.ctx.get(), decode.ctx.get(),
+                    std::move(*kv), nullptr);
+    const SchedulerLoad l = sched.load();
+    EXPECT_GT(l.prefill_tokens_per_second, 0);
+    EXPECT_EQ(l.kv_blocks_free, l.kv_blocks_total);
+  }
+  // A KV cache too small for the prompt: not measured, and still serving.
+  auto small = decode.ctx->NewKvCache(64);
+  ASSERT_TRUE(small.ok());
+  Scheduler sched(o, decode.ctx.get(), decode.ctx.get(), std::move(*small), nullptr);
+  EXPECT_EQ(sched.load().prefill_tokens_per_second, 0);
+  GenerationParams p;
+  p.request_id = "after";
+  p.max_tokens = 4;
+  p.ignore_eos = true;
+  auto out = std::make_shared<Collect>();
+  sched.Generate(testing::Tokens(8, decode->config().vocab_size, 1), p, out);
+  out->done.WaitForNotification();
+  EXPECT_TRUE(out->status.ok()) << out->status;
+  EXPECT_EQ(out->tokens.size(), 4u);
+}
+
 }  // namespace
 }  // namespace pdq::worker

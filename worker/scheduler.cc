@@ -39,6 +39,17 @@ namespace {
 enum class Kind { kPrefillOnly, kDecodeReservation, kBoth };
 enum class Stage { kQueued, kAwaitingKv, kSending, kDecoding };
 
+// Tokens of a prompt the prefill rate is measured on at start.
+constexpr int kPrefillRateProbeTokens = 128;
+
+// Made-up prompt tokens for timing passes before serving (any will do: the
+// cost does not depend on which).
+std::vector<int32_t> SyntheticTokens(int64_t n, int64_t salt, int vocab) {
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = (int32_t)((salt * 7919 + i * 104729 + 13) % vocab);
+  return t;
+}
+
 const char* ReasonName(FinishReason r) {
   switch (r) {
     case FinishReason::kEos:
@@ -233,8 +244,48 @@ Scheduler::Scheduler(const SchedulerOptions& options, Context* prefill, Context*
                            "); learning them from the first steps"));
     }
   }
+  if (options_.role != Role::kDecode) {
+    absl::StatusOr<double> rate = MeasurePrefillRate();
+    if (rate.ok()) {
+      prefill_rate_ = *rate;
+      LogLine(absl::StrFormat("prefill rate measured at start: %.0f tokens/s (one %d-token prompt)",
+                              *rate, kPrefillRateProbeTokens));
+    } else {
+      LogLine(absl::StrCat("prefill rate not measured at start (", rate.status().message(),
+                           "); the router learns it from the first prompts"));
+    }
+  }
   UpdateLoad();
   thread_ = std::thread([this] { Loop(); });
+}
+
+absl::StatusOr<double> Scheduler::MeasurePrefillRate() {
+  Context* ctx = prefill_context();
+  const int64_t block = kv_->layout().block_tokens;
+  if (kv_->num_free_blocks() * block < kPrefillRateProbeTokens) {
+    return absl::ResourceExhaustedError(absl::StrCat("the KV cache holds fewer than the ",
+                                                     kPrefillRateProbeTokens, " tokens it takes"));
+  }
+  const std::vector<int32_t> prompt =
+      SyntheticTokens(kPrefillRateProbeTokens, 0, ctx->model().config().vocab_size);
+  const SeqId seq = kv_->AddSequence();
+  Logits logits;
+  auto pass = [&](std::span<const int32_t> tokens) -> absl::StatusOr<double> {
+    const BatchEntry e{seq, tokens, 1};
+    const absl::Time t0 = absl::Now();
+    PDQ_RETURN_IF_ERROR(ctx->Forward(*kv_, {&e, 1}, &logits));
+    for (const absl::Status& st : logits.status) PDQ_RETURN_IF_ERROR(st);
+    const double took = Seconds(absl::Now() - t0);
+    PDQ_RETURN_IF_ERROR(kv_->SetLength(seq, 0));
+    return took;
+  };
+  // A short untimed pass first: the first touch of the weights and
+  // workspaces is not what serving costs.
+  absl::StatusOr<double> took = pass(std::span<const int32_t>(prompt).first(16));
+  if (took.ok()) took = pass(prompt);
+  kv_->RemoveSequence(seq).IgnoreError();
+  PDQ_RETURN_IF_ERROR(took.status());
+  return double(kPrefillRateProbeTokens) / std::max(*took, 1e-6);
 }
 
 absl::StatusOr<std::string> Scheduler::CalibrateStepCosts() {
@@ -247,11 +298,7 @@ absl::StatusOr<std::string> Scheduler::CalibrateStepCosts() {
         absl::StrCat("the KV cache holds fewer than the ", need, " tokens it takes"));
   }
   const int vocab = decode_->model().config().vocab_size;
-  auto tokens = [&](int64_t n, int64_t salt) {
-    std::vector<int32_t> t(n);
-    for (int64_t i = 0; i < n; ++i) t[i] = (int32_t)((salt * 7919 + i * 104729 + 13) % vocab);
-    return t;
-  };
+  auto tokens = [&](int64_t n, int64_t salt) { return SyntheticTokens(n, salt, vocab); };
   Logits logits;
   std::vector<SeqId> seqs;
   auto run = [&](Context* ctx, std::span<const BatchEntry> batch) -> absl::StatusOr<double> {

@@ -236,8 +236,9 @@ struct SchedulerLoad {
   int64_t active_sequences = 0;
   int64_t reservations = 0;
   int64_t kv_blocks_cached = 0;  // in the prefix cache (held by a sequence or not)
-  // Prompt tokens a second computed while prompts waited, decode steps
-  // included (what a new prompt's wait is predicted from); 0: not measured.
+  // Prompt tokens a second: one prompt's at start, then computed while
+  // prompts waited, decode steps included (what a new prompt's wait is
+  // predicted from); 0: not measured.
   double prefill_tokens_per_second = 0;
   // Memory, apart: the weights held (both weight sets of a two-precision
   // process), the KV cache (allocated; holding data now: in use or cached;
@@ -332,10 +333,16 @@ class Scheduler {
   void Step();
   StepTrace TraceStep(const std::vector<policy::StreamView>& views,
                       const std::vector<Sequence*>& rows, const std::vector<Chunk>& chunks) const;
-  // Runs one forward pass; its time in seconds.
   // Times policy::CalibrationPasses into the cost models (before the loop
   // starts); what it learnt, for the log.
   absl::StatusOr<std::string> CalibrateStepCosts();
+  // Times one pass of a 128-token prompt (before the loop
+  // starts): the prefill rate the first heartbeat reports, so the router's
+  // admission predicts time to first token from the first request on
+  // instead of taking every request until prompts have been timed under
+  // load. Tokens a second.
+  absl::StatusOr<double> MeasurePrefillRate();
+  // Runs one forward pass; its time in seconds.
   double RunPass(Context* ctx, policy::StepCostModel& cost, const std::vector<Chunk>& chunks,
                  const std::vector<Sequence*>& rows);
   void Housekeeping(absl::Time now, absl::Time* next_wake);

@@ -656,6 +656,10 @@ void WorkerServer::RegisterWith(const std::string& router, const std::string& tl
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     grpc::Status s;
+    // Right after registering, a heartbeat at once: the router learns the
+    // worker's load (its measured prefill rate, for admission) before the
+    // first requests reach it.
+    bool heartbeat_now = false;
     if (!registered) {
       pdq::v1::RegisterRequest req;
       *req.mutable_worker() = Info();
@@ -663,6 +667,7 @@ void WorkerServer::RegisterWith(const std::string& router, const std::string& tl
       s = stub->Register(&ctx, req, &resp);
       if (s.ok()) {
         registered = true;
+        heartbeat_now = true;
         cache_synced = false;
         interval = absl::Milliseconds(std::max(50, resp.heartbeat_interval_ms()));
         LogLine(absl::StrCat("registered with the router at ", router, " as ",
@@ -695,6 +700,7 @@ void WorkerServer::RegisterWith(const std::string& router, const std::string& tl
     } else if (s.ok()) {
       last_error.clear();
     }
+    if (heartbeat_now) continue;
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::milliseconds(absl::ToInt64Milliseconds(interval)),
                  [&] { return stopping_ || gone; });
