@@ -681,11 +681,195 @@ inline void AccumulatePv(const float* p, int64_t nj, const float* v, int d, floa
   for (int i = 0; i < NV; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+// A decode row's attention works in register tiles straight from the fp16
+// cache (no fp32 copy of the block: one query row cannot pay for it): up
+// to kTileHeads query heads of a GQA group against 4 keys (scores) or
+// against a slice of the value dimensions (outputs), every K/V vector
+// loaded and converted once for those heads. 16 ymm registers hold
+// 3 heads x 4 accumulators, the 3 query or weight vectors and the K/V one.
+constexpr int kTileHeads = 3;
+
+// s[j] = exp(s[j] - max) for j < n; their sum.
+inline float ExpInPlace(float* s, int64_t n, float max) {
+  const __m256 vmax = _mm256_set1_ps(max);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmax));
+    _mm256_storeu_ps(s + j, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = HorizontalSum(vsum);
+  for (; j < n; ++j) {
+    s[j] = std::exp(s[j] - max);
+    sum += s[j];
+  }
+  return sum;
+}
+
+// K/V blocks are 16 rows of one kv head, far apart in the cache (other
+// heads' and sequences' blocks between them), so the hardware prefetchers
+// lose the stream at every block: the block this many ahead is fetched
+// while this one is computed (a decode row reads the whole cache once,
+// from memory rather than cache at long context).
+constexpr int64_t kPrefetchBlocks = 2;
+
+inline void Prefetch(const fp16_t* p, int64_t elements) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t i = 0; i < elements * (int64_t)sizeof(fp16_t); i += 64)
+    _mm_prefetch(c + i, _MM_HINT_T0);
+}
+
+// Lane t of the result: the sum of a[t]'s lanes.
+inline __m128 Reduce4(const __m256 a[4]) {
+  const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+}
+
+// s[h * s_stride + t] = scale * q[h] . k[t] for G heads (q rows d apart)
+// and the 4 keys from k (rows d apart).
+template <int G>
+inline void ScoreKeys4(const float* q, const fp16_t* k, int d, float scale, float* s,
+                       int64_t s_stride) {
+  __m256 acc[G][4];
+  for (int h = 0; h < G; ++h)
+    for (int t = 0; t < 4; ++t) acc[h][t] = _mm256_setzero_ps();
+  for (int i = 0; i < d; i += 8) {
+    __m256 qv[G];
+    for (int h = 0; h < G; ++h) qv[h] = _mm256_loadu_ps(q + h * d + i);
+    for (int t = 0; t < 4; ++t) {
+      const __m256 kv = LoadF16x8(k + t * d + i);
+      for (int h = 0; h < G; ++h) acc[h][t] = _mm256_fmadd_ps(qv[h], kv, acc[h][t]);
+    }
+  }
+  const __m128 vscale = _mm_set1_ps(scale);
+  for (int h = 0; h < G; ++h) _mm_storeu_ps(s + h * s_stride, _mm_mul_ps(Reduce4(acc[h]), vscale));
+}
+
+// The same for one key.
+template <int G>
+inline void ScoreKey1(const float* q, const fp16_t* k, int d, float scale, float* s,
+                      int64_t s_stride) {
+  __m256 acc[G];
+  for (int h = 0; h < G; ++h) acc[h] = _mm256_setzero_ps();
+  for (int i = 0; i < d; i += 8) {
+    const __m256 kv = LoadF16x8(k + i);
+    for (int h = 0; h < G; ++h)
+      acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + i), kv, acc[h]);
+  }
+  for (int h = 0; h < G; ++h) s[h * s_stride] = HorizontalSum(acc[h]) * scale;
+}
+
+// out[h][8 c0, 8 (c0 + C)) = sum over the n positions j of p[h][j] v[j][..]
+// for G heads (p rows p_stride apart, out rows d apart); v rows are found
+// through the block table (16 a block, blocks block_stride apart from
+// vbase).
+template <int G, int C>
+inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
+                        const int32_t* block_table, int64_t block_stride, int64_t n, int d, int c0,
+                        float* out) {
+  __m256 acc[G][C];
+  for (int h = 0; h < G; ++h)
+    for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
+  const int64_t blocks = (n + 15) / 16;
+  for (int64_t j0 = 0; j0 < n; j0 += 16) {
+    const int64_t b = j0 / 16;
+    // The first slice's pass brings each block in; the later ones find it.
+    if (c0 == 0 && b + kPrefetchBlocks < blocks) {
+      Prefetch(vbase + block_table[b + kPrefetchBlocks] * block_stride, 16 * d);
+    }
+    const fp16_t* block = vbase + block_table[b] * block_stride + 8 * c0;
+    const int64_t nj = std::min<int64_t>(16, n - j0);
+    for (int64_t j = 0; j < nj; ++j) {
+      __m256 pj[G];
+      for (int h = 0; h < G; ++h) pj[h] = _mm256_broadcast_ss(p + h * p_stride + j0 + j);
+      for (int c = 0; c < C; ++c) {
+        const __m256 vv = LoadF16x8(block + j * d + 8 * c);
+        for (int h = 0; h < G; ++h) acc[h][c] = _mm256_fmadd_ps(pj[h], vv, acc[h][c]);
+      }
+    }
+  }
+  for (int h = 0; h < G; ++h)
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + h * d + 8 * (c0 + c), acc[h][c]);
+}
+
+// WeighValues<G, cn> for a slice of cn <= C vectors (a head dimension's
+// last slice may be narrower), called directly so it inlines.
+template <int G, int C>
+inline void WeighValueSlice(int cn, const float* p, int64_t p_stride, const fp16_t* vbase,
+                            const int32_t* block_table, int64_t block_stride, int64_t n, int d,
+                            int c0, float* out) {
+  if constexpr (C > 1) {
+    if (cn < C) {
+      WeighValueSlice<G, C - 1>(cn, p, p_stride, vbase, block_table, block_stride, n, d, c0, out);
+      return;
+    }
+  }
+  WeighValues<G, C>(p, p_stride, vbase, block_table, block_stride, n, d, c0, out);
+}
+
+// One decode row: G <= kTileHeads heads (q, out rows d apart) over n_pos
+// positions; p: G rows of p_stride >= n_pos + 8 floats for the scores.
+template <int G>
+void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                    int kv_head, const float* q, float scale, float* out, float* p,
+                    int64_t p_stride) {
+  const int d = layer.head_dim;
+  const int64_t head_stride = (int64_t)layer.block_tokens * d;
+  const int64_t block_stride = head_stride * layer.kv_heads;
+  const fp16_t* kbase = layer.k + kv_head * head_stride;
+  const fp16_t* vbase = layer.v + kv_head * head_stride;
+  const int64_t blocks = (n_pos + 15) / 16;
+  for (int64_t b = 0; b < std::min(blocks, kPrefetchBlocks); ++b) {
+    Prefetch(kbase + block_table[b] * block_stride, 16 * d);
+  }
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    const int64_t b = j0 / 16;
+    if (b + kPrefetchBlocks < blocks) {
+      Prefetch(kbase + block_table[b + kPrefetchBlocks] * block_stride, 16 * d);
+    } else if (b + kPrefetchBlocks - blocks < blocks) {
+      // The scores' last blocks bring in the values' first.
+      Prefetch(vbase + block_table[b + kPrefetchBlocks - blocks] * block_stride, 16 * d);
+    }
+    const fp16_t* block = kbase + block_table[b] * block_stride;
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    int64_t j = 0;
+    for (; j + 4 <= nj; j += 4) ScoreKeys4<G>(q, block + j * d, d, scale, p + j0 + j, p_stride);
+    for (; j < nj; ++j) ScoreKey1<G>(q, block + j * d, d, scale, p + j0 + j, p_stride);
+  }
+  float inv_sum[G];
+  for (int h = 0; h < G; ++h) {
+    float* ph = p + h * p_stride;
+    __m256 vmax = _mm256_set1_ps(-INFINITY);
+    int64_t j = 0;
+    for (; j + 8 <= n_pos; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(ph + j));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, vmax);
+    float max = *std::max_element(lanes, lanes + 8);
+    for (; j < n_pos; ++j) max = std::max(max, ph[j]);
+    inv_sum[h] = 1.0f / ExpInPlace(ph, n_pos, max);
+  }
+  // Slices of C value vectors: as many accumulators as the registers hold.
+  constexpr int C = G == 1 ? 8 : G == 2 ? 6 : 4;
+  const int dv = d / 8;
+  for (int c0 = 0; c0 < dv; c0 += C) {
+    WeighValueSlice<G, C>(std::min(C, dv - c0), p, p_stride, vbase, block_table, block_stride,
+                          n_pos, d, c0, out);
+  }
+  for (int h = 0; h < G; ++h) {
+    const __m256 inv = _mm256_set1_ps(inv_sum[h]);
+    for (int i = 0; i < d; i += 8) {
+      _mm256_storeu_ps(out + h * d + i, _mm256_mul_ps(_mm256_loadu_ps(out + h * d + i), inv));
+    }
+  }
+}
+
 }  // namespace
 
 // `rows` consecutive query rows of one sequence (row r sees positions
 // [0, n_pos + r)) times the `group` heads sharing kv head `kv_head`: each K/V
-// block is converted to fp32 once for all rows * group query vectors.
+// block is converted to fp32 once for all rows * group query vectors; a
+// decode row (rows 1) works in register tiles instead (AttendRowTiles).
 void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
                 int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
                 int64_t out_stride, float* scratch) {
@@ -695,6 +879,28 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
   if (d % 8 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ) {
     kScalarKernels.attend(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
                           out_stride, scratch);
+    return;
+  }
+  if (rows == 1) {
+    // The group's heads in tiles of up to kTileHeads; scratch holds
+    // group * (n_pos + 16) score floats (AttendScratch).
+    const int64_t p_stride = n_pos + 16;
+    for (int h0 = 0; h0 < group; h0 += kTileHeads) {
+      const float* qh = q + h0 * d;
+      float* oh = out + h0 * d;
+      float* ph = scratch + h0 * p_stride;
+      switch (std::min(kTileHeads, group - h0)) {
+        case 3:
+          AttendRowTiles<3>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
+          break;
+        case 2:
+          AttendRowTiles<2>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
+          break;
+        default:
+          AttendRowTiles<1>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
+          break;
+      }
+    }
     return;
   }
   const int dv = d / 8;
@@ -753,20 +959,7 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
   for (int h = 0; h < nq; ++h) {
     const int64_t n = visible(h);
     float* sh = scores + h * stride;
-    const __m256 vmax = _mm256_set1_ps(max_score[h]);
-    __m256 vsum = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-      const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(sh + j), vmax));
-      _mm256_storeu_ps(sh + j, e);
-      vsum = _mm256_add_ps(vsum, e);
-    }
-    float sum = HorizontalSum(vsum);
-    for (; j < n; ++j) {
-      sh[j] = std::exp(sh[j] - max_score[h]);
-      sum += sh[j];
-    }
-    inv_sum[h] = 1.0f / sum;
+    inv_sum[h] = 1.0f / ExpInPlace(sh, n, max_score[h]);
     float* oh = out_of(h);
     for (int i = 0; i < d; ++i) oh[i] = 0.0f;
   }
