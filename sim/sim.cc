@@ -87,6 +87,21 @@ absl::Status Validate(const Deployment& d, const Workload& w) {
   if (!(d.router_seconds >= 0) || !(d.load_tokens >= 0)) {
     return absl::InvalidArgumentError("router_seconds and load_tokens must be >= 0");
   }
+  for (const auto& [hpa, n, name] : {std::tuple{&d.prefill_hpa, d.prefill, "prefill"},
+                                     std::tuple{&d.decode_hpa, d.decode, "decode"},
+                                     std::tuple{&d.monolithic_hpa, d.monolithic, "monolithic"}}) {
+    if (!hpa->has_value()) continue;
+    if (n < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an HPA scales the ", name, " pool, which the deployment does not have"));
+    }
+    if (absl::Status s = ValidateHpa(**hpa); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " HPA: ", s.message()));
+    }
+  }
+  if (!(d.pod_start_seconds >= 0) || !std::isfinite(d.pod_start_seconds)) {
+    return absl::InvalidArgumentError("pod_start_seconds must be >= 0");
+  }
   if (w.requests < 1 || w.warmup < 0) {
     return absl::InvalidArgumentError("requests must be >= 1 and warmup >= 0");
   }
@@ -96,11 +111,26 @@ absl::Status Validate(const Deployment& d, const Workload& w) {
   if (!(w.length_spread >= 0 && w.length_spread < 1)) {
     return absl::InvalidArgumentError("length_spread must be in [0, 1)");
   }
-  if (w.arrivals == Workload::Arrivals::kClosedLoop ? w.concurrency < 1
-                                                    : !(w.rate > 0 && std::isfinite(w.rate))) {
+  if (w.arrivals == Workload::Arrivals::kClosedLoop
+          ? w.concurrency < 1
+          : w.phases.empty() && !(w.rate > 0 && std::isfinite(w.rate))) {
     return absl::InvalidArgumentError(w.arrivals == Workload::Arrivals::kClosedLoop
                                           ? "concurrency must be >= 1"
                                           : "rate must be > 0");
+  }
+  if (!w.phases.empty()) {
+    if (w.arrivals == Workload::Arrivals::kClosedLoop) {
+      return absl::InvalidArgumentError("rate phases are for open-loop arrivals");
+    }
+    bool busy = false;
+    for (const Workload::Phase& p : w.phases) {
+      if (!(p.seconds > 0) || !(p.rate >= 0) || !std::isfinite(p.seconds) ||
+          !std::isfinite(p.rate)) {
+        return absl::InvalidArgumentError("each rate phase needs seconds > 0 and a rate >= 0");
+      }
+      busy |= p.rate > 0;
+    }
+    if (!busy) return absl::InvalidArgumentError("no rate phase has arrivals");
   }
   if (w.arrivals == Workload::Arrivals::kGamma && !(w.burstiness > 0)) {
     return absl::InvalidArgumentError("burstiness must be > 0");
@@ -126,14 +156,14 @@ class Simulation {
  public:
   Simulation(const Deployment& d, const Workload& w, const RunOptions& o)
       : d_(d), w_(w), o_(o), rng_(w.seed), noise_rng_(w.seed ^ 0x6e6f697365ull) {
-    for (int i = 0; i < d.monolithic; ++i) workers_.emplace_back(Role::kBoth, d.monolithic_worker);
-    for (int i = 0; i < d.prefill; ++i) workers_.emplace_back(Role::kPrefill, d.prefill_worker);
-    for (int i = 0; i < d.decode; ++i) workers_.emplace_back(Role::kDecode, d.decode_worker);
-    busy_.assign(workers_.size(), false);
-    in_flight_.assign(workers_.size(), 0);
-    link_free_.assign(workers_.size(), 0);
-    result_.workers.resize(workers_.size());
-    for (size_t i = 0; i < workers_.size(); ++i) result_.workers[i].role = workers_[i].role();
+    for (int i = 0; i < d.monolithic; ++i) AddWorker(Role::kBoth, /*serving=*/true);
+    for (int i = 0; i < d.prefill; ++i) AddWorker(Role::kPrefill, true);
+    for (int i = 0; i < d.decode; ++i) AddWorker(Role::kDecode, true);
+    for (const auto& [hpa, role] :
+         {std::pair{&d.prefill_hpa, Role::kPrefill}, std::pair{&d.decode_hpa, Role::kDecode},
+          std::pair{&d.monolithic_hpa, Role::kBoth}}) {
+      if (hpa->has_value()) hpas_.push_back({role, HpaController(**hpa)});
+    }
   }
 
   RunResult Run() {
@@ -142,12 +172,13 @@ class Simulation {
     if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
       for (int c = 0; c < std::min(w_.concurrency, total); ++c) Send(0);
     } else {
-      double t = 0;
+      double t = NextArrival(0);
       for (int i = 0; i < total; ++i) {
         At(t, [this, t] { Send(t); });
-        t += Gap();
+        t = NextArrival(t);
       }
     }
+    if (!hpas_.empty()) At(hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });
     while (!events_.empty()) {
       Event e = events_.top();
       events_.pop();
@@ -155,6 +186,9 @@ class Simulation {
       e.fn();
     }
     result_.end_time = now_;
+    for (WorkerRecord& wr : result_.workers) {
+      if (wr.gone < 0) wr.gone = now_;
+    }
     return std::move(result_);
   }
 
@@ -170,13 +204,38 @@ class Simulation {
 
   void At(double t, std::function<void()> fn) { events_.push({t, next_order_++, std::move(fn)}); }
 
-  double Gap() {
+  double Gap(double rate) {
     if (w_.arrivals == Workload::Arrivals::kPoisson) {
-      return std::exponential_distribution<double>(w_.rate)(rng_);
+      return std::exponential_distribution<double>(rate)(rng_);
     }
     // Gamma gaps with mean 1/rate and coefficient of variation `burstiness`.
     const double k = 1 / (w_.burstiness * w_.burstiness);
-    return std::gamma_distribution<double>(k, 1 / (k * w_.rate))(rng_);
+    return std::gamma_distribution<double>(k, 1 / (k * rate))(rng_);
+  }
+
+  // The arrival after one at `t`. Under rate phases a gap that crosses the
+  // phase's end is drawn again from there at the next phase's rate: exact
+  // for Poisson arrivals (memoryless), an approximation for gamma gaps.
+  double NextArrival(double t) {
+    if (w_.phases.empty()) return t + Gap(w_.rate);
+    double cycle = 0;
+    for (const Workload::Phase& p : w_.phases) cycle += p.seconds;
+    for (;;) {
+      const double at = std::fmod(t, cycle);
+      double end = 0;
+      double rate = 0;
+      for (const Workload::Phase& p : w_.phases) {
+        end += p.seconds;
+        rate = p.rate;
+        if (at < end) break;
+      }
+      const double phase_end = t + std::max(end - at, 1e-9);
+      if (rate > 0) {
+        const double next = t + Gap(rate);
+        if (next <= phase_end) return next;
+      }
+      t = phase_end;
+    }
   }
 
   int64_t Length(int64_t mean) {
@@ -202,9 +261,11 @@ class Simulation {
   void Done(int64_t id) {
     RequestRecord& r = result_.requests[id];
     r.finish = now_;
+    ++ended_;
     // The router counts a request against both its workers until it ends.
     --in_flight_[r.decode_worker];
     if (r.prefill_worker >= 0) --in_flight_[r.prefill_worker];
+    MaybeRetire(r.decode_worker);
     if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
       Send(now_);
       // Clients whose last request was refused try again now that room
@@ -219,6 +280,7 @@ class Simulation {
     r.refused = true;
     r.decode_worker = r.prefill_worker = -1;
     r.first_token = r.finish = now_;
+    ++ended_;
     if (w_.arrivals != Workload::Arrivals::kClosedLoop) return;
     // The client tries again when a request ends (at once if none is in
     // flight, or it would wait forever).
@@ -246,6 +308,7 @@ class Simulation {
       for (int i = 0; i < (int)workers_.size(); ++i) {
         const WorkerSim& w = workers_[i];
         if (std::find(roles.begin(), roles.end(), w.role()) == roles.end()) continue;
+        if (state_[i] != State::kServing) continue;
         policy::RouteCandidate c;
         c.unwanted = i == avoid;
         c.queued_tokens = w.queued_prompt_tokens();
@@ -345,6 +408,7 @@ class Simulation {
       }
     }
     Kick(w);
+    MaybeRetire(w);
   }
 
   // The prompt's KV streams out layer by layer while its last chunk
@@ -366,6 +430,7 @@ class Simulation {
       RequestRecord& q = result_.requests[id];
       workers_[pw].Unreserve(q.prompt_tokens);
       Kick(pw);
+      MaybeRetire(pw);
       q.first_token = now_;
       WorkerSim& d = workers_[dw];
       if (q.output_tokens <= 1) {
@@ -379,12 +444,104 @@ class Simulation {
     });
   }
 
+  // A worker's pod: starting (no metric, takes no request), serving,
+  // draining (removed by its HPA: finishes what it holds), gone.
+  enum class State { kStarting, kServing, kDraining, kGone };
+
+  int AddWorker(Role role, bool serving) {
+    const WorkerSpec& spec = role == Role::kBoth      ? d_.monolithic_worker
+                             : role == Role::kPrefill ? d_.prefill_worker
+                                                      : d_.decode_worker;
+    const int w = (int)workers_.size();
+    workers_.emplace_back(role, spec);
+    state_.push_back(serving ? State::kServing : State::kStarting);
+    busy_.push_back(false);
+    in_flight_.push_back(0);
+    link_free_.push_back(0);
+    WorkerRecord wr;
+    wr.role = role;
+    wr.created = now_;
+    wr.ready = serving ? now_ : -1;
+    result_.workers.push_back(wr);
+    if (!serving) {
+      At(now_ + d_.pod_start_seconds, [this, w] {
+        if (state_[w] != State::kStarting) return;  // removed before it served
+        state_[w] = State::kServing;
+        result_.workers[w].ready = now_;
+      });
+    }
+    return w;
+  }
+
+  // A draining worker leaves once it holds nothing.
+  void MaybeRetire(int w) {
+    if (w < 0 || state_[w] != State::kDraining || busy_[w]) return;
+    if (workers_[w].streams() > 0 || workers_[w].kv_blocks_used() > 0) return;
+    state_[w] = State::kGone;
+    result_.workers[w].gone = now_;
+  }
+
+  // Every HPA's sync: its pool's replicas are its starting and serving
+  // pods; the serving ones report their metrics.
+  void SyncHpas() {
+    for (Autoscaler& h : hpas_) {
+      std::vector<int> starting, serving;
+      PoolMetrics m;
+      for (int i = 0; i < (int)workers_.size(); ++i) {
+        if (workers_[i].role() != h.role) continue;
+        if (state_[i] == State::kStarting) {
+          starting.push_back(i);
+        } else if (state_[i] == State::kServing) {
+          serving.push_back(i);
+          const WorkerSim& w = workers_[i];
+          m.ready.push_back({double(w.queued_prompt_tokens()), double(w.decoding()),
+                             double(w.kv_blocks_used()) / double(w.spec().kv_blocks)});
+        }
+      }
+      m.missing = (int)starting.size();
+      const int current = (int)(starting.size() + serving.size());
+      const int desired = h.controller.Sync(now_, current, m);
+      if (desired == current) continue;
+      result_.scaling.push_back({now_, h.role, current, desired});
+      for (int i = current; i < desired; ++i) AddWorker(h.role, /*serving=*/false);
+      // A ReplicaSet removes pods that are not ready first, then the newest.
+      for (int i = desired; i < current; ++i) {
+        int victim;
+        if (!starting.empty()) {
+          victim = starting.back();
+          starting.pop_back();
+        } else {
+          victim = serving.back();
+          serving.pop_back();
+        }
+        if (state_[victim] == State::kStarting) {
+          state_[victim] = State::kGone;
+          result_.workers[victim].gone = now_;
+        } else {
+          state_[victim] = State::kDraining;
+          MaybeRetire(victim);
+        }
+      }
+    }
+    // The controller runs while requests remain.
+    if (ended_ < (int64_t)result_.requests.size()) {
+      At(now_ + hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });
+    }
+  }
+
   const Deployment& d_;
   const Workload& w_;
   const RunOptions& o_;
   std::mt19937_64 rng_;        // arrivals and lengths: the workload
   std::mt19937_64 noise_rng_;  // step noise: so the same seed is the same workload anywhere
   std::vector<WorkerSim> workers_;
+  std::vector<State> state_;
+  struct Autoscaler {
+    Role role;
+    HpaController controller;
+  };
+  std::vector<Autoscaler> hpas_;
+  int64_t ended_ = 0;  // requests done or refused
   std::vector<bool> busy_;
   std::vector<int64_t> in_flight_;
   std::vector<double> link_free_;
@@ -468,30 +625,47 @@ RunSummary Summarize(const RunResult& r, const Targets& t) {
   const int64_t all = s.measured + s.refused;
   s.met_fraction = all > 0 ? met / double(all) : 0;
   s.busy = Busy(r);
+  // Workers alive over time: +1 at creation, -1 when gone.
+  std::vector<std::pair<double, int>> changes;
+  double alive = 0;
+  for (const WorkerRecord& w : r.workers) {
+    changes.push_back({w.created, 1});
+    changes.push_back({w.gone, -1});
+    alive += w.gone - w.created;
+  }
+  std::sort(changes.begin(), changes.end());
+  int n = 0;
+  for (const auto& [t, c] : changes) s.peak_workers = std::max(s.peak_workers, n += c);
+  s.mean_workers = r.end_time > 0 ? alive / r.end_time : double(r.workers.size());
   return s;
 }
 
 PoolBusy Busy(const RunResult& r) {
   PoolBusy b;
   if (!(r.end_time > 0)) return b;
-  // Per role: seconds stepping, seconds of KV on the links, workers.
-  double step[3] = {}, link[3] = {};
+  // Per role: seconds stepping, seconds of KV on the links, and the
+  // workers' time serving (ready until gone; the whole run without an HPA).
+  double step[3] = {}, link[3] = {}, serving[3] = {};
   int n[3] = {};
   for (const WorkerRecord& w : r.workers) {
     const int i = static_cast<int>(w.role);
     step[i] += w.busy_seconds;
     link[i] += w.link_busy_seconds;
+    if (w.ready >= 0) serving[i] += (w.gone < 0 ? r.end_time : w.gone) - w.ready;
     ++n[i];
   }
-  auto share = [&](double seconds, int workers) {
-    return workers > 0 ? seconds / (workers * r.end_time) : -1.0;
+  auto share = [&](double seconds, int role) {
+    return n[role] > 0 && serving[role] > 0 ? seconds / serving[role] : -1.0;
   };
   const int p = static_cast<int>(Role::kPrefill), d = static_cast<int>(Role::kDecode);
-  b.prefill = share(step[p], n[p]);
-  b.decode = share(step[d], n[d]);
-  b.monolithic = share(step[static_cast<int>(Role::kBoth)], n[static_cast<int>(Role::kBoth)]);
+  const int m = static_cast<int>(Role::kBoth);
+  b.prefill = share(step[p], p);
+  b.decode = share(step[d], d);
+  b.monolithic = share(step[m], m);
   // Links exist where KV moves: between prefill and decode workers.
-  b.link = share(link[p] + link[d], n[p] + n[d]);
+  b.link = n[p] + n[d] > 0 && serving[p] + serving[d] > 0
+               ? (link[p] + link[d]) / (serving[p] + serving[d])
+               : -1.0;
   return b;
 }
 
@@ -520,12 +694,14 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
                                      int seeds) {
   if (seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
   std::vector<RunSummary> runs;
+  int64_t scale_events = 0;
   for (int i = 0; i < seeds; ++i) {
     Workload wi = w;
     wi.seed = w.seed + (uint64_t)i;
     absl::StatusOr<RunResult> r = Simulate(d, wi);
     if (!r.ok()) return r.status();
     runs.push_back(Summarize(*r, t));
+    scale_events += (int64_t)r->scaling.size();
   }
   SeedSummary out;
   out.seeds = seeds;
@@ -551,6 +727,9 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   };
   out.busy = {mean_busy(&PoolBusy::prefill), mean_busy(&PoolBusy::decode),
               mean_busy(&PoolBusy::monolithic), mean_busy(&PoolBusy::link)};
+  out.mean_workers = each(&RunSummary::mean_workers);
+  for (const RunSummary& s : runs) out.peak_workers = std::max(out.peak_workers, s.peak_workers);
+  out.scale_events = scale_events;
   return out;
 }
 

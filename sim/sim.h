@@ -15,17 +15,20 @@
 // the decode worker's KV reservation (a request that finds no room is
 // refused, as the router refuses it). What it does not model yet: the prefix
 // cache, deadlines and cancels, live migration, co-located pods sharing
-// memory bandwidth, the autoscaler (each said where a figure depends on it).
-// Deterministic for a seed.
+// memory bandwidth (each said where a figure depends on it). Pools can
+// carry Kubernetes HPAs (sim/autoscaler.h) that add and remove workers as
+// the real ones would. Deterministic for a seed.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "policy/batch.h"
+#include "sim/autoscaler.h"
 
 namespace pdq::sim {
 
@@ -69,6 +72,15 @@ struct Deployment {
   int num_layers = 1;
   double router_seconds = 0;  // the router's time per request (parse, pick, relay)
   double load_tokens = 512;   // policy::BestCandidate's weight of a request of load
+  // Kubernetes HPAs on the pools; a pool without one keeps its count (the
+  // counts above are then the starting replicas). A pod an HPA adds
+  // serves `pod_start_seconds` later (scheduling, image, model load and
+  // quantization, the start-up prompt probe, registration) and reports
+  // no metric until then; one it removes takes no new request and leaves
+  // once its streams end (the drain of a SIGTERM; a decode worker's live
+  // migration of its streams to others is not modelled).
+  std::optional<HpaSpec> prefill_hpa, decode_hpa, monolithic_hpa;
+  double pod_start_seconds = 10;
   // "1P+1D", "2M": for tables.
   std::string Name() const;
 };
@@ -84,6 +96,13 @@ struct Workload {
   int64_t prompt_tokens = 512, output_tokens = 64;
   double length_spread = 0;  // each length uniform in (1 +- spread) x its mean
   uint64_t seed = 1;
+  // Open loop: when given, the arrival rate follows these phases in turn,
+  // over and over (a trace for the autoscalers: a quiet phase, a busy one),
+  // instead of `rate`; a phase may be idle (rate 0).
+  struct Phase {
+    double seconds = 60, rate = 1;
+  };
+  std::vector<Phase> phases;
 };
 
 struct RequestRecord {
@@ -110,13 +129,25 @@ struct StepRecord {
 
 struct WorkerRecord {
   Role role = Role::kBoth;
+  // When the pod was created, served from, and was gone (the run's end if
+  // it never left; a pod removed while starting never served: ready < 0).
+  double created = 0, ready = 0, gone = -1;
   double busy_seconds = 0;       // stepping
   double link_busy_seconds = 0;  // KV bytes on its link (sent or received) over the bandwidth
   int64_t steps = 0;
 };
 
+// An HPA changed a pool's replicas (the Deployment's count: starting and
+// serving pods) at `time`.
+struct ScaleRecord {
+  double time = 0;
+  Role role = Role::kBoth;
+  int from = 0, to = 0;
+};
+
 struct RunResult {
   std::vector<RequestRecord> requests;
+  std::vector<ScaleRecord> scaling;
   std::vector<WorkerRecord> workers;
   std::vector<StepRecord> steps;  // when RunOptions::trace_steps
   double end_time = 0;
@@ -152,6 +183,10 @@ struct RunSummary {
   double goodput = 0;  // requests a second meeting both targets
   double met_fraction = 0;
   PoolBusy busy;
+  // Workers over the run (pods alive, starting and draining included: what
+  // they cost): the time-weighted mean and the most at once.
+  double mean_workers = 0;
+  int peak_workers = 0;
 };
 RunSummary Summarize(const RunResult& r, const Targets& t);
 PoolBusy Busy(const RunResult& r);
@@ -173,6 +208,9 @@ struct SeedSummary {
   Estimate output_tokens_per_second, goodput, met_fraction;
   int64_t refused = 0;
   PoolBusy busy;  // the mean over the seeds
+  Estimate mean_workers;
+  int peak_workers = 0;      // the most over the seeds
+  int64_t scale_events = 0;  // HPA changes over all seeds
 };
 // Runs seeds w.seed .. w.seed + seeds - 1.
 absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,

@@ -488,6 +488,34 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   EXPECT_GT(j["output_tokens_per_second"]["mean"].get<double>(), 0);
   EXPECT_GE(j["ttft_p99"]["mean"].get<double>(), j["ttft_p50"]["mean"].get<double>());
 
+  // An HPA (Kubernetes' JSON) scales the pool under a trace of rate phases.
+  const std::string hpa = ::testing::TempDir() + "/cli_test_hpa.json";
+  {
+    std::ofstream f(hpa);
+    f << R"({"kind": "HorizontalPodAutoscaler", "metadata": {"name": "pdq-worker"},
+             "spec": {"scaleTargetRef": {"name": "pdq-worker"}, "maxReplicas": 4,
+                      "metrics": [{"type": "Pods", "pods": {"metric": {"name": "pdq_active_sequences"},
+                                   "target": {"type": "AverageValue", "averageValue": "2"}}}],
+                      "behavior": {"scaleDown": {"stabilizationWindowSeconds": 10,
+                          "policies": [{"type": "Percent", "value": 100, "periodSeconds": 1}]}}}})";
+  }
+  // The tiny model saturates one worker near 180 requests/s: 10 s at 400,
+  // then 40 s at 1, with the controller syncing every second.
+  r = RunPdq("sim --profile " + profile +
+             " --deployment 1M --monolithic-precision fp16 --prompt-tokens 200 --output-tokens 100 "
+             "--rate-phases 10:400,40:1 --requests 4030 --warmup 0 --seeds 2 --hpa " +
+             hpa + " --pod-start-seconds 2 --hpa-sync-seconds 1 --json " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("workers (HPA, 2 s to start)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("monolithic 1 -> "), std::string::npos) << r.out;
+  {
+    std::ifstream hin(out);
+    const nlohmann::json h = nlohmann::json::parse(hin);
+    EXPECT_GT(h["workers"]["peak"].get<int>(), 1);
+    EXPECT_GE(h["scaling_first_seed"].size(), 2u);  // up, then down in the quiet phase
+    EXPECT_EQ(h["rate_phases"], "10:400,40:1");
+  }
+
   // pdq plan --sim searches deployments on the profile.
   const std::string plan = ::testing::TempDir() + "/cli_test_sim_plan.json";
   r = RunPdq("plan --sim " + profile +
@@ -507,16 +535,28 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
            {"plan --sim " + profile + " --pairs w8a8 --rate 1", "not PREFILL/DECODE"},
            {"plan --sim " + profile + " --workload chat", "--rate is required"},
            {"sim --workload chat --rate 1", "--profile is required"},
-           {"sim --profile " + profile + " --workload chat", "one of --rate and --concurrency"},
+           {"sim --profile " + profile + " --workload chat", "one of --rate, --rate-phases and"},
            {"sim --profile " + profile + " --workload chat --rate 1 --concurrency 2",
-            "one of --rate and --concurrency"},
+            "one of --rate, --rate-phases and"},
+           {"sim --profile " + profile + " --workload chat --rate-phases 60:1,x",
+            "'x' is not SECONDS:RATE"},
+           {"sim --profile " + profile + " --workload chat --rate 1 --hpa /nonexistent.json",
+            "cannot read"},
+           {"sim --profile " + profile + " --workload chat --rate 1 --hpa " + profile,
+            "holds no HorizontalPodAutoscaler"},
+           {"sim --profile " + profile +
+                " --workload chat --rate 1 --deployment 1P+1D "
+                "--prefill-precision fp16 --decode-precision fp16 --hpa " +
+                hpa,
+            "scales the monolithic pool, which the deployment does not have"},
            {"sim --profile " + profile + " --workload poetry --rate 1", "unknown 'poetry'"},
            {"sim --profile " + profile + " --deployment 2X --workload chat --rate 1",
             "neither P, D nor M"},
            {"sim --profile " + profile + " --decode-precision w4a16 --workload chat --rate 1",
             "no w4a16 pass"},
-           {"sim --profile " + profile + " --deployment 0P+1D --prefill-precision fp16 "
-            "--decode-precision fp16 --workload chat --rate 1",
+           {"sim --profile " + profile +
+                " --deployment 0P+1D --prefill-precision fp16 "
+                "--decode-precision fp16 --workload chat --rate 1",
             "or prefill and decode workers"},
            {"sim --profile README.md --workload chat --rate 1", "not a JSON object"},
            {"sim --profile /nonexistent.json --workload chat --rate 1", "cannot read"},

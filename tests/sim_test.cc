@@ -351,6 +351,80 @@ TEST(SimPlanTest, TheSmallestDeploymentThatMeetsTheTargetsIsRecommended) {
   }
 }
 
+// A monolithic pool under an HPA on active sequences, fed a busy phase
+// then a quiet one: the HPA adds workers that serve only once started,
+// removes them after its scale-down window, and a removed worker finishes
+// what it holds (no request is refused or cut).
+TEST(SimAutoscaleTest, AnHpaFollowsTheLoadAndDrainsWhatItRemoves) {
+  Deployment d = OneWorker(0.01, 1e-4, 2e-3);  // at most 500 tokens/s a worker
+  HpaSpec h;
+  h.max_replicas = 6;
+  h.metrics = {{PodMetric::kActiveSequences, 4}};
+  d.monolithic_hpa = h;
+  d.pod_start_seconds = 20;
+  Workload w;
+  w.prompt_tokens = 100;
+  w.output_tokens = 50;
+  w.phases = {{90, 10}, {400, 0.2}};  // 500 tokens/s asked, then 10
+  w.warmup = 0;
+  w.requests = 1000;  // past the quiet phase into the next busy one
+  const RunResult r = *Simulate(d, w);
+
+  ASSERT_FALSE(r.scaling.empty());
+  EXPECT_EQ(r.scaling[0].from, 1);
+  EXPECT_GT(r.scaling[0].to, 1);
+  EXPECT_LE(r.scaling[0].time, 30);  // the first syncs of the busy phase
+  double last_up = 0, first_down = -1;
+  int peak = 1;
+  for (const ScaleRecord& s : r.scaling) {
+    EXPECT_EQ(s.role, Role::kBoth);
+    EXPECT_LE(s.to, 6);
+    if (s.to > s.from && first_down < 0) last_up = s.time;
+    if (s.to < s.from && first_down < 0) first_down = s.time;
+    peak = std::max(peak, s.to);
+  }
+  EXPECT_GE(peak, 4);
+  // Down only once the window (300 s) has passed every higher recommendation.
+  ASSERT_GT(first_down, 0) << "never scaled down in the quiet phase";
+  EXPECT_GE(first_down, last_up + 300);
+  EXPECT_LT(first_down, 90 + 400);
+
+  // Every request finished, on a worker that was serving when it came.
+  int removed_served = 0;
+  for (const RequestRecord& q : r.requests) {
+    ASSERT_FALSE(q.refused) << q.id;
+    EXPECT_GE(q.finish, q.first_token);
+    const WorkerRecord& wr = r.workers[q.decode_worker];
+    ASSERT_GE(wr.ready, 0) << q.id;
+    EXPECT_LE(wr.ready, q.arrival + 1e-9) << q.id;
+    EXPECT_GE(wr.gone, q.finish) << q.id;
+    removed_served += wr.gone < r.end_time && q.decode_worker > 0;
+  }
+  EXPECT_GT(removed_served, 0) << "no request ran on a worker the HPA later removed";
+  const RunSummary sum = Summarize(r, Targets{});
+  EXPECT_EQ(sum.peak_workers, peak);
+  EXPECT_GT(sum.mean_workers, 1);
+  EXPECT_LT(sum.mean_workers, peak);
+}
+
+TEST(SimAutoscaleTest, BadAutoscalingIsRefusedByField) {
+  Deployment d = OneWorker(0.01, 1e-4, 2e-3);
+  Workload w;
+  HpaSpec h;
+  h.metrics = {{PodMetric::kActiveSequences, 4}};
+  d.prefill_hpa = h;
+  EXPECT_NE(Validate(d, w).message().find("prefill pool"), std::string::npos);
+  d.prefill_hpa.reset();
+  h.max_replicas = 0;
+  d.monolithic_hpa = h;
+  EXPECT_NE(Validate(d, w).message().find("monolithic HPA"), std::string::npos);
+  d.monolithic_hpa.reset();
+  w.phases = {{60, 0}};
+  EXPECT_NE(Validate(d, w).message().find("no rate phase"), std::string::npos);
+  w.phases = {{0, 1}};
+  EXPECT_NE(Validate(d, w).message().find("seconds > 0"), std::string::npos);
+}
+
 TEST(SimPlanTest, AProfileRoundTripsAndBadOnesAreRefusedByField) {
   const Profile p = DecodeBoundProfile();
   const Profile q = *ProfileFromJson(ProfileToJson(p));

@@ -4,6 +4,7 @@
 // from the profile, over several seeds with 95% confidence intervals.
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -24,16 +25,39 @@ nlohmann::json ToJson(const sim::Estimate& e) {
   return {{"mean", e.mean}, {"ci95_half_width", e.half_width}};
 }
 
+// "90:10,400:0.2": seconds:rate phases.
+absl::StatusOr<std::vector<sim::Workload::Phase>> ParsePhases(const std::string& text) {
+  std::vector<sim::Workload::Phase> phases;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    sim::Workload::Phase p;
+    char colon = 0;
+    std::stringstream one(item);
+    if (!(one >> p.seconds >> colon >> p.rate) || colon != ':' || !(one >> std::ws).eof()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rate-phases: '", item, "' is not SECONDS:RATE"));
+    }
+    phases.push_back(p);
+  }
+  if (phases.empty()) return absl::InvalidArgumentError("--rate-phases: no phase");
+  return phases;
+}
+
+const char* PoolName(sim::Role r) {
+  return r == sim::Role::kPrefill ? "prefill" : r == sim::Role::kDecode ? "decode" : "monolithic";
+}
+
 }  // namespace
 
 int SimCommand(int argc, char** argv) {
-  std::string profile_path, deployment = "1P+1D", workload, json_path;
+  std::string profile_path, deployment = "1P+1D", workload, json_path, hpa_path, rate_phases;
   std::string prefill_precision = "w8a8", decode_precision = "w4a16", mono_precision = "fp16",
               mono_prefill_precision, transport = "tcp";
   int64_t threads = 0, prompt_tokens = 0, output_tokens = 0, concurrency = 0, requests = 500,
           warmup = 50, seeds = 5, seed = 1, batch = 64, budget = 2048, kv_blocks = 1 << 20;
   double rate = 0, burstiness = 1, spread = 0, ttft_ms = 2000, tpot_ms = 200, step_target_ms = 0,
-         prompt_share = 0, noise = 0;
+         prompt_share = 0, noise = 0, pod_start_seconds = 30, hpa_sync_seconds = 15;
   FlagParser flags(
       "sim",
       "Simulates a deployment serving a workload from a measured profile (pdq profile): the "
@@ -74,12 +98,25 @@ int SimCommand(int argc, char** argv) {
               "--step-target-ms; 0: workers with --tpot-target-ms off)");
   flags.Int("kv-blocks", &kv_blocks, 1, 1LL << 40, "KV blocks per decode or monolithic worker");
   flags.Float("noise", &noise, 0, 2, "relative spread of step times (log-normal sigma)");
+  flags.String("rate-phases", &rate_phases,
+               "open loop: the rate in phases SECONDS:RATE,... repeated (e.g. 90:10,400:0.2), "
+               "instead of --rate");
+  flags.String("hpa", &hpa_path,
+               "Kubernetes HorizontalPodAutoscalers (JSON: `kubectl get hpa -o json`, or the "
+               "rendered manifests as JSON) that scale the pools: each scales the pool its "
+               "scaleTargetRef names (prefill, decode, else monolithic); the deployment's "
+               "counts are the starting replicas");
+  flags.Float("pod-start-seconds", &pod_start_seconds, 0, 1e6,
+              "with --hpa: a new worker's time from creation to serving (image, model load, "
+              "start-up probe, registration)");
+  flags.Float("hpa-sync-seconds", &hpa_sync_seconds, 0.1, 3600,
+              "with --hpa: the controller's --horizontal-pod-autoscaler-sync-period");
   flags.String("json", &json_path, "also write the results here");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   auto fail = [](const absl::Status& s) { return Fail("sim", s); };
   if (profile_path.empty()) return fail(absl::InvalidArgumentError("--profile is required"));
-  if ((rate > 0) == (concurrency > 0)) {
-    return fail(absl::InvalidArgumentError("give one of --rate and --concurrency"));
+  if ((rate > 0) + (concurrency > 0) + !rate_phases.empty() != 1) {
+    return fail(absl::InvalidArgumentError("give one of --rate, --rate-phases and --concurrency"));
   }
   if (!workload.empty()) {
     const WorkloadShape* shape = StandardWorkload(workload);
@@ -93,6 +130,24 @@ int SimCommand(int argc, char** argv) {
   if (prompt_tokens == 0 || output_tokens == 0) {
     return fail(
         absl::InvalidArgumentError("give --workload, or --prompt-tokens and --output-tokens"));
+  }
+  std::vector<sim::Workload::Phase> phases;
+  if (!rate_phases.empty()) {
+    absl::StatusOr<std::vector<sim::Workload::Phase>> p = ParsePhases(rate_phases);
+    if (!p.ok()) return fail(p.status());
+    phases = *p;
+  }
+  std::vector<sim::PoolHpa> hpas;
+  if (!hpa_path.empty()) {
+    std::ifstream in(hpa_path);
+    if (!in) return fail(absl::NotFoundError(absl::StrCat("--hpa: cannot read ", hpa_path)));
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<std::vector<sim::PoolHpa>> h = sim::HpasFromJson(text.str());
+    if (!h.ok()) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(hpa_path, ": ", h.status().message())));
+    }
+    hpas = std::move(*h);
   }
   absl::StatusOr<sim::Profile> profile = sim::ReadProfile(profile_path);
   if (!profile.ok()) return fail(profile.status());
@@ -110,11 +165,19 @@ int SimCommand(int argc, char** argv) {
   wo.kv_blocks = kv_blocks;
   wo.noise = noise;
   if (absl::Status s = sim::SpecsFromProfile(*profile, precisions, wo, &d); !s.ok()) return fail(s);
+  for (sim::PoolHpa& h : hpas) {
+    h.spec.sync_seconds = hpa_sync_seconds;
+    (h.pool == sim::PoolHpa::Pool::kPrefill  ? d.prefill_hpa
+     : h.pool == sim::PoolHpa::Pool::kDecode ? d.decode_hpa
+                                             : d.monolithic_hpa) = h.spec;
+  }
+  d.pod_start_seconds = pod_start_seconds;
   sim::Workload w;
   w.arrivals = concurrency > 0   ? sim::Workload::Arrivals::kClosedLoop
                : burstiness == 1 ? sim::Workload::Arrivals::kPoisson
                                  : sim::Workload::Arrivals::kGamma;
   w.rate = rate;
+  w.phases = phases;
   w.burstiness = burstiness;
   w.concurrency = (int)concurrency;
   w.requests = (int)requests;
@@ -129,8 +192,9 @@ int SimCommand(int argc, char** argv) {
   std::printf("projected from %s (%s, %d cores, %s): %s serving %lld tokens in, %lld out, %s\n",
               profile_path.c_str(), profile->cpu.c_str(), profile->cores, profile->isa.c_str(),
               d.Name().c_str(), (long long)prompt_tokens, (long long)output_tokens,
-              concurrency > 0
-                  ? absl::StrCat(concurrency, " clients back to back").c_str()
+              concurrency > 0 ? absl::StrCat(concurrency, " clients back to back").c_str()
+              : !phases.empty()
+                  ? absl::StrCat("requests/s in phases ", rate_phases, " (s:rate)").c_str()
                   : absl::StrFormat("%.3g requests/s%s", rate,
                                     burstiness == 1 ? " (Poisson)"
                                                     : absl::StrFormat(" (gap CV %.2g)", burstiness))
@@ -151,6 +215,31 @@ int SimCommand(int argc, char** argv) {
   }
   const std::string bound = sim::NameBottleneck(r->busy, r->refused);
   std::printf("  bound: %s\n", bound.c_str());
+  // The autoscalers: the workers they kept (what the deployment costs),
+  // and the first seed's scaling as a timeline.
+  nlohmann::json timeline = nlohmann::json::array();
+  const bool autoscaled = d.prefill_hpa || d.decode_hpa || d.monolithic_hpa;
+  if (autoscaled) {
+    std::printf(
+        "  workers (HPA, %.0f s to start): mean %.3g ± %.2g, peak %d; %lld changes over %d seeds\n",
+        pod_start_seconds, r->mean_workers.mean, r->mean_workers.half_width, r->peak_workers,
+        (long long)r->scale_events, r->seeds);
+    absl::StatusOr<sim::RunResult> first = sim::Simulate(d, w);
+    if (!first.ok()) return fail(first.status());
+    const size_t shown = 12;
+    for (size_t i = 0; i < first->scaling.size(); ++i) {
+      const sim::ScaleRecord& s = first->scaling[i];
+      timeline.push_back(
+          {{"time", s.time}, {"pool", PoolName(s.role)}, {"from", s.from}, {"to", s.to}});
+      if (i < shown) {
+        std::printf("    %7.0f s  %s %d -> %d\n", s.time, PoolName(s.role), s.from, s.to);
+      }
+    }
+    if (first->scaling.size() > shown) {
+      std::printf("    ... %zu more (seed %lld; --json has them all)\n",
+                  first->scaling.size() - shown, (long long)seed);
+    }
+  }
   if (!json_path.empty()) {
     nlohmann::json j = {{"projected_from", profile_path},
                         {"deployment", d.Name()},
@@ -177,6 +266,12 @@ int SimCommand(int argc, char** argv) {
                           {"monolithic", r->busy.monolithic},
                           {"link", r->busy.link}}},
                         {"bound", bound}};
+    if (autoscaled) {
+      j["workers"] = {{"mean", ToJson(r->mean_workers)}, {"peak", r->peak_workers}};
+      j["scaling_first_seed"] = timeline;
+      j["pod_start_seconds"] = pod_start_seconds;
+    }
+    if (!phases.empty()) j["rate_phases"] = rate_phases;
     std::ofstream out(json_path);
     out << j.dump(2) << "\n";
     if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
