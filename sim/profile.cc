@@ -114,6 +114,44 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
   return absl::OkStatus();
 }
 
+absl::StatusOr<double> PodStartSeconds(const Profile& p, const Precisions& precisions,
+                                       const WorkerOptions& o, const Deployment& d) {
+  // (model, prompt model, whether it prefills) of each pool.
+  std::vector<std::tuple<std::string, std::string, bool>> pools;
+  if (d.monolithic > 0)
+    pools.push_back({precisions.monolithic, precisions.monolithic_prompt, true});
+  if (d.prefill > 0) pools.push_back({precisions.prefill, "", true});
+  if (d.decode > 0) pools.push_back({precisions.decode, "", false});
+  double slowest = 0;
+  for (const auto& [precision, prompt_precision, prefills] : pools) {
+    absl::StatusOr<PassProfile> pass = p.Pass(precision, o.threads);
+    if (!pass.ok()) return pass.status();
+    PassProfile prompt = *pass;
+    double seconds = pass->load_seconds;
+    if (!prompt_precision.empty() && prompt_precision != precision) {
+      absl::StatusOr<PassProfile> second = p.Pass(prompt_precision, o.threads);
+      if (!second.ok()) return second.status();
+      if (second->load_seconds <= 0) seconds = 0;
+      seconds += second->load_seconds;
+      prompt = *second;
+    }
+    if (seconds <= 0) {
+      return absl::NotFoundError(
+          absl::StrCat("the profile has no load time for ", precision,
+                       " (made before pdq profile measured it): give the pod start time"));
+    }
+    if (prefills) {
+      for (int64_t tokens : {16, 128}) {
+        policy::StepWork w;
+        w.AddChunk(0, tokens);
+        seconds += prompt.time.Seconds(w);
+      }
+    }
+    slowest = std::max(slowest, seconds);
+  }
+  return slowest;
+}
+
 std::string ProfileToJson(const Profile& p) {
   json j;
   j["pdq_profile"] = p.version;
@@ -135,6 +173,7 @@ std::string ProfileToJson(const Profile& p) {
                            {"held_out", s.held_out},
                            {"held_out_median_error", s.held_out_median_error},
                            {"held_out_max_error", s.held_out_max_error},
+                           {"load_seconds", s.load_seconds},
                            {"samples", json::array()}});
     for (const PassSample& x : s.samples) {
       j["passes"].back()["samples"].push_back({{"rows", x.rows},
@@ -219,6 +258,11 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
     PDQ_GET(e, path, "held_out", &s.held_out);
     PDQ_GET(e, path, "held_out_median_error", &s.held_out_median_error);
     PDQ_GET(e, path, "held_out_max_error", &s.held_out_max_error);
+    s.load_seconds = e.value("load_seconds", 0.0);
+    if (!(s.load_seconds >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile: ", path, ".load_seconds must be >= 0"));
+    }
     const json& samples = e.value("samples", json::array());
     for (size_t k = 0; k < samples.size(); ++k) {
       const std::string at = absl::StrCat(path, ".samples[", k, "]");

@@ -41,6 +41,10 @@ struct PassProfile {
   // without `held_out` of them, on those (relative).
   int points = 0, held_out = 0;
   double held_out_median_error = 0, held_out_max_error = 0;
+  // Loading the model at this precision and thread count (reading the GGUF,
+  // quantizing, calibrating): what a new worker spends before it serves.
+  // 0: not measured (a profile from before it was).
+  double load_seconds = 0;
   std::vector<PassSample> samples;  // what was fitted and held out (optional in files)
 };
 
@@ -92,6 +96,15 @@ absl::Status ParseDeployment(const std::string& text, Deployment* d);
 // profile lacks.
 absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
                               const WorkerOptions& o, Deployment* d);
+
+// How long a new worker of `d`'s pools takes from start to serving, by the
+// profile: the slowest pool's model loads (both models of a monolithic
+// worker with two) and its start-up prompt probe (a 16-token warm pass and
+// a 128-token prompt, for a worker that prefills). Scheduling the pod and
+// pulling its image are not in it. NotFound where the profile has no load
+// times.
+absl::StatusOr<double> PodStartSeconds(const Profile& p, const Precisions& precisions,
+                                       const WorkerOptions& o, const Deployment& d);
 
 std::string ProfileToJson(const Profile& p);
 // Errors name the field; a newer version is refused.

@@ -515,6 +515,18 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
     EXPECT_GE(h["scaling_first_seed"].size(), 2u);  // up, then down in the quiet phase
     EXPECT_EQ(h["rate_phases"], "10:400,40:1");
   }
+  // Without --pod-start-seconds a pod starts in the profile's load time.
+  r = RunPdq("sim --profile " + profile +
+             " --deployment 1M --monolithic-precision fp16 --prompt-tokens 200 --output-tokens 100 "
+             "--rate 10 --requests 20 --seeds 1 --hpa " +
+             hpa + " --json " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  {
+    std::ifstream hin(out);
+    const nlohmann::json h = nlohmann::json::parse(hin);
+    EXPECT_GT(h["pod_start_seconds"].get<double>(), 0);
+    EXPECT_LT(h["pod_start_seconds"].get<double>(), 60);
+  }
 
   // pdq plan --sim searches deployments on the profile.
   const std::string plan = ::testing::TempDir() + "/cli_test_sim_plan.json";

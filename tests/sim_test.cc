@@ -425,6 +425,32 @@ TEST(SimAutoscaleTest, BadAutoscalingIsRefusedByField) {
   EXPECT_NE(Validate(d, w).message().find("seconds > 0"), std::string::npos);
 }
 
+TEST(SimPlanTest, APodStartsInItsModelLoadAndStartUpProbe) {
+  Profile p = DecodeBoundProfile();
+  Deployment d;
+  ASSERT_TRUE(ParseDeployment("1P+1D", &d).ok());
+  Precisions fp16{"fp16", "fp16", "fp16", ""};
+  // A profile from before load times were measured: the caller must say.
+  EXPECT_EQ(PodStartSeconds(p, fp16, {}, d).status().code(), absl::StatusCode::kNotFound);
+  p.passes[0].load_seconds = 2.5;
+  PassProfile w4 = p.passes[0];
+  w4.precision = "w4a16";
+  w4.load_seconds = 4;
+  p.passes.push_back(w4);
+  // The prefill worker: 2.5 s, then a 16- and a 128-token prompt at 5 ms +
+  // 0.02 ms a token; the decode worker (no probe) loads in 2.5 s too.
+  EXPECT_NEAR(*PodStartSeconds(p, fp16, {}, d), 2.5 + 0.005 + 16 * 2e-5 + 0.005 + 128 * 2e-5,
+              1e-12);
+  // W4A16 decode workers load slower and set the pace.
+  EXPECT_NEAR(*PodStartSeconds(p, {"fp16", "w4a16", "fp16", ""}, {}, d), 4, 1e-12);
+  // A monolithic worker with two models loads both.
+  Deployment m;
+  ASSERT_TRUE(ParseDeployment("2M", &m).ok());
+  EXPECT_NEAR(*PodStartSeconds(p, {"fp16", "w4a16", "w4a16", "fp16"}, {}, m),
+              6.5 + 0.005 + 16 * 2e-5 + 0.005 + 128 * 2e-5, 1e-12);
+  EXPECT_EQ(ProfileFromJson(ProfileToJson(p))->Pass("w4a16")->load_seconds, 4);
+}
+
 TEST(SimPlanTest, AProfileRoundTripsAndBadOnesAreRefusedByField) {
   const Profile p = DecodeBoundProfile();
   const Profile q = *ProfileFromJson(ProfileToJson(p));

@@ -367,8 +367,10 @@ int ProfileCommand(int argc, char** argv) {
   std::optional<KvLayout> layout;
   for (const ModelFlags& run : runs) {
     for (absl::string_view precision : absl::StrSplit(precisions, ',', absl::SkipEmpty())) {
+      const auto load_start = Clock::now();
       absl::StatusOr<LoadedModel> m = run.Load(/*quiet=*/false, std::string(precision));
       if (!m.ok()) return fail(m.status());
+      const double load_seconds = std::chrono::duration<double>(Clock::now() - load_start).count();
       const ModelConfig& c = m->model->config();
       if (!layout) {
         layout = m->model->kv_layout();
@@ -384,13 +386,14 @@ int ProfileCommand(int argc, char** argv) {
       sim::PassProfile p = FitWithHoldout(*points);
       p.precision = std::string(precision);
       p.threads = (int)run.pool().size();
+      p.load_seconds = load_seconds;
       std::fprintf(stderr,
                    "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
                    "ms/M pairs (fitted to %d points; fitted without %d of them, it misses those by "
-                   "%.1f%% median, %.1f%% at most, held out; %.0f s)\n",
+                   "%.1f%% median, %.1f%% at most, held out; loaded in %.2f s; %.0f s)\n",
                    p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
                    p.time.per_token * 1e3, p.time.per_pair * 1e9, p.points, p.held_out,
-                   p.held_out_median_error * 100, p.held_out_max_error * 100,
+                   p.held_out_median_error * 100, p.held_out_max_error * 100, load_seconds,
                    std::chrono::duration<double>(Clock::now() - t0).count());
       profile.passes.push_back(p);
     }

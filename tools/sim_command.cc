@@ -57,7 +57,7 @@ int SimCommand(int argc, char** argv) {
   int64_t threads = 0, prompt_tokens = 0, output_tokens = 0, concurrency = 0, requests = 500,
           warmup = 50, seeds = 5, seed = 1, batch = 64, budget = 2048, kv_blocks = 1 << 20;
   double rate = 0, burstiness = 1, spread = 0, ttft_ms = 2000, tpot_ms = 200, step_target_ms = 0,
-         prompt_share = 0, noise = 0, pod_start_seconds = 30, hpa_sync_seconds = 15;
+         prompt_share = 0, noise = 0, pod_start_seconds = -1, hpa_sync_seconds = 15;
   FlagParser flags(
       "sim",
       "Simulates a deployment serving a workload from a measured profile (pdq profile): the "
@@ -106,9 +106,9 @@ int SimCommand(int argc, char** argv) {
                "rendered manifests as JSON) that scale the pools: each scales the pool its "
                "scaleTargetRef names (prefill, decode, else monolithic); the deployment's "
                "counts are the starting replicas");
-  flags.Float("pod-start-seconds", &pod_start_seconds, 0, 1e6,
-              "with --hpa: a new worker's time from creation to serving (image, model load, "
-              "start-up probe, registration)");
+  flags.Float("pod-start-seconds", &pod_start_seconds, -1, 1e6,
+              "with --hpa: a new worker's time from creation to serving; -1: the profile's "
+              "model load and start-up prompt probe (no scheduling or image pull)");
   flags.Float("hpa-sync-seconds", &hpa_sync_seconds, 0.1, 3600,
               "with --hpa: the controller's --horizontal-pod-autoscaler-sync-period");
   flags.String("json", &json_path, "also write the results here");
@@ -171,7 +171,15 @@ int SimCommand(int argc, char** argv) {
      : h.pool == sim::PoolHpa::Pool::kDecode ? d.decode_hpa
                                              : d.monolithic_hpa) = h.spec;
   }
-  d.pod_start_seconds = pod_start_seconds;
+  if (!hpas.empty() && pod_start_seconds < 0) {
+    absl::StatusOr<double> start = sim::PodStartSeconds(*profile, precisions, wo, d);
+    if (!start.ok()) {
+      return fail(absl::Status(start.status().code(),
+                               absl::StrCat(start.status().message(), " (--pod-start-seconds)")));
+    }
+    pod_start_seconds = *start;
+  }
+  d.pod_start_seconds = std::max(0.0, pod_start_seconds);
   sim::Workload w;
   w.arrivals = concurrency > 0   ? sim::Workload::Arrivals::kClosedLoop
                : burstiness == 1 ? sim::Workload::Arrivals::kPoisson
@@ -221,7 +229,7 @@ int SimCommand(int argc, char** argv) {
   const bool autoscaled = d.prefill_hpa || d.decode_hpa || d.monolithic_hpa;
   if (autoscaled) {
     std::printf(
-        "  workers (HPA, %.0f s to start): mean %.3g ± %.2g, peak %d; %lld changes over %d seeds\n",
+        "  workers (HPA, %.3g s to start): mean %.3g ± %.2g, peak %d; %lld changes over %d seeds\n",
         pod_start_seconds, r->mean_workers.mean, r->mean_workers.half_width, r->peak_workers,
         (long long)r->scale_events, r->seeds);
     absl::StatusOr<sim::RunResult> first = sim::Simulate(d, w);
