@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -307,6 +309,17 @@ absl::StatusOr<std::vector<PoolHpa>> HpasFromJson(const std::string& text) {
   }
   if (out.empty()) return absl::InvalidArgumentError("the file holds no HorizontalPodAutoscaler");
   return out;
+}
+
+absl::StatusOr<std::vector<PoolHpa>> ReadHpas(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the HPA file ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<std::vector<PoolHpa>> h = HpasFromJson(text.str());
+  if (!h.ok())
+    return absl::Status(h.status().code(), absl::StrCat(path, ": ", h.status().message()));
+  return h;
 }
 
 }  // namespace pdq::sim

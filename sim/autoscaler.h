@@ -116,6 +116,8 @@ struct PoolHpa {
 // A HorizontalPodAutoscaler, a List of objects or an array of them (other
 // kinds skipped); errors name the field.
 absl::StatusOr<std::vector<PoolHpa>> HpasFromJson(const std::string& text);
+// The same from a file; errors name it.
+absl::StatusOr<std::vector<PoolHpa>> ReadHpas(const std::string& path);
 // "700m" -> 0.7, "32" -> 32, "1k" -> 1000.
 absl::StatusOr<double> ParseQuantity(const std::string& q);
 

@@ -12,17 +12,32 @@ std::string Describe(const PlanOption& o) {
 
 namespace {
 
-absl::StatusOr<PlanOption> Evaluate(const Profile& profile, const PlanQuery& q,
-                                    const WorkerOptions& wo, const std::string& deployment,
-                                    const std::pair<std::string, std::string>& pair) {
-  Deployment d;
-  if (absl::Status s = ParseDeployment(deployment, &d); !s.ok()) return s;
+// A precision pair's workers: monolithic ones decode at the second and
+// compute prompts at the first.
+Precisions PairPrecisions(const std::pair<std::string, std::string>& pair) {
   Precisions p;
   p.prefill = pair.first;
   p.decode = pair.second;
   p.monolithic = pair.second;
   p.monolithic_prompt = pair.first;
-  if (absl::Status s = SpecsFromProfile(profile, p, wo, &d); !s.ok()) return s;
+  return p;
+}
+
+absl::StatusOr<Deployment> DeploymentFor(const Profile& profile, const WorkerOptions& wo,
+                                         const std::string& deployment,
+                                         const std::pair<std::string, std::string>& pair) {
+  Deployment d;
+  if (absl::Status s = ParseDeployment(deployment, &d); !s.ok()) return s;
+  if (absl::Status s = SpecsFromProfile(profile, PairPrecisions(pair), wo, &d); !s.ok()) return s;
+  return d;
+}
+
+absl::StatusOr<PlanOption> Evaluate(const Profile& profile, const PlanQuery& q,
+                                    const WorkerOptions& wo, const std::string& deployment,
+                                    const std::pair<std::string, std::string>& pair) {
+  absl::StatusOr<Deployment> dep = DeploymentFor(profile, wo, deployment, pair);
+  if (!dep.ok()) return dep.status();
+  const Deployment& d = *dep;
   absl::StatusOr<SeedSummary> r = RunSeeds(d, q.workload, q.targets, q.seeds);
   if (!r.ok()) return r.status();
   PlanOption o;
@@ -120,6 +135,113 @@ absl::StatusOr<std::vector<Sensitivity>> PlanSensitivity(const Profile& profile,
       out.push_back(s);
     }
   }
+  return out;
+}
+
+namespace {
+
+// The prompt tokens a worker of `spec` computes in `seconds`, at the
+// workload's prompt length.
+double PromptTokensIn(const WorkerSpec& spec, int64_t prompt_tokens, double seconds) {
+  policy::StepWork w;
+  w.AddChunk(0, prompt_tokens);
+  const double pass = (spec.fused ? spec.pass : spec.prompt_pass).Seconds(w);
+  return pass > 0 ? seconds * double(prompt_tokens) / pass : 0;
+}
+
+// `base` with the target of `metric` set (added where it has none).
+void SetTarget(HpaSpec& h, PodMetric metric, double value) {
+  for (MetricTarget& t : h.metrics) {
+    if (t.metric == metric) {
+      t.average_value = value;
+      return;
+    }
+  }
+  h.metrics.push_back({metric, value});
+}
+
+}  // namespace
+
+absl::StatusOr<AutoscalePlan> PlanAutoscaling(
+    const Profile& profile, const PlanQuery& q, const WorkerOptions& wo, const PlanOption& option,
+    const AutoscaleQuery& a, const std::function<void(const AutoscaleTry&, int, int)>& progress) {
+  if (a.phases.empty()) return absl::InvalidArgumentError("autoscale: no rate phase");
+  absl::StatusOr<Deployment> dep = DeploymentFor(
+      profile, wo, option.deployment, {option.prefill_precision, option.decode_precision});
+  if (!dep.ok()) return dep.status();
+  const Deployment& d = *dep;
+  AutoscalePlan out;
+  const WorkerSpec& prompts = d.monolithic > 0 ? d.monolithic_worker : d.prefill_worker;
+  out.queued_tokens =
+      std::max(1.0, PromptTokensIn(prompts, q.workload.prompt_tokens, q.targets.ttft_seconds / 2));
+
+  Workload w = q.workload;
+  w.warmup = 0;
+  double per_cycle = 0;
+  for (const Workload::Phase& p : a.phases) {
+    out.phases.push_back({p.seconds, p.rate * q.workload.rate});
+    per_cycle += p.seconds * p.rate * q.workload.rate;
+  }
+  w.phases = out.phases;
+  out.requests = std::max(50, (int)std::lround(2 * per_cycle));
+  w.requests = out.requests;
+  absl::StatusOr<SeedSummary> fixed = RunSeeds(d, w, q.targets, q.seeds);
+  if (!fixed.ok()) return fixed.status();
+  out.fixed = *fixed;
+
+  // The HPAs of one try.
+  auto hpas_for = [&](double sequences) {
+    std::array<std::optional<HpaSpec>, 3> h;
+    auto pool = [&](Role role, int count, bool prefills, bool decodes) {
+      if (count <= 0) return;
+      HpaSpec spec = a.base[static_cast<int>(role)];
+      spec.min_replicas = 1;
+      spec.max_replicas = std::max(2, 2 * count);
+      if (prefills) SetTarget(spec, PodMetric::kQueuedPromptTokens, out.queued_tokens);
+      if (decodes) SetTarget(spec, PodMetric::kActiveSequences, sequences);
+      h[static_cast<int>(role)] = spec;
+    };
+    pool(Role::kPrefill, d.prefill, true, false);
+    pool(Role::kDecode, d.decode, false, true);
+    pool(Role::kBoth, d.monolithic, true, true);
+    return h;
+  };
+  int best_attaining = -1;
+  const int n_targets = (int)std::size(kSequenceTargets);
+  for (double sequences : kSequenceTargets) {
+    if (sequences > d.monolithic_worker.batch.max_decode_batch ||
+        sequences > d.decode_worker.batch.max_decode_batch) {
+      break;
+    }
+    Deployment scaled = d;
+    scaled.prefill = std::min(d.prefill, 1);
+    scaled.decode = std::min(d.decode, 1);
+    scaled.monolithic = std::min(d.monolithic, 1);
+    const auto h = hpas_for(sequences);
+    scaled.prefill_hpa = h[static_cast<int>(Role::kPrefill)];
+    scaled.decode_hpa = h[static_cast<int>(Role::kDecode)];
+    scaled.monolithic_hpa = h[static_cast<int>(Role::kBoth)];
+    scaled.pod_start_seconds = a.pod_start_seconds;
+    absl::StatusOr<SeedSummary> r = RunSeeds(scaled, w, q.targets, q.seeds);
+    if (!r.ok()) return r.status();
+    AutoscaleTry t;
+    t.sequences = sequences;
+    t.replay = *r;
+    t.meets = r->refused == 0 && r->met_fraction.mean - r->met_fraction.half_width >= q.attainment;
+    out.tries.push_back(t);
+    const int i = (int)out.tries.size() - 1;
+    if (progress) progress(t, i, n_targets);
+    if (t.meets &&
+        (out.chosen < 0 || r->mean_workers.mean < out.tries[out.chosen].replay.mean_workers.mean)) {
+      out.chosen = i;
+    }
+    if (best_attaining < 0 ||
+        r->met_fraction.mean > out.tries[best_attaining].replay.met_fraction.mean) {
+      best_attaining = i;
+    }
+  }
+  if (out.tries.empty()) return absl::InvalidArgumentError("autoscale: no target fits the batch");
+  out.hpas = hpas_for(out.tries[out.chosen >= 0 ? out.chosen : best_attaining].sequences);
   return out;
 }
 

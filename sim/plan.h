@@ -12,6 +12,9 @@
 // priced alike (one node shape).
 #pragma once
 
+#include <array>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,5 +71,46 @@ absl::StatusOr<std::vector<Sensitivity>> PlanSensitivity(const Profile& profile,
                                                          const SimPlan& plan, double change);
 
 std::string Describe(const PlanOption& o);
+
+// The autoscalers for a planned deployment, chosen by replaying it under
+// them on a trace of rate phases (two cycles, from one pod a pool, every
+// request measured, ramps included), against the fixed deployment on the
+// same trace. Prefill workers (and monolithic ones) scale on
+// pdq_queued_prompt_tokens, targeting the prompt tokens one computes in half
+// the TTFT target; decode and monolithic workers on pdq_active_sequences,
+// whose target is searched: of kSequenceTargets, the one that keeps the
+// attainment (the lower end of its 95% interval, nothing refused) with the
+// fewest workers on average. Streams per worker is a metric whose value
+// falls as workers are added (each runs faster), so the proportional rule
+// the HPA applies over- and undershoots; only a replay tells which target
+// holds.
+struct AutoscaleQuery {
+  // Each pool's HPA but its pdq targets (behavior, other metrics, the sync
+  // period), by Role; maxReplicas becomes twice the planned count (at
+  // least 2), minReplicas 1.
+  std::array<HpaSpec, 3> base;
+  std::vector<Workload::Phase> phases = {{600, 0.25}, {600, 1}};  // rates: fractions of the plan's
+  double pod_start_seconds = 30;
+};
+inline constexpr double kSequenceTargets[] = {2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+struct AutoscaleTry {
+  double sequences = 0;  // the pdq_active_sequences target
+  SeedSummary replay;
+  bool meets = false;
+};
+struct AutoscalePlan {
+  double queued_tokens = 0;  // the pdq_queued_prompt_tokens target (prefill or monolithic)
+  std::vector<AutoscaleTry> tries;
+  int chosen = -1;  // into tries: the fewest workers that meet; -1: none meets
+  std::array<std::optional<HpaSpec>, 3> hpas;  // by Role: the chosen (else the best attaining)
+  std::vector<Workload::Phase> phases;         // requests/s
+  int requests = 0;
+  SeedSummary fixed;  // the planned counts throughout
+};
+// `progress`, where given, hears of each try as it ends (index, of how many).
+absl::StatusOr<AutoscalePlan> PlanAutoscaling(
+    const Profile& profile, const PlanQuery& query, const WorkerOptions& workers,
+    const PlanOption& option, const AutoscaleQuery& a,
+    const std::function<void(const AutoscaleTry&, int, int)>& progress = nullptr);
 
 }  // namespace pdq::sim

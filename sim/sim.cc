@@ -5,6 +5,7 @@
 #include <functional>
 #include <queue>
 #include <random>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "policy/route.h"
@@ -56,6 +57,24 @@ absl::Status CheckWorker(const WorkerSpec& s, const std::string& where, bool pro
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<Workload::Phase>> ParsePhases(const std::string& text) {
+  std::vector<Workload::Phase> phases;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    Workload::Phase p;
+    char colon = 0;
+    std::stringstream one(item);
+    if (!(one >> p.seconds >> colon >> p.rate) || colon != ':' || !(one >> std::ws).eof()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rate phases: '", item, "' is not SECONDS:RATE"));
+    }
+    phases.push_back(p);
+  }
+  if (phases.empty()) return absl::InvalidArgumentError("rate phases: none given");
+  return phases;
+}
 
 absl::Status Validate(const Deployment& d, const Workload& w) {
   if (d.monolithic < 0 || d.prefill < 0 || d.decode < 0) {
@@ -481,6 +500,12 @@ class Simulation {
     result_.workers[w].gone = now_;
   }
 
+  // A worker's metrics, as its HPA reads them.
+  std::array<double, kPodMetrics> Metrics(int i) const {
+    const WorkerSim& w = workers_[i];
+    return {double(w.queued_prompt_tokens()), double(w.decoding()),
+            double(w.kv_blocks_used()) / double(w.spec().kv_blocks)};
+  }
   // Every HPA's sync: its pool's replicas are its starting and serving
   // pods; the serving ones report their metrics.
   void SyncHpas() {
@@ -493,9 +518,7 @@ class Simulation {
           starting.push_back(i);
         } else if (state_[i] == State::kServing) {
           serving.push_back(i);
-          const WorkerSim& w = workers_[i];
-          m.ready.push_back({double(w.queued_prompt_tokens()), double(w.decoding()),
-                             double(w.kv_blocks_used()) / double(w.spec().kv_blocks)});
+          m.ready.push_back(Metrics(i));
         }
       }
       m.missing = (int)starting.size();
@@ -691,14 +714,14 @@ std::string NameBottleneck(const PoolBusy& b, int64_t refused) {
 }
 
 absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
-                                     int seeds) {
+                                     int seeds, const RunOptions& o) {
   if (seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
   std::vector<RunSummary> runs;
   int64_t scale_events = 0;
   for (int i = 0; i < seeds; ++i) {
     Workload wi = w;
     wi.seed = w.seed + (uint64_t)i;
-    absl::StatusOr<RunResult> r = Simulate(d, wi);
+    absl::StatusOr<RunResult> r = Simulate(d, wi, o);
     if (!r.ok()) return r.status();
     runs.push_back(Summarize(*r, t));
     scale_events += (int64_t)r->scaling.size();

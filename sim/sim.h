@@ -20,6 +20,7 @@
 // the real ones would. Deterministic for a seed.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -157,6 +158,9 @@ struct RunOptions {
   bool trace_steps = false;
 };
 
+// "90:10,400:0.2": SECONDS:RATE phases (Workload::phases).
+absl::StatusOr<std::vector<Workload::Phase>> ParsePhases(const std::string& text);
+
 // Checks the deployment and workload (a clear error naming the field).
 absl::Status Validate(const Deployment& d, const Workload& w);
 absl::StatusOr<RunResult> Simulate(const Deployment& d, const Workload& w,
@@ -214,6 +218,6 @@ struct SeedSummary {
 };
 // Runs seeds w.seed .. w.seed + seeds - 1.
 absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
-                                     int seeds);
+                                     int seeds, const RunOptions& o = {});
 
 }  // namespace pdq::sim

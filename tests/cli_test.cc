@@ -532,7 +532,8 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   const std::string plan = ::testing::TempDir() + "/cli_test_sim_plan.json";
   r = RunPdq("plan --sim " + profile +
              " --pairs fp16/fp16,w8a8/fp16 --input-tokens 100 --output-tokens 50 --rate 50 "
-             "--max-workers 4 --requests 50 --seeds 2 --json " + plan);
+             "--max-workers 4 --requests 50 --seeds 2 --autoscale-phases 20:0.25,20:1 --json " +
+             plan);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("not measured"), std::string::npos) << r.out;
   std::ifstream plan_in(plan);
@@ -542,6 +543,10 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   EXPECT_EQ(p["workers"], 1);
   EXPECT_NE(p["recommended"], "");
   EXPECT_EQ(p["sensitivity"].size(), 6u);
+  // The autoscalers replayed on the 40 s trace, twice: one try per target.
+  EXPECT_EQ(p["autoscaling"]["requests"], 2 * (20 * 12.5 + 20 * 50));
+  EXPECT_GE(p["autoscaling"]["tries"].size(), 5u);
+  EXPECT_NE(r.out.find("targets of pdq_active_sequences tried"), std::string::npos) << r.out;
 
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"plan --sim " + profile + " --pairs w8a8 --rate 1", "not PREFILL/DECODE"},

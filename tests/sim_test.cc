@@ -306,7 +306,8 @@ Profile DecodeBoundProfile() {
   return p;
 }
 
-TEST(SimPlanTest, TheSmallestDeploymentThatMeetsTheTargetsIsRecommended) {
+// 30 requests/s of 200 tokens in and 40 out on DecodeBoundProfile's worker.
+PlanQuery DecodeBoundQuery() {
   PlanQuery q;
   q.workload.rate = 30;
   q.workload.prompt_tokens = 200;
@@ -315,6 +316,11 @@ TEST(SimPlanTest, TheSmallestDeploymentThatMeetsTheTargetsIsRecommended) {
   q.targets = {0.5, 0.03};
   q.pairs = {{"fp16", "fp16"}};
   q.max_workers = 8;
+  return q;
+}
+
+TEST(SimPlanTest, TheSmallestDeploymentThatMeetsTheTargetsIsRecommended) {
+  const PlanQuery q = DecodeBoundQuery();
   const Profile profile = DecodeBoundProfile();
   const SimPlan plan = *PlanBySimulation(profile, q, {});
   ASSERT_GE(plan.best, 0);
@@ -423,6 +429,49 @@ TEST(SimAutoscaleTest, BadAutoscalingIsRefusedByField) {
   EXPECT_NE(Validate(d, w).message().find("no rate phase"), std::string::npos);
   w.phases = {{0, 1}};
   EXPECT_NE(Validate(d, w).message().find("seconds > 0"), std::string::npos);
+}
+
+TEST(SimPlanTest, AutoscalersAreChosenByReplayingTheRecommendation) {
+  const PlanQuery q = DecodeBoundQuery();
+  const Profile profile = DecodeBoundProfile();
+  const SimPlan plan = *PlanBySimulation(profile, q, {});
+  ASSERT_GE(plan.best, 0);
+  const PlanOption& best = plan.options[plan.best];
+  ASSERT_GT(best.workers, 2) << best.deployment;
+  AutoscaleQuery a;
+  a.phases = {{150, 0.1}, {40, 1}};  // mostly quiet: autoscaling should pay
+  a.pod_start_seconds = 1;
+  // Kubernetes' defaults but time scaled to the short trace: a sync every
+  // second and a 30 s scale-down window.
+  for (HpaSpec& h : a.base) {
+    h.sync_seconds = 1;
+    h.scale_down.stabilization_window_seconds = 30;
+  }
+  const AutoscalePlan r = *PlanAutoscaling(profile, q, {}, best, a);
+  EXPECT_EQ(r.requests, 2 * (150 * 3 + 40 * 30));
+  ASSERT_EQ(r.phases.size(), 2u);
+  EXPECT_EQ(r.phases[1].rate, 30);
+  // Prompts: what one worker computes in half the 0.5 s TTFT target.
+  EXPECT_NEAR(r.queued_tokens, 0.25 * 200 / (5e-3 + 200 * 2e-5 + 200 * 201 / 2.0 * 0), 1e-6);
+  ASSERT_FALSE(r.tries.empty());
+  ASSERT_GE(r.chosen, 0);
+  for (size_t i = 0; i < r.tries.size(); ++i) {
+    EXPECT_EQ(r.tries[i].sequences, kSequenceTargets[i]);
+    if (r.tries[i].meets) {
+      EXPECT_GE(r.tries[i].replay.mean_workers.mean, r.tries[r.chosen].replay.mean_workers.mean);
+    }
+  }
+  EXPECT_LT(r.tries[r.chosen].replay.mean_workers.mean, r.fixed.mean_workers.mean);
+  EXPECT_NEAR(r.fixed.mean_workers.mean, best.workers, 1e-9);
+  // The chosen HPAs scale exactly the recommendation's pools, up to twice
+  // their planned size.
+  Deployment d;
+  ASSERT_TRUE(ParseDeployment(best.deployment, &d).ok());
+  const int counts[3] = {d.prefill, d.decode, d.monolithic};  // by Role
+  for (int role = 0; role < 3; ++role) {
+    ASSERT_EQ(r.hpas[role].has_value(), counts[role] > 0) << role;
+    if (r.hpas[role]) EXPECT_EQ(r.hpas[role]->max_replicas, std::max(2, 2 * counts[role]));
+  }
 }
 
 TEST(SimPlanTest, APodStartsInItsModelLoadAndStartUpProbe) {

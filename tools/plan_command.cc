@@ -3,8 +3,10 @@
 // run against one prefill and one decode worker (harness/plan.h has the
 // arithmetic); or, with --sim, by simulating deployments on a measured
 // profile (sim/plan.h).
+#include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,9 +23,10 @@ namespace {
 
 struct SimPlanFlags {
   std::string profile, workload = "chat", pairs = "fp16/fp16,w8a8/w4a16";
+  std::string autoscale_phases = "600:0.25,600:1", hpa;
   int64_t max_workers = 16, seeds = 3, requests = 300;
   int64_t kv_blocks = 1 << 20;
-  double attainment = 0.9, price = 1, sensitivity = 0.2;
+  double attainment = 0.9, price = 1, sensitivity = 0.2, pod_start_seconds = -1;
   void Register(FlagParser& flags) {
     flags.String("sim", &profile,
                  "plan by simulation on this pdq profile (pdq sim) instead of from --bench");
@@ -39,6 +42,15 @@ struct SimPlanFlags {
               "--sim: KV blocks per decode or monolithic worker (the workers' cache size)");
     flags.Float("sensitivity", &sensitivity, 0, 0.9,
                 "--sim: replan with each profile term changed by this fraction (0: skip)");
+    flags.String("autoscale-phases", &autoscale_phases,
+                 "--sim: the trace the recommendation's autoscalers are replayed on, "
+                 "SECONDS:FRACTION of --rate,... (two cycles); empty: no autoscaling plan");
+    flags.String("hpa", &hpa,
+                 "--sim: Kubernetes HPAs (JSON, as pdq sim --hpa) whose behavior and other "
+                 "metrics the planned autoscalers keep (default: Kubernetes' defaults)");
+    flags.Float("pod-start-seconds", &pod_start_seconds, -1, 1e6,
+                "--sim: a new worker's time to serve in the replay (-1: the profile's model "
+                "load and start-up probe, else 30)");
   }
 };
 
@@ -114,6 +126,85 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
     std::printf("%s is bound by %s\n", sim::Describe(o).c_str(),
                 sim::NameBottleneck(o.result.busy, o.result.refused).c_str());
   }
+  // The autoscalers that hold the recommendation as the rate moves.
+  std::optional<sim::AutoscalePlan> autoscale;
+  if (!f.autoscale_phases.empty() && plan->best >= 0) {
+    sim::AutoscaleQuery aq;
+    absl::StatusOr<std::vector<sim::Workload::Phase>> phases = sim::ParsePhases(f.autoscale_phases);
+    if (!phases.ok()) return fail(phases.status());
+    aq.phases = *phases;
+    if (!f.hpa.empty()) {
+      absl::StatusOr<std::vector<sim::PoolHpa>> hpas = sim::ReadHpas(f.hpa);
+      if (!hpas.ok()) return fail(hpas.status());
+      for (const sim::PoolHpa& h : *hpas) {
+        const sim::Role role = h.pool == sim::PoolHpa::Pool::kPrefill  ? sim::Role::kPrefill
+                               : h.pool == sim::PoolHpa::Pool::kDecode ? sim::Role::kDecode
+                                                                       : sim::Role::kBoth;
+        aq.base[static_cast<int>(role)] = h.spec;
+      }
+    }
+    const sim::PlanOption& best = plan->options[plan->best];
+    const char* start_from = "given";
+    aq.pod_start_seconds = f.pod_start_seconds;
+    if (f.pod_start_seconds < 0) {
+      sim::Deployment d;
+      (void)sim::ParseDeployment(best.deployment, &d);
+      const sim::Precisions p{best.prefill_precision, best.decode_precision, best.decode_precision,
+                              best.prefill_precision};
+      absl::StatusOr<double> start = sim::PodStartSeconds(*profile, p, wo, d);
+      aq.pod_start_seconds = start.ok() ? *start : 30;
+      start_from = start.ok() ? "the profile's model load and start-up probe"
+                              : "assumed: the profile has no load times";
+    }
+    absl::StatusOr<sim::AutoscalePlan> a = sim::PlanAutoscaling(
+        *profile, q, wo, best, aq, [](const sim::AutoscaleTry& t, int i, int n) {
+          std::fprintf(stderr,
+                       "pdq plan: autoscaling replay %d/%d (pdq_active_sequences %g): %.0f%% "
+                       "within the targets, %.3g workers on average\n",
+                       i + 1, n, t.sequences, t.replay.met_fraction.mean * 100,
+                       t.replay.mean_workers.mean);
+        });
+    if (!a.ok()) return fail(a.status());
+    autoscale = *a;
+    std::string trace;
+    for (const sim::Workload::Phase& p : a->phases) {
+      absl::StrAppend(&trace, trace.empty() ? "" : ", ", p.seconds, " s at ",
+                      absl::StrFormat("%.3g", p.rate), "/s");
+    }
+    std::printf(
+        "autoscaling %s (projected): replayed on %s, twice (%d requests), from one worker a pool, "
+        "pods serving %.3g s after they start (%s); prompts scale on pdq_queued_prompt_tokens "
+        "%.0f (half the TTFT target's prompt work); targets of pdq_active_sequences tried:\n",
+        sim::Describe(best).c_str(), trace.c_str(), a->requests, aq.pod_start_seconds, start_from,
+        a->queued_tokens);
+    std::printf("  %-12s %7s %10s %10s %13s %5s\n", "sequences", "within", "TTFT p90", "TPOT p90",
+                "workers mean", "peak");
+    auto row = [](const std::string& name, const sim::SeedSummary& r, const char* mark) {
+      std::printf("  %-12s %6.0f%% %7.0f ms %7.1f ms %13.3g %5d%s\n", name.c_str(),
+                  r.met_fraction.mean * 100, r.ttft_p90.mean * 1e3, r.tpot_p90.mean * 1e3,
+                  r.mean_workers.mean, r.peak_workers, mark);
+    };
+    for (int i = 0; i < (int)a->tries.size(); ++i) {
+      row(absl::StrFormat("%g", a->tries[i].sequences), a->tries[i].replay,
+          i == a->chosen ? "  <- recommended" : "");
+    }
+    row(absl::StrCat("fixed ", best.deployment), a->fixed, "");
+    if (a->chosen < 0) {
+      std::printf(
+          "no target keeps %.0f%% of requests within the targets on this trace: keep the "
+          "deployment fixed\n",
+          q.attainment * 100);
+    } else {
+      const double ratio =
+          a->tries[a->chosen].replay.mean_workers.mean / a->fixed.mean_workers.mean;
+      std::printf(ratio < 1 ? "the autoscalers hold the targets with %.0f%% fewer workers on "
+                              "average than the fixed %s on this trace\n"
+                            : "the autoscalers need %.0f%% more workers on average than the fixed "
+                              "%s on this trace (their ramps lag and overshoot): keep it fixed, "
+                              "or autoscale only where the load varies more\n",
+                  std::abs(1 - ratio) * 100, best.deployment.c_str());
+    }
+  }
   std::vector<sim::Sensitivity> sens;
   if (f.sensitivity > 0 && plan->best >= 0) {
     absl::StatusOr<std::vector<sim::Sensitivity>> s =
@@ -139,6 +230,34 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
                               {"tpot_p90", o.result.tpot_p90.mean},
                               {"cost_per_million_output_tokens", o.cost_per_million_output_tokens},
                               {"meets", o.meets}});
+    }
+    if (autoscale) {
+      auto summary = [](const sim::SeedSummary& r) {
+        return nlohmann::json{{"met_fraction", r.met_fraction.mean},
+                              {"ttft_p90", r.ttft_p90.mean},
+                              {"tpot_p90", r.tpot_p90.mean},
+                              {"mean_workers", r.mean_workers.mean},
+                              {"peak_workers", r.peak_workers}};
+      };
+      nlohmann::json phases = nlohmann::json::array();
+      for (const sim::Workload::Phase& p : autoscale->phases) {
+        phases.push_back({{"seconds", p.seconds}, {"rate", p.rate}});
+      }
+      nlohmann::json tries = nlohmann::json::array();
+      for (const sim::AutoscaleTry& t : autoscale->tries) {
+        nlohmann::json x = summary(t.replay);
+        x["active_sequences"] = t.sequences;
+        x["meets"] = t.meets;
+        tries.push_back(x);
+      }
+      j["autoscaling"] = {
+          {"queued_prompt_tokens", autoscale->queued_tokens},
+          {"active_sequences",
+           autoscale->chosen >= 0 ? autoscale->tries[autoscale->chosen].sequences : 0.0},
+          {"tries", tries},
+          {"phases", phases},
+          {"requests", autoscale->requests},
+          {"fixed", summary(autoscale->fixed)}};
     }
     for (const sim::Sensitivity& x : sens) {
       j["sensitivity"].push_back({{"term", x.term},

@@ -4,7 +4,6 @@
 // from the profile, over several seeds with 95% confidence intervals.
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -23,25 +22,6 @@ std::string Figure(const sim::Estimate& e, double scale, const char* unit) {
 
 nlohmann::json ToJson(const sim::Estimate& e) {
   return {{"mean", e.mean}, {"ci95_half_width", e.half_width}};
-}
-
-// "90:10,400:0.2": seconds:rate phases.
-absl::StatusOr<std::vector<sim::Workload::Phase>> ParsePhases(const std::string& text) {
-  std::vector<sim::Workload::Phase> phases;
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    sim::Workload::Phase p;
-    char colon = 0;
-    std::stringstream one(item);
-    if (!(one >> p.seconds >> colon >> p.rate) || colon != ':' || !(one >> std::ws).eof()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--rate-phases: '", item, "' is not SECONDS:RATE"));
-    }
-    phases.push_back(p);
-  }
-  if (phases.empty()) return absl::InvalidArgumentError("--rate-phases: no phase");
-  return phases;
 }
 
 const char* PoolName(sim::Role r) {
@@ -133,20 +113,14 @@ int SimCommand(int argc, char** argv) {
   }
   std::vector<sim::Workload::Phase> phases;
   if (!rate_phases.empty()) {
-    absl::StatusOr<std::vector<sim::Workload::Phase>> p = ParsePhases(rate_phases);
+    absl::StatusOr<std::vector<sim::Workload::Phase>> p = sim::ParsePhases(rate_phases);
     if (!p.ok()) return fail(p.status());
     phases = *p;
   }
   std::vector<sim::PoolHpa> hpas;
   if (!hpa_path.empty()) {
-    std::ifstream in(hpa_path);
-    if (!in) return fail(absl::NotFoundError(absl::StrCat("--hpa: cannot read ", hpa_path)));
-    std::stringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<std::vector<sim::PoolHpa>> h = sim::HpasFromJson(text.str());
-    if (!h.ok()) {
-      return fail(absl::InvalidArgumentError(absl::StrCat(hpa_path, ": ", h.status().message())));
-    }
+    absl::StatusOr<std::vector<sim::PoolHpa>> h = sim::ReadHpas(hpa_path);
+    if (!h.ok()) return fail(h.status());
     hpas = std::move(*h);
   }
   absl::StatusOr<sim::Profile> profile = sim::ReadProfile(profile_path);
