@@ -546,8 +546,9 @@ class Simulation {
         }
       }
     }
-    // The controller runs while requests remain.
-    if (ended_ < (int64_t)result_.requests.size()) {
+    // The controller runs while requests remain and anything else can
+    // still happen.
+    if (ended_ < (int64_t)result_.requests.size() && !events_.empty()) {
       At(now_ + hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });
     }
   }
