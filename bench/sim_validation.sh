@@ -19,8 +19,11 @@
 #       open loop: each of OPEN_NAMES' capacity by pdq sim (16 clients back to
 #       back), then Poisson rates at 50%, 70% and 85% of it, 20 requests after
 #       2 unmeasured (5 seeds) -> DIR/predicted-open/ (rates.txt: the rates)
-#   bench/sim_validation.sh measure-open BUILD DIR [RUNS]
-#       the same rates against the real deployments -> DIR/measured-open/
+#   bench/sim_validation.sh measure-open BUILD DIR [RUNS] [NAME-fFRACTION,...]
+#       the same rates against the real deployments, each rate on a deployment
+#       of its own (pdq bench sends the same texts every run: a deployment
+#       kept across rates would answer later ones from its prefix cache,
+#       which the simulator does not model) -> DIR/measured-open/
 #   bench/sim_validation.sh compare-open DIR
 #       DIR/validation-open.md, as compare (p99 judged at 20%)
 #
@@ -135,7 +138,7 @@ predict_open() {
 }
 
 measure_open() {
-  local runs="${4:-1}"
+  local runs="${4:-1}" only="${5:-}"
   bin="$build/bin"
   # shellcheck disable=SC2034  # bin, model and work are lib.sh's
   model="${PDQ_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
@@ -148,17 +151,16 @@ measure_open() {
   for r in $(seq "$runs"); do
     for c in "${configs[@]}"; do
       IFS='|' read -r name workers _ <<<"$c"
-      grep -q "^$name " "$dir/predicted-open/rates.txt" || continue
-      log "round $r: $name"
-      up "$name" "$workers"
       while read -r _ f rate; do
+        [[ -z $only || ",$only," == *",$name-f$f,"* ]] || continue
+        log "round $r: $name at $rate/s"
+        up "$name" "$workers"
         "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
           --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
           --warmup "$open_warmup" --json "$dir/measured-open/$name-f$f-$r.json" >"$work/bench.out" 2>&1 ||
           { cat "$work/bench.out" >&2; exit 1; }
-        grep -E 'TTFT|TPOT' "$work/bench.out" | head -3 >&2 || true
+        down
       done < <(grep "^$name " "$dir/predicted-open/rates.txt")
-      down
     done
   done
 }
