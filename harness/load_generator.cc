@@ -794,13 +794,32 @@ void PrintLevelHeader() {
   std::printf("%5s %9s %8s %8s %8s %7s %7s %7s\n", "", "", "ms", "ms", "ms", "ms", "ms", "ms");
 }
 
+namespace {
+
+// The requests RunSweep counts at `level`.
+int CountedAt(const SweepOptions& o, int level) {
+  return o.requests > 0     ? (int)o.requests
+         : o.rate > 0       ? 32
+         : o.per_client > 0 ? (int)o.per_client * level
+                            : std::max(8, 4 * level);
+}
+
+std::vector<int> SweepLevels(const SweepOptions& o) {
+  return o.rate > 0 ? std::vector<int>{0} : o.levels;
+}
+
+}  // namespace
+
+int64_t SweepRequests(const SweepOptions& o) {
+  int64_t total = 0;
+  for (int level : SweepLevels(o)) total += CountedAt(o, level) + o.warmup;
+  return total;
+}
+
 bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchResult* out) {
   bool all_ok = true;
-  for (int level : o.rate > 0 ? std::vector<int>{0} : o.levels) {
-    const int counted = o.requests > 0     ? (int)o.requests
-                        : o.rate > 0       ? 32
-                        : o.per_client > 0 ? (int)o.per_client * level
-                                           : std::max(8, 4 * level);
+  for (int level : SweepLevels(o)) {
+    const int counted = CountedAt(o, level);
     const std::string label =
         o.rate > 0 ? absl::StrCat("rate ", o.rate, "/s") : absl::StrCat("concurrency ", level);
     if (o.rate <= 0 && counted + o.warmup < level) {

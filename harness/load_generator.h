@@ -84,6 +84,8 @@ struct SweepOptions {
   int64_t warmup = 1;       // per level, run first and not counted
   LatencyTargets targets;
 };
+// The requests RunSweep sends, counted and warm-up, over every level.
+int64_t SweepRequests(const SweepOptions& o);
 // The table's header for RunSweep's and Alternate's rows.
 void PrintLevelHeader();
 // Each level in turn, appended to `out` (its summary and every request's

@@ -18,6 +18,7 @@
 // connecting, and writing the result.
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -290,11 +291,18 @@ int BenchCommand(int argc, char** argv) {
     out.rate = f.rate;
     out.ttft_target_ms = f.ttft_target_ms;
     out.tpot_target_ms = f.tpot_target_ms;
+    const LatencyTargets targets{f.ttft_target_ms / 1e3, f.tpot_target_ms / 1e3};
+    const SweepOptions sweep{levels, f.rate, f.requests, f.per_client, f.warmup, targets};
+    // A text of its own for every request of a sweep (the driver cycles
+    // through them): a repeated one would be answered from the server's
+    // prefix cache. The alternating pattern repeats its 64 on purpose:
+    // each cycle should find the deployment as the first did.
+    const int64_t texts =
+        f.pattern == "alternate" ? 64 : std::clamp<int64_t>(SweepRequests(sweep), 64, 4096);
     absl::StatusOr<std::vector<BenchPrompt>> prompts =
-        MakePrompts(c->tokenize, c->detokenize, *text, f.input_tokens, 64);
+        MakePrompts(c->tokenize, c->detokenize, *text, f.input_tokens, (int)texts);
     if (!prompts.ok()) return Fail("bench", prompts.status());
     Driver driver(*c->target, std::move(*prompts), f.output_tokens, f.timeout_s);
-    const LatencyTargets targets{f.ttft_target_ms / 1e3, f.tpot_target_ms / 1e3};
     PrintLevelHeader();
     if (f.pattern == "alternate") {
       const AlternateOptions o{(int)f.cycles, (int)f.high, (int)f.low, f.max_rss_growth_mib,
@@ -304,8 +312,7 @@ int BenchCommand(int argc, char** argv) {
       std::printf("%s%s\n", why.empty() ? "PASS" : "FAIL: ", why.c_str());
       all_ok = why.empty();
     } else {
-      all_ok = RunSweep(driver, c->stub.get(),
-                        {levels, f.rate, f.requests, f.per_client, f.warmup, targets}, &out);
+      all_ok = RunSweep(driver, c->stub.get(), sweep, &out);
     }
   }
   if (!f.json.empty()) {
