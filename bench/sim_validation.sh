@@ -84,16 +84,21 @@ predict() {
   done
 }
 
-measure() {
-  local runs="${4:-3}" only="${5:-}"
+# lib.sh's pdq up helpers, and DIR/$1 for the runs; names the host.
+start_measuring() {
   bin="$build/bin"
   # shellcheck disable=SC2034  # bin, model and work are lib.sh's
   model="${PDQ_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
   work="$(mktemp -d /tmp/pdq-sim-validation-XXXXXX)"
   # shellcheck source=bench/lib.sh
   source "$(dirname "$0")/lib.sh"
-  mkdir -p "$dir/measured"
+  mkdir -p "$dir/$1"
   lscpu | grep -E '^Model name' >&2
+}
+
+measure() {
+  local runs="${4:-3}" only="${5:-}"
+  start_measuring measured
   local r c name workers
   for r in $(seq "$runs"); do
     for c in "${configs[@]}"; do
@@ -139,14 +144,7 @@ predict_open() {
 
 measure_open() {
   local runs="${4:-1}" only="${5:-}"
-  bin="$build/bin"
-  # shellcheck disable=SC2034  # bin, model and work are lib.sh's
-  model="${PDQ_MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
-  work="$(mktemp -d /tmp/pdq-sim-validation-XXXXXX)"
-  # shellcheck source=bench/lib.sh
-  source "$(dirname "$0")/lib.sh"
-  mkdir -p "$dir/measured-open"
-  lscpu | grep -E '^Model name' >&2
+  start_measuring measured-open
   local r c name workers f rate
   for r in $(seq "$runs"); do
     for c in "${configs[@]}"; do

@@ -715,14 +715,14 @@ std::string NameBottleneck(const PoolBusy& b, int64_t refused) {
 }
 
 absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
-                                     int seeds, const RunOptions& o) {
+                                     int seeds) {
   if (seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
   std::vector<RunSummary> runs;
   int64_t scale_events = 0;
   for (int i = 0; i < seeds; ++i) {
     Workload wi = w;
     wi.seed = w.seed + (uint64_t)i;
-    absl::StatusOr<RunResult> r = Simulate(d, wi, o);
+    absl::StatusOr<RunResult> r = Simulate(d, wi);
     if (!r.ok()) return r.status();
     runs.push_back(Summarize(*r, t));
     scale_events += (int64_t)r->scaling.size();

@@ -218,6 +218,6 @@ struct SeedSummary {
 };
 // Runs seeds w.seed .. w.seed + seeds - 1.
 absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
-                                     int seeds, const RunOptions& o = {});
+                                     int seeds);
 
 }  // namespace pdq::sim

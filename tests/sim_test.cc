@@ -470,7 +470,9 @@ TEST(SimPlanTest, AutoscalersAreChosenByReplayingTheRecommendation) {
   const int counts[3] = {d.prefill, d.decode, d.monolithic};  // by Role
   for (int role = 0; role < 3; ++role) {
     ASSERT_EQ(r.hpas[role].has_value(), counts[role] > 0) << role;
-    if (r.hpas[role]) EXPECT_EQ(r.hpas[role]->max_replicas, std::max(2, 2 * counts[role]));
+    if (r.hpas[role]) {
+      EXPECT_EQ(r.hpas[role]->max_replicas, std::max(2, 2 * counts[role]));
+    }
   }
 }
 
