@@ -63,10 +63,17 @@ absl::Status Context::Forward(KvCache& kv, std::span<const BatchEntry> batch, Lo
     return absl::InvalidArgumentError(
         absl::StrCat("the KV cache is laid out for another model: ", s.message()));
   }
-  if (backend_ ? kv.allocator() != backend_->kv_allocator() : !kv.host_accessible()) {
+  // A backend without an allocator of its own works on host caches.
+  if (backend_ && backend_->kv_allocator() ? kv.allocator() != backend_->kv_allocator()
+                                           : !kv.host_accessible()) {
     return absl::InvalidArgumentError(absl::StrCat("the KV cache lives in ", kv.memory(),
                                                    " memory; this context runs on ", device(),
                                                    " (make caches with Context::NewKvCache)"));
+  }
+  if (!backend_ && !model_.has_weights()) {
+    return absl::FailedPreconditionError(
+        "this model was loaded without weights (Model::LoadShape); only a backend that reads "
+        "none, such as an emulated worker's, runs it");
   }
   if (backend_ && observer_) {
     return absl::FailedPreconditionError(

@@ -61,6 +61,8 @@ class ForwardBackend {
  public:
   virtual ~ForwardBackend() = default;
   virtual std::string name() const = 0;  // "cuda:0"
+  // Where its caches live; null: host memory (a backend that reads no KV
+  // bytes, such as an emulated worker's).
   virtual std::shared_ptr<KvAllocator> kv_allocator() const = 0;
   // Fills logits->data for the plan (first_row and num_rows are set) and
   // leaves the new tokens' K/V in the cache; calls `layer_done` (if set)

@@ -62,6 +62,13 @@ class Model {
                                                      const CpuContext& ctx);
   static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& spec,
                                                      const LoadOptions& options);
+  // The configuration and tokenizer of `spec` and no weights, labelled
+  // `precision`: for a Context whose backend never reads weights (an
+  // emulated worker's, emulate/). Forward on the CPU refuses such a model.
+  static absl::StatusOr<std::unique_ptr<Model>> LoadShape(const std::string& spec,
+                                                          Precision precision);
+  // False for a LoadShape model.
+  bool has_weights() const { return output_ != nullptr; }
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -235,6 +235,9 @@ class ModelLoader {
                                                               const LoadOptions& options,
                                                               bool skip_weights,
                                                               ThreadPool& pool);
+  // Configuration and tokenizer only (Model::LoadShape).
+  static absl::StatusOr<std::unique_ptr<Model>> Shape(const std::string& spec,
+                                                      const LoadOptions& options);
 
  private:
   static std::unique_ptr<Model> NewModel(const LoadOptions& options);
@@ -464,6 +467,31 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::FromSynthetic(const std::str
   return m;
 }
 
+absl::StatusOr<std::unique_ptr<Model>> ModelLoader::Shape(const std::string& spec,
+                                                          const LoadOptions& options) {
+  std::unique_ptr<Model> m = NewModel(options);
+  if (absl::StartsWith(spec, "synthetic:")) {
+    PDQ_ASSIGN_OR_RETURN(m->config_, SyntheticConfig(spec.substr(10)));
+    PDQ_ASSIGN_OR_RETURN(m->tokenizer_, SyntheticTokenizer(m->config_.vocab_size));
+  } else {
+    PDQ_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> file, GgufFile::Open(spec));
+    PDQ_ASSIGN_OR_RETURN(m->config_, ConfigFromGguf(*file));
+    PDQ_ASSIGN_OR_RETURN(m->tokenizer_, Tokenizer::FromGguf(*file));
+    m->config_.vocab_size = m->tokenizer_->vocab_size();
+  }
+  Finish(*m);
+  m->options_ = options;
+  m->source_spec_ = spec;
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::LoadShape(const std::string& spec,
+                                                        Precision precision) {
+  LoadOptions options;
+  options.precision = precision;
+  return ModelLoader::Shape(spec, options);
+}
+
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& spec,
                                                    const LoadOptions& options) {
   ThreadPool pool;
@@ -548,6 +576,7 @@ absl::Status Model::SaveQuantized(const std::string& path) const {
   if (precision_ == Precision::kFp16) {
     return absl::FailedPreconditionError("FP16 weights are the reference; nothing to save");
   }
+  if (!has_weights()) return absl::FailedPreconditionError("the model was loaded without weights");
   ArtifactHeader h;
   h.scheme = PrecisionName(precision_);
   h.group_size = precision_ == Precision::kW4A16 ? options_.w4_group : 0;
@@ -568,6 +597,7 @@ absl::Status Model::SaveQuantized(const std::string& path) const {
 }
 
 int64_t Model::weight_bytes_per_token() const {
+  if (!has_weights()) return 0;
   int64_t bytes = output_->weight_bytes();
   for (const Layer& l : layers_) {
     bytes += l.qkv->weight_bytes() + l.out->weight_bytes() + l.gate_up->weight_bytes() +

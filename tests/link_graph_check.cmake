@@ -10,7 +10,9 @@
 cmake_minimum_required(VERSION 3.25)
 set(worker_allowed pdq_worker pdq_engine pdq_engine_cuda pdq_device pdq_quant pdq_quant_methods
   pdq_kernels pdq_kernels_cuda pdq_gguf pdq_tokenizer pdq_kvtransfer pdq_server pdq_proto
-  pdq_flags pdq_probes pdq_policy pdq_common)
+  pdq_flags pdq_probes pdq_policy pdq_common
+  # --emulate: passes timed by a `pdq profile` (emulate/, reading sim/profile.h).
+  pdq_emulate pdq_sim)
 set(router_allowed pdq_router pdq_policy pdq_tokenizer pdq_gguf pdq_server pdq_proto pdq_flags pdq_common)
 # The harness is a client: no engine, no worker, no router.
 set(harness_allowed pdq_harness pdq_server pdq_proto pdq_common)

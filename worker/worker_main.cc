@@ -5,11 +5,13 @@
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "emulate/emulate.h"
 #include "flags/flags.h"
 #include "kernels/cpu/thread_pool.h"
 #include "probes/roofline.h"
@@ -156,6 +158,20 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
              "prefill then reuses a W4A16-written answer, and a decode worker prefills short "
              "follow-ups at its own precision); by default only KV written at the precision "
              "that would compute it is reused, so answers equal those without the cache");
+  std::string emulate_profile;
+  flags.String("emulate", &emulate_profile,
+               "a `pdq profile` file: run no model, only its shape (from --model); every forward "
+               "pass takes the time the profile's pass of this precision and --threads measured "
+               "for its work, and everything else (scheduling, KV cache and transfers, gRPC, "
+               "the router protocol) is real; the emulation tier, for checking `pdq sim` with "
+               "more workers than the cores could compute for; answers are a fixed text");
+  double emulate_time_scale = 1;
+  flags.Float("emulate-time-scale", &emulate_time_scale, 0.01, 1000,
+              "with --emulate: every pass takes this many times the profile's time");
+  double emulate_load_seconds = -1;
+  flags.Float("emulate-load-seconds", &emulate_load_seconds, -1, 3600,
+              "with --emulate: wait this long before serving, as loading a model would take; "
+              "-1: the profile's load time for this precision (0 where it has none)");
   bool skip_peaks = false;
   flags.Bool("skip-peaks", &skip_peaks,
              "do not measure the machine's compute peak and read bandwidth at start-up (about "
@@ -208,18 +224,49 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   server::ExitOnStopSignalUntilServing("loading the model");
 
   // Models: one, or for role both at two precisions, two sharing one layout.
-  absl::StatusOr<LoadedModel> main_model = model_flags.Load(false);
+  std::optional<sim::Profile> profile;
+  if (!emulate_profile.empty()) {
+    absl::StatusOr<sim::Profile> p = sim::ReadProfile(emulate_profile);
+    if (!p.ok()) {
+      return fail(
+          absl::Status(p.status().code(), absl::StrCat("--emulate: ", p.status().message())));
+    }
+    profile = std::move(*p);
+  }
+  double emulated_load = 0;
+  auto load = [&](const std::string& precision) -> absl::StatusOr<LoadedModel> {
+    if (!profile) return model_flags.Load(false, precision);
+    absl::StatusOr<emulate::EmulatedModel> m = emulate::LoadEmulated(
+        *profile, model_flags.model, precision.empty() ? model_flags.precision : precision,
+        (int)model_flags.threads, emulate_time_scale, CpuContext{&model_flags.pool()});
+    if (!m.ok())
+      return absl::Status(m.status().code(), absl::StrCat("--emulate: ", m.status().message()));
+    const policy::StepCoefficients& t = m->pass.time;
+    LogLine(absl::StrFormat(
+        "emulating %s at %s, %d threads, by %s: %.2f ms a pass + %.3f ms a decode row + %.3f ms "
+        "a prompt token + %.3g ms an attention pair, x%g",
+        model_flags.model, m->pass.precision, m->pass.threads, emulate_profile, t.fixed * 1e3,
+        t.per_row * 1e3, t.per_token * 1e3, t.per_pair * 1e3, emulate_time_scale));
+    emulated_load += m->pass.load_seconds;
+    return LoadedModel{std::move(m->model), std::move(m->ctx)};
+  };
+  absl::StatusOr<LoadedModel> main_model = load("");
   if (!main_model.ok()) return fail(main_model.status());
   LoadedModel prefill_model;
   Context* prefill_ctx = main_model->ctx.get();
   if (!prefill_precision.empty() && prefill_precision != model_flags.precision) {
-    absl::StatusOr<LoadedModel> m = model_flags.Load(false, prefill_precision);
+    absl::StatusOr<LoadedModel> m = load(prefill_precision);
     if (!m.ok()) return fail(m.status());
     prefill_model = std::move(*m);
     prefill_ctx = prefill_model.ctx.get();
   }
+  if (profile) {
+    const double wait = emulate_load_seconds >= 0 ? emulate_load_seconds : emulated_load;
+    LogLine(absl::StrFormat("emulated model load: %.1f s", wait));
+    absl::SleepFor(absl::Seconds(wait));
+  }
   const Model& model = *main_model->model;
-  if (!skip_peaks) MeasurePeaks(model_flags.pool(), prefill_ctx->model().precision());
+  if (!skip_peaks && !profile) MeasurePeaks(model_flags.pool(), prefill_ctx->model().precision());
   const KvLayout layout = model.kv_layout((int)block_tokens);
   const int64_t blocks = (kv_tokens + block_tokens - 1) / block_tokens;
   absl::StatusOr<std::unique_ptr<KvCache>> kv = KvCache::Create({layout, blocks});
