@@ -40,6 +40,11 @@
 #   bench/sim_validation.sh compare-emulated DIR
 #       DIR/validation-emulated.md, as compare-open, judged at 5% (the
 #       issue's bound for the simulator against the emulation tier)
+#   EMULATED_TAG=-NAME names another set of them (predicted-emulated-NAME,
+#   measured-emulated-NAME, validation-emulated-NAME.md): a later model or
+#   router, beside the earlier; EMULATED_RUNS_TAG=-OTHER compares them with
+#   the runs of another set (the measured-emulated-OTHER of an earlier router),
+#   and EMULATED_RATES_TAG=-OTHER predicts at that set's rates.
 #
 # Workload: chat (128 prompt tokens, 512 out), closed loop at concurrency
 # 1, 4 and 8, 2 requests per client plus one unmeasured request (pdq bench
@@ -73,6 +78,7 @@ emulated_output_tokens=128
 emulated_requests=150
 emulated_warmup=10
 emulated_kv_tokens=4096
+tag="${EMULATED_TAG:-}"
 
 # NAME|pdq up workers (JSON)|pdq sim flags
 configs=(
@@ -197,7 +203,7 @@ emulated_sim_flags() {
 
 predict_emulated() {
   [[ -f $dir/profile.json ]] || { echo "no $dir/profile.json" >&2; exit 1; }
-  local out="$dir/predicted-emulated" size f cap rate
+  local out="$dir/predicted-emulated$tag" size f cap rate
   mkdir -p "$out"
   # The passes the emulated workers take: the profile's, scaled.
   python3 - "$dir/profile.json" "$emulate_time_scale" >"$dir/profile-emulated.json" <<'PY'
@@ -211,6 +217,19 @@ for q in p["passes"]:
 json.dump(p, sys.stdout, indent=1)
 PY
   echo "time scale $emulate_time_scale" >"$out/rates.txt"
+  # EMULATED_RATES_TAG=-OTHER: the rates of predicted-emulated-OTHER (to
+  # predict runs already made), not this model's capacity.
+  if [[ -n ${EMULATED_RATES_TAG+x} ]]; then
+    while read -r size f rate; do
+      [[ $size == time ]] && continue
+      echo "$size $f $rate" >>"$out/rates.txt"
+      # shellcheck disable=SC2046
+      "$build/bin/pdq" sim --profile "$dir/profile-emulated.json" $(emulated_sim_flags "$size") \
+        --rate "$rate" --requests "$emulated_requests" --warmup "$emulated_warmup" --seeds 5 \
+        --json "$out/$size-f$f.json" | sed "s/^/$size $rate\/s: /"
+    done <"$dir/predicted-emulated$EMULATED_RATES_TAG/rates.txt"
+    return
+  fi
   for size in ${emulated_sizes//,/ }; do
     # Capacity: 8 clients a worker back to back (enough to saturate its
     # busiest pool), what they finish a second once warm.
@@ -249,7 +268,7 @@ PY
 
 measure_emulated() {
   local runs="${4:-1}" only="${5:-}"
-  start_measuring measured-emulated
+  start_measuring "measured-emulated$tag"
   local r size f rate profile
   profile="$(realpath "$dir/profile.json")"
   for r in $(seq "$runs"); do
@@ -262,7 +281,7 @@ measure_emulated() {
       before="$(head -1 /proc/stat)"
       "$bin/pdq" bench --router "$router" --input-tokens "$emulated_prompt_tokens" \
         --output-tokens "$emulated_output_tokens" --rate "$rate" --requests "$emulated_requests" \
-        --warmup "$emulated_warmup" --json "$dir/measured-emulated/$size-f$f-$r.json" >"$work/bench.out" 2>&1 ||
+        --warmup "$emulated_warmup" --json "$dir/measured-emulated$tag/$size-f$f-$r.json" >"$work/bench.out" 2>&1 ||
         { cat "$work/bench.out" >&2; exit 1; }
       after="$(head -1 /proc/stat)"
       # What the emulation itself (router, workers, client) kept the cores
@@ -271,9 +290,9 @@ measure_emulated() {
 a, b = ([int(x) for x in s.split()[1:]] for s in sys.argv[1:3])
 d = [y - x for x, y in zip(a, b)]
 print(f"cores busy: {1 - (d[3] + d[4]) / sum(d):.0%}")' "$before" "$after" |
-        tee "$dir/measured-emulated/$size-f$f-$r.cpu" >&2
+        tee "$dir/measured-emulated$tag/$size-f$f-$r.cpu" >&2
       down
-    done <"$dir/predicted-emulated/rates.txt"
+    done <"$dir/predicted-emulated$tag/rates.txt"
   done
 }
 
@@ -297,8 +316,10 @@ def predicted_cell(p, m, q):
     return p[f"{m}_{q}"]["mean"] * 1e3
 rows, errors = [], {f"{m} {q}".strip(): [] for m, q in metrics}
 emulated = os.environ.get("EMULATED") == "1"
-measured = "measured-emulated" if emulated else "measured-open" if open_loop else "measured"
-predicted = ("predicted-emulated" if emulated else "predicted-open" if open_loop
+tag = os.environ.get("EMULATED_TAG", "")
+runs_tag = os.environ.get("EMULATED_RUNS_TAG", tag)
+measured = f"measured-emulated{runs_tag}" if emulated else "measured-open" if open_loop else "measured"
+predicted = (f"predicted-emulated{tag}" if emulated else "predicted-open" if open_loop
              else os.environ.get("PREDICTED", "predicted"))
 # The simulator against the emulation tier: 5% (the issue's bound), p99 10%.
 base_bound = 0.05 if emulated else 0.10
@@ -344,7 +365,7 @@ for k, cells in errors.items():
     es = [e for e, _ in cells]
     out.append(f"| {k} | {statistics.fmean(es):+.1%} | {statistics.median(abs(e) for e in es):.1%} | "
                f"{max(abs(e) for e in es):.1%} | {sum(ok for _, ok in cells)} of {len(cells)} |")
-open(f"{d}/validation-{'emulated' if emulated else 'open' if open_loop else predicted}.md", "w").write("\n".join(out) + "\n")
+open(f"{d}/validation-{'emulated' + tag if emulated else 'open' if open_loop else predicted}.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
 }

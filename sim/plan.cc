@@ -218,9 +218,9 @@ absl::StatusOr<AutoscalePlan> PlanAutoscaling(
     scaled.decode = std::min(d.decode, 1);
     scaled.monolithic = std::min(d.monolithic, 1);
     const auto h = hpas_for(sequences);
-    scaled.prefill_hpa = h[static_cast<int>(Role::kPrefill)];
-    scaled.decode_hpa = h[static_cast<int>(Role::kDecode)];
-    scaled.monolithic_hpa = h[static_cast<int>(Role::kBoth)];
+    for (Role r : {Role::kPrefill, Role::kDecode, Role::kBoth}) {
+      scaled.hpa(r) = h[static_cast<int>(r)];
+    }
     scaled.pod_start_seconds = a.pod_start_seconds;
     absl::StatusOr<SeedSummary> r = RunSeeds(scaled, w, q.targets, q.seeds);
     if (!r.ok()) return r.status();

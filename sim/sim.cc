@@ -178,16 +178,16 @@ class Simulation {
     for (int i = 0; i < d.monolithic; ++i) AddWorker(Role::kBoth, /*serving=*/true);
     for (int i = 0; i < d.prefill; ++i) AddWorker(Role::kPrefill, true);
     for (int i = 0; i < d.decode; ++i) AddWorker(Role::kDecode, true);
-    for (const auto& [hpa, role] :
-         {std::pair{&d.prefill_hpa, Role::kPrefill}, std::pair{&d.decode_hpa, Role::kDecode},
-          std::pair{&d.monolithic_hpa, Role::kBoth}}) {
-      if (hpa->has_value()) hpas_.push_back({role, HpaController(**hpa)});
+    for (Role role : {Role::kPrefill, Role::kDecode, Role::kBoth}) {
+      const std::optional<HpaSpec>& hpa = d.hpa(role);
+      if (hpa) hpas_.push_back({role, HpaController(*hpa)});
     }
   }
 
   RunResult Run() {
     const int total = w_.warmup + w_.requests;
     result_.requests.resize(total);
+    prefill_counted_.assign(total, false);
     if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
       for (int c = 0; c < std::min(w_.concurrency, total); ++c) Send(0);
     } else {
@@ -197,10 +197,25 @@ class Simulation {
         t = NextArrival(t);
       }
     }
-    if (!hpas_.empty()) At(hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });
+    if (!hpas_.empty()) {
+      events_.push(
+          {hpas_[0].controller.spec().sync_seconds, next_order_++, [this] { SyncHpas(); }, true});
+      ++periodic_pending_;
+    }
+    // Workers that started apart heartbeat at phases spread over the
+    // interval (deterministic, so a seed is the same run anywhere).
+    if (d_.heartbeat_seconds > 0) {
+      for (int w = 0; w < (int)workers_.size(); ++w) {
+        const double phase = std::fmod(0.6180339887 * (w + 1), 1.0);
+        events_.push(
+            {d_.heartbeat_seconds * phase, next_order_++, [this, w] { Heartbeat(w); }, true});
+        ++periodic_pending_;
+      }
+    }
     while (!events_.empty()) {
       Event e = events_.top();
       events_.pop();
+      if (e.periodic) --periodic_pending_;
       now_ = e.time;
       e.fn();
     }
@@ -216,12 +231,20 @@ class Simulation {
     double time;
     uint64_t order;
     std::function<void()> fn;
+    bool periodic = false;  // a heartbeat or an HPA sync: runs only while other events remain
     bool operator>(const Event& o) const {
       return time != o.time ? time > o.time : order > o.order;
     }
   };
 
   void At(double t, std::function<void()> fn) { events_.push({t, next_order_++, std::move(fn)}); }
+  // A periodic event again at `t` while requests remain and something other
+  // than periodic events can still happen.
+  void Again(double t, std::function<void()> fn) {
+    if (ended_ >= (int64_t)result_.requests.size() || events_.size() <= periodic_pending_) return;
+    events_.push({t, next_order_++, std::move(fn), true});
+    ++periodic_pending_;
+  }
 
   double Gap(double rate) {
     if (w_.arrivals == Workload::Arrivals::kPoisson) {
@@ -283,7 +306,7 @@ class Simulation {
     ++ended_;
     // The router counts a request against both its workers until it ends.
     --in_flight_[r.decode_worker];
-    if (r.prefill_worker >= 0) --in_flight_[r.prefill_worker];
+    ReleasePrefill(id);
     MaybeRetire(r.decode_worker);
     if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
       Send(now_);
@@ -291,6 +314,12 @@ class Simulation {
       // may have come free.
       for (; parked_ > 0; --parked_) Send(now_);
     }
+  }
+
+  void ReleasePrefill(int64_t id) {
+    const int pw = result_.requests[id].prefill_worker;
+    if (pw >= 0 && prefill_counted_[id]) --in_flight_[pw];
+    prefill_counted_[id] = false;
   }
 
   // No worker has room for its KV: the router refuses it at once.
@@ -315,8 +344,9 @@ class Simulation {
   // The router's choice among workers of `roles` (policy::BestCandidate,
   // its candidates as router/router.cc builds them: a decode worker's load
   // is its decoding streams plus the requests in flight to it, a prefill
-  // worker's the requests in flight; the worker's state is read exactly,
-  // where the router has its last heartbeat), then its KV reservation of
+  // worker's the requests in flight; a worker's
+  // queued prompt tokens, decoding streams and KV as of its last heartbeat,
+  // the counts in flight current), then its KV reservation of
   // `reserve` tokens; a worker that refuses is avoided once more, as the
   // router retries an attempt once. -1: refused.
   int Pick(std::initializer_list<Role> roles, int64_t prompt_tokens, int64_t reserve) {
@@ -328,11 +358,12 @@ class Simulation {
         const WorkerSim& w = workers_[i];
         if (std::find(roles.begin(), roles.end(), w.role()) == roles.end()) continue;
         if (state_[i] != State::kServing) continue;
+        const Seen seen = d_.heartbeat_seconds > 0 ? seen_[i] : Look(i);
         policy::RouteCandidate c;
         c.unwanted = i == avoid;
-        c.queued_tokens = w.queued_prompt_tokens();
-        c.load = double(in_flight_[i]) + (w.role() == Role::kPrefill ? 0 : double(w.decoding()));
-        c.kv_blocks_free = w.spec().kv_blocks - w.kv_blocks_used();
+        c.queued_tokens = seen.queued_tokens;
+        c.load = double(in_flight_[i]) + (w.role() == Role::kPrefill ? 0 : double(seen.decoding));
+        c.kv_blocks_free = w.spec().kv_blocks - seen.kv_blocks_used;
         candidates.push_back(c);
         index.push_back(i);
       }
@@ -373,6 +404,7 @@ class Simulation {
     }
     r.prefill_worker = pw;
     ++in_flight_[pw];
+    prefill_counted_[id] = true;
     SimStream p;
     p.id = id;
     p.prompt_tokens = r.prompt_tokens;
@@ -477,6 +509,7 @@ class Simulation {
     busy_.push_back(false);
     in_flight_.push_back(0);
     link_free_.push_back(0);
+    seen_.push_back(Look(w));
     WorkerRecord wr;
     wr.role = role;
     wr.created = now_;
@@ -487,9 +520,28 @@ class Simulation {
         if (state_[w] != State::kStarting) return;  // removed before it served
         state_[w] = State::kServing;
         result_.workers[w].ready = now_;
+        // It heartbeats right after registering, then every interval.
+        seen_[w] = Look(w);
+        if (d_.heartbeat_seconds > 0) {
+          Again(now_ + d_.heartbeat_seconds, [this, w] { Heartbeat(w); });
+        }
       });
     }
     return w;
+  }
+
+  // What a worker's heartbeat reports: the router's view of it until the next.
+  struct Seen {
+    int64_t queued_tokens = 0, decoding = 0, kv_blocks_used = 0;
+  };
+  Seen Look(int w) const {
+    const WorkerSim& x = workers_[w];
+    return {x.queued_prompt_tokens(), x.decoding(), x.kv_blocks_used()};
+  }
+  void Heartbeat(int w) {
+    if (state_[w] == State::kGone) return;
+    seen_[w] = Look(w);
+    Again(now_ + d_.heartbeat_seconds, [this, w] { Heartbeat(w); });
   }
 
   // A draining worker leaves once it holds nothing.
@@ -548,9 +600,7 @@ class Simulation {
     }
     // The controller runs while requests remain and anything else can
     // still happen.
-    if (ended_ < (int64_t)result_.requests.size() && !events_.empty()) {
-      At(now_ + hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });
-    }
+    Again(now_ + hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });
   }
 
   const Deployment& d_;
@@ -568,6 +618,9 @@ class Simulation {
   int64_t ended_ = 0;  // requests done or refused
   std::vector<bool> busy_;
   std::vector<int64_t> in_flight_;
+  std::vector<Seen> seen_;             // by worker: as of its last heartbeat
+  std::vector<bool> prefill_counted_;  // by request: counted in flight at its prefill worker
+  size_t periodic_pending_ = 0;        // periodic events in the queue
   std::vector<double> link_free_;
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t next_order_ = 0;
@@ -719,6 +772,7 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   if (seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
   std::vector<RunSummary> runs;
   int64_t scale_events = 0;
+  std::vector<ScaleRecord> first_scaling;
   for (int i = 0; i < seeds; ++i) {
     Workload wi = w;
     wi.seed = w.seed + (uint64_t)i;
@@ -726,6 +780,7 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
     if (!r.ok()) return r.status();
     runs.push_back(Summarize(*r, t));
     scale_events += (int64_t)r->scaling.size();
+    if (i == 0) first_scaling = std::move(r->scaling);
   }
   SeedSummary out;
   out.seeds = seeds;
@@ -754,6 +809,7 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   out.mean_workers = each(&RunSummary::mean_workers);
   for (const RunSummary& s : runs) out.peak_workers = std::max(out.peak_workers, s.peak_workers);
   out.scale_events = scale_events;
+  out.first_seed_scaling = std::move(first_scaling);
   return out;
 }
 

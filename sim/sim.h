@@ -73,6 +73,11 @@ struct Deployment {
   int num_layers = 1;
   double router_seconds = 0;  // the router's time per request (parse, pick, relay)
   double load_tokens = 512;   // policy::BestCandidate's weight of a request of load
+  // How often each worker reports its load to the router (pdq-router
+  // --heartbeat-ms): the router picks workers by their queued prompt
+  // tokens, decoding streams and free KV as of their last heartbeat (its
+  // own count of requests in flight is current). 0: read exactly.
+  double heartbeat_seconds = 0.5;
   // Kubernetes HPAs on the pools; a pool without one keeps its count (the
   // counts above are then the starting replicas). A pod an HPA adds
   // serves `pod_start_seconds` later (scheduling, image, model load and
@@ -81,10 +86,21 @@ struct Deployment {
   // once its streams end (the drain of a SIGTERM; a decode worker's live
   // migration of its streams to others is not modelled).
   std::optional<HpaSpec> prefill_hpa, decode_hpa, monolithic_hpa;
+  std::optional<HpaSpec>& hpa(Role r) {
+    return r == Role::kPrefill ? prefill_hpa : r == Role::kDecode ? decode_hpa : monolithic_hpa;
+  }
+  const std::optional<HpaSpec>& hpa(Role r) const { return const_cast<Deployment*>(this)->hpa(r); }
   double pod_start_seconds = 10;
   // "1P+1D", "2M": for tables.
   std::string Name() const;
 };
+
+// The workers of an HPA's pool.
+inline Role PoolRole(PoolHpa::Pool p) {
+  return p == PoolHpa::Pool::kPrefill  ? Role::kPrefill
+         : p == PoolHpa::Pool::kDecode ? Role::kDecode
+                                       : Role::kBoth;
+}
 
 struct Workload {
   enum class Arrivals { kPoisson, kGamma, kClosedLoop };
@@ -215,6 +231,7 @@ struct SeedSummary {
   Estimate mean_workers;
   int peak_workers = 0;      // the most over the seeds
   int64_t scale_events = 0;  // HPA changes over all seeds
+  std::vector<ScaleRecord> first_seed_scaling;  // the first seed's HPA changes, in order
 };
 // Runs seeds w.seed .. w.seed + seeds - 1.
 absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,

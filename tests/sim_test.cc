@@ -182,6 +182,38 @@ TEST(SimTest, TransfersShareALink) {
   EXPECT_NE(r.requests[0].prefill_worker, r.requests[1].prefill_worker);
 }
 
+TEST(SimTest, TheRouterSeesQueuedPromptsAsOfTheLastHeartbeat) {
+  // 2P+1D routing on queued prompt tokens alone (no weight on requests in
+  // flight): two 1000-token prompts at once. Read exactly, the second sees
+  // the first queued and takes the other prefill worker; with heartbeats
+  // every 100 s both find the workers as they were (idle) and the tie goes
+  // to the first, so the second waits a prompt's pass.
+  Deployment d;
+  d.prefill = 2;
+  d.decode = 1;
+  d.prefill_worker.pass = {0, 0, 1e-3, 0};  // 1 s a prompt
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0};
+  d.kv_bytes_per_token = 1;
+  d.link = {1e9, 0};
+  d.load_tokens = 0;
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = 2;
+  w.prompt_tokens = 1000;
+  w.output_tokens = 1;
+  w.requests = 2;
+  w.warmup = 0;
+  d.heartbeat_seconds = 0;
+  const RunResult exact = *Simulate(d, w);
+  EXPECT_NE(exact.requests[0].prefill_worker, exact.requests[1].prefill_worker);
+  EXPECT_NEAR(std::max(exact.requests[0].ttft(), exact.requests[1].ttft()), 1.0,
+              1e-5);  // + 1 kB of KV
+  d.heartbeat_seconds = 100;
+  const RunResult stale = *Simulate(d, w);
+  EXPECT_EQ(stale.requests[0].prefill_worker, stale.requests[1].prefill_worker);
+  EXPECT_NEAR(std::max(stale.requests[0].ttft(), stale.requests[1].ttft()), 2.0, 1e-5);
+}
+
 TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   // 1P+1D under closed loop at 4 clients: prompts take 1 ms a pass, each
   // decode step 20 ms, so the decode worker steps all the time and the

@@ -137,10 +137,7 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
       absl::StatusOr<std::vector<sim::PoolHpa>> hpas = sim::ReadHpas(f.hpa);
       if (!hpas.ok()) return fail(hpas.status());
       for (const sim::PoolHpa& h : *hpas) {
-        const sim::Role role = h.pool == sim::PoolHpa::Pool::kPrefill  ? sim::Role::kPrefill
-                               : h.pool == sim::PoolHpa::Pool::kDecode ? sim::Role::kDecode
-                                                                       : sim::Role::kBoth;
-        aq.base[static_cast<int>(role)] = h.spec;
+        aq.base[static_cast<int>(sim::PoolRole(h.pool))] = h.spec;
       }
     }
     const sim::PlanOption& best = plan->options[plan->best];

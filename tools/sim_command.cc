@@ -37,7 +37,8 @@ int SimCommand(int argc, char** argv) {
   int64_t threads = 0, prompt_tokens = 0, output_tokens = 0, concurrency = 0, requests = 500,
           warmup = 50, seeds = 5, seed = 1, batch = 64, budget = 2048, kv_blocks = 1 << 20;
   double rate = 0, burstiness = 1, spread = 0, ttft_ms = 2000, tpot_ms = 200, step_target_ms = 0,
-         prompt_share = 0, noise = 0, pod_start_seconds = -1, hpa_sync_seconds = 15;
+         prompt_share = 0, noise = 0, pod_start_seconds = -1, hpa_sync_seconds = 15,
+         heartbeat_ms = 500;
   FlagParser flags(
       "sim",
       "Simulates a deployment serving a workload from a measured profile (pdq profile): the "
@@ -91,6 +92,9 @@ int SimCommand(int argc, char** argv) {
               "model load and start-up prompt probe (no scheduling or image pull)");
   flags.Float("hpa-sync-seconds", &hpa_sync_seconds, 0.1, 3600,
               "with --hpa: the controller's --horizontal-pod-autoscaler-sync-period");
+  flags.Float("heartbeat-ms", &heartbeat_ms, 0, 60000,
+              "the router's --heartbeat-ms: it routes on each worker's load as of its last "
+              "heartbeat (0: on the exact load)");
   flags.String("json", &json_path, "also write the results here");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   auto fail = [](const absl::Status& s) { return Fail("sim", s); };
@@ -141,9 +145,7 @@ int SimCommand(int argc, char** argv) {
   if (absl::Status s = sim::SpecsFromProfile(*profile, precisions, wo, &d); !s.ok()) return fail(s);
   for (sim::PoolHpa& h : hpas) {
     h.spec.sync_seconds = hpa_sync_seconds;
-    (h.pool == sim::PoolHpa::Pool::kPrefill  ? d.prefill_hpa
-     : h.pool == sim::PoolHpa::Pool::kDecode ? d.decode_hpa
-                                             : d.monolithic_hpa) = h.spec;
+    d.hpa(sim::PoolRole(h.pool)) = h.spec;
   }
   if (!hpas.empty() && pod_start_seconds < 0) {
     absl::StatusOr<double> start = sim::PodStartSeconds(*profile, precisions, wo, d);
@@ -154,6 +156,7 @@ int SimCommand(int argc, char** argv) {
     pod_start_seconds = *start;
   }
   d.pod_start_seconds = std::max(0.0, pod_start_seconds);
+  d.heartbeat_seconds = heartbeat_ms / 1e3;
   sim::Workload w;
   w.arrivals = concurrency > 0   ? sim::Workload::Arrivals::kClosedLoop
                : burstiness == 1 ? sim::Workload::Arrivals::kPoisson
@@ -206,20 +209,19 @@ int SimCommand(int argc, char** argv) {
         "  workers (HPA, %.3g s to start): mean %.3g ± %.2g, peak %d; %lld changes over %d seeds\n",
         pod_start_seconds, r->mean_workers.mean, r->mean_workers.half_width, r->peak_workers,
         (long long)r->scale_events, r->seeds);
-    absl::StatusOr<sim::RunResult> first = sim::Simulate(d, w);
-    if (!first.ok()) return fail(first.status());
+    const std::vector<sim::ScaleRecord>& first = r->first_seed_scaling;
     const size_t shown = 12;
-    for (size_t i = 0; i < first->scaling.size(); ++i) {
-      const sim::ScaleRecord& s = first->scaling[i];
+    for (size_t i = 0; i < first.size(); ++i) {
+      const sim::ScaleRecord& s = first[i];
       timeline.push_back(
           {{"time", s.time}, {"pool", PoolName(s.role)}, {"from", s.from}, {"to", s.to}});
       if (i < shown) {
         std::printf("    %7.0f s  %s %d -> %d\n", s.time, PoolName(s.role), s.from, s.to);
       }
     }
-    if (first->scaling.size() > shown) {
-      std::printf("    ... %zu more (seed %lld; --json has them all)\n",
-                  first->scaling.size() - shown, (long long)seed);
+    if (first.size() > shown) {
+      std::printf("    ... %zu more (seed %lld; --json has them all)\n", first.size() - shown,
+                  (long long)seed);
     }
   }
   if (!json_path.empty()) {
