@@ -55,7 +55,9 @@ struct Worker {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::DecodeWorker::Stub> decode;
   std::unique_ptr<v1::PrefillWorker::Stub> prefill;
-  int64_t in_flight = 0;  // requests the router sent and not yet finished (guarded by the registry)
+  // Requests the router sent and not yet finished; at a prefill worker, until
+  // their Prefill call answered (guarded by the registry).
+  int64_t in_flight = 0;
   // The block hashes its prefix cache holds, as its heartbeats said.
   absl::flat_hash_set<uint64_t> cached;
 };
@@ -502,6 +504,9 @@ struct Attempt {
   bool failed = false;
   bool reserved = false;  // the decode worker holds a reservation for it
   bool prefilled = false;  // the Prefill call answered OK
+  // The prefill worker counts this attempt in flight (from its pick until
+  // the Prefill call answers: its prompt is no longer that worker's work).
+  bool prefill_counted = false;
   int open_calls = 0;     // worker calls not yet completed
   // The Reserve call is left to complete: cancelling it could lose a
   // reservation the worker made; OnReserved releases it instead.
@@ -617,6 +622,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     // pair, and mixing arms would measure neither.
     a.prefill = registry_.Pick({v1::ROLE_PREFILL}, avoid_, true,
                                pool_.empty() ? "" : a.decode->info.pool(), route_, wanted_only);
+    a.prefill_counted = a.prefill != nullptr;
     if (a.prefill != nullptr) return true;
     registry_.Done(a.decode);
     a.decode = nullptr;
@@ -738,7 +744,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     a->decode_req.set_reservation_id(a->reserve_resp.reservation_id());
     if (a->reserve_resp.local_prefill()) {
       // The decode worker holds all but a short suffix and prefills it.
-      registry_.Done(a->prefill);
+      ReleasePrefillLocked(*a);
       a->prefill = nullptr;
       StartDecodeLocked(a);
       return;
@@ -805,6 +811,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   void OnPrefilled(std::shared_ptr<Attempt> a, const grpc::Status& s) {
     std::lock_guard lock(mu_);
     --a->open_calls;
+    ReleasePrefillLocked(*a);
     a->prefilled = s.ok();
     if (s.ok() && migrations_ == 0 && recomputes_ == 0) {
       prefill_cached_tokens_ = a->prefill_resp.cached_tokens();
@@ -1216,10 +1223,16 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     StartAttemptLocked();
   }
 
+  // The prefill worker no longer counts the attempt (once).
+  void ReleasePrefillLocked(Attempt& a) {
+    if (a.prefill_counted) registry_.Done(a.prefill);
+    a.prefill_counted = false;
+  }
+
   void EndAttemptIfIdleLocked(const std::shared_ptr<Attempt>& a) {
     if (a->open_calls > 0) return;
     registry_.Done(a->decode);
-    registry_.Done(a->prefill);
+    ReleasePrefillLocked(*a);
     a->decode = a->prefill = nullptr;
   }
 

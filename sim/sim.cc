@@ -304,7 +304,8 @@ class Simulation {
     RequestRecord& r = result_.requests[id];
     r.finish = now_;
     ++ended_;
-    // The router counts a request against both its workers until it ends.
+    // The router counts a request against its decode worker until it ends,
+    // against its prefill worker until the Prefill call answers.
     --in_flight_[r.decode_worker];
     ReleasePrefill(id);
     MaybeRetire(r.decode_worker);
@@ -344,7 +345,7 @@ class Simulation {
   // The router's choice among workers of `roles` (policy::BestCandidate,
   // its candidates as router/router.cc builds them: a decode worker's load
   // is its decoding streams plus the requests in flight to it, a prefill
-  // worker's the requests in flight; a worker's
+  // worker's the requests whose Prefill call has not answered; a worker's
   // queued prompt tokens, decoding streams and KV as of its last heartbeat,
   // the counts in flight current), then its KV reservation of
   // `reserve` tokens; a worker that refuses is avoided once more, as the
@@ -480,6 +481,7 @@ class Simulation {
     At(end + d_.link.latency_seconds, [this, pw, dw, id] {
       RequestRecord& q = result_.requests[id];
       workers_[pw].Unreserve(q.prompt_tokens);
+      ReleasePrefill(id);  // the Prefill call answers once the KV landed
       Kick(pw);
       MaybeRetire(pw);
       q.first_token = now_;

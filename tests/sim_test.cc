@@ -214,6 +214,33 @@ TEST(SimTest, TheRouterSeesQueuedPromptsAsOfTheLastHeartbeat) {
   EXPECT_NEAR(std::max(stale.requests[0].ttft(), stale.requests[1].ttft()), 2.0, 1e-5);
 }
 
+TEST(SimTest, APrefillWorkerCountsARequestUntilItsKvLanded) {
+  // Prompts of 10 ms, answers of about 1.7 s (3 to 4 streams decoding at
+  // 5 ms + 1 ms a row a step): a request is the prefill worker's only
+  // while its prompt computes and its KV travels, so at each arrival both
+  // prefill workers are (almost always) idle and the first takes it; were
+  // requests counted there until they end, the decoding ones would push
+  // half of the prompts to the second.
+  Deployment d;
+  d.prefill = 2;
+  d.decode = 1;
+  d.prefill_worker.pass = {0, 0, 1e-4, 0};
+  d.decode_worker.pass = {5e-3, 1e-3, 0, 0};
+  d.kv_bytes_per_token = 1;
+  d.heartbeat_seconds = 0;
+  Workload w;
+  w.rate = 2;
+  w.prompt_tokens = 100;
+  w.output_tokens = 200;
+  w.requests = 200;
+  w.warmup = 0;
+  const RunResult r = *Simulate(d, w);
+  int first = 0;
+  for (const RequestRecord& q : r.requests)
+    first += q.prefill_worker == r.requests[0].prefill_worker;
+  EXPECT_GT(first, 180);
+}
+
 TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   // 1P+1D under closed loop at 4 clients: prompts take 1 ms a pass, each
   // decode step 20 ms, so the decode worker steps all the time and the
