@@ -197,19 +197,13 @@ class Simulation {
         t = NextArrival(t);
       }
     }
-    if (!hpas_.empty()) {
-      events_.push(
-          {hpas_[0].controller.spec().sync_seconds, next_order_++, [this] { SyncHpas(); }, true});
-      ++periodic_pending_;
-    }
+    if (!hpas_.empty()) Again(hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });
     // Workers that started apart heartbeat at phases spread over the
     // interval (deterministic, so a seed is the same run anywhere).
     if (d_.heartbeat_seconds > 0) {
       for (int w = 0; w < (int)workers_.size(); ++w) {
         const double phase = std::fmod(0.6180339887 * (w + 1), 1.0);
-        events_.push(
-            {d_.heartbeat_seconds * phase, next_order_++, [this, w] { Heartbeat(w); }, true});
-        ++periodic_pending_;
+        Again(d_.heartbeat_seconds * phase, [this, w] { Heartbeat(w); });
       }
     }
     while (!events_.empty()) {
@@ -238,8 +232,8 @@ class Simulation {
   };
 
   void At(double t, std::function<void()> fn) { events_.push({t, next_order_++, std::move(fn)}); }
-  // A periodic event again at `t` while requests remain and something other
-  // than periodic events can still happen.
+  // A periodic event (first, or again) at `t` while requests remain and
+  // something other than periodic events can still happen.
   void Again(double t, std::function<void()> fn) {
     if (ended_ >= (int64_t)result_.requests.size() || events_.size() <= periodic_pending_) return;
     events_.push({t, next_order_++, std::move(fn), true});
