@@ -1,9 +1,12 @@
 // Every fast kernel path against the scalar reference on fresh random inputs,
 // odd sizes included, plus the thread pool and the public entry points.
+#include "kernels/kernels.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,7 +15,6 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
-#include "kernels/kernels.h"
 
 namespace pdq {
 namespace {
@@ -733,6 +735,65 @@ TEST(W4Test, InputScaleEqualsPrescaledActivations) {
   }
 }
 
+// The int16-activation GEMMs (W4A16 and W8A16, up to kW4IntMaxRows rows: decode
+// and batched decode) give every row bit for bit what it gets alone, on every
+// path: their group sums are exact integers and the scales follow in the same
+// order whichever row tile (or the single-row GEMV) a row lands in. So a
+// sequence's greedy answer does not depend on how many others decode beside
+// it (ServingTest checks it end to end; this says which kernels keep it). A
+// kernel that adds rows in tiles of its own must keep it too: the AMX table
+// equals the VNNI one here.
+template <typename Gemm>
+void ExpectRowsAsAlone(const char* what, const KernelTable& kt, int64_t m, int64_t n, int64_t k,
+                       int64_t groups, const std::vector<int16_t>& xq, const std::vector<float>& xs,
+                       const std::vector<float>& xsum, const Gemm& gemm,
+                       std::vector<float>* batch) {
+  const int64_t panels = (n + 15) / 16;
+  batch->assign(m * n, -1.0f);
+  gemm(kt, 0, panels, xq.data(), xs.data(), xsum.data(), m, batch->data());
+  std::vector<float> alone(n);
+  for (int64_t r = 0; r < m; ++r) {
+    gemm(kt, 0, panels, xq.data() + r * k, xs.data() + r * groups, xsum.data() + r * groups, 1,
+         alone.data());
+    ASSERT_EQ(0, std::memcmp(alone.data(), batch->data() + r * n, n * sizeof(float)))
+        << what << " on " << kt.name << ": row " << r << " of " << m
+        << " differs from alone (k=" << k << ")";
+  }
+}
+
+TEST(W4Test, Int16RowsAnswerAsAloneOnEveryPath) {
+  std::mt19937 rng(17);
+  std::vector<const KernelTable*> tables = FastTables();
+  tables.insert(tables.begin(), &cpu::kScalarKernels);
+  for (int group : {32, 64, 128}) {
+    for (int64_t m : {16, 17, 31, 32, 48, 64}) {
+      const int64_t n = 35, k = 1152;  // 1152 = 9 groups of 128
+      auto w = Random(n * k, rng), x = Random(m * k, rng);
+      auto p = PackW4(w, n, k, group, m % 2 == 0);
+      const int64_t groups = PackedW4Groups(k, group);
+      std::vector<int16_t> xq(m * k);
+      std::vector<float> xs(m * groups), xsum(m * groups);
+      for (int64_t r = 0; r < m; ++r) {
+        cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, group, xq.data() + r * k,
+                                             xs.data() + r * groups, xsum.data() + r * groups);
+      }
+      auto gemm = [&](const KernelTable& kt, int64_t pb, int64_t pe, const int16_t* q,
+                      const float* s, const float* sum, int64_t rows,
+                      float* y) { kt.gemm_w4_panels(p.view, pb, pe, q, s, sum, rows, y, n); };
+      std::vector<float> avx512;
+      for (const KernelTable* kt : tables) {
+        std::vector<float> batch;
+        ExpectRowsAsAlone("W4A16", *kt, m, n, k, groups, xq, xs, xsum, gemm, &batch);
+        if (kt == &cpu::kAvx512Kernels) avx512 = batch;
+        if (kt == &cpu::kAvx512AmxKernels) {
+          EXPECT_EQ(avx512, batch)
+              << "AMX int8 tiles differ from VNNI, group=" << group << " m=" << m;
+        }
+      }
+    }
+  }
+}
+
 // The public entry point on both sides of kW4IntMaxRows, threaded, against
 // the scalar fp32-activation reference.
 TEST(W4Test, PublicGemmTracksFloatResultAcrossPaths) {
@@ -909,6 +970,38 @@ TEST(W8Test, GemmMatchesReference) {
               ASSERT_EQ(a, -1.0f) << kt->name << " wrote past n";
             }
           }
+        }
+      }
+    }
+  }
+}
+
+TEST(W8Test, Int16RowsAnswerAsAloneOnEveryPath) {
+  std::mt19937 rng(37);
+  std::vector<const KernelTable*> tables = FastTables();
+  tables.insert(tables.begin(), &cpu::kScalarKernels);
+  for (int64_t m : {16, 17, 32, 33, 64}) {
+    for (int64_t k : {64, 576}) {
+      const int64_t n = 37;
+      auto w = Random(n * k, rng), x = Random(m * k, rng);
+      const PackedW8Matrix p = PackW8(w, n, k);
+      const int64_t groups = PackedW8Groups(k);
+      std::vector<int16_t> xq(m * k);
+      std::vector<float> xs(m * groups), xsum(m * groups);
+      for (int64_t r = 0; r < m; ++r) {
+        cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, kW8Group, xq.data() + r * k,
+                                             xs.data() + r * groups, xsum.data() + r * groups);
+      }
+      auto gemm = [&](const KernelTable& kt, int64_t pb, int64_t pe, const int16_t* q,
+                      const float* s, const float*, int64_t rows,
+                      float* y) { kt.gemm_w8_panels(p.view, pb, pe, q, s, rows, y, n); };
+      std::vector<float> avx512;
+      for (const KernelTable* kt : tables) {
+        std::vector<float> batch;
+        ExpectRowsAsAlone("W8A16", *kt, m, n, k, groups, xq, xs, xsum, gemm, &batch);
+        if (kt == &cpu::kAvx512Kernels) avx512 = batch;
+        if (kt == &cpu::kAvx512AmxKernels) {
+          EXPECT_EQ(avx512, batch) << "AMX int8 tiles differ from VNNI, m=" << m << " k=" << k;
         }
       }
     }
