@@ -65,7 +65,7 @@ absl::StatusOr<EmulatedModel> LoadEmulated(const sim::Profile& profile, const st
   PDQ_ASSIGN_OR_RETURN(out.model, Model::LoadShape(spec, p));
   const ModelConfig& c = out.model->config();
   const KvLayout layout = out.model->kv_layout((int)std::max<int64_t>(profile.block_tokens, 1));
-  const int64_t kv_bytes = layout.block_bytes() * c.num_layers / layout.block_tokens;
+  const int64_t kv_bytes = layout.bytes_per_token();
   if (profile.num_layers != c.num_layers || profile.kv_bytes_per_token != kv_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("the profile was measured on a model of ", profile.num_layers, " layers and ",

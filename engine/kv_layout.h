@@ -47,6 +47,9 @@ struct KvLayout {
   }
   // Bytes of K plus V for one block in one layer.
   int64_t block_bytes() const;
+  // Bytes of K plus V for one token over every layer (what a token's KV
+  // costs in memory and on the wire).
+  int64_t bytes_per_token() const { return block_bytes() * num_layers / block_tokens; }
 
   bool operator==(const KvLayout& other) const = default;
   std::string ToString() const;

@@ -119,7 +119,7 @@ sim::Profile TinyProfile(const std::string& spec) {
   p.model_path = spec;
   p.num_layers = (*m)->config().num_layers;
   const KvLayout layout = (*m)->kv_layout(16);
-  p.kv_bytes_per_token = layout.block_bytes() * p.num_layers / layout.block_tokens;
+  p.kv_bytes_per_token = layout.bytes_per_token();
   for (const char* precision : {"w8a8", "w4a16"}) {
     for (int threads : {1, 2}) {
       sim::PassProfile pass;

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,11 +79,17 @@ class Cluster {
                                  std::string("--metrics-address-file"), metrics_file}) {
       args.push_back(a);
     }
+    std::vector<char*> argv;  // built before fork: the child only execs
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid == 0) {
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
+      // SIGTERM when the test binary dies (killed by a timeout, a crash),
+      // so no worker outlives it holding ports and cores. Start runs on the
+      // test's own thread, which lives as long as the cluster.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(127);  // it died before the line above
       execvp(argv[0], argv.data());
       _exit(127);
     }

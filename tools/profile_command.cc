@@ -211,8 +211,7 @@ absl::StatusOr<sim::LinkProfile> MeasureLink(const std::string& transport, const
                                              int reps) {
   // About 1, 8 and 32 MB whatever the model, so that the sizes, not the
   // machine's noise, set the slope.
-  const int64_t token_bytes =
-      std::max<int64_t>(1, layout.block_bytes() * layout.num_layers / layout.block_tokens);
+  const int64_t token_bytes = std::max<int64_t>(1, layout.bytes_per_token());
   std::vector<int64_t> sizes;
   for (int64_t mb : {1, 8, 32}) sizes.push_back(std::max<int64_t>(16, (mb << 20) / token_bytes));
   const int64_t most = sizes.back();
@@ -376,7 +375,7 @@ int ProfileCommand(int argc, char** argv) {
         layout = m->model->kv_layout();
         profile.num_layers = c.num_layers;
         profile.block_tokens = layout->block_tokens;
-        profile.kv_bytes_per_token = layout->block_bytes() * c.num_layers / layout->block_tokens;
+        profile.kv_bytes_per_token = layout->bytes_per_token();
         profile.max_context = c.max_context;
       }
       const auto t0 = Clock::now();
