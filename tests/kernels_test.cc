@@ -278,7 +278,7 @@ TEST(KernelsTest, AttendMatchesReference) {
     for (int head_dim : {8, 16, 24, 48, 64, 96, 128}) {
       // rows * group from 1 to 64: the AVX-512 kernel transposes K blocks
       // from 3 queries a call up and hands fewer to the AVX2 one.
-      for (int group : {1, 3, 8}) {
+      for (int group : {1, 3, 4, 8}) {
         for (int rows : {1, 2, 3, 4, 8}) {
           for (int64_t n_pos : {1, 7, 15, 16, 17, 100}) {
             const int64_t n_max = n_pos + rows - 1;

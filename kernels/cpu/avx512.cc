@@ -1102,14 +1102,130 @@ inline void AccumulatePv(const float* p, int64_t nj, const float* v, int d, floa
   for (int i = 0; i < NV; ++i) _mm512_storeu_ps(out + 16 * i, acc[i]);
 }
 
+// Scores sh[0, n) (lanes of vmax: their running maximum) become exp(s -
+// max) in place, zeros past n within the row's 16 floats of slack; returns
+// 1 / their sum.
+inline float ExpScores(float* sh, int64_t n, __m512 vmax) {
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 valid = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(_mm512_loadu_ps(sh + j), m)));
+    _mm512_storeu_ps(sh + j, e);
+    vsum = _mm512_add_ps(vsum, e);
+  }
+  return 1.0f / _mm512_reduce_add_ps(vsum);
+}
+
+// Lane t of the result: the sum of a[t]'s 16 lanes, for 16 vectors, in 45
+// instructions (pairs, then quads within 128-bit lanes, then across them).
+// Sum8 is its first half: two vectors, u[0] with a[0..4)'s and u[1] with
+// a[4..8)'s partial sums per 128-bit lane (element k of lane L: a[4i + k]
+// summed over lane L); Sum16Of finishes two such halves.
+inline void Sum8(const __m512 a[8], __m512 u[2]) {
+  __m512 s[4];
+  for (int i = 0; i < 4; ++i) {
+    s[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                         _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[i] = _mm512_add_ps(_mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(s[2 * i], s[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+}
+inline __m512 Sum16Of(const __m512 lo[2], const __m512 hi[2]) {
+  const __m512 y01 = _mm512_add_ps(_mm512_shuffle_f32x4(lo[0], lo[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(lo[0], lo[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 y23 = _mm512_add_ps(_mm512_shuffle_f32x4(hi[0], hi[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(hi[0], hi[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// One decode row (rows == 1) of NQ = 3 or 4 queries (a GQA group) over
+// head_dim 16 DV: every cached position is read once from memory, so the
+// kernel touches each K and V row once, in registers. Scores: per 8 keys,
+// NQ x 8 dot products accumulated lane-wise straight from the fp16 rows (the
+// query rows are memory operands), then summed across lanes 16 keys at a
+// time (Sum8, Sum16Of) instead of transposing K through memory; P V: the NQ
+// outputs stay in registers over all positions. Same contract as
+// AttendAvx512.
+template <int NQ, int DV>
+void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                           int kv_head, const float* q, float scale, float* out, float* scratch) {
+  constexpr int d = 16 * DV;
+  const int64_t stride = n_pos + 16;
+  float* scores = scratch;  // [NQ][stride]
+  const int64_t head_stride = (int64_t)layer.block_tokens * d;
+  const int64_t block_stride = head_stride * layer.kv_heads;
+  auto block_of = [&](const fp16_t* base, int64_t j0) {
+    return base + block_table[j0 / 16] * block_stride + kv_head * head_stride;
+  };
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax[NQ];
+  for (int h = 0; h < NQ; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    const fp16_t* src = block_of(layer.k, j0);
+    __m512 half[NQ][2][2];  // [query][keys 0-7, 8-15][Sum8 halves]
+    for (int part = 0; part < 2; ++part) {
+      __m512 acc[NQ][8];
+      for (int t = 0; t < 8; ++t) {
+        for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_setzero_ps();
+        if (8 * part + t >= nj) continue;  // past the cache: zero scores, masked below
+        const fp16_t* row = src + (8 * part + t) * d;
+        for (int c = 0; c < DV; ++c) {
+          const __m512 k = LoadF16x16(row + 16 * c);
+          for (int h = 0; h < NQ; ++h) {
+            acc[h][t] = _mm512_fmadd_ps(k, _mm512_loadu_ps(q + h * d + 16 * c), acc[h][t]);
+          }
+        }
+      }
+      for (int h = 0; h < NQ; ++h) Sum8(acc[h], half[h][part]);
+    }
+    const __mmask16 valid = (__mmask16)((1u << nj) - 1);
+    for (int h = 0; h < NQ; ++h) {
+      const __m512 sc = _mm512_mul_ps(Sum16Of(half[h][0], half[h][1]), vscale);
+      _mm512_storeu_ps(scores + h * stride + j0, sc);  // the row has 16 floats of slack
+      vmax[h] = _mm512_mask_max_ps(vmax[h], valid, vmax[h], sc);
+    }
+  }
+  float inv_sum[NQ];
+  for (int h = 0; h < NQ; ++h) inv_sum[h] = ExpScores(scores + h * stride, n_pos, vmax[h]);
+  __m512 o[NQ][DV];
+  for (int h = 0; h < NQ; ++h) {
+    for (int c = 0; c < DV; ++c) o[h][c] = _mm512_setzero_ps();
+  }
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    const fp16_t* src = block_of(layer.v, j0);
+    for (int64_t t = 0; t < nj; ++t) {
+      __m512 v[DV];
+      for (int c = 0; c < DV; ++c) v[c] = LoadF16x16(src + t * d + 16 * c);
+      for (int h = 0; h < NQ; ++h) {
+        const __m512 p = _mm512_set1_ps(scores[h * stride + j0 + t]);
+        for (int c = 0; c < DV; ++c) o[h][c] = _mm512_fmadd_ps(p, v[c], o[h][c]);
+      }
+    }
+  }
+  for (int h = 0; h < NQ; ++h) {
+    const __m512 inv = _mm512_set1_ps(inv_sum[h]);
+    for (int c = 0; c < DV; ++c)
+      _mm512_storeu_ps(out + h * d + 16 * c, _mm512_mul_ps(o[h][c], inv));
+  }
+}
+
 // The prefill attention (AttendAvx2's contract): each 16-key K block is
 // converted and transposed once for all rows * group queries, so a query's
 // 16 scores are d FMAs of a broadcast query element against a row of K^T,
 // with no horizontal sums; P V accumulates 16 lanes of the head at a time.
-// The transpose pays off from 3 queries a call (a decode row of a GQA group
-// of 3 or more: 8-36% faster than the AVX2 kernel, kernels_bench
-// BM_AttendDecodeRow); 1 or 2 (MHA decode) and other shapes take the AVX2
-// kernel, which is 1.1-1.5x faster there.
+// A decode row of 3 or 4 queries (SmolLM2's GQA group of 3) takes
+// AttendDecodeRowAvx512 instead, which reads K and V once without the
+// transpose (1.6x this kernel per call on an AMX Xeon, kernels_bench
+// BM_AttendDecodeRow, where the transpose kernel lost to the AVX2 one); the
+// transpose pays off for more queries a call (prefill rows, larger groups);
+// 1 or 2 (MHA decode) and other shapes take the AVX2 kernel, 1.1-1.5x
+// faster there.
 void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
                   int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
                   int64_t out_stride, float* scratch) {
@@ -1119,6 +1235,18 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
   if (d % 16 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ || nq < 3) {
     AttendAvx2(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
                out_stride, scratch);
+    return;
+  }
+  if (rows == 1 && (nq == 3 || nq == 4) && d <= 64) {  // a decode row of a GQA group
+    // The group's queries and outputs are contiguous in their rows.
+    using DecodeRow = void (*)(const KvLayerView&, const int32_t*, int64_t, int, const float*,
+                               float, float*, float*);
+    static constexpr DecodeRow kDecodeRows[2][4] = {
+        {AttendDecodeRowAvx512<3, 1>, AttendDecodeRowAvx512<3, 2>, AttendDecodeRowAvx512<3, 3>,
+         AttendDecodeRowAvx512<3, 4>},
+        {AttendDecodeRowAvx512<4, 1>, AttendDecodeRowAvx512<4, 2>, AttendDecodeRowAvx512<4, 3>,
+         AttendDecodeRowAvx512<4, 4>}};
+    kDecodeRows[nq - 3][d / 16 - 1](layer, block_table, n_pos, kv_head, q, scale, out, scratch);
     return;
   }
   const int dv = d / 16;
@@ -1173,17 +1301,7 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
 
   float inv_sum[kMaxQ];
   for (int h = 0; h < nq; ++h) {
-    const int64_t n = visible(h);
-    float* sh = scores + h * stride;
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[h]));
-    __m512 vsum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 valid = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
-      const __m512 e = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(_mm512_loadu_ps(sh + j), m)));
-      _mm512_storeu_ps(sh + j, e);  // zeros past n stay within the row's slack
-      vsum = _mm512_add_ps(vsum, e);
-    }
-    inv_sum[h] = 1.0f / _mm512_reduce_add_ps(vsum);
+    inv_sum[h] = ExpScores(scores + h * stride, visible(h), vmax[h]);
     float* oh = out_of(h);
     for (int i = 0; i < d; i += 16) _mm512_storeu_ps(oh + i, _mm512_setzero_ps());
   }
