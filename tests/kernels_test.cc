@@ -276,8 +276,10 @@ TEST(KernelsTest, AttendMatchesReference) {
   for (const KernelTable* kt : FastTables()) {
     // 16 to 128 by 16 reach every P V register count of the AVX-512 kernel.
     for (int head_dim : {8, 16, 24, 48, 64, 96, 128}) {
-      // rows * group from 1 to 64: the AVX-512 kernel transposes K blocks
-      // from 3 queries a call up and hands fewer to the AVX2 one.
+      // rows * group from 1 to 64: the AVX-512 path runs a decode row of 3
+      // or 4 queries (head_dim up to 64) on its decode kernel, transposes K
+      // blocks for the other calls of 3 queries or more, and hands fewer to
+      // the AVX2 kernel.
       for (int group : {1, 3, 4, 8}) {
         for (int rows : {1, 2, 3, 4, 8}) {
           for (int64_t n_pos : {1, 7, 15, 16, 17, 100}) {
@@ -787,7 +789,7 @@ TEST(W4Test, Int16RowsAnswerAsAloneOnEveryPath) {
         if (kt == &cpu::kAvx512Kernels) avx512 = batch;
         if (kt == &cpu::kAvx512AmxKernels) {
           EXPECT_EQ(avx512, batch)
-              << "AMX int8 tiles differ from VNNI, group=" << group << " m=" << m;
+              << "the AMX table differs from the VNNI one, group=" << group << " m=" << m;
         }
       }
     }
@@ -1001,7 +1003,8 @@ TEST(W8Test, Int16RowsAnswerAsAloneOnEveryPath) {
         ExpectRowsAsAlone("W8A16", *kt, m, n, k, groups, xq, xs, xsum, gemm, &batch);
         if (kt == &cpu::kAvx512Kernels) avx512 = batch;
         if (kt == &cpu::kAvx512AmxKernels) {
-          EXPECT_EQ(avx512, batch) << "AMX int8 tiles differ from VNNI, m=" << m << " k=" << k;
+          EXPECT_EQ(avx512, batch) << "the AMX table differs from the VNNI one, m=" << m
+                                   << " k=" << k;
         }
       }
     }
