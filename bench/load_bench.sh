@@ -14,6 +14,11 @@
 # TTFT against it; how fast the rest were refused).
 # Usage: bench/load_bench.sh BUILD [LLAMA_SERVER Q4_0_GGUF] [ROUNDS] [LEVELS]
 #        (about 3 minutes per deployment and round on 2 cores)
+# PREFILL_BUDGETS=B1,B2,... instead runs only the 1 prefill + 1 decode
+# deployment, once per prefill worker --prefill-budget B (prompt tokens a
+# prefill pass takes), without the overload runs: whether a wave of prompts
+# computed in one pass is what costs that deployment throughput as
+# concurrency rises.
 set -euo pipefail
 build="${1:-build}"
 llama_server="${2:-}"
@@ -40,13 +45,14 @@ for l in json.load(open(sys.argv[1]))["levels"]:
 PY
 }
 
-run_pdq() {  # run_pdq NAME WORKERS-JSON ROUND
+run_pdq() {  # run_pdq NAME WORKERS-JSON ROUND [no-overload]
   log "pdq up ($1: $2); pdq bench --openai ${load[*]}"
   up "$1" "$2"
   "$bin/pdq" bench --openai "$url" --model "$model" "${load[@]}" --json "$work/$1.$3.json" \
     >"$work/$1.out"
   table "$work/$1.$3.json" "$1" | tee -a "$work/summary"
   down
+  [ "${4:-}" = no-overload ] && return
   # Overload: Poisson arrivals at 4x the rate the top level sustained, with
   # the router refusing what it predicts cannot start within the target.
   local sustained
@@ -81,6 +87,21 @@ run_llama() {  # run_llama ROUND
 }
 
 lscpu | grep -E '^Model name' >&2
+if [ -n "${PREFILL_BUDGETS:-}" ]; then
+  for r in $(seq "$rounds"); do
+    echo "round $r" | tee -a "$work/summary"
+    for b in ${PREFILL_BUDGETS//,/ }; do
+      run_pdq "1p1d-budget-$b" \
+        "[{\"role\": \"prefill\", \"precision\": \"w8a8\", \"threads\": 1, \"cpus\": \"0\",
+           \"args\": [\"--prefill-budget\", \"$b\"]},
+          {\"role\": \"decode\", \"precision\": \"w4a16\", \"threads\": 1, \"cpus\": \"1\"}]" \
+        "$r" no-overload
+    done
+  done
+  echo
+  cat "$work/summary"
+  exit 0
+fi
 for r in $(seq "$rounds"); do
   echo "round $r" | tee -a "$work/summary"
   run_pdq mono-w4a16 '[{"role": "both", "precision": "w4a16", "threads": 2}]' "$r"
