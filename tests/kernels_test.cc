@@ -478,6 +478,24 @@ PackedW4Matrix PackW4(const std::vector<float>& w, int64_t n, int64_t k, int gro
   return p;
 }
 
+// m rows of k activations quantized per `group` inputs to int16 by the
+// scalar reference, as the int16 GEMMs read them: the codes (rows k apart),
+// and per group the scale and scale * the sum of the codes.
+struct Int16Activations {
+  std::vector<int16_t> q;
+  std::vector<float> scale, sum;
+};
+Int16Activations QuantizeInt16Rows(const std::vector<float>& x, int64_t m, int64_t k, int group) {
+  const int64_t groups = (k + group - 1) / group;
+  Int16Activations a{std::vector<int16_t>(m * k), std::vector<float>(m * groups),
+                     std::vector<float>(m * groups)};
+  for (int64_t r = 0; r < m; ++r) {
+    cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, group, a.q.data() + r * k,
+                                         a.scale.data() + r * groups, a.sum.data() + r * groups);
+  }
+  return a;
+}
+
 // Asymmetric groups err by at most half a step; symmetric ones (8 steps one
 // side of zero, 7 the other) by at most one.
 TEST(W4Test, QuantizationErrorIsBoundedByTheStep) {
@@ -568,7 +586,7 @@ TEST(W4Test, GemmMatchesReference) {
         for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 64}, {35, 576}, {48, 200}, {20, 202}}) {
           auto w = Random(n * k, rng), x = Random(m * k, rng);
           auto p = PackW4(w, n, k, group, m % 2 == 0);
-          const int64_t panels = (n + 15) / 16, groups = PackedW4Groups(k, group);
+          const int64_t panels = (n + 15) / 16;
           // fp32 activations (the many-row path).
           std::vector<float> want(m * n), got(m * n, -1.0f);
           cpu::kScalarKernels.gemm_w4_panels_f32(p.view, 0, panels, x.data(), m, k, want.data(), n);
@@ -578,16 +596,11 @@ TEST(W4Test, GemmMatchesReference) {
                 << kt->name << " f32 group=" << group << " m=" << m << " n=" << n << " k=" << k;
           }
           // int16 activations: both kernels read the same quantized rows.
-          std::vector<int16_t> xq(m * k);
-          std::vector<float> xs(m * groups), xsum(m * groups);
-          for (int64_t r = 0; r < m; ++r) {
-            cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, group, xq.data() + r * k,
-                                                 xs.data() + r * groups, xsum.data() + r * groups);
-          }
+          const Int16Activations a = QuantizeInt16Rows(x, m, k, group);
           std::vector<float> want_i(m * n), got_i(m * n, -1.0f);
-          cpu::kScalarKernels.gemm_w4_panels(p.view, 0, panels, xq.data(), xs.data(), xsum.data(),
-                                             m, want_i.data(), n);
-          kt->gemm_w4_panels(p.view, 0, panels, xq.data(), xs.data(), xsum.data(), m,
+          cpu::kScalarKernels.gemm_w4_panels(p.view, 0, panels, a.q.data(), a.scale.data(),
+                                             a.sum.data(), m, want_i.data(), n);
+          kt->gemm_w4_panels(p.view, 0, panels, a.q.data(), a.scale.data(), a.sum.data(), m,
                              got_i.data(), n);
           for (int64_t i = 0; i < m * n; ++i) {
             ASSERT_NEAR(got_i[i], want_i[i], 2e-5f * std::sqrt((float)k) * (1 + std::abs(want_i[i])))
@@ -745,53 +758,45 @@ TEST(W4Test, InputScaleEqualsPrescaledActivations) {
 // it (ServingTest checks it end to end; this says which kernels keep it). A
 // kernel that adds rows in tiles of its own must keep it too: the AMX table
 // equals the VNNI one here.
+// `gemm(kt, p_begin, p_end, q, scale, sum, rows, y)` runs one table's GEMM
+// on rows of `a` (n outputs a row, groups scales a row).
 template <typename Gemm>
-void ExpectRowsAsAlone(const char* what, const KernelTable& kt, int64_t m, int64_t n, int64_t k,
-                       int64_t groups, const std::vector<int16_t>& xq, const std::vector<float>& xs,
-                       const std::vector<float>& xsum, const Gemm& gemm,
-                       std::vector<float>* batch) {
+void ExpectRowsAsAloneOnEveryPath(const char* what, int64_t m, int64_t n, int64_t k, int64_t groups,
+                                  const Int16Activations& a, const Gemm& gemm) {
+  std::vector<const KernelTable*> tables = FastTables();
+  tables.insert(tables.begin(), &cpu::kScalarKernels);
   const int64_t panels = (n + 15) / 16;
-  batch->assign(m * n, -1.0f);
-  gemm(kt, 0, panels, xq.data(), xs.data(), xsum.data(), m, batch->data());
-  std::vector<float> alone(n);
-  for (int64_t r = 0; r < m; ++r) {
-    gemm(kt, 0, panels, xq.data() + r * k, xs.data() + r * groups, xsum.data() + r * groups, 1,
-         alone.data());
-    ASSERT_EQ(0, std::memcmp(alone.data(), batch->data() + r * n, n * sizeof(float)))
-        << what << " on " << kt.name << ": row " << r << " of " << m
-        << " differs from alone (k=" << k << ")";
+  std::vector<float> avx512;
+  for (const KernelTable* kt : tables) {
+    std::vector<float> batch(m * n, -1.0f), alone(n);
+    gemm(*kt, 0, panels, a.q.data(), a.scale.data(), a.sum.data(), m, batch.data());
+    for (int64_t r = 0; r < m; ++r) {
+      gemm(*kt, 0, panels, a.q.data() + r * k, a.scale.data() + r * groups,
+           a.sum.data() + r * groups, 1, alone.data());
+      ASSERT_EQ(0, std::memcmp(alone.data(), batch.data() + r * n, n * sizeof(float)))
+          << what << " on " << kt->name << ": row " << r << " of " << m
+          << " differs from alone (k=" << k << ")";
+    }
+    if (kt == &cpu::kAvx512Kernels) avx512 = batch;
+    if (kt == &cpu::kAvx512AmxKernels) {
+      EXPECT_EQ(avx512, batch) << what << ": the AMX table differs from the VNNI one, m=" << m
+                               << " k=" << k << " groups=" << groups;
+    }
   }
 }
 
 TEST(W4Test, Int16RowsAnswerAsAloneOnEveryPath) {
   std::mt19937 rng(17);
-  std::vector<const KernelTable*> tables = FastTables();
-  tables.insert(tables.begin(), &cpu::kScalarKernels);
   for (int group : {32, 64, 128}) {
     for (int64_t m : {16, 17, 31, 32, 48, 64}) {
       const int64_t n = 35, k = 1152;  // 1152 = 9 groups of 128
       auto w = Random(n * k, rng), x = Random(m * k, rng);
       auto p = PackW4(w, n, k, group, m % 2 == 0);
-      const int64_t groups = PackedW4Groups(k, group);
-      std::vector<int16_t> xq(m * k);
-      std::vector<float> xs(m * groups), xsum(m * groups);
-      for (int64_t r = 0; r < m; ++r) {
-        cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, group, xq.data() + r * k,
-                                             xs.data() + r * groups, xsum.data() + r * groups);
-      }
-      auto gemm = [&](const KernelTable& kt, int64_t pb, int64_t pe, const int16_t* q,
-                      const float* s, const float* sum, int64_t rows,
-                      float* y) { kt.gemm_w4_panels(p.view, pb, pe, q, s, sum, rows, y, n); };
-      std::vector<float> avx512;
-      for (const KernelTable* kt : tables) {
-        std::vector<float> batch;
-        ExpectRowsAsAlone("W4A16", *kt, m, n, k, groups, xq, xs, xsum, gemm, &batch);
-        if (kt == &cpu::kAvx512Kernels) avx512 = batch;
-        if (kt == &cpu::kAvx512AmxKernels) {
-          EXPECT_EQ(avx512, batch)
-              << "the AMX table differs from the VNNI one, group=" << group << " m=" << m;
-        }
-      }
+      ExpectRowsAsAloneOnEveryPath(
+          "W4A16", m, n, k, PackedW4Groups(k, group), QuantizeInt16Rows(x, m, k, group),
+          [&](const KernelTable& kt, int64_t pb, int64_t pe, const int16_t* q, const float* s,
+              const float* sum, int64_t rows,
+              float* y) { kt.gemm_w4_panels(p.view, pb, pe, q, s, sum, rows, y, n); });
     }
   }
 }
@@ -950,19 +955,14 @@ TEST(W8Test, GemmMatchesReference) {
                           {3, 70}}) {
         auto w = Random(n * k, rng), x = Random(m * k, rng);
         const PackedW8Matrix p = PackW8(w, n, k);
-        const int64_t panels = (n + 15) / 16, groups = PackedW8Groups(k);
-        std::vector<int16_t> xq(m * k);
-        std::vector<float> xs(m * groups), xsum(m * groups);
-        for (int64_t r = 0; r < m; ++r) {
-          cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, kW8Group, xq.data() + r * k,
-                                               xs.data() + r * groups, xsum.data() + r * groups);
-        }
+        const int64_t panels = (n + 15) / 16;
+        const Int16Activations a = QuantizeInt16Rows(x, m, k, kW8Group);
         // Outputs past n (in the row stride n + 3) stay untouched.
         const int64_t ldy = n + 3;
         std::vector<float> want(m * ldy, -1.0f), got(m * ldy, -1.0f);
-        cpu::kScalarKernels.gemm_w8_panels(p.view, 0, panels, xq.data(), xs.data(), m,
+        cpu::kScalarKernels.gemm_w8_panels(p.view, 0, panels, a.q.data(), a.scale.data(), m,
                                            want.data(), ldy);
-        kt->gemm_w8_panels(p.view, 0, panels, xq.data(), xs.data(), m, got.data(), ldy);
+        kt->gemm_w8_panels(p.view, 0, panels, a.q.data(), a.scale.data(), m, got.data(), ldy);
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t j = 0; j < ldy; ++j) {
             const float a = got[i * ldy + j], b = want[i * ldy + j];
@@ -980,33 +980,16 @@ TEST(W8Test, GemmMatchesReference) {
 
 TEST(W8Test, Int16RowsAnswerAsAloneOnEveryPath) {
   std::mt19937 rng(37);
-  std::vector<const KernelTable*> tables = FastTables();
-  tables.insert(tables.begin(), &cpu::kScalarKernels);
   for (int64_t m : {16, 17, 32, 33, 64}) {
     for (int64_t k : {64, 576}) {
       const int64_t n = 37;
       auto w = Random(n * k, rng), x = Random(m * k, rng);
       const PackedW8Matrix p = PackW8(w, n, k);
-      const int64_t groups = PackedW8Groups(k);
-      std::vector<int16_t> xq(m * k);
-      std::vector<float> xs(m * groups), xsum(m * groups);
-      for (int64_t r = 0; r < m; ++r) {
-        cpu::kScalarKernels.quantize_row_i16(x.data() + r * k, k, kW8Group, xq.data() + r * k,
-                                             xs.data() + r * groups, xsum.data() + r * groups);
-      }
-      auto gemm = [&](const KernelTable& kt, int64_t pb, int64_t pe, const int16_t* q,
-                      const float* s, const float*, int64_t rows,
-                      float* y) { kt.gemm_w8_panels(p.view, pb, pe, q, s, rows, y, n); };
-      std::vector<float> avx512;
-      for (const KernelTable* kt : tables) {
-        std::vector<float> batch;
-        ExpectRowsAsAlone("W8A16", *kt, m, n, k, groups, xq, xs, xsum, gemm, &batch);
-        if (kt == &cpu::kAvx512Kernels) avx512 = batch;
-        if (kt == &cpu::kAvx512AmxKernels) {
-          EXPECT_EQ(avx512, batch) << "the AMX table differs from the VNNI one, m=" << m
-                                   << " k=" << k;
-        }
-      }
+      ExpectRowsAsAloneOnEveryPath(
+          "W8A16", m, n, k, PackedW8Groups(k), QuantizeInt16Rows(x, m, k, kW8Group),
+          [&](const KernelTable& kt, int64_t pb, int64_t pe, const int16_t* q, const float* s,
+              const float*, int64_t rows,
+              float* y) { kt.gemm_w8_panels(p.view, pb, pe, q, s, rows, y, n); });
     }
   }
 }
