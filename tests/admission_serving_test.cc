@@ -5,6 +5,7 @@
 // events are checked, never wall-clock bounds.
 #include <httplib.h>
 
+#include <atomic>
 #include <future>
 
 #include "serving_cluster.h"
@@ -43,9 +44,15 @@ Timed TimedGenerate(v1::Pdq::Stub& stub, const v1::GenerateRequest& req) {
   return t;
 }
 
+// Each call has its own cache salt: these tests time queues of prompts that
+// must be computed, and the same words again would come from the prefix
+// cache (once, a "long" prompt ahead was 1200 of its 1201 tokens cached and
+// finished before the request it was to delay arrived).
 v1::GenerateRequest Long(int words, int max_tokens, bool batch = false) {
+  static std::atomic<int> calls{0};
   v1::GenerateRequest r;
   r.set_text(LongText(words));
+  r.set_cache_salt("admission-test-" + std::to_string(calls++));
   r.set_max_tokens(max_tokens);
   r.set_ignore_eos(true);
   if (batch) r.set_priority(v1::PRIORITY_BATCH);

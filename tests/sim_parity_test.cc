@@ -192,49 +192,73 @@ RecordedSplit ServeSplit(const worker::SchedulerOptions& base,
 }
 
 // Serves `waves` of requests on a real scheduler, each wave sent once the
-// one before has decoded a few steps, and records its steps.
+// one before has decoded 3 steps, and records its steps. The waves after
+// the first are sent from the step observer, on the scheduler's thread, so
+// they arrive exactly 3 decode steps in however the machine schedules this
+// test's threads (a test thread polling for the count woke, on a loaded
+// machine, after the earlier waves had finished, and the batch was then
+// never full). If a wave ends within 3 steps the next is sent once the
+// scheduler is idle.
 Recorded ServeReal(const worker::SchedulerOptions& base, bool two_models,
                    const std::vector<std::vector<Request>>& waves) {
   testing::TestModel decode = testing::LoadOrDie("synthetic:tiny", 1);
   testing::TestModel prefill = testing::LoadOrDie("synthetic:tiny@w8a8", 1);
   Recorded rec;
   std::mutex mu;
+  worker::Scheduler* sched = nullptr;
+  std::vector<std::shared_ptr<Collect>> streams;  // guarded by mu
+  size_t sent = 0;                                // waves sent, guarded by mu
+  int64_t decode_steps = 0, wave_step = 0;        // guarded by mu
+  int n = 0;                                      // guarded by mu
+  const int vocab = decode->config().vocab_size;
+  // Sends the next wave; mu held.
+  auto send_wave = [&] {
+    for (const Request& r : waves[sent]) {
+      worker::GenerationParams p;
+      p.request_id = absl::StrCat("r", n);
+      p.max_tokens = r.max_tokens;
+      p.ignore_eos = true;
+      p.batch = r.batch;
+      rec.requests[p.request_id] = r;
+      auto s = std::make_shared<Collect>();
+      streams.push_back(s);
+      sched->Generate(testing::Tokens(r.prompt_tokens, vocab, 1000 + n), p, s);
+      ++n;
+    }
+    ++sent;
+    wave_step = decode_steps;
+  };
   worker::SchedulerOptions o = base;
   o.prefix_cache = false;
   o.step_observer = [&](const StepTrace& t) {
     std::lock_guard lock(mu);
     rec.steps.push_back(t);
+    decode_steps += !t.rows.empty();
+    if (sent < waves.size() && decode_steps >= wave_step + 3) send_wave();
   };
   auto kv = decode.ctx->NewKvCache(1 << 14);
   EXPECT_TRUE(kv.ok());
   {
-    worker::Scheduler sched(o, two_models ? prefill.ctx.get() : decode.ctx.get(), decode.ctx.get(),
-                            std::move(*kv), nullptr);
-    const int vocab = decode->config().vocab_size;
-    std::vector<std::shared_ptr<Collect>> streams;
-    int n = 0;
-    for (const std::vector<Request>& wave : waves) {
-      AwaitSteps(sched, sched.step_stats().decode_steps.load(), n > 0 ? 3 : 0, streams);
-      for (const Request& r : wave) {
-        worker::GenerationParams p;
-        p.request_id = absl::StrCat("r", n);
-        p.max_tokens = r.max_tokens;
-        p.ignore_eos = true;
-        p.batch = r.batch;
-        {
-          std::lock_guard lock(mu);
-          rec.requests[p.request_id] = r;
-        }
-        auto s = std::make_shared<Collect>();
-        streams.push_back(s);
-        sched.Generate(testing::Tokens(r.prompt_tokens, vocab, 1000 + n), p, s);
-        ++n;
+    worker::Scheduler s(o, two_models ? prefill.ctx.get() : decode.ctx.get(), decode.ctx.get(),
+                        std::move(*kv), nullptr);
+    sched = &s;
+    {
+      std::lock_guard lock(mu);
+      send_wave();
+    }
+    for (;;) {
+      std::vector<std::shared_ptr<Collect>> all;
+      {
+        std::lock_guard lock(mu);
+        all = streams;
       }
+      for (auto& c : all) c->done.WaitForNotification();
+      std::lock_guard lock(mu);
+      if (streams.size() != all.size()) continue;  // the observer sent a wave meanwhile
+      if (sent == waves.size()) break;
+      send_wave();
     }
-    for (auto& s : streams) {
-      s->done.WaitForNotification();
-      EXPECT_TRUE(s->status.ok()) << s->status;
-    }
+    for (auto& c : streams) EXPECT_TRUE(c->status.ok()) << c->status;
   }
   return rec;
 }
@@ -275,6 +299,21 @@ void ExpectSameSteps(const Recorded& rec, const worker::SchedulerOptions& o, Mod
   std::map<std::string, int64_t> ids;
   std::vector<std::string> names;
   Exercised& x = *out;
+  // On a decode worker a one-token answer ends when its KV lands, with no
+  // step (the first token came from the prefill worker), as the simulator
+  // ends it: those held that the worker no longer holds (`real`) go.
+  auto EndOneTokenAnswers = [&](const std::vector<StepTrace::Stream>& real) {
+    std::vector<int64_t> gone;
+    for (const sim::SimStream& h : w.stream_list()) {
+      if (std::none_of(real.begin(), real.end(),
+                       [&](const StepTrace::Stream& r) { return r.request_id == names[h.id]; })) {
+        ASSERT_EQ(h.stage, Stage::kOther) << names[h.id] << " ended without its last step";
+        ASSERT_LE(h.output_tokens, 1) << names[h.id] << " ended early";
+        gone.push_back(h.id);
+      }
+    }
+    for (int64_t id : gone) w.Remove(id);
+  };
   for (size_t k = 0; k < rec.steps.size(); ++k) {
     const StepTrace& t = rec.steps[k];
     SCOPED_TRACE(absl::StrCat("step ", k));
@@ -313,18 +352,8 @@ void ExpectSameSteps(const Recorded& rec, const worker::SchedulerOptions& o, Mod
       if (mode == Mode::kDecode && s.view.stage == Stage::kDecoding) w.KvLanded(n.id);
     }
     if (mode == Mode::kDecode) {
-      // A one-token answer ends when its KV lands, with no step (the first
-      // token came from the prefill worker), as the simulator ends it.
-      std::vector<int64_t> gone;
-      for (const sim::SimStream& h : w.stream_list()) {
-        if (std::none_of(real.begin(), real.end(),
-                         [&](const StepTrace::Stream& r) { return r.request_id == names[h.id]; })) {
-          ASSERT_EQ(h.stage, Stage::kOther) << names[h.id] << " ended without its last step";
-          ASSERT_LE(h.output_tokens, 1) << names[h.id] << " ended early";
-          gone.push_back(h.id);
-        }
-      }
-      for (int64_t id : gone) w.Remove(id);
+      EndOneTokenAnswers(real);
+      if (::testing::Test::HasFatalFailure()) return;
     }
     const std::vector<sim::SimStream>& held = w.stream_list();
     ASSERT_EQ(held.size(), real.size());
@@ -367,6 +396,8 @@ void ExpectSameSteps(const Recorded& rec, const worker::SchedulerOptions& o, Mod
     w.Finish(step, times);
     ++x.steps;
   }
+  // Answers of one token that landed after the last step.
+  if (mode == Mode::kDecode) EndOneTokenAnswers({});
   EXPECT_EQ(w.streams(), 0);
   std::printf("%lld steps: %lld decode rows, %lld prompt tokens\n", (long long)x.steps,
               (long long)x.rows, (long long)x.prompt_tokens);
