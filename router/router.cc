@@ -246,6 +246,26 @@ class Registry {
     return workers[i];
   }
 
+  // The most of `request`'s prompt that one live worker computing prompts
+  // (role both or prefill) holds in its prefix cache, in tokens: what
+  // admission leaves out of the request's work (routing prefers that
+  // worker, policy/route.h).
+  int64_t MostCached(const RouteRequest& request) const {
+    if (request.hashes.empty()) return 0;
+    std::lock_guard lock(mu_);
+    const absl::Time now = absl::Now();
+    int64_t most = 0;
+    for (const auto& [id, w] : workers_) {
+      if (!Alive(*w, now) ||
+          (w->info.role() != v1::ROLE_BOTH && w->info.role() != v1::ROLE_PREFILL)) {
+        continue;
+      }
+      most = std::max(most,
+                      policy::CachedPrefixTokens(request.hashes, w->cached, request.block_tokens));
+    }
+    return most;
+  }
+
   // `w` is computing or receiving the prompt: count its blocks as cached
   // there, so a follow-up sent before the worker's next heartbeat says so
   // still finds them (heartbeats correct this when the request fails or the
@@ -516,6 +536,23 @@ struct Attempt {
   }
 };
 
+// What routing and admission know of `prompt` (the request's, or one to
+// compute again): its block hashes under the workers' KV layout and the
+// request's cache salt, as the workers' prefix caches name blocks.
+RouteRequest RouteFor(const Registry& registry, const std::vector<int32_t>& prompt,
+                      const v1::GenerateRequest& req) {
+  RouteRequest route;
+  route.prompt_tokens = (int64_t)prompt.size();
+  route.client_id = req.client_id();
+  // Every live worker shares one KV layout (Register checks).
+  if (std::optional<v1::WorkerInfo> m = registry.Model(); m && m->block_tokens() > 0) {
+    route.block_tokens = m->block_tokens();
+    route.hashes =
+        PrefixBlockHashes(PrefixSeed(m->kv_layout(), req.cache_salt()), prompt, route.block_tokens);
+  }
+  return route;
+}
+
 class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
  public:
   // `pool`: the arm of an A/B split this request was given; empty when
@@ -523,7 +560,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   GenerateCall(Registry& registry, AdmissionBook& book, AdmissionRequest booked,
                absl::Duration predicted_ttft, std::shared_ptr<server::ResponseStream> out,
                std::string request_id, std::vector<int32_t> prompt, v1::GenerateRequest req,
-               std::chrono::system_clock::time_point deadline, std::string pool)
+               std::chrono::system_clock::time_point deadline, std::string pool, RouteRequest route)
       : registry_(registry),
         book_(book),
         booked_(booked),
@@ -535,7 +572,8 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
         deadline_(deadline),
         start_(absl::Now()),
         pool_(std::move(pool)),
-        served_pool_(pool_) {}
+        served_pool_(pool_),
+        route_(std::move(route)) {}
 
   void Start() {
     RouterMetrics::Get().in_flight.Add(1);
@@ -638,16 +676,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
 
   void StartAttemptLocked() {
     const std::vector<int32_t>& prompt = AttemptPromptLocked();
-    if (route_.prompt_tokens == 0) {
-      // Every live worker shares one KV layout (Register checks).
-      route_.prompt_tokens = (int64_t)prompt.size();
-      route_.client_id = req_.client_id();
-      if (std::optional<v1::WorkerInfo> m = registry_.Model(); m && m->block_tokens() > 0) {
-        route_.block_tokens = m->block_tokens();
-        route_.hashes = PrefixBlockHashes(PrefixSeed(m->kv_layout(), req_.cache_salt()), prompt,
-                                          route_.block_tokens);
-      }
-    }
+    if (route_.prompt_tokens == 0) route_ = RouteFor(registry_, prompt, req_);
     auto a = std::make_shared<Attempt>();
     a->number = ++attempts_;
     attempt_ = a;
@@ -1370,8 +1399,13 @@ class PdqService : public PdqBase {
       return reactor;
     }
     // Admission (router/admission.h): taken now, or refused at once.
+    // What the prompt costs is what the best-placed worker's prefix cache
+    // lacks (at least its last token is computed).
+    RouteRequest route = RouteFor(r_, prompt, *req);
+    const int64_t cached = std::clamp<int64_t>(r_.MostCached(route), 0,
+                                               std::max<int64_t>(0, (int64_t)prompt.size() - 1));
     AdmissionRequest ar;
-    ar.prompt_tokens = (int64_t)prompt.size();
+    ar.prompt_tokens = (int64_t)prompt.size() - cached;
     ar.priority = req->priority() == v1::PRIORITY_BATCH ? Priority::kBatch : Priority::kInteractive;
     if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
       ar.time_left = absl::FromChrono(ctx->deadline()) - absl::Now();
@@ -1401,16 +1435,18 @@ class PdqService : public PdqBase {
       thread_local absl::BitGen rng;
       pool = split_.Choose(req->client_id(), split_sticky_, rng);
     }
-    LogLine(absl::StrCat("request ", id, ": ", prompt.size(), " prompt tokens, max_tokens ",
-                         req->max_tokens(), ar.priority == Priority::kBatch ? ", batch" : "",
+    LogLine(absl::StrCat("request ", id, ": ", prompt.size(), " prompt tokens",
+                         cached > 0 ? absl::StrCat(" (", cached, " cached on a worker)") : "",
+                         ", max_tokens ", req->max_tokens(),
+                         ar.priority == Priority::kBatch ? ", batch" : "",
                          pool.empty() ? "" : absl::StrCat(", pool ", pool),
                          admit.predicted_ttft > absl::ZeroDuration()
                              ? absl::StrFormat(", predicted ttft %.0f ms",
                                                absl::ToDoubleMilliseconds(admit.predicted_ttft))
                              : ", no prefill rate measured yet"));
     auto call = std::make_shared<GenerateCall>(r_, book_, ar, admit.uncorrected_ttft, out, id,
-                                               std::move(prompt), *req,
-                                               ctx->deadline(), std::move(pool));
+                                               std::move(prompt), *req, ctx->deadline(),
+                                               std::move(pool), std::move(route));
     *holder = call;
     calls_.Add(call);
     call->Start();

@@ -79,9 +79,10 @@ TEST_F(AdmissionServingTest, TheWaitingBoundRefusesAtOnceOverGrpcAndHttp) {
   auto stub = Client(router.address);
   ASSERT_TRUE(WaitForWorkers(*stub, 1));
   // Two long prompts wait for their first tokens (64 tokens a step, one
-  // thread: seconds)...
-  auto a = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(1500, 2)); });
-  auto b = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(1500, 2)); });
+  // thread: seconds, even on a machine with AMX, for the calls below over
+  // gRPC and HTTP to arrive while they wait)...
+  auto a = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(2500, 2)); });
+  auto b = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(2500, 2)); });
   WaitForMetric(router.metrics, "pdq_requests_in_flight", 2);
   // ...so a third is refused, before either of them has a token.
   const Timed refused = TimedGenerate(*stub, Long(10, 2));
@@ -115,7 +116,7 @@ TEST_F(AdmissionServingTest, TheWaitingBoundRefusesAtOnceOverGrpcAndHttp) {
 
 TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
   Cluster c;
-  Proc router = c.Router({"--ttft-target-ms", "400"});
+  Proc router = c.Router({"--ttft-target-ms", "800"});
   ASSERT_TRUE(router.ok());
   Proc w = c.Worker(router.address, "both", "w4a16", {"--prefill-budget", "128"});
   ASSERT_TRUE(w.ok());
@@ -133,8 +134,9 @@ TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
   // for the three requests below to arrive while it is still queued even
   // if it prefills faster than the first prompt measured (the bf16 tiles
   // take long prompts; once, with 0.8 s of it, the queue had drained before
-  // the third): at about 1.6 s of work, up to the context's 5000 words.
-  const int words = std::min(5000, (int)(rate * 1.6) + 100);
+  // the third): at about 2.4 s of work (three times the target), up to the
+  // context's 5000 words.
+  const int words = std::min(5000, (int)(rate * 2.4) + 100);
   auto first = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(words, 2)); });
   WaitForMetric(router.metrics, "pdq_requests_in_flight", 1);
   // ...and a short one behind it is refused: the queue ahead would delay it
@@ -147,10 +149,11 @@ TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
       << refused.status.error_message();
   EXPECT_FALSE(refused.retry_after_ms.empty());
   // One predicted to miss its own (sooner) deadline is refused too, not
-  // left to time out.
+  // left to time out (750 ms: slack for a loaded machine to carry the
+  // refusal back before the deadline passes).
   {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(750));
     auto reader = stub->Generate(&ctx, Long(10, 2));
     v1::GenerateResponse m;
     while (reader->Read(&m)) {
@@ -165,6 +168,46 @@ TEST_F(AdmissionServingTest, APredictedTtftOverTheTargetIsRefused) {
   EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"ttft\"}"), 2);
   // A short one fits.
   EXPECT_TRUE(TimedGenerate(*stub, Long(10, 2)).status.ok());
+}
+
+// Admission judges a prompt by what is left to compute: a follow-up whose
+// prompt a worker's prefix cache holds is taken under a deadline that the
+// same words uncached (another cache salt) would miss, and answered in time.
+TEST_F(AdmissionServingTest, APromptAWorkerHoldsIsJudgedByWhatIsLeftToCompute) {
+  Cluster c;
+  Proc router = c.Router({});
+  ASSERT_TRUE(router.ok());
+  Proc w = c.Worker(router.address, "both", "w4a16");
+  ASSERT_TRUE(w.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1));
+  const v1::GenerateRequest held = Long(3000, 2);
+  EXPECT_TRUE(TimedGenerate(*stub, held).status.ok());
+  WaitForMetric(w.metrics, "pdq_prefill_tokens_per_second", 1);
+  const double rate = Metric(w.metrics, "pdq_prefill_tokens_per_second");
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // heartbeats: the rate
+  // A third of what 3000 words (more tokens than that) take at the rate.
+  const auto deadline = std::chrono::milliseconds(std::max<int64_t>(300, 1000 * 3000 / rate / 3));
+  auto call = [&](const v1::GenerateRequest& r) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    auto reader = stub->Generate(&ctx, r);
+    v1::GenerateResponse m;
+    int tokens = 0;
+    while (reader->Read(&m)) tokens += m.delta().token_ids_size();
+    return std::make_pair(reader->Finish(), tokens);
+  };
+  v1::GenerateRequest uncached = held;
+  uncached.set_cache_salt("another tenant");
+  const auto [refused, none] = call(uncached);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.error_message() << " (rate " << rate << " tokens/s, deadline " << deadline.count()
+      << " ms)";
+  EXPECT_NE(refused.error_message().find("deadline"), std::string::npos) << refused.error_message();
+  const auto [taken, tokens] = call(held);
+  EXPECT_TRUE(taken.ok()) << taken.error_message() << " (deadline " << deadline.count() << " ms)";
+  EXPECT_EQ(tokens, 2);
+  EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"ttft\"}"), 1);
 }
 
 TEST_F(AdmissionServingTest, EachClientHasItsOwnTokenBucket) {
@@ -203,11 +246,13 @@ TEST_F(AdmissionServingTest, InteractivePromptsOvertakeBatchOnes) {
   ASSERT_TRUE(w.ok());
   auto stub = Client(router.address);
   ASSERT_TRUE(WaitForWorkers(*stub, 1));
-  // Three batch prompts queue (64 tokens a step: each takes many steps)...
+  // Three batch prompts queue (64 tokens a step: each takes many steps;
+  // long enough that 1500 tokens still wait some seconds after they are
+  // all sent, however late a loaded machine runs this thread)...
   std::vector<std::future<Timed>> batch;
   for (int i = 0; i < 3; ++i) {
     batch.push_back(
-        std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(600, 2, true)); }));
+        std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(1200, 2, true)); }));
   }
   WaitForMetric(w.metrics, "pdq_queued_prompt_tokens", 1500);
   // ...and an interactive one sent after them is computed before the ones
