@@ -99,16 +99,20 @@ void ExpectMigratedEqualsUnmigrated(const std::string& prefill_precision,
   Cluster c;
   TwoDecoders t;
   ASSERT_TRUE(t.Start(c, prefill_precision, decode_precision));
-  const Answer want = Generate(*t.stub, Request(160));
+  // Long enough that the stream still decodes through both moves and the
+  // checks after each (nothing holds it back while the test is not reading:
+  // on a loaded machine those checks can take a second).
+  constexpr int kTokens = 320;
+  const Answer want = Generate(*t.stub, Request(kTokens));
   ASSERT_TRUE(want.status.ok()) << want.status.error_message();
-  ASSERT_EQ(want.tokens.size(), 160u);
+  ASSERT_EQ(want.tokens.size(), (size_t)kTokens);
 
   for (int moves : {1, 2}) {
     SCOPED_TRACE(std::to_string(moves) + " moves");
-    OpenStream stream(*t.stub, Request(160), 0);
+    OpenStream stream(*t.stub, Request(kTokens), 0);
     for (int move = 0; move < moves; ++move) {
       // Some tokens in, the stream moves to the other decode worker.
-      stream.ReadUntil(20u * (move + 1));
+      stream.ReadUntil(10u * (move + 1));
       const Proc& busy = t.Busy();
       const Proc& other = &busy == &t.d1 ? t.d2 : t.d1;
       ASSERT_EQ(MigrateStreams(t.router.address, WorkerId(*t.stub, busy.address)), 1);
@@ -123,7 +127,7 @@ void ExpectMigratedEqualsUnmigrated(const std::string& prefill_precision,
     const Answer got = stream.Finish();
     ASSERT_TRUE(got.status.ok()) << got.status.error_message();
     EXPECT_EQ(got.tokens, want.tokens);
-    EXPECT_EQ(got.summary.output_tokens(), 160);
+    EXPECT_EQ(got.summary.output_tokens(), kTokens);
     EXPECT_EQ(got.summary.prompt_tokens(), want.summary.prompt_tokens());
     EXPECT_EQ(got.summary.finish_reason(), want.summary.finish_reason());
     ExpectAllBlocksFree(t.d1.address, "decode worker 1");

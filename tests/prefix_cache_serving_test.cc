@@ -5,6 +5,9 @@
 // the decode worker answers as the prefill worker's path does, eviction
 // keeps answers and block counts right, salts isolate, and the router
 // sends a follow-up to the worker holding its conversation.
+#include <functional>
+#include <latch>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,9 +36,14 @@ struct Conversation {
   std::vector<int> prompt;                    // per turn: summary.prompt_tokens
 };
 
+// Runs a turn (`run`) of turn number `turn`, however the caller orders turns.
+using TurnGate = std::function<void(int turn, const std::function<void()>& run)>;
+
 // Runs conversation `c`: every turn resends the earlier messages and
-// answers (as a chat) with a new user message, greedy.
-Conversation Converse(v1::Pdq::Stub& stub, int c, const std::string& salt = "") {
+// answers (as a chat) with a new user message, greedy; each turn through
+// `gate` when given.
+Conversation Converse(v1::Pdq::Stub& stub, int c, const std::string& salt = "",
+                      const TurnGate& gate = nullptr) {
   Conversation out;
   v1::GenerateRequest r;
   r.set_max_tokens(kAnswerTokens);
@@ -44,7 +52,13 @@ Conversation Converse(v1::Pdq::Stub& stub, int c, const std::string& salt = "") 
     v1::ChatMessage* m = r.mutable_chat()->add_messages();
     m->set_role("user");
     m->set_content(Message(c, t));
-    const Answer a = Generate(stub, r);
+    Answer a;
+    auto run = [&] { a = Generate(stub, r); };
+    if (gate) {
+      gate(t, run);
+    } else {
+      run();
+    }
     EXPECT_TRUE(a.status.ok()) << a.status.error_message();
     if (!a.status.ok()) break;
     out.answers.push_back(a.tokens);
@@ -224,12 +238,27 @@ TEST(PrefixCacheServingTest, TheRouterSendsAFollowUpToTheWorkerHoldingItsConvers
   // worker one request less busy).
   Deployment d = Start(c, {"--cache-load-tokens", "32"}, {{"both", {}}, {"both", {}}});
   ASSERT_NE(d.stub, nullptr);
-  // Four conversations at once spread over both workers; every later turn
-  // finds its conversation where the earlier ones ran.
+  // Four conversations start at once and spread over both workers; every
+  // later turn finds its conversation where the earlier ones ran. The later
+  // turns run one at a time: the router weighs a worker's queue and load
+  // (as of its last heartbeat) against the prompt its cache lacks, and
+  // another conversation's turn queued on the holder could outweigh a
+  // follow-up's short cached prefix.
   std::vector<Conversation> got(4);
   std::vector<std::thread> clients;
+  std::latch first_turns(4);
+  std::mutex one_at_a_time;
+  const TurnGate gate = [&](int turn, const std::function<void()>& run) {
+    if (turn == 0) {
+      run();
+      first_turns.arrive_and_wait();
+      return;
+    }
+    std::lock_guard lock(one_at_a_time);
+    run();
+  };
   for (int i = 0; i < 4; ++i) {
-    clients.emplace_back([&, i] { got[i] = Converse(*d.stub, i); });
+    clients.emplace_back([&, i] { got[i] = Converse(*d.stub, i, "", gate); });
   }
   for (std::thread& t : clients) t.join();
   for (const Conversation& x : got) {

@@ -11,6 +11,16 @@ double Metric(const std::string& metrics_address, const std::string& series) {
   return it == samples->end() ? -1 : it->second;
 }
 
+double MetricSoon(const std::string& metrics_address, const std::string& series, double want) {
+  const auto end = Clock::now() + std::chrono::seconds(20);
+  double v = Metric(metrics_address, series);
+  while (v != want && Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    v = Metric(metrics_address, series);
+  }
+  return v;
+}
+
 void ExpectOneRouterLostLeavesTheOther(Cluster& c, const Proc& a, const Proc& b,
                                        const Proc& prefill, const Proc& decode) {
   auto stub_a = Client(a.address), stub_b = Client(b.address);

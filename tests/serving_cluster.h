@@ -304,4 +304,10 @@ void ExpectOneRouterLostLeavesTheOther(Cluster& c, const Proc& a, const Proc& b,
 // process does not answer.
 double Metric(const std::string& metrics_address, const std::string& series);
 
+// The series once it equals `want`, or after 20 s what it is then: for
+// counts a worker updates after the client has its answer (a prefill
+// worker counts a request once its KV is acknowledged; a decode worker
+// frees blocks after it sends the last token).
+double MetricSoon(const std::string& metrics_address, const std::string& series, double want);
+
 }  // namespace pdq::testing

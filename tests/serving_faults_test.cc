@@ -307,7 +307,12 @@ TEST_F(ServingFaultsTest, APromptQueuedLongerThanTheLeaseStillCompletes) {
   std::vector<Answer> answers(3);
   std::vector<std::thread> clients;
   for (int i = 0; i < 3; ++i) {
-    clients.emplace_back([&, i] { answers[i] = Generate(*stub, Chat(LongText(400), 4)); });
+    // Each its own cache salt: a prompt from the prefix cache would not wait.
+    clients.emplace_back([&, i] {
+      v1::GenerateRequest r = Chat(LongText(400), 4);
+      r.set_cache_salt("lease-" + std::to_string(i));
+      answers[i] = Generate(*stub, r);
+    });
   }
   for (std::thread& t : clients) t.join();
   double longest = 0;
@@ -334,12 +339,18 @@ TEST_F(ServingFaultsTest, ADeadlineShorterThanThePrefillIsDeadlineExceededAndFre
   ASSERT_TRUE(split.ok());
   v1::Pdq::Stub* const stub = split.stub.get();
 
-  const Answer alone = Generate(*stub, Long(900, 2));
-  ASSERT_TRUE(alone.status.ok()) << alone.status.error_message();
-  ASSERT_GT(alone.summary.ttft_seconds(), 0.1) << "the prefill is too fast to test a deadline";
+  // The quicker of two, so a prefill slowed once by a loaded machine does
+  // not set a deadline the next one meets.
+  double ttft = 1e9;
+  for (int i = 0; i < 2; ++i) {
+    const Answer alone = Generate(*stub, Long(900, 2));
+    ASSERT_TRUE(alone.status.ok()) << alone.status.error_message();
+    ttft = std::min(ttft, alone.summary.ttft_seconds());
+  }
+  ASSERT_GT(ttft, 0.1) << "the prefill is too fast to test a deadline";
 
   grpc::ClientContext ctx;
-  const double budget = alone.summary.ttft_seconds() / 4;
+  const double budget = ttft / 8;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::microseconds(int64_t(budget * 1e6)));
   auto reader = stub->Generate(&ctx, Long(900, 8));
@@ -361,10 +372,23 @@ TEST_F(ServingFaultsTest, AThousandCancelsAroundTheKvTransferReturnEveryBlock) {
   ASSERT_TRUE(split.ok());
   const Proc &prefill = split.prefill, &decode = split.decode;
   v1::Pdq::Stub* const stub = split.stub.get();
-  const v1::GenerateRequest req = Long(60, 4);
-  const Answer alone = Generate(*stub, req);
+  // Every request its own cache salt: the same words again would be
+  // prefilled from the decode worker's prefix cache, with no prefill call
+  // and no KV transfer to cancel around.
+  v1::GenerateRequest req = Long(60, 4);
+  std::atomic<int> salts{0};
+  auto salted = [&] {
+    v1::GenerateRequest r = req;
+    r.set_cache_salt("cancel-" + std::to_string(salts++));
+    return r;
+  };
+  const Answer alone = Generate(*stub, salted());
   ASSERT_TRUE(alone.status.ok()) << alone.status.error_message();
-  const double ttft = alone.summary.ttft_seconds();
+  // The quicker of two, so one slowed by a loaded machine does not widen
+  // the window past the answers' ends.
+  const Answer again = Generate(*stub, salted());
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  const double ttft = std::min(alone.summary.ttft_seconds(), again.summary.ttft_seconds());
 
   constexpr int kClients = 4, kCancels = 1000;
   std::atomic<int> next{0}, cancelled{0}, completed{0}, other{0};
@@ -376,7 +400,7 @@ TEST_F(ServingFaultsTest, AThousandCancelsAroundTheKvTransferReturnEveryBlock) {
       while (next++ < kCancels) {
         grpc::ClientContext ctx;
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-        auto reader = stub->Generate(&ctx, req);
+        auto reader = stub->Generate(&ctx, salted());
         std::this_thread::sleep_for(std::chrono::microseconds(int64_t(when(rng) * 1e6)));
         ctx.TryCancel();
         v1::GenerateResponse m;
@@ -406,7 +430,7 @@ TEST_F(ServingFaultsTest, AThousandCancelsAroundTheKvTransferReturnEveryBlock) {
       Metric(prefill.metrics, "pdq_kv_transfer_seconds_count"));
   ExpectAllBlocksFree(prefill.address, "prefill worker");
   ExpectAllBlocksFree(decode.address, "decode worker");
-  const Answer after = Generate(*stub, req);
+  const Answer after = Generate(*stub, salted());
   ASSERT_TRUE(after.status.ok()) << after.status.error_message();
   EXPECT_EQ(after.tokens, alone.tokens);
 }

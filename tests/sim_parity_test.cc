@@ -102,7 +102,12 @@ RecordedSplit ServeSplit(const worker::SchedulerOptions& base,
     std::lock_guard lock(mu);
     rec.prefill.steps.push_back(t);
   };
+  // Held while a wave's decode calls are made: the decode worker's step
+  // waits for the whole wave (a loaded machine may pause this thread
+  // between the calls, and the first streams would decode alone).
+  std::mutex issuing;
   dopt.step_observer = [&](const StepTrace& t) {
+    { std::lock_guard wait(issuing); }
     std::lock_guard lock(mu);
     rec.decode.steps.push_back(t);
   };
@@ -176,7 +181,10 @@ RecordedSplit ServeSplit(const worker::SchedulerOptions& base,
       // streams decode together and the batch bound rotates them (each
       // decode of the synthetic model takes far less than a prefill).
       for (auto& c : calls) c->done.WaitForNotification();
-      for (auto& [id, p, s] : decodes) decode.Decode(id, p, s);
+      {
+        std::lock_guard hold(issuing);
+        for (auto& [id, p, s] : decodes) decode.Decode(id, p, s);
+      }
       decodes.clear();
     }
     for (auto& c : calls) {

@@ -4,6 +4,7 @@
 #include "policy/step_plan.h"
 
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -371,31 +372,50 @@ Served Serve(absl::Duration target, bool two_models, double share = 0) {
   o.prompt_share = share;
   o.calibrate_step_costs = share > 0;
   o.prefix_cache = false;
+  // The long prompts are sent from the step observer, on the scheduler's
+  // thread, at the second decode step: a test thread polling for it may
+  // wake, on a loaded machine, after the short streams have ended.
+  std::mutex mu;
+  std::vector<std::shared_ptr<Collect>> streams;  // guarded by mu
+  absl::Notification prompts_sent;
+  Scheduler* sched_ptr = nullptr;
+  int64_t decode_steps = 0;
+  const int vocab = decode->config().vocab_size;
+  auto start = [&](int n, int salt, int max_tokens) {  // mu held
+    GenerationParams p;
+    p.request_id = absl::StrCat("r", salt);
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    auto s = std::make_shared<Collect>();
+    streams.push_back(s);
+    sched_ptr->Generate(testing::Tokens(n, vocab, salt), p, s);
+  };
+  o.step_observer = [&](const worker::StepTrace& t) {
+    std::lock_guard lock(mu);
+    if (t.rows.empty() || ++decode_steps != 2) return;
+    for (int i = 0; i < 3; ++i) start(400, 10 + i, 4);
+    prompts_sent.Notify();
+  };
   auto kv = decode.ctx->NewKvCache(1 << 14);
   EXPECT_TRUE(kv.ok());
   Served run;
   {
     Scheduler sched(o, two_models ? prefill.ctx.get() : decode.ctx.get(), decode.ctx.get(),
                     std::move(*kv), nullptr);
+    sched_ptr = &sched;
     run.calibration = sched.calibration();
-    const int vocab = decode->config().vocab_size;
-    std::vector<std::shared_ptr<Collect>> streams;
-    auto start = [&](int n, int salt, int max_tokens) {
-      GenerationParams p;
-      p.request_id = absl::StrCat("r", salt);
-      p.max_tokens = max_tokens;
-      p.ignore_eos = true;
-      auto s = std::make_shared<Collect>();
-      streams.push_back(s);
-      sched.Generate(testing::Tokens(n, vocab, salt), p, s);
-    };
-    // Long enough answers that they still decode when the prompts arrive.
-    for (int i = 0; i < 4; ++i) start(8, i, 480);
-    // Let them reach decoding, then send long prompts.
-    while (sched.step_stats().decode_steps.load() < 2)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    for (int i = 0; i < 3; ++i) start(400, 10 + i, 4);
-    for (auto& s : streams) {
+    {
+      // Long enough answers that they still decode when the prompts arrive.
+      std::lock_guard lock(mu);
+      for (int i = 0; i < 4; ++i) start(8, i, 480);
+    }
+    prompts_sent.WaitForNotification();
+    std::vector<std::shared_ptr<Collect>> all;
+    {
+      std::lock_guard lock(mu);
+      all = streams;
+    }
+    for (auto& s : all) {
       s->done.WaitForNotification();
       EXPECT_TRUE(s->status.ok()) << s->status;
       run.answers.push_back(s->tokens);
