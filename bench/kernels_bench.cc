@@ -192,6 +192,25 @@ BENCHMARK(BM_GemmW8A16)
     ->Args({1, 3072, 576, 0})
     ->UseRealTime();
 
+// One kv head's K and V for n positions in 16-token blocks, uniform in
+// [-1, 1], the blocks in order.
+struct RandomKv {
+  RandomKv(int64_t n, int d, std::mt19937& rng) {
+    const int64_t blocks = (n + 15) / 16;
+    std::uniform_real_distribution<float> u(-1, 1);
+    k.resize(blocks * 16 * d);
+    v.resize(k.size());
+    for (auto& x : k) x = Fp32ToFp16(u(rng));
+    for (auto& x : v) x = Fp32ToFp16(u(rng));
+    for (int64_t b = 0; b < blocks; ++b) table.push_back((int32_t)b);
+    layer = KvLayerView{k.data(), v.data(), 1, d, 16};
+  }
+  RandomKv(const RandomKv&) = delete;
+  std::vector<fp16_t> k, v;
+  std::vector<int32_t> table;
+  KvLayerView layer;
+};
+
 // One decode row's attention for one kv head and its `group` query heads
 // (SmolLM2-135M: group 3, head_dim 64) over n_pos cached positions, on the
 // active path's attend or (table 0) the AVX2 body it falls back to below
@@ -199,19 +218,16 @@ BENCHMARK(BM_GemmW8A16)
 // Args: n_pos, group, table (0: AVX2 body, 1: active path).
 void BM_AttendDecodeRow(benchmark::State& state) {
   const int64_t n_pos = state.range(0);
-  const int group = (int)state.range(1), d = 64, block = 16;
-  const int64_t blocks = (n_pos + block - 1) / block;
+  const int group = (int)state.range(1), d = 64;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<fp16_t> k(blocks * block * d), v(k.size());
-  for (auto& x : k) x = Fp32ToFp16(u(rng));
-  for (auto& x : v) x = Fp32ToFp16(u(rng));
-  std::vector<int32_t> table(blocks);
-  for (int64_t b = 0; b < blocks; ++b) table[b] = (int32_t)b;
-  const KvLayerView layer{k.data(), v.data(), 1, d, block};
+  const RandomKv kv(n_pos, d, rng);
+  const KvLayerView& layer = kv.layer;
+  const std::vector<int32_t>& table = kv.table;
   std::vector<float> q(group * d), out(group * d);
   for (auto& x : q) x = u(rng);
-  std::vector<float> scratch(cpu::AttendScratch(n_pos, group, d));
+  std::vector<float> scratch(getenv("OLDSZ") ? group * (n_pos + 16) + 2 * 16 * d + 8
+                                             : cpu::AttendScratch(n_pos, group, d));
   const auto& kt = state.range(2) == 0 ? cpu::kAvx2Kernels : cpu::ActiveKernels();
   if (state.range(2) == 0 && !GetCpuFeatures().avx2) {
     state.SkipWithError("no AVX2 on this CPU");
@@ -225,6 +241,51 @@ void BM_AttendDecodeRow(benchmark::State& state) {
 }
 
 BENCHMARK(BM_AttendDecodeRow)->ArgsProduct({{128, 512, 2048}, {1, 2, 3}, {0, 1}});
+
+// A 128-token prompt chunk's attention for one kv head and its 3 query
+// heads (SmolLM2-135M: head_dim 64) after `context` cached positions, in
+// the row blocks the engine's Attention takes (cpu::AttendRowsFor): what a
+// conversation's later turn, or a long prompt's later chunks, cost per kv
+// head and layer. Args: context, table (0: AVX2, 1: active path, 2: the
+// active path's bf16 tiles, attend_bf16: AMX only).
+void BM_AttendPromptChunk(benchmark::State& state) {
+  const int64_t context = state.range(0), chunk = 128, n = context + chunk;
+  const int group = 3, d = 64;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const RandomKv kv(n, d, rng);
+  const KvLayerView& layer = kv.layer;
+  const std::vector<int32_t>& table = kv.table;
+  std::vector<float> q(chunk * group * d), out(q.size());
+  for (auto& x : q) x = u(rng);
+  const int rows_per_call = cpu::AttendRowsFor(n, group);
+  std::vector<float> scratch(cpu::AttendScratch(n, rows_per_call * group, d));
+  const auto& kt = state.range(1) == 0 ? cpu::kAvx2Kernels : cpu::ActiveKernels();
+  if (state.range(1) == 0 && !GetCpuFeatures().avx2) {
+    state.SkipWithError("no AVX2 on this CPU");
+    return;
+  }
+  if (state.range(1) == 2 && !Bf16AttentionSupported()) {
+    state.SkipWithError("no AMX-BF16 on this CPU");
+    return;
+  }
+  const auto attend = state.range(1) == 2 ? kt.attend_bf16 : kt.attend;
+  for (auto _ : state) {
+    for (int64_t i = 0; i < chunk; i += rows_per_call) {
+      const int rows = (int)std::min<int64_t>(rows_per_call, chunk - i);
+      attend(layer, table.data(), context + i + 1, rows, 0, group, q.data() + i * group * d,
+             group * d, 0.125f, out.data() + i * group * d, group * d, scratch.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Query-key pairs a second (each row sees its context and the chunk's
+  // rows before it).
+  state.counters["pairs"] =
+      benchmark::Counter((double)group * (chunk * context + chunk * (chunk + 1) / 2),
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_AttendPromptChunk)->ArgsProduct({{0, 512, 1408, 2944}, {0, 1, 2}});
 
 void BM_GemmW8A8(benchmark::State& state) {
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2);

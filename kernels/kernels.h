@@ -20,6 +20,11 @@ class ThreadPool;  // kernels/cpu/thread_pool.h: whoever creates one includes it
 // need their own pool.
 struct CpuContext {
   ThreadPool* pool = nullptr;
+  // Attention's prompt rows (a sequence with 2 or more in a pass, head_dim
+  // 64) on AMX-BF16 tiles where the CPU has them (Bf16AttentionSupported):
+  // Q and K as two bf16 parts each, softmax weights and V as bf16, fp32
+  // sums. Decode rows stay fp32. Off by default (bench/RESULTS.md).
+  bool bf16_prompt_attention = false;
   int num_threads() const;
 };
 
@@ -78,6 +83,10 @@ struct PackedW4 {
 // True when the kernel path dispatch chose has W4A8, so a8_min_rows takes
 // effect.
 bool W4A8Supported();
+// True when the path has the bf16 prompt attention (AMX-BF16), so
+// CpuContext::bf16_prompt_attention takes effect.
+bool Bf16AttentionSupported();
+
 // True when it has the bf16 tile GEMMs, so bf16_min_rows takes effect.
 bool Bf16TilesSupported();
 // The bf16 tile GEMMs take k up to this; larger k keeps the other paths.

@@ -78,6 +78,11 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
             "on CPUs with AMX-BF16 (fp32 sums); 0: never. The default keeps decode steps\n"
             "of up to 64 rows on int16 (batch-invariant tokens); 16 runs batched decode\n"
             "1.5-2x faster, at KL 1e-4 and with a row's logits depending on its batch");
+  flags.Bool("bf16-attention", &bf16_attention,
+             "experimental: prompt attention (2 or more rows of a sequence in a step) on\n"
+             "AMX-BF16 tiles (Q and K as two bf16 parts each, softmax weights and V as bf16,\n"
+             "fp32 sums), on CPUs with AMX-BF16; decode rows stay fp32. Off by default: see\n"
+             "bench/RESULTS.md, \"Prompt attention on AMX-BF16 tiles\"");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
@@ -136,7 +141,7 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
   if (!quiet)
     o.log = [](const std::string& line) { std::fprintf(stderr, "pdq: %s\n", line.c_str()); };
   const auto t0 = std::chrono::steady_clock::now();
-  const CpuContext cpu{&pool()};
+  const CpuContext cpu{&pool(), bf16_attention};
   auto loaded = LoadQuantizedModel(model, o, cpu);
   if (!loaded.ok()) {
     return WithFlagNames(loaded.status(),

@@ -228,6 +228,50 @@ INSTANTIATE_TEST_SUITE_P(Precisions, BatchInvariantTest,
                          ::testing::Values("synthetic:tiny@w4a16", "synthetic:tiny@w8a8"),
                          [](const auto& info) { return info.param.substr(info.param.find('@') + 1); });
 
+// Prompt attention on bf16 tiles (CpuContext::bf16_prompt_attention, on
+// CPUs with AMX-BF16), on SmolLM2-135M's shape (head_dim 64, GQA group 3):
+// a prompt computed in chunks, or beside many others in one batch, gives
+// the logits it gives in one piece, up to bf16 rounding; a batch of the
+// same prompt gives every copy the same bits.
+TEST(Bf16PromptAttentionTest, ChunksAndBatchesMatchOnePiece) {
+  if (!Bf16AttentionSupported()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+  auto t = LoadOrDie("synthetic:smollm2-135m@w4a16");
+  ASSERT_TRUE(t);
+  Context bf16(*t.model, CpuContext{t.pool.get(), true});
+  const int vocab = t->config().vocab_size;
+  const auto tokens = Tokens(30, vocab, 4);
+  // The last position's logits of `copies` sequences of `tokens`, computed
+  // in `chunks`, all copies in each pass.
+  auto run = [&](Context& ctx, const std::vector<int64_t>& chunks, int copies) {
+    auto kv = t->NewKvCache(64 * 64);
+    EXPECT_TRUE(kv.ok());
+    std::vector<SeqId> seqs;
+    for (int c = 0; c < copies; ++c) seqs.push_back((*kv)->AddSequence());
+    int64_t pos = 0;
+    Logits last;
+    for (int64_t n : chunks) {
+      std::vector<BatchEntry> batch;
+      for (SeqId s : seqs)
+        batch.push_back({s, std::span<const int32_t>(tokens).subspan(pos, n), 1});
+      EXPECT_TRUE(ctx.ForwardAll(**kv, batch, &last).ok());
+      pos += n;
+    }
+    std::vector<std::vector<float>> rows;
+    for (int c = 0; c < copies; ++c) rows.emplace_back(last.Row(c, 0), last.Row(c, 0) + vocab);
+    return rows;
+  };
+  const auto fp32 = run(*t.ctx, {30}, 1);
+  const auto whole = run(bf16, {30}, 1);
+  ExpectRowsNear(whole[0].data(), fp32[0].data(), vocab, 5e-2f, "bf16 against fp32 attention");
+  const auto chunked = run(bf16, {16, 14}, 1);
+  ExpectRowsNear(chunked[0].data(), whole[0].data(), vocab, 1e-3f, "16 + 14 tokens");
+  // 64 copies: the W4A16 GEMMs take bf16 tiles from 65 rows, so the copies
+  // may differ from the one sequence above, but not from each other.
+  const auto batched = run(bf16, {16, 14}, 64);
+  ExpectRowsNear(batched[0].data(), chunked[0].data(), vocab, 5e-2f, "in a batch of 64");
+  for (int c = 1; c < 64; ++c) ASSERT_EQ(batched[c], batched[0]) << "copy " << c << " of 64";
+}
+
 // Two threads, each with its own context and pool, generate on one shared
 // model at the same time; each gets exactly what it gets alone.
 class ConcurrentContextsTest : public ::testing::TestWithParam<std::string> {};

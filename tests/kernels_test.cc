@@ -307,6 +307,93 @@ TEST(KernelsTest, AttendMatchesReference) {
   }
 }
 
+// Prompt attention on AMX-BF16 tiles (attend_bf16): within the rounding of
+// the softmax weights and V to bf16 (about 2^-8 of the largest |v|) of
+// attention computed in double (Q and K are split in two bf16 parts each,
+// so scores keep about 16 bits); and each query's output bit for bit the
+// same whatever rows share its call.
+TEST(KernelsTest, Bf16PromptAttentionMatchesABf16Reference) {
+  if (!Bf16AttentionSupported()) {
+    GTEST_SKIP() << "no AMX-BF16 on this CPU (amx_bf16 with the OS's tile permission)";
+  }
+  const auto attend = cpu::ActiveKernels().attend_bf16;
+  std::mt19937 rng(16);
+  const int d = 64;
+  for (int group : {1, 3, 4, 8}) {
+    for (int rows : {1, 2, 3, 5, 8, 16}) {
+      if (rows * group > 64) continue;
+      for (int64_t n_pos : {1, 15, 16, 17, 100, 700}) {
+        const int64_t n_max = n_pos + rows - 1;
+        auto layer = MakeLayer(2, d, n_max, rng);
+        const int64_t stride = group * d + 5;
+        auto q = Random(rows * stride, rng);
+        for (float& x : q) x *= 4;  // scores of a few units: a softmax with peaks
+        // A few large components, as trained models have: one bf16 part of
+        // Q alone would move such scores by tenths.
+        for (int r = 0; r < rows; ++r) {
+          for (int g = 0; g < group; ++g) q[r * stride + g * d] *= 16;
+        }
+        std::vector<float> got(rows * stride, 0.0f);
+        std::vector<float> scratch(cpu::AttendScratch(n_max, rows * group, d));
+        const float scale = 0.125f;
+        attend(layer.view, layer.table.data(), n_pos, rows, 1, group, q.data(), stride, scale,
+               got.data(), stride, scratch.data());
+        auto kv_at = [&](const std::vector<fp16_t>& base, int64_t j, int i) {
+          const int64_t block = layer.table[j / 16];
+          return Fp16ToFp32(base[((block * 2 + 1) * 16 + j % 16) * d + i]);
+        };
+        for (int r = 0; r < rows; ++r) {
+          for (int g = 0; g < group; ++g) {
+            const float* qh = q.data() + r * stride + g * d;
+            const int64_t n = n_pos + r;
+            std::vector<double> sc(n);
+            double mx = -1e300;
+            for (int64_t j = 0; j < n; ++j) {
+              double s = 0;
+              for (int i = 0; i < d; ++i) s += (double)(qh[i] * scale) * kv_at(layer.k, j, i);
+              sc[j] = s;
+              mx = std::max(mx, s);
+            }
+            double sum = 0;
+            std::vector<double> p(n);
+            for (int64_t j = 0; j < n; ++j) {
+              p[j] = std::exp(sc[j] - mx);
+              sum += p[j];
+            }
+            for (int i = 0; i < d; ++i) {
+              double o = 0, vmax = 0;
+              for (int64_t j = 0; j < n; ++j) {
+                o += p[j] * kv_at(layer.v, j, i);
+                vmax = std::max(vmax, (double)std::fabs(kv_at(layer.v, j, i)));
+              }
+              // The weights' rounding (2^-9 each) and V's (2^-9): at most
+              // about 2^-8 of the largest |v| the query averages.
+              ASSERT_NEAR(got[r * stride + g * d + i], o / sum, vmax * 1.5 / 256 + 1e-6)
+                  << "group=" << group << " rows=" << rows << " n=" << n_pos << " row " << r
+                  << " head " << g << " output " << i;
+            }
+          }
+        }
+        // The same rows two at a time (a prompt chunked otherwise): the
+        // same bits.
+        if (rows % 2 == 0) {
+          std::vector<float> pairs(rows * stride, 0.0f);
+          for (int r = 0; r < rows; r += 2) {
+            attend(layer.view, layer.table.data(), n_pos + r, 2, 1, group, q.data() + r * stride,
+                   stride, scale, pairs.data() + r * stride, stride, scratch.data());
+          }
+          for (int r = 0; r < rows; ++r) {
+            for (int i = 0; i < group * d; ++i) {
+              ASSERT_EQ(pairs[r * stride + i], got[r * stride + i])
+                  << "group=" << group << " rows=" << rows << " n=" << n_pos << " row " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The full public Attention (GQA, causal, threaded) against a dense
 // recomputation written independently of the paged layout.
 TEST(KernelsTest, CausalGqaAttentionMatchesDenseComputation) {
@@ -384,21 +471,25 @@ TEST(KernelsTest, BatchedAttentionEqualsOneCallPerSequence) {
     qs.push_back(Random(s.m * heads * d, rng));
   }
   ThreadPool pool(2);
-  CpuContext ctx{&pool};
-  std::vector<float> scratch(AttentionScratchFloats(ctx, 320, heads, d));
-  std::vector<std::vector<float>> alone, together;
-  std::vector<AttentionSeq> seqs;
-  for (size_t i = 0; i < shapes.size(); ++i) {
-    alone.emplace_back(shapes[i].m * heads * d, 0.0f);
-    together.emplace_back(shapes[i].m * heads * d, -1.0f);
-    Attention(ctx, layer, tables[i].data(), shapes[i].first, shapes[i].m, qs[i].data(), heads * d,
-              heads, 0.125f, alone[i].data(), heads * d, scratch.data());
-    seqs.push_back(
-        {tables[i].data(), shapes[i].first, shapes[i].m, qs[i].data(), together[i].data()});
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !Bf16AttentionSupported()) continue;
+    SCOPED_TRACE(bf16 ? "bf16 prompt attention" : "fp32 attention");
+    CpuContext ctx{&pool, bf16};
+    std::vector<float> scratch(AttentionScratchFloats(ctx, 320, heads, d));
+    std::vector<std::vector<float>> alone, together;
+    std::vector<AttentionSeq> seqs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      alone.emplace_back(shapes[i].m * heads * d, 0.0f);
+      together.emplace_back(shapes[i].m * heads * d, -1.0f);
+      Attention(ctx, layer, tables[i].data(), shapes[i].first, shapes[i].m, qs[i].data(), heads * d,
+                heads, 0.125f, alone[i].data(), heads * d, scratch.data());
+      seqs.push_back(
+          {tables[i].data(), shapes[i].first, shapes[i].m, qs[i].data(), together[i].data()});
+    }
+    Attention(ctx, layer, seqs.data(), (int64_t)seqs.size(), heads * d, heads, 0.125f, heads * d,
+              scratch.data());
+    for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(alone[i], together[i]) << "sequence " << i;
   }
-  Attention(ctx, layer, seqs.data(), (int64_t)seqs.size(), heads * d, heads, 0.125f, heads * d,
-            scratch.data());
-  for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(alone[i], together[i]) << "sequence " << i;
 }
 
 TEST(KernelsTest, RopeStylesRotateTheDocumentedPairs) {

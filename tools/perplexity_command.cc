@@ -53,7 +53,12 @@ int PerplexityCommand(int argc, char** argv) {
     }
   }
   if (!kl_reference.empty()) {
-    auto loaded = mf.Load(false, kl_reference);
+    // The reference computes attention in fp32 whatever --bf16-attention
+    // says, so the KL measures what that choice costs too.
+    mf.pool();  // made first, so the copy shares it
+    ModelFlags ref = mf;
+    ref.bf16_attention = false;
+    auto loaded = ref.Load(false, kl_reference);
     if (!loaded.ok()) return Fail("perplexity", loaded.status());
     reference = std::move(*loaded);
     options.kl_reference = reference.ctx.get();

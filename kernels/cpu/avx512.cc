@@ -1142,6 +1142,38 @@ inline __m512 Sum16Of(const __m512 lo[2], const __m512 hi[2]) {
                        _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// Where an attend call's rows live: the 16-token block of K or V holding
+// position j0 for this kv head, query h's q and out rows (the `group` query
+// heads of a row contiguous), and how many positions query h sees.
+struct AttendRows {
+  const int32_t* block_table;
+  int64_t block_stride, head_offset;
+  int64_t n_pos;
+  int group, d;
+  const float* q;
+  int64_t q_stride;
+  float* out;
+  int64_t out_stride;
+  AttendRows(const KvLayerView& layer, const int32_t* table, int64_t n_pos, int kv_head, int group,
+             const float* q, int64_t q_stride, float* out, int64_t out_stride)
+      : block_table(table),
+        block_stride((int64_t)layer.block_tokens * layer.head_dim * layer.kv_heads),
+        head_offset((int64_t)kv_head * layer.block_tokens * layer.head_dim),
+        n_pos(n_pos),
+        group(group),
+        d(layer.head_dim),
+        q(q),
+        q_stride(q_stride),
+        out(out),
+        out_stride(out_stride) {}
+  const fp16_t* Block(const fp16_t* base, int64_t j0) const {
+    return base + block_table[j0 / 16] * block_stride + head_offset;
+  }
+  const float* Q(int h) const { return q + (h / group) * q_stride + (h % group) * d; }
+  float* Out(int h) const { return out + (h / group) * out_stride + (h % group) * d; }
+  int64_t Visible(int h) const { return n_pos + h / group; }
+};
+
 // One decode row (rows == 1) of NQ = 3 or 4 queries (a GQA group) over
 // head_dim 16 DV: every cached position is read once from memory, so the
 // kernel touches each K and V row once, in registers. Scores: per 8 keys,
@@ -1156,17 +1188,13 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
   constexpr int d = 16 * DV;
   const int64_t stride = n_pos + 16;
   float* scores = scratch;  // [NQ][stride]
-  const int64_t head_stride = (int64_t)layer.block_tokens * d;
-  const int64_t block_stride = head_stride * layer.kv_heads;
-  auto block_of = [&](const fp16_t* base, int64_t j0) {
-    return base + block_table[j0 / 16] * block_stride + kv_head * head_stride;
-  };
+  const AttendRows at(layer, block_table, n_pos, kv_head, NQ, q, 0, out, 0);
   const __m512 vscale = _mm512_set1_ps(scale);
   __m512 vmax[NQ];
   for (int h = 0; h < NQ; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
-    const fp16_t* src = block_of(layer.k, j0);
+    const fp16_t* src = at.Block(layer.k, j0);
     __m512 half[NQ][2][2];  // [query][keys 0-7, 8-15][Sum8 halves]
     for (int part = 0; part < 2; ++part) {
       __m512 acc[NQ][8];
@@ -1198,7 +1226,7 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
-    const fp16_t* src = block_of(layer.v, j0);
+    const fp16_t* src = at.Block(layer.v, j0);
     for (int64_t t = 0; t < nj; ++t) {
       __m512 v[DV];
       for (int c = 0; c < DV; ++c) v[c] = LoadF16x16(src + t * d + 16 * c);
@@ -1257,21 +1285,14 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
   // P V pass; 64-byte aligned for the vector loads.
   float* kv = reinterpret_cast<float*>(
       (reinterpret_cast<uintptr_t>(scratch + nq * stride) + 63) & ~uintptr_t{63});
-  const int64_t head_stride = (int64_t)layer.block_tokens * d;
-  const int64_t block_stride = head_stride * layer.kv_heads;
-  auto block_of = [&](const fp16_t* base, int64_t j0) {
-    return base + block_table[j0 / 16] * block_stride + kv_head * head_stride;
-  };
-  auto q_of = [&](int h) { return q + (h / group) * q_stride + (h % group) * d; };
-  auto out_of = [&](int h) { return out + (h / group) * out_stride + (h % group) * d; };
-  auto visible = [&](int h) { return n_pos + h / group; };  // positions query h sees
+  const AttendRows at(layer, block_table, n_pos, kv_head, group, q, q_stride, out, out_stride);
   const __m512 vscale = _mm512_set1_ps(scale);
 
   __m512 vmax[kMaxQ];
   for (int h = 0; h < nq; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
   for (int64_t j0 = 0; j0 < n_max; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, n_max - j0);
-    const fp16_t* src = block_of(layer.k, j0);
+    const fp16_t* src = at.Block(layer.k, j0);
     for (int c = 0; c < dv; ++c) {  // K^T rows [16 c, 16 c + 16)
       __m512 r[16];
       for (int t = 0; t < 16; ++t) r[t] = t < nj ? LoadF16x16(src + t * d + 16 * c) : _mm512_setzero_ps();
@@ -1282,7 +1303,7 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
       const int nh4 = std::min(4, nq - h0);
       __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
       const float* qh[4];
-      for (int u = 0; u < 4; ++u) qh[u] = q_of(h0 + std::min(u, nh4 - 1));
+      for (int u = 0; u < 4; ++u) qh[u] = at.Q(h0 + std::min(u, nh4 - 1));
       for (int i = 0; i < d; ++i) {
         const __m512 kt = _mm512_load_ps(kv + i * 16);
 #pragma GCC unroll 4
@@ -1290,7 +1311,7 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
       }
       for (int u = 0; u < nh4; ++u) {
         const int h = h0 + u;
-        const int64_t nh = std::min<int64_t>(nj, visible(h) - j0);  // keys of this block it sees
+        const int64_t nh = std::min<int64_t>(nj, at.Visible(h) - j0);  // keys of this block it sees
         if (nh <= 0) continue;
         const __m512 sc = _mm512_mul_ps(acc[u], vscale);
         _mm512_storeu_ps(scores + h * stride + j0, sc);  // the row has 16 floats of slack
@@ -1301,20 +1322,20 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
 
   float inv_sum[kMaxQ];
   for (int h = 0; h < nq; ++h) {
-    inv_sum[h] = ExpScores(scores + h * stride, visible(h), vmax[h]);
-    float* oh = out_of(h);
+    inv_sum[h] = ExpScores(scores + h * stride, at.Visible(h), vmax[h]);
+    float* oh = at.Out(h);
     for (int i = 0; i < d; i += 16) _mm512_storeu_ps(oh + i, _mm512_setzero_ps());
   }
 
   for (int64_t j0 = 0; j0 < n_max; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, n_max - j0);
-    const fp16_t* src = block_of(layer.v, j0);
+    const fp16_t* src = at.Block(layer.v, j0);
     for (int64_t i = 0; i < nj * d; i += 16) _mm512_store_ps(kv + i, LoadF16x16(src + i));
     for (int h = 0; h < nq; ++h) {
-      const int64_t nh = std::min<int64_t>(nj, visible(h) - j0);
+      const int64_t nh = std::min<int64_t>(nj, at.Visible(h) - j0);
       if (nh <= 0) continue;
       const float* ph = scores + h * stride + j0;
-      float* oh = out_of(h);
+      float* oh = at.Out(h);
       for (int v0 = 0; v0 < dv; v0 += 4) {  // up to 4 output vectors in registers
         const float* vb = kv + 16 * v0;
         switch (std::min(4, dv - v0)) {
@@ -1328,27 +1349,257 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
   }
   for (int h = 0; h < nq; ++h) {
     const __m512 inv = _mm512_set1_ps(inv_sum[h]);
-    float* oh = out_of(h);
+    float* oh = at.Out(h);
     for (int i = 0; i < d; i += 16) _mm512_storeu_ps(oh + i, _mm512_mul_ps(_mm512_loadu_ps(oh + i), inv));
   }
 }
 
+// ---- Prompt attention on AMX-BF16 tiles -----------------------------------------
+
+// x as bf16 hi + lo: hi rounded to nearest even, lo the rest rounded again
+// (exact for an fp16 input: 11 significant bits).
+__attribute__((target("avx512bf16"))) inline void SplitBf16(__m512 a, __m512 b, __m512i* hi,
+                                                            __m512i* lo) {
+  const __m512bh h = _mm512_cvtne2ps_pbh(b, a);
+  const __m512 ha = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256((__m512i)h)), 16));
+  const __m512 hb = _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64((__m512i)h, 1)), 16));
+  *hi = (__m512i)h;
+  *lo = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
+}
+
+// One 16-query x 16-key block of scores into C tile C through A tile A
+// (configured for the tile's query rows): Qhi (Khi + Klo) + Qlo Khi over 64
+// inputs, with K's B tiles in tiles 4-7 (hi 0-31, hi 32-63, lo 0-31, lo
+// 32-63) and the queries' hi rows at a, lo rows at a + d; stored at dst. A
+// macro: the tile intrinsics paste their tile numbers into the assembly,
+// so they must be literals (a template parameter is not).
+#define PDQ_SCORE_TILE_BF16(C, A, a, a_stride, d, dst, dst_stride) \
+  do {                                                             \
+    _tile_zero(C);                                                 \
+    _tile_loadd(A, (a), (a_stride));                               \
+    _tile_dpbf16ps(C, A, 4);                                       \
+    _tile_dpbf16ps(C, A, 6);                                       \
+    _tile_loadd(A, (a) + 32, (a_stride));                          \
+    _tile_dpbf16ps(C, A, 5);                                       \
+    _tile_dpbf16ps(C, A, 7);                                       \
+    _tile_loadd(A, (a) + (d), (a_stride));                         \
+    _tile_dpbf16ps(C, A, 4);                                       \
+    _tile_loadd(A, (a) + (d) + 32, (a_stride));                    \
+    _tile_dpbf16ps(C, A, 5);                                       \
+    _tile_stored(C, (dst), (dst_stride));                          \
+  } while (0)
+
+// The prefill attention (AttendAvx2's contract) for head_dim 64 and 16-token
+// blocks on AMX-BF16 tiles, fp32 sums. Scores keep about 16 bits: Q * scale
+// and K each as bf16 hi + lo (K's two parts hold its fp16 value exactly),
+// S = Qhi Khi + Qhi Klo + Qlo Khi a 16-key block at a time (one C tile per
+// 16 queries); a score of one bf16 product each was not enough (SmolLM2's
+// few large Q and K components made logits move by up to 2.7 at the first
+// positions of a prompt). Softmax in fp32 on the stored scores; then
+// O = P V with the weights and V as bf16, 32 keys a step into four C tiles
+// (16 queries x 64 outputs). K blocks become B tiles once per call, V
+// blocks once per call for every query tile (AttendScratch leaves room for
+// all of them); keys past the last one any row sees are zero in both. A
+// query's result does not depend on the others in its call: its scores are
+// its own row of each C tile, and keys it does not see add zero products.
+__attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx(
+    const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows, int kv_head,
+    int group, const float* q, int64_t q_stride, float scale, float* out, int64_t out_stride,
+    float* scratch) {
+  constexpr int d = 64;
+  const int nq = rows * group;
+  const int64_t n_max = n_pos + rows - 1;  // positions the last row sees
+  const int64_t stride = n_max + 16;       // score floats a query
+  const int64_t n_pad = (n_max + 31) / 32 * 32;
+  auto align64 = [](void* p) {
+    return reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+  };
+  float* scores = scratch;                                      // [nq][stride]
+  uint16_t* qb = align64(scratch + (int64_t)nq * stride);       // [nq][hi d, lo d] bf16
+  uint16_t* kt = align64(qb + 2 * nq * d);                      // 4 B tiles: hi 0-1, lo 2-3
+  float* ob = reinterpret_cast<float*>(align64(kt + 4 * 512));  // [16][d] fp32
+  uint16_t* vt = align64(ob + 16 * d);                          // [n_pad / 32][4] B tiles
+  const AttendRows at(layer, block_table, n_pos, kv_head, group, q, q_stride, out, out_stride);
+  // Q * scale as bf16 hi and lo rows (A tiles: row h, 32 inputs a step).
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int h = 0; h < nq; ++h) {
+    const float* qh = at.Q(h);
+    for (int i = 0; i < d; i += 32) {
+      __m512i hi, lo;
+      SplitBf16(_mm512_mul_ps(_mm512_loadu_ps(qh + i), vscale),
+                _mm512_mul_ps(_mm512_loadu_ps(qh + i + 16), vscale), &hi, &lo);
+      _mm512_store_si512(qb + 2 * h * d + i, hi);
+      _mm512_store_si512(qb + 2 * h * d + d + i, lo);
+    }
+  }
+  // Tiles: 0 and 1 C (full, last), 2 and 3 A (full, last), 4-7 B (K hi and
+  // lo, inputs 0-31 and 32-63).
+  const int tiles = (nq + 15) / 16, last_rows = nq - 16 * (tiles - 1);
+  AmxTileConfig cfg = FullAmxTiles();
+  cfg.rows[1] = cfg.rows[3] = (uint8_t)last_rows;
+  _tile_loadconfig(&cfg);
+  const int64_t a_stride = 4 * d;  // bytes between a query's hi (or lo) rows
+  for (int64_t j0 = 0; j0 < n_max; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_max - j0);
+    const fp16_t* src = at.Block(layer.k, j0);
+    for (int c = 0; c < 2; ++c) {  // inputs [32 c, 32 c + 32): 16 pairs x 16 keys
+      __m512 hi[16], lo[16];
+      for (int t = 0; t < 16; ++t) {
+        if (t < nj) {
+          __m512i h, l;
+          SplitBf16(LoadF16x16(src + t * d + 32 * c), LoadF16x16(src + t * d + 32 * c + 16), &h,
+                    &l);
+          hi[t] = _mm512_castsi512_ps(h);
+          lo[t] = _mm512_castsi512_ps(l);
+        } else {
+          hi[t] = lo[t] = _mm512_setzero_ps();
+        }
+      }
+      Transpose16(hi);  // row t: pair t of every key
+      Transpose16(lo);
+      float* th = reinterpret_cast<float*>(kt + 512 * c);
+      float* tl = reinterpret_cast<float*>(kt + 512 * (2 + c));
+      for (int t = 0; t < 16; ++t) {
+        _mm512_store_ps(th + 16 * t, hi[t]);
+        _mm512_store_ps(tl + 16 * t, lo[t]);
+      }
+    }
+    _tile_loadd(4, kt, 64);
+    _tile_loadd(5, kt + 512, 64);
+    _tile_loadd(6, kt + 1024, 64);
+    _tile_loadd(7, kt + 1536, 64);
+    for (int qt = 0; qt < tiles; ++qt) {
+      float* dst = scores + (int64_t)16 * qt * stride + j0;
+      const uint16_t* a = qb + 2 * 16 * qt * d;  // hi at a, lo at a + d
+      if (qt + 1 < tiles) {
+        PDQ_SCORE_TILE_BF16(0, 2, a, a_stride, d, dst, stride * 4);
+      } else {
+        PDQ_SCORE_TILE_BF16(1, 3, a, a_stride, d, dst, stride * 4);
+      }
+    }
+  }
+  // V as B tiles: 32 keys (16 pairs) x 16 outputs a tile, keys past n_max zero.
+  for (int64_t j0 = 0; j0 < n_pad; j0 += 32) {
+    for (int c = 0; c < 4; ++c) {
+      uint16_t* tile = vt + (j0 / 32 * 4 + c) * 512;
+      for (int t = 0; t < 16; ++t) {
+        const int64_t j = j0 + 2 * t;
+        const __m512 a = j < n_max ? LoadF16x16(at.Block(layer.v, j) + (j % 16) * d + 16 * c)
+                                   : _mm512_setzero_ps();
+        const __m512 b = j + 1 < n_max
+                             ? LoadF16x16(at.Block(layer.v, j + 1) + ((j + 1) % 16) * d + 16 * c)
+                             : _mm512_setzero_ps();
+        const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
+        const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
+        _mm512_store_si512(tile + 32 * t, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      }
+    }
+  }
+  // Softmax per query in fp32; P as bf16 in place at the start of its row,
+  // zero from the keys it does not see to n_pad.
+  float inv_sum[64];
+  for (int h = 0; h < nq; ++h) {
+    float* sh = scores + h * stride;
+    const int64_t n = at.Visible(h);
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 valid = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+      vmax = _mm512_mask_max_ps(vmax, valid, vmax, _mm512_loadu_ps(sh + j));
+    }
+    inv_sum[h] = ExpScores(sh, n, vmax);  // zeros past n up to its 16-float step
+    uint16_t* ph = reinterpret_cast<uint16_t*>(sh);
+    for (int64_t j = 0; j < n_pad; j += 32) {
+      // Reads 32 floats at j before writing 32 bf16 at j (half the bytes):
+      // never over a float not yet read.
+      const __mmask16 m0 = n - j >= 16 ? (__mmask16)0xffff
+                           : n > j     ? (__mmask16)((1u << (n - j)) - 1)
+                                       : 0;
+      const __mmask16 m1 = n - j >= 32  ? (__mmask16)0xffff
+                           : n > j + 16 ? (__mmask16)((1u << (n - j - 16)) - 1)
+                                        : 0;
+      const __m512 lo = _mm512_maskz_loadu_ps(m0, sh + j),
+                   hi = _mm512_maskz_loadu_ps(m1, sh + j + 16);
+      _mm512_storeu_si512(ph + j, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+  }
+  // O = P V, 16 queries at a time into C tiles 0-3; A tile 4, B tiles 5-7.
+  for (int qt = 0; qt < tiles; ++qt) {
+    const int qrows = qt + 1 < tiles ? 16 : last_rows;
+    AmxTileConfig pv = FullAmxTiles();
+    for (int t = 0; t < 5; ++t) pv.rows[t] = (uint8_t)qrows;
+    _tile_loadconfig(&pv);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    const uint16_t* p0 = reinterpret_cast<const uint16_t*>(scores + (int64_t)16 * qt * stride);
+    for (int64_t j0 = 0; j0 < n_pad; j0 += 32) {
+      const uint16_t* tile = vt + j0 / 32 * 4 * 512;
+      _tile_loadd(4, p0 + j0, stride * 4);
+      _tile_loadd(5, tile, 64);
+      _tile_dpbf16ps(0, 4, 5);
+      _tile_loadd(6, tile + 512, 64);
+      _tile_dpbf16ps(1, 4, 6);
+      _tile_loadd(7, tile + 1024, 64);
+      _tile_dpbf16ps(2, 4, 7);
+      _tile_loadd(5, tile + 1536, 64);
+      _tile_dpbf16ps(3, 4, 5);
+    }
+    _tile_stored(0, ob, 4 * d);
+    _tile_stored(1, ob + 16, 4 * d);
+    _tile_stored(2, ob + 32, 4 * d);
+    _tile_stored(3, ob + 48, 4 * d);
+    for (int r = 0; r < qrows; ++r) {
+      const int h = 16 * qt + r;
+      const __m512 inv = _mm512_set1_ps(inv_sum[h]);
+      float* oh = at.Out(h);
+      for (int i = 0; i < d; i += 16)
+        _mm512_storeu_ps(oh + i, _mm512_mul_ps(_mm512_load_ps(ob + r * d + i), inv));
+    }
+  }
+  _tile_release();
+}
+#undef PDQ_SCORE_TILE_BF16
+
 }  // namespace
 
-const KernelTable kAvx512Kernels = {
-    "avx512",             GemmF16PanelsAvx512,  GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
-    GemmI8PanelsAvx512,   QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowGroups<int8_t>,
-    QuantizeRowGroups<int16_t>, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
-    AttendAvx512,         ToF16Avx512,          GemmW8PanelsAvx512,
-    nullptr,              nullptr,  nullptr,  // bf16 tiles need AMX
+constexpr KernelTable kAvx512Kernels = {
+    "avx512",
+    GemmF16PanelsAvx512,
+    GemmW4PanelsAvx512,
+    GemmW4PanelsF32Avx512,
+    GemmI8PanelsAvx512,
+    QuantizeRowI8Avx512,
+    GemmW4A8PanelsAvx512,
+    QuantizeRowGroups<int8_t>,
+    QuantizeRowGroups<int16_t>,
+    RmsNormRowAvx512,
+    GatedRow<false>,
+    GatedRow<true>,
+    AttendAvx512,
+    ToF16Avx512,
+    GemmW8PanelsAvx512,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,  // bf16 tiles need AMX
 };
 
-const KernelTable kAvx512AmxKernels = {
-    "avx512+amx",         GemmF16PanelsAvx512,  GemmW4PanelsAvx512,   GemmW4PanelsF32Avx512,
-    GemmI8PanelsAmx,      QuantizeRowI8Avx512,  GemmW4A8PanelsAvx512, QuantizeRowGroups<int8_t>,
-    QuantizeRowGroups<int16_t>, RmsNormRowAvx512,     GatedRow<false>,      GatedRow<true>,
-    AttendAvx512,         ToF16Avx512,          GemmW8PanelsAvx512,
-    GemmW4PanelsBf16Amx,  QuantizeRowBf16Avx512, GemmW8PanelsBf16Amx,
-};
+// The AVX-512 table with AMX where it has tiles: the W8A8 GEMM on int8
+// tiles, the bf16 GEMMs and the bf16 prompt attention (constant-initialized,
+// as every table is, before any code that picks one runs).
+constinit const KernelTable kAvx512AmxKernels = []() constexpr {
+  KernelTable t = kAvx512Kernels;
+  t.name = "avx512+amx";
+  t.gemm_i8_panels = GemmI8PanelsAmx;
+  t.gemm_w4_panels_bf16 = GemmW4PanelsBf16Amx;
+  t.quantize_row_bf16 = QuantizeRowBf16Avx512;
+  t.gemm_w8_panels_bf16 = GemmW8PanelsBf16Amx;
+  t.attend_bf16 = AttendPromptBf16Amx;
+  return t;
+}
+();
 
 }  // namespace pdq::cpu

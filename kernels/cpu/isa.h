@@ -73,6 +73,14 @@ struct KernelTable {
   // W8A16 on bf16 tiles, as gemm_w4_panels_bf16 (weights scale * q).
   void (*gemm_w8_panels_bf16)(const PackedW8& w, int64_t p_begin, int64_t p_end,
                               const uint16_t* xb, int64_t m, float* y, int64_t ldy);
+  // attend's contract for head_dim 64, 16-token blocks and at most 64
+  // queries on AMX tiles, fp32 sums: Q * scale and K as two bf16 parts each
+  // (scores to about 16 bits), the softmax weights and V as bf16
+  // (CpuContext::bf16_prompt_attention takes it for prompt rows). Null
+  // where the path has no bf16 tiles.
+  void (*attend_bf16)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                      int kv_head, int group, const float* q, int64_t q_stride, float scale,
+                      float* out, int64_t out_stride, float* scratch);
 };
 
 // bf16 activation rows: k padded to whole 32-input tiles, rows to whole
@@ -93,9 +101,22 @@ float Bf16ToFp32(uint16_t b);
 // Bytes between W4A8 activation rows: k rounded up to whole 8-input steps.
 inline int64_t W4A8RowBytes(int64_t k) { return (k + 7) / 8 * 8; }
 
-inline int64_t AttendScratch(int64_t n_pos, int queries, int head_dim) {
-  return queries * (n_pos + 16) + 2 * 16 * (int64_t)head_dim + 8;  // + 8: alignment slack
+// Floats an attend call needs besides its scores: the fp32 kernels' K^T or
+// V block (16 x head_dim), and the bf16 prompt kernel's (AMX) queries (hi
+// and lo), K tiles (hi and lo), output rows and every V tile of the call
+// (n_pos + 32 keys), each 64-byte aligned.
+// (`bf16` false: the fp32 kernels' part alone.)
+inline int64_t AttendWorkFloats(int64_t n_pos, int queries, int head_dim, bool bf16 = true) {
+  const int64_t fp32 = 2 * 16 * (int64_t)head_dim + 8;  // + 8: alignment slack
+  if (!bf16) return fp32;
+  const int64_t tiles = (2 * queries * (int64_t)head_dim + 2048 + (n_pos + 32) * head_dim) / 2 +
+                        16 * (int64_t)head_dim + 4 * 16;
+  return std::max(fp32, tiles);
 }
+inline int64_t AttendScratch(int64_t n_pos, int queries, int head_dim) {
+  return queries * (n_pos + 16) + AttendWorkFloats(n_pos, queries, head_dim);
+}
+
 // Query rows one attend call takes during a prefill, so each K/V block is
 // converted once for all of them: up to kAttendRows, while their scores
 // (rows * group * (n_pos + 16) floats) stay within kAttendScoreFloats (L2).

@@ -33,6 +33,8 @@ bool W4A8Supported() { return cpu::ActiveKernels().gemm_w4a8_panels != nullptr; 
 // The tables set the bf16 GEMMs and their row conversion together.
 bool Bf16TilesSupported() { return cpu::ActiveKernels().gemm_w4_panels_bf16 != nullptr; }
 
+bool Bf16AttentionSupported() { return cpu::ActiveKernels().attend_bf16 != nullptr; }
+
 namespace {
 void ForRows(const CpuContext& ctx, int64_t m, const std::function<void(int64_t, int64_t)>& fn) {
   if (ctx.pool == nullptr || m < 2) {
@@ -275,14 +277,19 @@ void KvWrite(const KvLayerView& layer, const int32_t* block_table, const int32_t
 
 // AttendRowsFor keeps rows * group * (n + 16) score floats within
 // kAttendScoreFloats unless one row is already larger.
-static int64_t AttentionScratchPerThread(int64_t max_positions, int heads, int head_dim) {
+// With room for the bf16 prompt kernel's tiles only where the context can
+// take it.
+static int64_t AttentionScratchPerThread(const CpuContext& ctx, int64_t max_positions, int heads,
+                                         int head_dim) {
   const int64_t scores = std::max<int64_t>(heads * (max_positions + 16), cpu::kAttendScoreFloats);
-  return scores + cpu::AttendScratch(0, 0, head_dim);
+  const bool bf16 = ctx.bf16_prompt_attention && Bf16AttentionSupported();
+  return scores + cpu::AttendWorkFloats(max_positions, 64, head_dim, bf16);
 }
 
 int64_t AttentionScratchFloats(const CpuContext& ctx, int64_t max_positions, int heads,
                                int head_dim) {
-  return (int64_t)ctx.num_threads() * AttentionScratchPerThread(max_positions, heads, head_dim);
+  return (int64_t)ctx.num_threads() *
+         AttentionScratchPerThread(ctx, max_positions, heads, head_dim);
 }
 
 void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* block_table,
@@ -300,7 +307,7 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   int64_t max_pos = 0;
   for (int64_t si = 0; si < num_seqs; ++si)
     max_pos = std::max(max_pos, seqs[si].first_pos + seqs[si].m);
-  const int64_t per_thread = AttentionScratchPerThread(max_pos, heads, layer.head_dim);
+  const int64_t per_thread = AttentionScratchPerThread(ctx, max_pos, heads, layer.head_dim);
   // An item: a block of query rows of one sequence times one kv head. Causal
   // rows grow in cost, so threads take one item at a time, the costliest
   // (rows times the positions they see) first.
@@ -323,13 +330,19 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  // A prompt chunk's rows (a sequence with 2 or more in this pass, every
+  // one of its row blocks) on the bf16 tiles when the context asks for them
+  // and the path has them; decode rows (one a sequence) fp32.
+  const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr &&
+                    layer.head_dim == 64 && layer.block_tokens == 16 && group <= 32;
   auto item_fn = [&](int64_t index, int t) {
     const Item& it = items[index];
     const AttentionSeq& s = seqs[it.seq];
     const int64_t head_off = (int64_t)it.kv_head * group * layer.head_dim;
-    kt.attend(layer, s.block_table, s.first_pos + it.row + 1, it.rows, it.kv_head, group,
-              s.q + it.row * q_stride + head_off, q_stride, scale,
-              s.out + it.row * out_stride + head_off, out_stride, scratch + t * per_thread);
+    const auto attend = bf16 && s.m >= 2 && it.rows * group <= 64 ? kt.attend_bf16 : kt.attend;
+    attend(layer, s.block_table, s.first_pos + it.row + 1, it.rows, it.kv_head, group,
+           s.q + it.row * q_stride + head_off, q_stride, scale,
+           s.out + it.row * out_stride + head_off, out_stride, scratch + t * per_thread);
   };
   if (ctx.pool == nullptr) {
     for (int64_t i = 0; i < (int64_t)items.size(); ++i) item_fn(i, 0);
