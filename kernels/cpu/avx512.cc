@@ -1283,8 +1283,7 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
   float* scores = scratch;  // [nq][stride]
   // 16 x d fp32: K^T (d rows of 16 keys) in the scores pass, V rows in the
   // P V pass; 64-byte aligned for the vector loads.
-  float* kv = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(scratch + nq * stride) + 63) & ~uintptr_t{63});
+  float* kv = Align64(scratch + nq * stride);
   const AttendRows at(layer, block_table, n_pos, kv_head, group, q, q_stride, out, out_stride);
   const __m512 vscale = _mm512_set1_ps(scale);
 
@@ -1413,14 +1412,11 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx
   const int64_t n_max = n_pos + rows - 1;  // positions the last row sees
   const int64_t stride = n_max + 16;       // score floats a query
   const int64_t n_pad = (n_max + 31) / 32 * 32;
-  auto align64 = [](void* p) {
-    return reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
-  };
-  float* scores = scratch;                                      // [nq][stride]
-  uint16_t* qb = align64(scratch + (int64_t)nq * stride);       // [nq][hi d, lo d] bf16
-  uint16_t* kt = align64(qb + 2 * nq * d);                      // 4 B tiles: hi 0-1, lo 2-3
-  float* ob = reinterpret_cast<float*>(align64(kt + 4 * 512));  // [16][d] fp32
-  uint16_t* vt = align64(ob + 16 * d);                          // [n_pad / 32][4] B tiles
+  float* scores = scratch;                                           // [nq][stride]
+  uint16_t* qb = Align64<uint16_t>(scratch + (int64_t)nq * stride);  // [nq][hi d, lo d] bf16
+  uint16_t* kt = Align64<uint16_t>(qb + 2 * nq * d);                 // 4 B tiles: hi 0-1, lo 2-3
+  float* ob = Align64(kt + 4 * 512);                                 // [16][d] fp32
+  uint16_t* vt = Align64<uint16_t>(ob + 16 * d);                     // [n_pad / 32][4] B tiles
   const AttendRows at(layer, block_table, n_pos, kv_head, group, q, q_stride, out, out_stride);
   // Q * scale as bf16 hi and lo rows (A tiles: row h, 32 inputs a step).
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -1482,15 +1478,18 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx
   }
   // V as B tiles: 32 keys (16 pairs) x 16 outputs a tile, keys past n_max zero.
   for (int64_t j0 = 0; j0 < n_pad; j0 += 32) {
+    // The two 16-key blocks of these 32 keys (the second may lie past n_max).
+    const fp16_t* blocks[2] = {at.Block(layer.v, j0),
+                               j0 + 16 < n_max ? at.Block(layer.v, j0 + 16) : nullptr};
+    auto v_row = [&](int64_t j, int c) {
+      return j < n_max ? LoadF16x16(blocks[(j - j0) / 16] + (j % 16) * d + 16 * c)
+                       : _mm512_setzero_ps();
+    };
     for (int c = 0; c < 4; ++c) {
       uint16_t* tile = vt + (j0 / 32 * 4 + c) * 512;
       for (int t = 0; t < 16; ++t) {
         const int64_t j = j0 + 2 * t;
-        const __m512 a = j < n_max ? LoadF16x16(at.Block(layer.v, j) + (j % 16) * d + 16 * c)
-                                   : _mm512_setzero_ps();
-        const __m512 b = j + 1 < n_max
-                             ? LoadF16x16(at.Block(layer.v, j + 1) + ((j + 1) % 16) * d + 16 * c)
-                             : _mm512_setzero_ps();
+        const __m512 a = v_row(j, c), b = v_row(j + 1, c);
         const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
         const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
         _mm512_store_si512(tile + 32 * t, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));

@@ -101,6 +101,13 @@ float Bf16ToFp32(uint16_t b);
 // Bytes between W4A8 activation rows: k rounded up to whole 8-input steps.
 inline int64_t W4A8RowBytes(int64_t k) { return (k + 7) / 8 * 8; }
 
+// p rounded up to a 64-byte boundary (scratch carved into vector- and
+// tile-aligned parts), as a T*.
+template <typename T = float>
+inline T* Align64(void* p) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t{63});
+}
+
 // Floats an attend call needs besides its scores: the fp32 kernels' K^T or
 // V block (16 x head_dim), and the bf16 prompt kernel's (AMX) queries (hi
 // and lo), K tiles (hi and lo), output rows and every V tile of the call

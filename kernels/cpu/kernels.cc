@@ -94,8 +94,7 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
   PDQ_CHECK(w.group > 0 && 256 % w.group == 0 && w.k % 2 == 0);
   const auto& kt = cpu::ActiveKernels();
   // The rescaled rows (if any), then scales, scaled sums and the int16 rows.
-  float* scaled = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  float* scaled = cpu::Align64(scratch);
   auto row_of = [&](int64_t i) {
     const float* row = x + i * ldx;
     if (in_scale == nullptr) return row;
@@ -158,8 +157,7 @@ void GemmW8A16(const CpuContext& ctx, const PackedW8& w, const float* x, int64_t
   const auto& kt = cpu::ActiveKernels();
   const int64_t groups = PackedW8Groups(w.k);
   // Scales, scaled sums (unused: the weights have no min) and the int16 rows.
-  float* xs = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  float* xs = cpu::Align64(scratch);
   if (Bf16TilesTake(w.bf16_min_rows, m, w.k)) {
     uint16_t* xb = ToBf16Rows(ctx, m, w.k, [&](int64_t i) { return x + i * ldx; }, xs);
     ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
@@ -189,8 +187,7 @@ void GemmW8A8(const CpuContext& ctx, const PackedI8& w, const float* x, int64_t 
   const auto& kt = cpu::ActiveKernels();
   const int64_t row_bytes = PackedI8K4(w.k) * 4;
   // Scales, then the rescaled rows (if any), then the int8 rows.
-  float* xs = reinterpret_cast<float*>(
-      (reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  float* xs = cpu::Align64(scratch);
   float* scaled = xs + m;
   int8_t* xq = reinterpret_cast<int8_t*>(scaled + (in_scale ? m * w.k : 0));
   ForRows(ctx, m, [&](int64_t b, int64_t e) {
