@@ -248,6 +248,7 @@ TEST(PrefixCacheServingTest, TheRouterSendsAFollowUpToTheWorkerHoldingItsConvers
   std::vector<std::thread> clients;
   std::latch first_turns(4);
   std::mutex one_at_a_time;
+  bool idle_heard = false;  // guarded by one_at_a_time
   const TurnGate gate = [&](int turn, const std::function<void()>& run) {
     if (turn == 0) {
       run();
@@ -255,6 +256,22 @@ TEST(PrefixCacheServingTest, TheRouterSendsAFollowUpToTheWorkerHoldingItsConvers
       return;
     }
     std::lock_guard lock(one_at_a_time);
+    if (!idle_heard) {
+      // The router weighs load as of each worker's last heartbeat: before
+      // the first follow-up, both workers idle and the router told so (three
+      // 200 ms heartbeats), or the first turns' streams, just ended, would
+      // still count against the worker holding the conversation.
+      const auto end = Clock::now() + std::chrono::seconds(20);
+      for (const Proc& w : d.workers) {
+        while (Clock::now() < end) {
+          const v1::WorkerLoad l = Load(w.address);
+          if (l.active_sequences() == 0 && l.queued_prompt_tokens() == 0) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(600));
+      idle_heard = true;
+    }
     run();
   };
   for (int i = 0; i < 4; ++i) {
