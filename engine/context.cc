@@ -103,7 +103,8 @@ bool Context::Plan(KvCache& kv, std::span<const BatchEntry> batch, Logits* logit
   const ModelConfig& c = model_.config_;
   const int64_t block_tokens = kv.layout().block_tokens;
 
-  // Check each entry on its own; the valid ones run, in batch order.
+  // Check each entry on its own; the valid ones run (decode entries first,
+  // below).
   logits->status.assign(batch.size(), absl::OkStatus());
   std::vector<size_t>& run = plan->run;
   std::vector<int64_t>& start = plan->start;
@@ -168,11 +169,19 @@ bool Context::Plan(KvCache& kv, std::span<const BatchEntry> batch, Logits* logit
   plan->total = total;
   plan->logit_rows = logit_rows;
   plan->max_pos = max_pos;
+  // Decode entries first: the linear layers take decode and prompt rows in
+  // separate calls where their kernels differ (LinearWeights::Forward).
+  std::stable_partition(run.begin(), run.end(), [&](size_t e) { return !IsPromptEntry(batch[e]); });
   plan->offset.resize(run.size());
   plan->tables.resize(run.size());
+  plan->decode_rows = plan->decode_logit_rows = 0;
   int64_t row = 0, out_row = 0;
   for (size_t i = 0; i < run.size(); ++i) {
     const BatchEntry& b = batch[run[i]];
+    if (!IsPromptEntry(b)) {
+      plan->decode_rows += (int64_t)b.tokens.size();
+      plan->decode_logit_rows += b.num_logits;
+    }
     plan->offset[i] = row;
     plan->tables[i] = *kv.BlockTable(b.seq);
     row += (int64_t)b.tokens.size();
@@ -223,13 +232,29 @@ void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const For
     }
   }
 
+  // Decode rows [0, decode) and prompt rows after them through `L`: one
+  // call where its kernels treat both alike, else one for each, the prompt
+  // rows' with CpuContext::prompt_rows.
+  CpuContext prompt_cpu = cpu_;
+  prompt_cpu.prompt_rows = true;
+  auto linear = [&](const LinearWeights& L, const float* x, int64_t rows, int64_t decode,
+                    int64_t ldx, float* y, int64_t ldy) {
+    if (decode == 0 || decode == rows || !L.prompt_path_differs()) {
+      L.Forward(decode == rows ? cpu_ : prompt_cpu, x, rows, ldx, y, ldy);
+      return;
+    }
+    L.Forward(cpu_, x, decode, ldx, y, ldy);
+    L.Forward(prompt_cpu, x + decode * ldx, rows - decode, ldx, y + decode * ldy, ldy);
+  };
+  const int64_t decode_rows = plan.decode_rows;
+
   const float scale = 1.0f / std::sqrt((float)c.head_dim);
   for (int li = 0; li < c.num_layers; ++li) {
     const Model::Layer& L = m.layers_[li];
     const KvLayerView kvl = kv.Layer(li);
     RmsNorm(cpu_, w.x.data(), L.attn_norm.data(), total, d, c.norm_eps, w.h.data());
     if (observer_) observer_(absl::StrCat("blk.", li, ".qkv"), w.h.data(), total, d);
-    L.qkv->Forward(cpu_, w.h.data(), total, d, w.qkv.data(), qkvd);
+    linear(*L.qkv, w.h.data(), total, decode_rows, d, w.qkv.data(), qkvd);
     Rope(cpu_, w.qkv.data(), total, qkvd, c.num_heads, c.head_dim, w.positions.data(),
          m.inv_freq_.data(), c.rope_style);
     Rope(cpu_, w.qkv.data() + c.q_dim(), total, qkvd, c.num_kv_heads, c.head_dim,
@@ -239,25 +264,29 @@ void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const For
       const float* qkv = w.qkv.data() + offset[i] * qkvd;
       KvWrite(kvl, tables[i].data(), w.positions.data() + offset[i], n, qkv + c.q_dim(), qkvd,
               qkv + c.q_dim() + c.kv_dim(), qkvd);
-      w.attention[i] = {tables[i].data(), start[run[i]], n, qkv,
-                        w.attn.data() + offset[i] * c.q_dim()};
+      w.attention[i] = {tables[i].data(),
+                        start[run[i]],
+                        n,
+                        qkv,
+                        w.attn.data() + offset[i] * c.q_dim(),
+                        IsPromptEntry(batch[run[i]])};
     }
     Attention(cpu_, kvl, w.attention.data(), (int64_t)run.size(), qkvd, c.num_heads, scale,
               c.q_dim(), w.scratch.data());
     if (layer_observer_) layer_observer_(li);
     if (observer_) observer_(absl::StrCat("blk.", li, ".out"), w.attn.data(), total, c.q_dim());
-    L.out->Forward(cpu_, w.attn.data(), total, c.q_dim(), w.tmp.data(), d);
+    linear(*L.out, w.attn.data(), total, decode_rows, c.q_dim(), w.tmp.data(), d);
     for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
     RmsNorm(cpu_, w.x.data(), L.ffn_norm.data(), total, d, c.norm_eps, w.h.data());
     if (observer_) observer_(absl::StrCat("blk.", li, ".gate_up"), w.h.data(), total, d);
-    L.gate_up->Forward(cpu_, w.h.data(), total, d, w.gate_up.data(), 2 * f);
+    linear(*L.gate_up, w.h.data(), total, decode_rows, d, w.gate_up.data(), 2 * f);
     if (c.activation == Activation::kGeluTanh) {
       GeluMul(cpu_, w.gate_up.data(), total, f, w.act.data());
     } else {
       SiluMul(cpu_, w.gate_up.data(), total, f, w.act.data());
     }
     if (observer_) observer_(absl::StrCat("blk.", li, ".down"), w.act.data(), total, f);
-    L.down->Forward(cpu_, w.act.data(), total, f, w.tmp.data(), d);
+    linear(*L.down, w.act.data(), total, decode_rows, f, w.tmp.data(), d);
     for (int64_t i = 0; i < total * d; ++i) w.x[i] += w.tmp[i];
   }
 
@@ -271,7 +300,8 @@ void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const For
   }
   if (observer_ && logit_rows > 0) observer_("output", w.rows.data(), logit_rows, d);
   if (logit_rows > 0) {
-    m.output_->Forward(cpu_, w.rows.data(), logit_rows, d, logits->data.data(), c.vocab_size);
+    linear(*m.output_, w.rows.data(), logit_rows, plan.decode_logit_rows, d, logits->data.data(),
+           c.vocab_size);
   }
 }
 

@@ -25,7 +25,13 @@ struct BatchEntry {
   // Logits for the last num_logits new tokens (1: next-token prediction;
   // tokens.size(): every position, for scoring).
   int64_t num_logits = 1;
+  // Prompt tokens rather than a decode step: the kernels' prompt paths
+  // (CpuContext::prompt_rows), so a prompt's numbers do not depend on how
+  // it was cut into passes. Entries of 2 or more tokens are prompt rows
+  // whatever this says; set it for a one-token prompt chunk.
+  bool prompt = false;
 };
+inline bool IsPromptEntry(const BatchEntry& b) { return b.prompt || b.tokens.size() >= 2; }
 
 // Results of a Forward call, per batch entry: its status, and for the
 // entries that ran, their logit rows (vocab_size floats each).
@@ -45,13 +51,18 @@ struct Logits {
 // The entries of a Forward call that run, once every check has passed and
 // their KV blocks are reserved: what a backend executes.
 struct ForwardPlan {
-  std::vector<size_t> run;                       // batch indices, in batch order
+  // Batch indices: the decode entries, then the prompt entries
+  // (IsPromptEntry), each in batch order; activation and logit rows follow
+  // this order.
+  std::vector<size_t> run;
   std::vector<int64_t> start;                    // per batch entry: tokens stored before
   std::vector<int64_t> offset;                   // per run entry: its first activation row
   std::vector<std::span<const int32_t>> tables;  // per run entry: its KV block table
   int64_t total = 0;                             // new tokens in all
   int64_t logit_rows = 0;
-  int64_t max_pos = 0;  // longest sequence after the call
+  int64_t decode_rows = 0;        // the first rows, the decode entries'
+  int64_t decode_logit_rows = 0;  // the first logit rows, the decode entries'
+  int64_t max_pos = 0;            // longest sequence after the call
 };
 
 // Runs planned forward passes off the CPU (engine/device.h makes one): it

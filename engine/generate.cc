@@ -44,7 +44,7 @@ absl::StatusOr<GenerateResult> Generate(Context& ctx, const std::vector<int32_t>
       result.stop_reason = "context_full";
       break;
     }
-    BatchEntry entry{seq, next, 1};
+    BatchEntry entry{seq, next, 1, /*prompt=*/step == 0};
     PDQ_RETURN_IF_ERROR(ctx.ForwardAll(*kv, {&entry, 1}, &logits));
     const int32_t token = sampler.Sample(logits.Row(0, 0), c.vocab_size);
     if (step == 0) first_token_time = Clock::now();

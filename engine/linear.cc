@@ -172,6 +172,7 @@ class W4A16Linear final : public WritableLinear {
     GemmW4A16(ctx, w, x, m, ldx, y, ldy, scratch.data(), inv_s_.empty() ? nullptr : inv_s_.data());
     AddBias(y, m, ldy);
   }
+  bool prompt_path_differs() const override { return true; }
   void SetRows(int64_t row0, int64_t rows, const float* src) override {
     PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
     const std::vector<float> ref = RoundedToFp16(src, rows * in_);
@@ -279,6 +280,7 @@ class W8A16Linear final : public WritableLinear {
     GemmW8A16(ctx, view(), x, m, ldx, y, ldy, scratch.data());
     AddBias(y, m, ldy);
   }
+  bool prompt_path_differs() const override { return true; }
   void SetRows(int64_t row0, int64_t rows, const float* src) override {
     PDQ_CHECK(row0 >= 0 && row0 + rows <= out_);
     QuantizeW8Rows(src, row0, rows, in_, q_.data(), scale_.data());

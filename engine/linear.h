@@ -76,6 +76,10 @@ class LinearWeights {
   // caller at a time).
   virtual void Forward(const CpuContext& ctx, const float* x, int64_t m, int64_t ldx, float* y,
                        int64_t ldy) const = 0;
+  // True when prompt rows (CpuContext::prompt_rows) take other kernels than
+  // decode rows of the same count, so a pass with both calls Forward once
+  // for each.
+  virtual bool prompt_path_differs() const { return false; }
   virtual PackedLinear Packed() const = 0;
 };
 
@@ -111,8 +115,8 @@ struct LinearOptions {
   bool w4_symmetric = false;
   float smooth_alpha = 0.0f;  // W8A8: SmoothQuant migration strength; 0 is off
   W4Method w4_method = W4Method::kRtn;
-  // W4A16: in calls of this many rows up to kW4IntMaxRows (batched decode,
-  // short prefill chunks), int8 activations per group
+  // W4A16: in decode calls of this many rows up to kW4IntMaxRows (batched
+  // decode; prompt rows never), int8 activations per group
   // (PackedW4::a8_min_rows); 0: never. A run-time choice, not part of the
   // stored weights.
   int w4_a8_min_rows = 0;

@@ -24,7 +24,7 @@ size_t HeadLength(const std::string& prompt) {
 // row predicts the token after its own).
 absl::Status Append(Context& ctx, KvCache& kv, SeqId seq, std::span<const int32_t> tokens,
                     int64_t rows, Logits* logits) {
-  BatchEntry e{seq, tokens, rows};
+  BatchEntry e{seq, tokens, rows, /*prompt=*/true};
   return ctx.ForwardAll(kv, {&e, 1}, logits);
 }
 

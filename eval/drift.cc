@@ -60,7 +60,8 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
     ref_seq[i] = ref_kv->AddSequence();
     test_seq[i] = options.test_kv != nullptr ? options.test_seqs[i] : test_kv->AddSequence();
     ref_batch[i] = BatchEntry{ref_seq[i], prompts[i], 1};
-    test_batch[i] = BatchEntry{test_seq[i], std::span<const int32_t>(prompts[i]).subspan(held[i]), 1};
+    test_batch[i] =
+        BatchEntry{test_seq[i], std::span<const int32_t>(prompts[i]).subspan(held[i]), 1, true};
   }
   DriftResult result;
   result.first_divergence.assign(n, -1);

@@ -116,7 +116,7 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Context& main, const std::str
       std::copy(logits.data.begin(), logits.data.begin() + scored * vocab, rows.begin());
     } else {
       for (int64_t w = 0; w < n_windows; ++w) {
-        BatchEntry entry{seqs[w], std::span<const int32_t>(windows[w]).first(first), 0};
+        BatchEntry entry{seqs[w], std::span<const int32_t>(windows[w]).first(first), 0, true};
         PDQ_RETURN_IF_ERROR(main.ForwardAll(*kv, {&entry, 1}, &logits));
       }
       std::vector<BatchEntry> step(n_windows);

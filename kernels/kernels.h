@@ -25,6 +25,13 @@ struct CpuContext {
   // Q and K as two bf16 parts each, softmax weights and V as bf16, fp32
   // sums. Decode rows stay fp32. Off by default (bench/RESULTS.md).
   bool bf16_prompt_attention = false;
+  // The rows of calls made with this context are prompt rows (the engine
+  // passes them apart from decode rows): GemmW4A16, GemmW8A16 and GemmF16
+  // take one path whatever their number, so a prompt
+  // token's numbers do not depend on how its prompt was cut into passes
+  // (prefix cache hits, chunked prefill) or what shared them. Decode rows
+  // (false) take the path their count picks.
+  bool prompt_rows = false;
   int num_threads() const;
 };
 
@@ -129,12 +136,15 @@ void PackW4Rows(const uint8_t* codes, const fp16_t* scales, const fp16_t* mins, 
                 int64_t rows, int64_t k, int group, uint8_t* q, fp16_t* scale, fp16_t* min);
 
 // y[m][n] = sum_k x[m][k] * W[n][k].
-// Up to kW4IntMaxRows rows (decode, batched decode), the activations are
-// quantized per weight group to int16 (scale = group absmax / 32767: 16-bit
-// activations, finer than fp16's 11-bit mantissa for the values that
-// dominate a dot product), or to int8 from PackedW4::a8_min_rows rows up
+// Up to kW4IntMaxRows rows (decode, batched decode), and prompt rows
+// (CpuContext::prompt_rows) at any count, the activations are quantized per
+// weight group to int16 (scale = group absmax / 32767: 16-bit activations,
+// finer than fp16's 11-bit mantissa for the values that dominate a dot
+// product), or, decode rows only, to int8 from PackedW4::a8_min_rows rows up
 // (W4A8); each group's products are summed exactly in int32 and scaled once.
-// More rows (prefill) dequantize the weights into fp32 tiles instead. `scratch`: GemmW4A16ScratchBytes(m, k, group) bytes. With
+// More decode rows dequantize the weights into fp32 tiles instead. Where
+// Bf16TilesTake holds (prompt rows: for any count), the bf16 tiles. `scratch`:
+// GemmW4A16ScratchBytes(m, k, group) bytes. With
 // `in_scale` (k entries), x[i][j] * in_scale[j] is multiplied instead:
 // AWQ's input scaling, whose inverse the weights carry.
 constexpr int64_t kW4IntMaxRows = 64;
@@ -142,7 +152,7 @@ inline int64_t GemmW4A16ScratchBytes(int64_t m, int64_t k, int group) {
   const int64_t scaled_rows = m * k * (int64_t)sizeof(float);
   // int16 rows, or W4A8's int8 rows of whole 8-input steps, whichever is larger.
   const int64_t row_bytes = std::max<int64_t>(k * 2, (k + 7) / 8 * 8);
-  const int64_t int16_rows = m <= kW4IntMaxRows ? m * (row_bytes + PackedW4Groups(k, group) * 8) : 0;
+  const int64_t int16_rows = m * (row_bytes + PackedW4Groups(k, group) * 8);
   // Or bf16 rows, k padded to whole 32s and m to whole 16s.
   const int64_t bf16_rows = (m + 15) / 16 * 16 * ((k + 31) / 32 * 32) * 2;
   return scaled_rows + std::max(int16_rows, bf16_rows) + 128;
@@ -287,6 +297,9 @@ struct AttentionSeq {
   int64_t m = 0;
   const float* q = nullptr;  // m rows, q_stride floats apart
   float* out = nullptr;      // m rows, out_stride floats apart
+  // Prompt rows (CpuContext::prompt_rows): on the bf16 tiles where the
+  // context asks for them, however many; decode rows stay fp32.
+  bool prompt = false;
 };
 void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionSeq* seqs,
                int64_t num_seqs, int64_t q_stride, int heads, float scale, int64_t out_stride,

@@ -228,6 +228,93 @@ INSTANTIATE_TEST_SUITE_P(Precisions, BatchInvariantTest,
                          ::testing::Values("synthetic:tiny@w4a16", "synthetic:tiny@w8a8"),
                          [](const auto& info) { return info.param.substr(info.param.find('@') + 1); });
 
+// Prompt rows take the same kernels however many share a pass
+// (CpuContext::prompt_rows), so a prompt's logits do not depend on how it
+// was cut into passes (a prefix cache hit leaves a short suffix; chunked
+// prefill) or on decode rows beside it, bit for bit; and a decode row's
+// logits do not change when a prompt shares its step. With the serving
+// defaults: bf16 tiles from 65 rows (on CPUs with AMX-BF16; fp32 on the
+// others), W8A16 output (and W8A8's down projections), and on SmolLM2's
+// shape the bf16 prompt attention too.
+struct PromptRowsCase {
+  std::string spec;
+  bool bf16_attention = false;
+};
+class PromptRowsTest : public ::testing::TestWithParam<PromptRowsCase> {};
+
+TEST_P(PromptRowsTest, APromptsLogitsDoNotDependOnHowItWasCut) {
+  const std::string& spec = GetParam().spec;
+  LoadOptions o;
+  o.bf16_min_rows = kW4IntMaxRows + 1;  // QuantizedLoadOptions' default
+  if (spec.ends_with("w8a8")) o.w8_layers = {"output", "blk.*.down"};
+  if (spec.ends_with("w4a16")) o.w8_layers = {"output"};
+  auto t = LoadOrDie(spec, 2, o);
+  ASSERT_TRUE(t);
+  Context ctx(*t.model, CpuContext{t.pool.get(), GetParam().bf16_attention});
+  const int vocab = t->config().vocab_size;
+  const auto tokens = Tokens(90, vocab, 5);
+  auto kv = t->NewKvCache(1024);
+  ASSERT_TRUE(kv.ok());
+  // Every position's logits, in one pass of 90 rows.
+  const SeqId whole = (*kv)->AddSequence();
+  BatchEntry all{whole, tokens, 90};
+  Logits ref;
+  ASSERT_TRUE(ctx.ForwardAll(**kv, {&all, 1}, &ref).ok());
+
+  // Another sequence decodes beside some of the chunks; its rows alone are
+  // the reference for its rows in company.
+  const SeqId other = (*kv)->AddSequence(), other_alone = (*kv)->AddSequence();
+  const auto other_prompt = Tokens(20, vocab, 6);
+  for (SeqId s : {other, other_alone}) {
+    BatchEntry e{s, other_prompt, 1};
+    Logits l;
+    ASSERT_TRUE(ctx.ForwardAll(**kv, {&e, 1}, &l).ok());
+  }
+  const SeqId cut = (*kv)->AddSequence();
+  int64_t pos = 0;
+  int step = 0;
+  for (int64_t n : {1, 16, 5, 40, 1, 27}) {
+    SCOPED_TRACE("chunk of " + std::to_string(n) + " at " + std::to_string(pos));
+    const int32_t next = 7 + step;
+    const bool with_decode = step % 2 == 1;
+    // Batch order puts the decode row last; the engine runs it first.
+    std::vector<BatchEntry> batch = {
+        {cut, std::span<const int32_t>(tokens).subspan(pos, n), n, /*prompt=*/true}};
+    if (with_decode) batch.push_back({other, {&next, 1}, 1});
+    Logits got;
+    ASSERT_TRUE(ctx.ForwardAll(**kv, batch, &got).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(0, std::memcmp(got.Row(0, i), ref.Row(0, pos + i), vocab * sizeof(float)))
+          << "position " << pos + i;
+    }
+    if (with_decode) {
+      BatchEntry alone{other_alone, {&next, 1}, 1};
+      Logits one;
+      ASSERT_TRUE(ctx.ForwardAll(**kv, {&alone, 1}, &one).ok());
+      if (!spec.ends_with("@fp16") && spec.find('@') != std::string::npos) {
+        EXPECT_EQ(0, std::memcmp(got.Row(1, 0), one.Row(0, 0), vocab * sizeof(float)))
+            << "the decode row changed with a prompt chunk beside it";
+      }
+    }
+    pos += n;
+    ++step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, PromptRowsTest,
+                         ::testing::Values(PromptRowsCase{"synthetic:tiny"},
+                                           PromptRowsCase{"synthetic:tiny@w4a16"},
+                                           PromptRowsCase{"synthetic:tiny@w8a8"},
+                                           PromptRowsCase{"synthetic:smollm2-135m@w4a16", true}),
+                         [](const auto& info) {
+                           std::string name = info.param.spec.substr(10) +
+                                              (info.param.bf16_attention ? "_bf16" : "");
+                           for (char& ch : name) {
+                             if (!isalnum((unsigned char)ch)) ch = '_';
+                           }
+                           return name;
+                         });
+
 // Prompt attention on bf16 tiles (CpuContext::bf16_prompt_attention, on
 // CPUs with AMX-BF16), on SmolLM2-135M's shape (head_dim 64, GQA group 3):
 // a prompt computed in chunks, or beside many others in one batch, gives

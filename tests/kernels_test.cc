@@ -1243,5 +1243,55 @@ TEST(W8A8Test, PublicGemmTracksFloatResult) {
   EXPECT_LT(std::sqrt(err / norm), 0.03);
 }
 
+// Prompt rows (CpuContext::prompt_rows) take one path at any count: a
+// row's outputs are the same bits whether it is computed alone, among a
+// few or among many, on the FP16, W4A16 (the serving default: bf16 tiles
+// from 65 decode rows) and W8A16 GEMMs, with the calls threaded; and decode
+// rows of 65 or more, which take other paths, stay within the paths'
+// rounding of them.
+TEST(PromptRowsTest, ARowsOutputsDoNotDependOnTheRowsBesideIt) {
+  std::mt19937 rng(61);
+  ThreadPool pool(2);
+  const CpuContext prompt{&pool, false, true}, decode{&pool};
+  const int64_t n = 50, k = 320, m = 100;
+  const auto w = Random(n * k, rng), x = Random(m * k, rng);
+  const PackedMatrix f16 = Pack(w, n, k);
+  auto w4 = PackW4(w, n, k, 32, false);
+  w4.view.bf16_min_rows = kW4IntMaxRows + 1;
+  PackedW8Matrix w8 = PackW8(w, n, k);
+  w8.view.bf16_min_rows = kW4IntMaxRows + 1;
+  std::vector<uint8_t> scratch;
+  // Rows [r0, r0 + rows) of x through layer `which` with `ctx`.
+  auto run = [&](int which, const CpuContext& ctx, int64_t r0, int64_t rows) {
+    std::vector<float> y(rows * n);
+    const float* xr = x.data() + r0 * k;
+    if (which == 0) {
+      GemmF16(ctx, f16.view, xr, rows, k, y.data(), n);
+    } else if (which == 1) {
+      scratch.resize(GemmW4A16ScratchBytes(rows, k, 32));
+      GemmW4A16(ctx, w4.view, xr, rows, k, y.data(), n, scratch.data());
+    } else {
+      scratch.resize(GemmW8A16ScratchBytes(rows, k));
+      GemmW8A16(ctx, w8.view, xr, rows, k, y.data(), n, scratch.data());
+    }
+    return y;
+  };
+  for (int which : {0, 1, 2}) {
+    SCOPED_TRACE(which == 0 ? "FP16" : which == 1 ? "W4A16" : "W8A16");
+    const std::vector<float> all = run(which, prompt, 0, m);
+    for (auto [r0, rows] :
+         {std::pair<int64_t, int64_t>{0, 1}, {37, 1}, {3, 2}, {10, 5}, {20, 64}, {99, 1}}) {
+      const std::vector<float> part = run(which, prompt, r0, rows);
+      for (int64_t i = 0; i < rows * n; ++i) {
+        ASSERT_EQ(part[i], all[r0 * n + i]) << rows << " rows from " << r0 << ", output " << i;
+      }
+    }
+    const std::vector<float> as_decode = run(which, decode, 0, m);
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_NEAR(as_decode[i], all[i], 2e-2f * (1 + std::abs(all[i]))) << "output " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pdq

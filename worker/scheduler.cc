@@ -1128,7 +1128,7 @@ double Scheduler::RunPass(Context* ctx, policy::StepCostModel& cost,
   for (const Chunk& c : chunks) {
     if (c.s->prefilled == c.s->cached_tokens) c.s->compute_start = absl::Now();
     batch.push_back({c.s->seq, std::span<const int32_t>(c.s->tokens).subspan(c.s->prefilled, c.n),
-                     c.last ? 1 : 0});
+                     c.last ? 1 : 0, /*prompt=*/true});
     work.AddChunk(c.s->prefilled, c.n);
   }
   // Each finished layer of a prompt's last chunk goes to its decode worker

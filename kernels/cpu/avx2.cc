@@ -870,9 +870,12 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
 // [0, n_pos + r)) times the `group` heads sharing kv head `kv_head`: each K/V
 // block is converted to fp32 once for all rows * group query vectors; a
 // decode row (rows 1) works in register tiles instead (AttendRowTiles).
-void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
-                int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
-                int64_t out_stride, float* scratch) {
+// attend (one_row_tiles: one row on AttendRowTiles) and attend_prompt
+// (every row count on the body below).
+static void AttendAvx2Impl(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                           int rows, int kv_head, int group, const float* q, int64_t q_stride,
+                           float scale, float* out, int64_t out_stride, float* scratch,
+                           bool one_row_tiles) {
   const int d = layer.head_dim;
   const int nq = rows * group;
   constexpr int kMaxQ = 64;
@@ -881,7 +884,7 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
                           out_stride, scratch);
     return;
   }
-  if (rows == 1) {
+  if (one_row_tiles && rows == 1) {
     // The group's heads in tiles of up to kTileHeads; scratch holds
     // group * (n_pos + 16) score floats (AttendScratch).
     const int64_t p_stride = n_pos + 16;
@@ -997,13 +1000,41 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
   }
 }
 
+void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+                int64_t out_stride, float* scratch) {
+  AttendAvx2Impl(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
+                 out_stride, scratch, true);
+}
+
+void AttendPromptAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                      int kv_head, int group, const float* q, int64_t q_stride, float scale,
+                      float* out, int64_t out_stride, float* scratch) {
+  AttendAvx2Impl(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
+                 out_stride, scratch, false);
+}
+
 const KernelTable kAvx2Kernels = {
-    "avx2",             GemmF16PanelsAvx2, GemmW4PanelsAvx2, GemmW4PanelsF32Avx2,
-    GemmI8PanelsAvx2,   QuantizeRowI8Avx2,
-    nullptr,            nullptr,  // no W4A8 on AVX2 yet: int16 activations throughout
-    QuantizeRowI16Avx2, RmsNormRowAvx2,    SiluMulRowAvx2,   GeluMulRowAvx2,
-    AttendAvx2,         ToF16Avx2,         GemmW8PanelsAvx2,
-    nullptr,            nullptr,  nullptr,  // no bf16 tiles
+    "avx2",
+    GemmF16PanelsAvx2,
+    GemmW4PanelsAvx2,
+    GemmW4PanelsF32Avx2,
+    GemmI8PanelsAvx2,
+    QuantizeRowI8Avx2,
+    nullptr,
+    nullptr,  // no W4A8 on AVX2 yet: int16 activations throughout
+    QuantizeRowI16Avx2,
+    RmsNormRowAvx2,
+    SiluMulRowAvx2,
+    GeluMulRowAvx2,
+    AttendAvx2,
+    ToF16Avx2,
+    GemmW8PanelsAvx2,
+    nullptr,
+    nullptr,
+    nullptr,  // no bf16 tiles
+    nullptr,
+    AttendPromptAvx2,
 };
 
 }  // namespace pdq::cpu

@@ -81,6 +81,13 @@ struct KernelTable {
   void (*attend_bf16)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
                       int kv_head, int group, const float* q, int64_t q_stride, float scale,
                       float* out, int64_t out_stride, float* scratch);
+  // attend without its one-row (decode) and few-query shortcuts, for prompt
+  // rows: a row's numbers then do not depend on how many rows share the
+  // call, up to 64 queries (rows * group). Null where attend has no
+  // shortcuts.
+  void (*attend_prompt)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                        int rows, int kv_head, int group, const float* q, int64_t q_stride,
+                        float scale, float* out, int64_t out_stride, float* scratch) = nullptr;
 };
 
 // bf16 activation rows: k padded to whole 32-input tiles, rows to whole
@@ -146,10 +153,14 @@ extern const KernelTable kAvx512AmxKernels;
 // GEMM on 256-bit vpdpbusd from 4 rows up.
 const KernelTable& AvxVnniKernels();
 
-// The AVX2 attention body, shared by the AVX-512 tables (see avx512.cc).
+// The AVX2 attention bodies (attend and attend_prompt), shared by the
+// AVX-512 tables (see avx512.cc).
 void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
                 int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
                 int64_t out_stride, float* scratch);
+void AttendPromptAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                      int kv_head, int group, const float* q, int64_t q_stride, float scale,
+                      float* out, int64_t out_stride, float* scratch);
 
 // The table for this CPU (see GetCpuFeatures and PDQ_ISA).
 const KernelTable& ActiveKernels();

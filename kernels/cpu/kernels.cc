@@ -1,14 +1,16 @@
 // Public kernel entry points: split work across the context's threads and
 // call the per-ISA bodies chosen once at start-up.
+#include "kernels/kernels.h"
+
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "common/check.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/thread_pool.h"
-#include "kernels/kernels.h"
 
 namespace pdq {
 
@@ -65,10 +67,24 @@ static void ForPanels(const CpuContext& ctx, int64_t n,
   ctx.pool->ParallelFor(panels, 1, [&](int64_t b, int64_t e, int) { fn(b, e); });
 }
 
+// The row count the bf16 tiles' threshold sees: prompt rows take them
+// whatever their number (where the weight set and the CPU do).
+static int64_t TileRows(const CpuContext& ctx, int64_t m) {
+  return ctx.prompt_rows ? std::numeric_limits<int64_t>::max() : m;
+}
+
 void GemmF16(const CpuContext& ctx, const PackedF16& w, const float* x, int64_t m, int64_t ldx,
              float* y, int64_t ldy) {
   if (m <= 0) return;
   const auto& kt = cpu::ActiveKernels();
+  if (m == 1 && ctx.prompt_rows) {
+    // One row alone runs on several partial sums (kernels/cpu: PanelDirect),
+    // two or more on one sum per output, as every other prompt row does: a
+    // one-row prompt pass runs as two copies of its row (ldx 0), both
+    // written to its one output row (ldy 0).
+    ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_f16_panels(w, b, e, x, 2, 0, y, 0); });
+    return;
+  }
   ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { kt.gemm_f16_panels(w, b, e, x, m, ldx, y, ldy); });
 }
 
@@ -102,14 +118,17 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
     for (int64_t j = 0; j < w.k; ++j) dst[j] = row[j] * in_scale[j];
     return static_cast<const float*>(dst);
   };
-  if (Bf16TilesTake(w.bf16_min_rows, m, w.k)) {
+  if (Bf16TilesTake(w.bf16_min_rows, TileRows(ctx, m), w.k)) {
     uint16_t* xb = ToBf16Rows(ctx, m, w.k, row_of, scaled + (in_scale ? m * w.k : 0));
     ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
       kt.gemm_w4_panels_bf16(w, b, e, xb, m, y, ldy);
     });
     return;
   }
-  if (m > kW4IntMaxRows) {
+  // Without the tiles, prompt rows take the int16 kernels at any count (as
+  // fast as the fp32 tiles at 512 rows, faster below 64: bench/RESULTS.md,
+  // "Prompt rows"); so do decode steps of up to kW4IntMaxRows rows.
+  if (!ctx.prompt_rows && m > kW4IntMaxRows) {
     if (in_scale != nullptr) {
       ForRows(ctx, m, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) row_of(i);
@@ -141,7 +160,8 @@ void GemmW4A16(const CpuContext& ctx, const PackedW4& w, const float* x, int64_t
     }
     ForPanels(ctx, w.n, [&](int64_t b, int64_t e) { gemm_panels(w, b, e, xq, xs, xsum, m, y, ldy); });
   };
-  if (w.a8_min_rows > 0 && m >= w.a8_min_rows && kt.gemm_w4a8_panels != nullptr) {
+  if (!ctx.prompt_rows && w.a8_min_rows > 0 && m >= w.a8_min_rows &&
+      kt.gemm_w4a8_panels != nullptr) {
     run(reinterpret_cast<int8_t*>(xsum + m * groups), cpu::W4A8RowBytes(w.k),
         kt.quantize_row_i8_groups, kt.gemm_w4a8_panels);
   } else {
@@ -158,7 +178,7 @@ void GemmW8A16(const CpuContext& ctx, const PackedW8& w, const float* x, int64_t
   const int64_t groups = PackedW8Groups(w.k);
   // Scales, scaled sums (unused: the weights have no min) and the int16 rows.
   float* xs = cpu::Align64(scratch);
-  if (Bf16TilesTake(w.bf16_min_rows, m, w.k)) {
+  if (Bf16TilesTake(w.bf16_min_rows, TileRows(ctx, m), w.k)) {
     uint16_t* xb = ToBf16Rows(ctx, m, w.k, [&](int64_t i) { return x + i * ldx; }, xs);
     ForPanels(ctx, w.n, [&](int64_t b, int64_t e) {
       kt.gemm_w8_panels_bf16(w, b, e, xb, m, y, ldy);
@@ -316,9 +336,15 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
     int32_t kv_head;
   };
   std::vector<Item> items;
+  // Prompt rows on attend_prompt, or on the bf16 tiles when the context
+  // asks for them and the path has them; decode rows on attend.
+  const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr &&
+                    layer.head_dim == 64 && layer.block_tokens == 16 && group <= 32;
   for (int64_t si = 0; si < num_seqs; ++si) {
     const AttentionSeq& s = seqs[si];
-    const int rows_per_item = cpu::AttendRowsFor(s.first_pos + s.m, group);
+    int rows_per_item = cpu::AttendRowsFor(s.first_pos + s.m, group);
+    // Prompt kernels take up to 64 queries (rows times the group) a call.
+    if (s.prompt) rows_per_item = std::max(1, std::min(rows_per_item, 64 / group));
     for (int64_t i = 0; i < s.m; i += rows_per_item) {
       const int rows = (int)std::min<int64_t>(rows_per_item, s.m - i);
       const int64_t cost = rows * (s.first_pos + i + rows);
@@ -327,16 +353,14 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
-  // A prompt chunk's rows (a sequence with 2 or more in this pass, every
-  // one of its row blocks) on the bf16 tiles when the context asks for them
-  // and the path has them; decode rows (one a sequence) fp32.
-  const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr &&
-                    layer.head_dim == 64 && layer.block_tokens == 16 && group <= 32;
   auto item_fn = [&](int64_t index, int t) {
     const Item& it = items[index];
     const AttentionSeq& s = seqs[it.seq];
     const int64_t head_off = (int64_t)it.kv_head * group * layer.head_dim;
-    const auto attend = bf16 && s.m >= 2 && it.rows * group <= 64 ? kt.attend_bf16 : kt.attend;
+    const auto attend = !s.prompt                     ? kt.attend
+                        : bf16                        ? kt.attend_bf16
+                        : kt.attend_prompt != nullptr ? kt.attend_prompt
+                                                      : kt.attend;
     attend(layer, s.block_table, s.first_pos + it.row + 1, it.rows, it.kv_head, group,
            s.q + it.row * q_stride + head_off, q_stride, scale,
            s.out + it.row * out_stride + head_off, out_stride, scratch + t * per_thread);
