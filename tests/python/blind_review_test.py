@@ -139,8 +139,19 @@ class BlindReviewTest(unittest.TestCase):
         b.eval("document.dispatchEvent(new KeyboardEvent('keydown', {key: '2'}))")  # item 4
         self.assertEqual(b.eval("document.getElementById('progress').textContent"), "4 of 6 voted")
         self.assertEqual(b.eval("document.querySelectorAll('section.item.voted').length"), 4)
-        b.open(self.url)  # votes are kept in the browser across a reload
-        self.assertEqual(b.eval("document.getElementById('progress').textContent"), "4 of 6 voted")
+        # Votes are kept in the browser across a reload. Chromium commits a
+        # page's localStorage writes to its storage asynchronously, so a
+        # reload within milliseconds of the last click can read the store
+        # before they land (seen once in CI: "0 of 6 voted"); a user's
+        # reload cannot be that quick. Reload until they show, up to 10 s.
+        end = time.time() + 10
+        while True:
+            b.open(self.url)
+            progress = b.eval("document.getElementById('progress').textContent")
+            if progress == "4 of 6 voted" or time.time() > end:
+                break
+            time.sleep(0.5)
+        self.assertEqual(progress, "4 of 6 voted")
         exported = json.loads(b.eval("document.getElementById('export').value"))
         self.assertEqual(exported["review_id"], self.key["review_id"])
         self.assertEqual([v["choice"] for v in exported["votes"]], ["left", "right", "left", "right"])
