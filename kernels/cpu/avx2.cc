@@ -519,8 +519,11 @@ inline void I8Tile(const int8_t* panel, int64_t k4, const int8_t* xq, int64_t ro
   for (int r = 0; r < MR; ++r) {
     const __m256 xsr = _mm256_set1_ps(xs[r]);
     alignas(32) float tmp[16];
-    _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), _mm256_mul_ps(s0, xsr)));
-    _mm256_store_ps(tmp + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), _mm256_mul_ps(s1, xsr)));
+    // (float)dot * xs * ws in the reference's order, as the VNNI kernels do
+    // (the avx2+vnni table takes this kernel below 4 rows and VNNI's from 4:
+    // one order keeps a row's bits independent of the rows beside it).
+    _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), xsr), s0));
+    _mm256_store_ps(tmp + 8, _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), xsr), s1));
     for (int j = 0; j < cols; ++j) y[r * ldy + j] = tmp[j];
   }
 }
