@@ -20,17 +20,18 @@ class ThreadPool;  // kernels/cpu/thread_pool.h: whoever creates one includes it
 // need their own pool.
 struct CpuContext {
   ThreadPool* pool = nullptr;
-  // Attention's prompt rows (a sequence with 2 or more in a pass, head_dim
-  // 64) on AMX-BF16 tiles where the CPU has them (Bf16AttentionSupported):
-  // Q and K as two bf16 parts each, softmax weights and V as bf16, fp32
-  // sums. Decode rows stay fp32. Off by default (bench/RESULTS.md).
+  // Attention's prompt rows (AttentionSeq::prompt, head_dim 64) on AMX-BF16
+  // tiles where the CPU has them (Bf16AttentionSupported): Q and K as two
+  // bf16 parts each, softmax weights and V as bf16, fp32 sums. Decode rows
+  // stay fp32. Off here; the command-line flags turn it on
+  // (ModelFlags::bf16_attention, bench/RESULTS.md).
   bool bf16_prompt_attention = false;
   // The rows of calls made with this context are prompt rows (the engine
   // passes them apart from decode rows): GemmW4A16, GemmW8A16 and GemmF16
-  // take one path whatever their number, so a prompt
-  // token's numbers do not depend on how its prompt was cut into passes
-  // (prefix cache hits, chunked prefill) or what shared them. Decode rows
-  // (false) take the path their count picks.
+  // take one path whatever their number, so a prompt token's numbers do not
+  // depend on how its prompt was cut into passes (prefix cache hits,
+  // chunked prefill) or what shared them. Decode rows (false) take the path
+  // their count picks.
   bool prompt_rows = false;
   int num_threads() const;
 };
@@ -297,8 +298,9 @@ struct AttentionSeq {
   int64_t m = 0;
   const float* q = nullptr;  // m rows, q_stride floats apart
   float* out = nullptr;      // m rows, out_stride floats apart
-  // Prompt rows (CpuContext::prompt_rows): on the bf16 tiles where the
-  // context asks for them, however many; decode rows stay fp32.
+  // Prompt rows (as CpuContext::prompt_rows): on the bf16 tiles where the
+  // context asks for them, else on attend_prompt, however many; decode rows
+  // on attend.
   bool prompt = false;
 };
 void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionSeq* seqs,

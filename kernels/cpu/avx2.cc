@@ -873,12 +873,12 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
 // [0, n_pos + r)) times the `group` heads sharing kv head `kv_head`: each K/V
 // block is converted to fp32 once for all rows * group query vectors; a
 // decode row (rows 1) works in register tiles instead (AttendRowTiles).
-// attend (one_row_tiles: one row on AttendRowTiles) and attend_prompt
-// (every row count on the body below).
-static void AttendAvx2Impl(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                           int rows, int kv_head, int group, const float* q, int64_t q_stride,
-                           float scale, float* out, int64_t out_stride, float* scratch,
-                           bool one_row_tiles) {
+// attend (kShortcuts: one row on AttendRowTiles) and attend_prompt (every
+// row count on the body below).
+template <bool kShortcuts>
+void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+                int64_t out_stride, float* scratch) {
   const int d = layer.head_dim;
   const int nq = rows * group;
   constexpr int kMaxQ = 64;
@@ -887,7 +887,7 @@ static void AttendAvx2Impl(const KvLayerView& layer, const int32_t* block_table,
                           out_stride, scratch);
     return;
   }
-  if (one_row_tiles && rows == 1) {
+  if (kShortcuts && rows == 1) {
     // The group's heads in tiles of up to kTileHeads; scratch holds
     // group * (n_pos + 16) score floats (AttendScratch).
     const int64_t p_stride = n_pos + 16;
@@ -1003,19 +1003,10 @@ static void AttendAvx2Impl(const KvLayerView& layer, const int32_t* block_table,
   }
 }
 
-void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
-                int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
-                int64_t out_stride, float* scratch) {
-  AttendAvx2Impl(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
-                 out_stride, scratch, true);
-}
-
-void AttendPromptAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
-                      int kv_head, int group, const float* q, int64_t q_stride, float scale,
-                      float* out, int64_t out_stride, float* scratch) {
-  AttendAvx2Impl(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
-                 out_stride, scratch, false);
-}
+template void AttendAvx2<true>(const KvLayerView&, const int32_t*, int64_t, int, int, int,
+                               const float*, int64_t, float, float*, int64_t, float*);
+template void AttendAvx2<false>(const KvLayerView&, const int32_t*, int64_t, int, int, int,
+                                const float*, int64_t, float, float*, int64_t, float*);
 
 const KernelTable kAvx2Kernels = {
     "avx2",
@@ -1030,14 +1021,14 @@ const KernelTable kAvx2Kernels = {
     RmsNormRowAvx2,
     SiluMulRowAvx2,
     GeluMulRowAvx2,
-    AttendAvx2,
+    AttendAvx2<true>,
     ToF16Avx2,
     GemmW8PanelsAvx2,
     nullptr,
     nullptr,
     nullptr,  // no bf16 tiles
     nullptr,
-    AttendPromptAvx2,
+    AttendAvx2<false>,
 };
 
 }  // namespace pdq::cpu

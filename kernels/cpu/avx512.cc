@@ -1254,21 +1254,21 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
 // transpose pays off for more queries a call (prefill rows, larger groups);
 // 1 or 2 (MHA decode) and other shapes take the AVX2 kernel, 1.1-1.5x
 // faster there.
-// attend (shortcuts: a decode row of a GQA group on its own kernel, 1 or 2
+// attend (kShortcuts: a decode row of a GQA group on its own kernel, 1 or 2
 // queries on AVX2's) and attend_prompt (every row count on the body below).
-static void AttendAvx512Impl(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                             int rows, int kv_head, int group, const float* q, int64_t q_stride,
-                             float scale, float* out, int64_t out_stride, float* scratch,
-                             bool shortcuts) {
+template <bool kShortcuts>
+void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                  int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+                  int64_t out_stride, float* scratch) {
   const int d = layer.head_dim;
   const int nq = rows * group;
   constexpr int kMaxQ = 64;
-  if (d % 16 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ || (shortcuts && nq < 3)) {
-    (shortcuts ? AttendAvx2 : AttendPromptAvx2)(layer, block_table, n_pos, rows, kv_head, group, q,
-                                                q_stride, scale, out, out_stride, scratch);
+  if (d % 16 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ || (kShortcuts && nq < 3)) {
+    AttendAvx2<kShortcuts>(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
+                           out_stride, scratch);
     return;
   }
-  if (shortcuts && rows == 1 && (nq == 3 || nq == 4) && d <= 64) {  // a decode row of a GQA group
+  if (kShortcuts && rows == 1 && (nq == 3 || nq == 4) && d <= 64) {  // a decode row of a GQA group
     // The group's queries and outputs are contiguous in their rows.
     using DecodeRow = void (*)(const KvLayerView&, const int32_t*, int64_t, int, const float*,
                                float, float*, float*);
@@ -1567,20 +1567,6 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx
 
 }  // namespace
 
-void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
-                  int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
-                  int64_t out_stride, float* scratch) {
-  AttendAvx512Impl(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
-                   out_stride, scratch, true);
-}
-
-void AttendPromptAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                        int rows, int kv_head, int group, const float* q, int64_t q_stride,
-                        float scale, float* out, int64_t out_stride, float* scratch) {
-  AttendAvx512Impl(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
-                   out_stride, scratch, false);
-}
-
 constexpr KernelTable kAvx512Kernels = {
     "avx512",
     GemmF16PanelsAvx512,
@@ -1594,14 +1580,14 @@ constexpr KernelTable kAvx512Kernels = {
     RmsNormRowAvx512,
     GatedRow<false>,
     GatedRow<true>,
-    AttendAvx512,
+    AttendAvx512<true>,
     ToF16Avx512,
     GemmW8PanelsAvx512,
     nullptr,
     nullptr,
     nullptr,
     nullptr,  // bf16 tiles need AMX
-    AttendPromptAvx512,
+    AttendAvx512<false>,
 };
 
 // The AVX-512 table with AMX where it has tiles: the W8A8 GEMM on int8

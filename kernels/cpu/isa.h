@@ -153,14 +153,13 @@ extern const KernelTable kAvx512AmxKernels;
 // GEMM on 256-bit vpdpbusd from 4 rows up.
 const KernelTable& AvxVnniKernels();
 
-// The AVX2 attention bodies (attend and attend_prompt), shared by the
-// AVX-512 tables (see avx512.cc).
+// The AVX2 attention body, shared by the AVX-512 tables (see avx512.cc):
+// attend (kShortcuts: a decode row on register tiles) and attend_prompt
+// (without). Defined and instantiated for both in avx2.cc only.
+template <bool kShortcuts>
 void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
                 int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
                 int64_t out_stride, float* scratch);
-void AttendPromptAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
-                      int kv_head, int group, const float* q, int64_t q_stride, float scale,
-                      float* out, int64_t out_stride, float* scratch);
 
 // The table for this CPU (see GetCpuFeatures and PDQ_ISA).
 const KernelTable& ActiveKernels();
