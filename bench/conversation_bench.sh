@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The KV-reuse figures of bench/RESULTS.md ("Conversations: KV reuse across
 # turns"), each a ratio measured in this run on this machine:
-#  - per deployment (monolithic FP16, W8A8+W4A16 and W4A16 on 2 threads; 1 prefill + 1 decode
-#    worker, FP16/FP16 and W8A8/W4A16, one core each), the conversation
-#    workload with the prefix cache on and off: conversations finish
-#    (wall time) and TTFT p50 per turn;
+#  - per deployment (monolithic FP16, W8A8+W4A16 and W4A16 on 2 threads;
+#    1 prefill + 1 decode worker, FP16/FP16 and W8A8/W4A16, sharing every
+#    core; W8A8/W4A16 also pinned to a core each), the conversation workload
+#    with the prefix cache on and off: conversations finish (wall time) and
+#    TTFT p50 per turn;
 #  - the TTFT of a fresh prompt as long as a turn's new tokens (128: the
 #    previous answer and the new message) at the same concurrency, cache on;
 #  - llama.cpp's llama-server (built beside pdq, outside the project; Q4_0
@@ -80,18 +81,20 @@ w4='[{"role": "both", "precision": "w4a16", "threads": 2}]'
 w4_off='[{"role": "both", "precision": "w4a16", "threads": 2, "args": ["--prefix-cache", "off"]}]'
 run_pdq mono-w4a16-cache-on "$w4" fresh
 run_pdq mono-w4a16-cache-off "$w4_off"
+# 1P+1D as deploy/local/ starts it: both workers on every core, sharing them.
 for pair in "fp16 fp16" "w8a8 w4a16"; do
   set -- $pair
-  on="[{\"role\": \"prefill\", \"precision\": \"$1\", \"threads\": 1, \"cpus\": \"0\"},
-       {\"role\": \"decode\", \"precision\": \"$2\", \"threads\": 1, \"cpus\": \"1\"}]"
-  off="${on//\"cpus\": \"0\"/\"cpus\": \"0\", \"args\": [\"--prefix-cache\", \"off\"]}"
-  off="${off//\"cpus\": \"1\"\}/\"cpus\": \"1\", \"args\": [\"--prefix-cache\", \"off\"]\}}"
+  on="[{\"role\": \"prefill\", \"precision\": \"$1\"}, {\"role\": \"decode\", \"precision\": \"$2\"}]"
+  off="${on//\"\}/\", \"args\": [\"--prefix-cache\", \"off\"]\}}"
   run_pdq "1p1d-$1-$2-cache-on" "$on" fresh
   # Every follow-up through the prefill worker (no short-suffix prefill on
   # the decode worker): what --local-prefill-tokens buys.
   [ "$1" = "$2" ] && run_pdq "1p1d-$1-$2-cache-on-local-0" "$on" - '["--local-prefill-tokens", "0"]'
   run_pdq "1p1d-$1-$2-cache-off" "$off"
 done
+# The same workers pinned to a core each (what deploy/local/ did before).
+run_pdq 1p1d-w8a8-w4a16-pinned-cache-on '[{"role": "prefill", "precision": "w8a8", "threads": 1, "cpus": "0"},
+  {"role": "decode", "precision": "w4a16", "threads": 1, "cpus": "1"}]'
 echo
 echo "## Summary ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores)"
 cat "$work/summary"

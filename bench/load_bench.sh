@@ -4,7 +4,8 @@
 # same client (`pdq bench --openai`, streamed /v1/completions) in one run:
 #  - pdq monolithic W4A16 (one process, 2 threads),
 #  - pdq one process prefilling at W8A8 and decoding at W4A16,
-#  - pdq 1 W8A8 prefill + 1 W4A16 decode worker (one core each),
+#  - pdq 1 W8A8 prefill + 1 W4A16 decode worker, sharing every core (as
+#    deploy/local/ starts them), and the same pinned to a core each,
 #  - llama.cpp's llama-server (built beside pdq, outside the project; the
 #    same model as Q4_0, 2 threads, one slot per stream of the top level).
 # Rounds alternate the deployments; each level is preceded by one unmeasured
@@ -108,9 +109,13 @@ for r in $(seq "$rounds"); do
   [ -n "$llama_server" ] && run_llama "$r"
   run_pdq mono-w8a8+w4a16 \
     '[{"role": "both", "precision": "w4a16", "threads": 2, "args": ["--prefill-precision", "w8a8"]}]' "$r"
+  # 1P+1D as deploy/local/ starts it: both workers on every core, sharing
+  # them; then each pinned to a core of its own, for comparison.
   run_pdq 1p1d-w8a8-w4a16 \
+    '[{"role": "prefill", "precision": "w8a8"}, {"role": "decode", "precision": "w4a16"}]' "$r"
+  run_pdq 1p1d-pinned \
     '[{"role": "prefill", "precision": "w8a8", "threads": 1, "cpus": "0"},
-      {"role": "decode", "precision": "w4a16", "threads": 1, "cpus": "1"}]' "$r"
+      {"role": "decode", "precision": "w4a16", "threads": 1, "cpus": "1"}]' "$r" no-overload
 done
 echo
 cat "$work/summary"
