@@ -50,6 +50,11 @@ struct AdmissionSnapshot {
   // first token (an average of actual / predicted; 1: as predicted): the
   // measured rate lags when the decode batch grows.
   double ttft_correction = 1;
+  // The most KV blocks one live worker that decodes could give this
+  // request by its last heartbeat: its free blocks (cached ones no
+  // sequence holds count: they are evicted for it) plus those of the prompt
+  // its prefix cache holds. -1 while no such worker has reported.
+  int64_t kv_room_blocks = -1;
 };
 
 // Folds one admitted request's actual time to first token against its
@@ -61,10 +66,12 @@ struct AdmissionRequest {
   int64_t prompt_tokens = 0;  // still to compute (cached ones left out)
   Priority priority = Priority::kInteractive;
   absl::Duration time_left = absl::InfiniteDuration();  // until its deadline
+  int64_t kv_blocks = 0;  // prompt + max_tokens, in KV blocks: what it reserves
 };
 
-enum class Refusal { kNone, kQueueFull, kTtft, kRateLimit };
-// "queue_full", "ttft", "rate_limit" (the /metrics label); "" for kNone.
+enum class Refusal { kNone, kQueueFull, kTtft, kRateLimit, kKvFull };
+// "queue_full", "ttft", "rate_limit", "kv_full" (the /metrics label); "" for
+// kNone.
 const char* RefusalName(Refusal r);
 
 struct AdmissionDecision {

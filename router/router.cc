@@ -58,16 +58,30 @@ struct Worker {
   // Requests the router sent and not yet finished; at a prefill worker, until
   // their Prefill call answered (guarded by the registry).
   int64_t in_flight = 0;
+  // Its heartbeats so far; the KV blocks (prompt + max_tokens) of the
+  // requests sent to it since the last one, which its free blocks do not
+  // show yet, less those of such requests that have ended since; and those
+  // of requests that ended since, which its free blocks still count as used.
+  uint64_t heartbeats = 0;
+  int64_t kv_blocks_sent = 0, kv_blocks_ended = 0;
   // The block hashes its prefix cache holds, as its heartbeats said.
   absl::flat_hash_set<uint64_t> cached;
 };
 
 // What the router knows of a request when it picks workers for it: its
 // prompt's block hashes (for the workers' prefix caches) and its client.
+// A request's KV blocks counted against a decode worker's free ones until
+// its next heartbeat (Registry::Pick, Done).
+struct KvBooking {
+  uint64_t heartbeat = 0;  // the worker's heartbeats when it was booked
+  int64_t blocks = 0;
+};
+
 struct RouteRequest {
   std::vector<uint64_t> hashes;
   int64_t prompt_tokens = 0;
   int64_t block_tokens = 16;
+  int64_t kv_blocks = 0;  // prompt + max_tokens, in blocks
   std::string client_id;
 };
 
@@ -129,6 +143,8 @@ class Registry {
     auto it = workers_.find(id);
     if (it == workers_.end()) return false;
     it->second->load = load;
+    ++it->second->heartbeats;
+    it->second->kv_blocks_sent = it->second->kv_blocks_ended = 0;
     absl::flat_hash_set<uint64_t>& held = it->second->cached;
     if (cache.full()) held.clear();
     for (uint64_t h : cache.removed()) held.erase(h);
@@ -217,7 +233,7 @@ class Registry {
   std::shared_ptr<Worker> Pick(std::initializer_list<v1::Role> roles,
                                const absl::flat_hash_set<std::string>& avoid, bool by_tokens,
                                const std::string& pool, const RouteRequest& request,
-                               bool wanted_only = false) {
+                               bool wanted_only = false, KvBooking* booking = nullptr) {
     std::lock_guard lock(mu_);
     const absl::Time now = absl::Now();
     const double load_tokens = options_.cache_load_tokens;
@@ -243,6 +259,10 @@ class Registry {
     const int i = policy::BestCandidate(candidates, request.prompt_tokens, load_tokens);
     if (i < 0 || (wanted_only && candidates[i].unwanted)) return nullptr;
     ++workers[i]->in_flight;
+    if (booking != nullptr) {
+      *booking = {workers[i]->heartbeats, request.kv_blocks};
+      workers[i]->kv_blocks_sent += request.kv_blocks;
+    }
     return workers[i];
   }
 
@@ -262,6 +282,27 @@ class Registry {
       }
       most = std::max(most,
                       policy::CachedPrefixTokens(request.hashes, w->cached, request.block_tokens));
+    }
+    return most;
+  }
+
+  // AdmissionSnapshot::kv_room_blocks for `request`: the most a live worker
+  // that decodes could give it, its last heartbeat's free blocks corrected
+  // by the requests sent to it and ended since (Worker::kv_blocks_*).
+  int64_t KvRoomBlocks(const RouteRequest& request) const {
+    std::lock_guard lock(mu_);
+    const absl::Time now = absl::Now();
+    int64_t most = -1;
+    for (const auto& [id, w] : workers_) {
+      if (!Alive(*w, now) || w->load.kv_blocks_total() <= 0 ||
+          (w->info.role() != v1::ROLE_BOTH && w->info.role() != v1::ROLE_DECODE)) {
+        continue;
+      }
+      const int64_t cached =
+          policy::CachedPrefixTokens(request.hashes, w->cached, request.block_tokens) /
+          std::max<int64_t>(1, request.block_tokens);
+      most = std::max(most,
+                      w->load.kv_blocks_free() - w->kv_blocks_sent + w->kv_blocks_ended + cached);
     }
     return most;
   }
@@ -303,10 +344,18 @@ class Registry {
     return rate;
   }
 
-  void Done(const std::shared_ptr<Worker>& w) {
+  // The request Pick gave `w` ended there; `booking`: its KV blocks, which
+  // stop counting against the worker's free ones (the next heartbeat's
+  // count replaces the router's books).
+  void Done(const std::shared_ptr<Worker>& w, const KvBooking& booking = {}) {
     if (w == nullptr) return;
     std::lock_guard lock(mu_);
     --w->in_flight;
+    if (booking.blocks > 0 && booking.heartbeat == w->heartbeats) {
+      w->kv_blocks_sent = std::max<int64_t>(0, w->kv_blocks_sent - booking.blocks);
+    } else if (booking.blocks > 0) {
+      w->kv_blocks_ended += booking.blocks;
+    }
   }
 
  private:
@@ -429,7 +478,8 @@ struct RouterMetrics {
         "pdq_requests_refused_total",
         "Requests refused at admission (RESOURCE_EXHAUSTED / HTTP 429), by reason: queue_full "
         "(the bound on requests waiting for their first token), ttft (predicted time to first "
-        "token over the target or the deadline), rate_limit (the client's token bucket).",
+        "token over the target or the deadline), rate_limit (the client's token bucket), kv_full "
+        "(no worker's KV cache has room for prompt + max_tokens).",
         {{"reason", RefusalName(r)}});
   }
   server::Counter& pool_fallbacks(const std::string& pool) {
@@ -469,12 +519,14 @@ class AdmissionBook {
       : o_(o), registry_(registry), limiter_(o) {}
 
   // Decides on a request and, when it is taken, books its prompt as waiting.
+  // `kv_room_blocks`: AdmissionSnapshot's, for this request.
   AdmissionDecision Admit(const AdmissionRequest& r, const std::string& client,
-                          double request_tokens) {
+                          double request_tokens, int64_t kv_room_blocks) {
     const double rate = registry_.PrefillRate();
     std::lock_guard lock(mu_);
     AdmissionSnapshot snap = snap_;
     snap.prefill_tokens_per_second = rate;
+    snap.kv_room_blocks = kv_room_blocks;
     AdmissionDecision d = router::Admit(o_, snap, r);
     if (d.admitted()) {
       AdmissionDecision limited = limiter_.Take(client, request_tokens, absl::Now());
@@ -515,6 +567,7 @@ class AdmissionBook {
 struct Attempt {
   int number = 0;
   std::shared_ptr<Worker> decode, prefill;
+  KvBooking kv;  // at the decode worker
   grpc::ClientContext reserve_ctx, prefill_ctx, decode_ctx;
   v1::ReserveRequest reserve_req;
   v1::ReserveResponse reserve_resp;
@@ -547,6 +600,8 @@ RouteRequest RouteFor(const Registry& registry, const std::vector<int32_t>& prom
   // Every live worker shares one KV layout (Register checks).
   if (std::optional<v1::WorkerInfo> m = registry.Model(); m && m->block_tokens() > 0) {
     route.block_tokens = m->block_tokens();
+    route.kv_blocks =
+        (route.prompt_tokens + req.max_tokens() + route.block_tokens - 1) / route.block_tokens;
     route.hashes =
         PrefixBlockHashes(PrefixSeed(m->kv_layout(), req.cache_salt()), prompt, route.block_tokens);
   }
@@ -650,7 +705,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   bool PickInPoolLocked(Attempt& a, const std::string& pool, bool wanted_only,
                         const char** missing) {
     a.decode = registry_.Pick({v1::ROLE_DECODE, v1::ROLE_BOTH}, avoid_, false, pool, route_,
-                              wanted_only);
+                              wanted_only, &a.kv);
     if (a.decode == nullptr) {
       *missing = "decode";
       return false;
@@ -662,7 +717,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
                                pool_.empty() ? "" : a.decode->info.pool(), route_, wanted_only);
     a.prefill_counted = a.prefill != nullptr;
     if (a.prefill != nullptr) return true;
-    registry_.Done(a.decode);
+    registry_.Done(a.decode, a.kv);
     a.decode = nullptr;
     *missing = "prefill";
     return false;
@@ -674,7 +729,9 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     return recompute_prompt_.empty() ? prompt_ : recompute_prompt_;
   }
 
-  void StartAttemptLocked() {
+  // `retry`: after a failed attempt (counted in pdq_retries_total when a
+  // worker takes it).
+  void StartAttemptLocked(bool retry = false) {
     const std::vector<int32_t>& prompt = AttemptPromptLocked();
     if (route_.prompt_tokens == 0) route_ = RouteFor(registry_, prompt, req_);
     auto a = std::make_shared<Attempt>();
@@ -682,8 +739,10 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     attempt_ = a;
     const char* missing = "decode";
     bool picked;
+    // After a refusal for want of room, only a worker that has not refused.
+    const bool elsewhere_only = !refused_.ok();
     if (pool_.empty()) {
-      picked = PickInPoolLocked(*a, "", false, &missing);
+      picked = PickInPoolLocked(*a, "", elsewhere_only, &missing);
     } else {
       picked = PickInPoolLocked(*a, pool_, true, &missing);
       const char* arm_missing = missing;
@@ -695,7 +754,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
           if (other != pool_ && (picked = PickInPoolLocked(*a, other, true, &missing))) break;
         }
       }
-      if (!picked) {
+      if (!picked && !elsewhere_only) {
         // Nothing better: a worker the last attempt avoided, own pool first.
         picked = PickInPoolLocked(*a, pool_, false, &missing);
         for (const std::string& other : registry_.Pools()) {
@@ -711,6 +770,10 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       }
       if (!picked) missing = arm_missing;
     }
+    if (!picked && elsewhere_only) {
+      FinishLocked(refused_);  // no other worker: the refusal, as it came
+      return;
+    }
     if (!picked) {
       FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                 pool_.empty()
@@ -719,6 +782,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
                                                    pool_, "' or any other")));
       return;
     }
+    if (retry) RouterMetrics::Get().retries.Add();
     if (!pool_.empty()) served_pool_ = a->decode->info.pool();
     for (grpc::ClientContext* c : {&a->reserve_ctx, &a->prefill_ctx, &a->decode_ctx}) {
       if (deadline_ != std::chrono::system_clock::time_point::max()) c->set_deadline(deadline_);
@@ -766,7 +830,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       return EndAttemptIfIdleLocked(a);
     }
     if (!s.ok()) {
-      FailAttemptLocked(a, s, "decode worker " + a->decode->info.worker_id() + " reserve");
+      FailAttemptLocked(a, s, "decode worker " + a->decode->info.worker_id() + " reserve", false);
       return;
     }
     a->reserved = true;
@@ -846,7 +910,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       prefill_cached_tokens_ = a->prefill_resp.cached_tokens();
     }
     if (!s.ok() && !finished_ && a == attempt_ && !relayed_) {
-      FailAttemptLocked(a, s, "prefill worker " + a->prefill->info.worker_id());
+      FailAttemptLocked(a, s, "prefill worker " + a->prefill->info.worker_id(), true);
       return;
     }
     EndAttemptIfIdleLocked(a);
@@ -955,7 +1019,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
       return;
     }
     if (!s.ok()) {
-      FailAttemptLocked(a, s, "decode worker " + a->decode->info.worker_id());
+      FailAttemptLocked(a, s, "decode worker " + a->decode->info.worker_id(), false);
       return;
     }
     if (!have_summary_) {
@@ -993,9 +1057,13 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   }
 
   // The attempt failed: retry once (no token reached the client and the
-  // failure was a lost or overloaded worker), else fail the call.
+  // failure was a lost or overloaded worker), else fail the call. A worker
+  // that refused for want of room (RESOURCE_EXHAUSTED: KV cache full, queue
+  // bound) is asked again only if another can take it: the same worker a
+  // moment later would refuse again, and the refusal would reach the client
+  // a loaded worker's round trip later (90 ms at 4x the sustainable rate).
   void FailAttemptLocked(const std::shared_ptr<Attempt>& a, const grpc::Status& s,
-                         const std::string& who) {
+                         const std::string& who, bool prefill_failed) {
     a->failed = true;
     AbandonLocked(a);
     LogLine(absl::StrCat("request ", request_id_, ": ", who, " failed: ", s.error_message(), " (",
@@ -1003,11 +1071,15 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     const bool retryable = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
                            s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
     if (!relayed_ && retryable && attempts_ < 2 && !out_->cancelled()) {
-      RouterMetrics::Get().retries.Add();
-      avoid_.insert(a->decode->info.worker_id());
-      if (a->prefill) avoid_.insert(a->prefill->info.worker_id());
+      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        refused_ = s;
+        avoid_.insert(prefill_failed ? a->prefill->info.worker_id() : a->decode->info.worker_id());
+      } else {
+        avoid_.insert(a->decode->info.worker_id());
+        if (a->prefill) avoid_.insert(a->prefill->info.worker_id());
+      }
       EndAttemptIfIdleLocked(a);
-      StartAttemptLocked();
+      StartAttemptLocked(/*retry=*/true);
       return;
     }
     // Lost mid-stream (a decode worker killed, one whose drain ran out, or
@@ -1081,10 +1153,10 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     absl::flat_hash_set<std::string> avoid = avoid_;
     avoid.insert(from);
     t->decode = registry_.Pick({v1::ROLE_DECODE}, avoid, false, m->source->decode->info.pool(),
-                               route_, /*wanted_only=*/true);
+                               route_, /*wanted_only=*/true, &t->kv);
     if (t->decode != nullptr &&
         t->decode->info.kv_transport() != m->source->decode->info.kv_transport()) {
-      registry_.Done(t->decode);
+      registry_.Done(t->decode, t->kv);
       t->decode = nullptr;
     }
     if (t->decode == nullptr) {
@@ -1245,6 +1317,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     recompute_prompt_ = prompt_;
     recompute_prompt_.insert(recompute_prompt_.end(), sent_tokens_.begin(), sent_tokens_.end());
     route_ = RouteRequest{};  // routed again, for the longer prompt
+    refused_ = grpc::Status::OK;  // a refusal before the first token is past
     RouterMetrics::Get().recomputes.Add();
     LogLine(absl::StrCat("request ", request_id_, ": decode worker lost after ",
                          sent_tokens_.size(), " tokens (", why, "); computing the ",
@@ -1260,7 +1333,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
 
   void EndAttemptIfIdleLocked(const std::shared_ptr<Attempt>& a) {
     if (a->open_calls > 0) return;
-    registry_.Done(a->decode);
+    registry_.Done(a->decode, a->kv);
     ReleasePrefillLocked(*a);
     a->decode = a->prefill = nullptr;
   }
@@ -1298,6 +1371,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   std::shared_ptr<Attempt> attempt_;
   int attempts_ = 0;
   absl::flat_hash_set<std::string> avoid_;
+  grpc::Status refused_;  // a worker's RESOURCE_EXHAUSTED that this call retries
   RouteRequest route_;
   bool relayed_ = false, finished_ = false, have_summary_ = false;
   int64_t output_tokens_ = 0;
@@ -1417,8 +1491,9 @@ class PdqService : public PdqBase {
       auto it = ctx->client_metadata().find("authorization");
       client = it == ctx->client_metadata().end() ? "" : std::string(it->second.data(), it->second.size());
     }
-    const AdmissionDecision admit =
-        book_.Admit(ar, client, double(prompt.size()) + double(req->max_tokens()));
+    ar.kv_blocks = route.kv_blocks;
+    const AdmissionDecision admit = book_.Admit(
+        ar, client, double(prompt.size()) + double(req->max_tokens()), r_.KvRoomBlocks(route));
     if (!admit.admitted()) {
       RouterMetrics::Get().refused(admit.refusal).Add();
       LogLine(absl::StrCat("request ", id, ": refused (", RefusalName(admit.refusal),

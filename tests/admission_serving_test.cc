@@ -210,6 +210,64 @@ TEST_F(AdmissionServingTest, APromptAWorkerHoldsIsJudgedByWhatIsLeftToCompute) {
   EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"ttft\"}"), 1);
 }
 
+// A request no worker's KV cache can hold is refused (RESOURCE_EXHAUSTED,
+// "KV cache full"): by the router when its books say so (the workers'
+// heartbeats, less what it sent them since; reason kv_full), else by the
+// worker asked, and then the router passes that on rather than ask the same
+// worker again (it would only refuse again, a loaded worker's round trip
+// later). The request holding the blocks is unharmed, and once it ends the
+// same request fits.
+void FullKvCacheRefuses(bool router_knows) {
+  Cluster c;
+  Proc router = c.Router({});
+  ASSERT_TRUE(router.ok());
+  // A second router that hears from the worker once a minute and sends it
+  // nothing: it cannot know the blocks in use, so the worker refuses.
+  Proc blind = router_knows ? Proc{} : c.Router({"--heartbeat-ms", "60000"});
+  ASSERT_TRUE(router_knows || blind.ok());
+  // 512 tokens: 32 blocks of 16.
+  Proc w = c.Worker(router_knows ? router.address : router.address + "," + blind.address, "both",
+                    "w4a16", {"--kv-tokens", "512"});
+  ASSERT_TRUE(w.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, 1));
+  auto asked = router_knows ? Client(router.address) : Client(blind.address);
+  ASSERT_TRUE(WaitForWorkers(*asked, 1));
+  const Proc& asked_router = router_knows ? router : blind;
+  const double total = Metric(w.metrics, "pdq_kv_blocks_total");
+  ASSERT_EQ(total, 32);
+  // About 110 prompt tokens + 300 to generate: 26 of the 32 blocks.
+  auto holder = std::async(std::launch::async, [&] { return TimedGenerate(*stub, Long(90, 300)); });
+  const auto end = Clock::now() + std::chrono::seconds(60);
+  while (Metric(w.metrics, "pdq_kv_blocks_free") > total / 2 && Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_LE(Metric(w.metrics, "pdq_kv_blocks_free"), total / 2) << "the first request never ran";
+  const Timed refused = TimedGenerate(*asked, Long(90, 300));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.status.error_message();
+  EXPECT_NE(refused.status.error_message().find("KV cache full"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_EQ(Metric(asked_router.metrics, "pdq_requests_refused_total{reason=\"kv_full\"}"),
+            router_knows ? 1 : -1);  // -1: no such series
+  EXPECT_EQ(Metric(asked_router.metrics, "pdq_retries_total"), 0) << "asked the full worker again";
+  const Timed held = holder.get();
+  EXPECT_TRUE(held.status.ok()) << held.status.error_message();
+  EXPECT_LT(refused.end, held.end) << "refused only after the blocks were free again";
+  // Once the worker has freed them (after its last token) and said so.
+  EXPECT_EQ(MetricSoon(w.metrics, "pdq_kv_blocks_free", total), total);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // heartbeats: 200 ms
+  EXPECT_TRUE(TimedGenerate(*asked, Long(90, 300)).status.ok());
+}
+
+TEST_F(AdmissionServingTest, AFullKvCacheIsRefusedByTheRouterThatKnows) {
+  FullKvCacheRefuses(true);
+}
+
+TEST_F(AdmissionServingTest, AFullKvCacheRefusesWithoutAskingTheSameWorkerAgain) {
+  FullKvCacheRefuses(false);
+}
+
 TEST_F(AdmissionServingTest, EachClientHasItsOwnTokenBucket) {
   Cluster c;
   Proc router = c.Router({"--rate-limit-tokens", "1", "--rate-limit-burst", "100"});

@@ -44,6 +44,23 @@ TEST(AdmissionTest, TheWaitingBoundRefusesAndLeavesBatchHalf) {
   EXPECT_TRUE(Admit(o, s, Req(10, Priority::kBatch)).admitted());
 }
 
+TEST(AdmissionTest, ARequestNoWorkersKvCacheHoldsIsRefused) {
+  AdmissionOptions o;
+  AdmissionSnapshot s;
+  AdmissionRequest r = Req(100);
+  r.kv_blocks = 20;
+  EXPECT_TRUE(Admit(o, s, r).admitted()) << "no worker reported yet: the worker decides";
+  s.kv_room_blocks = 20;
+  EXPECT_TRUE(Admit(o, s, r).admitted());
+  s.kv_room_blocks = 19;
+  const AdmissionDecision d = Admit(o, s, r);
+  EXPECT_EQ(d.refusal, Refusal::kKvFull);
+  EXPECT_STREQ(RefusalName(d.refusal), "kv_full");
+  EXPECT_NE(d.message.find("KV cache full"), std::string::npos) << d.message;
+  EXPECT_NE(d.message.find("20 blocks"), std::string::npos) << d.message;
+  EXPECT_GE(d.retry_after, absl::Milliseconds(100));
+}
+
 TEST(AdmissionTest, APredictedTtftOverTheTargetIsRefusedWithWhenToRetry) {
   AdmissionOptions o;
   o.ttft_target = absl::Seconds(2);
