@@ -260,8 +260,12 @@ class Registry {
     if (i < 0 || (wanted_only && candidates[i].unwanted)) return nullptr;
     ++workers[i]->in_flight;
     if (booking != nullptr) {
-      *booking = {workers[i]->heartbeats, request.kv_blocks};
-      workers[i]->kv_blocks_sent += request.kv_blocks;
+      // What it reserves: the blocks its prefix cache lacks.
+      const int64_t blocks =
+          std::max<int64_t>(0, request.kv_blocks - candidates[i].cached_tokens /
+                                                       std::max<int64_t>(1, request.block_tokens));
+      *booking = {workers[i]->heartbeats, blocks};
+      workers[i]->kv_blocks_sent += blocks;
     }
     return workers[i];
   }
@@ -298,11 +302,16 @@ class Registry {
           (w->info.role() != v1::ROLE_BOTH && w->info.role() != v1::ROLE_DECODE)) {
         continue;
       }
+      // The prompt's cached blocks count as room (a sequence may hold
+      // them; else they are among the free ones, and this is optimistic:
+      // the worker's own check is exact). Never below 0 (overbooked: none)
+      // nor above the worker's total.
       const int64_t cached =
           policy::CachedPrefixTokens(request.hashes, w->cached, request.block_tokens) /
           std::max<int64_t>(1, request.block_tokens);
-      most = std::max(most,
-                      w->load.kv_blocks_free() - w->kv_blocks_sent + w->kv_blocks_ended + cached);
+      const int64_t room =
+          w->load.kv_blocks_free() - w->kv_blocks_sent + w->kv_blocks_ended + cached;
+      most = std::max(most, std::clamp<int64_t>(room, 0, w->load.kv_blocks_total()));
     }
     return most;
   }
@@ -733,7 +742,13 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   // worker takes it).
   void StartAttemptLocked(bool retry = false) {
     const std::vector<int32_t>& prompt = AttemptPromptLocked();
-    if (route_.prompt_tokens == 0) route_ = RouteFor(registry_, prompt, req_);
+    if (route_.prompt_tokens == 0) {
+      route_ = RouteFor(registry_, prompt, req_);
+      // A recomputed prompt holds the tokens sent: they come off max_tokens.
+      route_.kv_blocks =
+          std::max<int64_t>(0, route_.kv_blocks - (int64_t)sent_tokens_.size() /
+                                                      std::max<int64_t>(1, route_.block_tokens));
+    }
     auto a = std::make_shared<Attempt>();
     a->number = ++attempts_;
     attempt_ = a;

@@ -52,6 +52,8 @@ TEST(AdmissionTest, ARequestNoWorkersKvCacheHoldsIsRefused) {
   EXPECT_TRUE(Admit(o, s, r).admitted()) << "no worker reported yet: the worker decides";
   s.kv_room_blocks = 20;
   EXPECT_TRUE(Admit(o, s, r).admitted());
+  s.kv_room_blocks = 0;  // overbooked workers report none, not "unknown"
+  EXPECT_EQ(Admit(o, s, r).refusal, Refusal::kKvFull);
   s.kv_room_blocks = 19;
   const AdmissionDecision d = Admit(o, s, r);
   EXPECT_EQ(d.refusal, Refusal::kKvFull);
