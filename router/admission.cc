@@ -56,13 +56,13 @@ AdmissionDecision Admit(const AdmissionOptions& o, const AdmissionSnapshot& s,
       d.retry_after = rate > 0 ? absl::Seconds(double(ahead) / rate / 2) : absl::Seconds(1);
     }
   }
-  // No worker has room for its KV (by their last heartbeats): a worker
-  // asked would refuse the reservation, a loaded worker's round trip later.
+  // No worker has room for its KV (by the router's books): a worker asked
+  // would refuse the reservation, a loaded worker's round trip later.
   if (d.admitted() && s.kv_room_blocks >= 0 && r.kv_blocks > s.kv_room_blocks) {
     d.refusal = Refusal::kKvFull;
     d.message = absl::StrFormat(
         "KV cache full: the request needs %d blocks (prompt + max_tokens) and no worker has "
-        "more than %d free; retry later",
+        "more than %d free by the router's count; retry later",
         r.kv_blocks, s.kv_room_blocks);
     d.retry_after = absl::Seconds(1);  // streams end and free theirs
   }

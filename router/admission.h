@@ -51,9 +51,10 @@ struct AdmissionSnapshot {
   // measured rate lags when the decode batch grows.
   double ttft_correction = 1;
   // The most KV blocks one live worker that decodes could give this
-  // request by its last heartbeat: its free blocks (cached ones no
-  // sequence holds count: they are evicted for it) plus those of the prompt
-  // its prefix cache holds. -1 while no such worker has reported.
+  // request by the router's books: its last heartbeat's free blocks (cached
+  // ones no sequence holds count: they are evicted for it), less those of
+  // requests sent to it since, plus those of requests ended since and of
+  // the prompt its prefix cache holds. -1 while no such worker has reported.
   int64_t kv_room_blocks = -1;
 };
 

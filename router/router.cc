@@ -68,8 +68,6 @@ struct Worker {
   absl::flat_hash_set<uint64_t> cached;
 };
 
-// What the router knows of a request when it picks workers for it: its
-// prompt's block hashes (for the workers' prefix caches) and its client.
 // A request's KV blocks counted against a decode worker's free ones until
 // its next heartbeat (Registry::Pick, Done).
 struct KvBooking {
@@ -77,6 +75,9 @@ struct KvBooking {
   int64_t blocks = 0;
 };
 
+// What the router knows of a request when it picks workers for it: its
+// prompt's block hashes (for the workers' prefix caches), its KV blocks and
+// its client.
 struct RouteRequest {
   std::vector<uint64_t> hashes;
   int64_t prompt_tokens = 0;

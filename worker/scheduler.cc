@@ -432,9 +432,9 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     const int64_t more = (tokens + bt - 1) / bt - args.prompt_tokens / bt;
     const int64_t free = kv_blocks_free_.load();
     if (more > free) {
-      const absl::Status st = absl::ResourceExhaustedError(
-          absl::StrCat("KV cache full: ", tokens, " tokens need ", more, " more blocks of ", bt,
-                       " tokens but only ", free, " of ", kv_->num_blocks(), " are free"));
+      const absl::Status st = absl::ResourceExhaustedError(absl::StrCat(
+          "KV cache full: ", tokens, " tokens need at least ", more, " more blocks of ", bt,
+          " tokens but only ", free, " of ", kv_->num_blocks(), " are free"));
       LogLine(absl::StrCat("request ", args.request_id, ": reservation refused: ", st.message()));
       done(st);
       return;
