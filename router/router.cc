@@ -58,20 +58,21 @@ struct Worker {
   // Requests the router sent and not yet finished; at a prefill worker, until
   // their Prefill call answered (guarded by the registry).
   int64_t in_flight = 0;
-  // Its heartbeats so far; the KV blocks (prompt + max_tokens) of the
-  // requests sent to it since the last one, which its free blocks do not
-  // show yet, less those of such requests that have ended since; and those
-  // of requests that ended since, which its free blocks still count as used.
-  uint64_t heartbeats = 0;
-  int64_t kv_blocks_sent = 0, kv_blocks_ended = 0;
+  // The router's KV books (KvRoomBlocks): the blocks (prompt + max_tokens,
+  // less its cached prefix) of requests sent to it that no heartbeat has
+  // listed as taken (WorkerLoad::kv_taken_request_ids), by request id and in
+  // all; and of requests listed as taken that ended since the last
+  // heartbeat, which its free blocks still count as used.
+  absl::flat_hash_map<std::string, int64_t> kv_unlisted;
+  int64_t kv_blocks_unlisted = 0, kv_blocks_ended = 0;
   // The block hashes its prefix cache holds, as its heartbeats said.
   absl::flat_hash_set<uint64_t> cached;
 };
 
 // A request's KV blocks counted against a decode worker's free ones until
-// its next heartbeat (Registry::Pick, Done).
+// a heartbeat lists them as taken (Registry::Pick, Heartbeat, Done).
 struct KvBooking {
-  uint64_t heartbeat = 0;  // the worker's heartbeats when it was booked
+  std::string request_id;
   int64_t blocks = 0;
 };
 
@@ -84,6 +85,7 @@ struct RouteRequest {
   int64_t block_tokens = 16;
   int64_t kv_blocks = 0;  // prompt + max_tokens, in blocks
   std::string client_id;
+  std::string request_id;  // the router's id for it (KvBooking)
 };
 
 class Registry {
@@ -143,9 +145,23 @@ class Registry {
     std::lock_guard lock(mu_);
     auto it = workers_.find(id);
     if (it == workers_.end()) return false;
-    it->second->load = load;
-    ++it->second->heartbeats;
-    it->second->kv_blocks_sent = it->second->kv_blocks_ended = 0;
+    Worker& w = *it->second;
+    w.load = load;
+    w.load.clear_kv_taken_request_ids();
+    if (load.kv_taken_reported()) {
+      for (const std::string& id : load.kv_taken_request_ids()) {
+        auto b = w.kv_unlisted.find(id);
+        if (b == w.kv_unlisted.end()) continue;
+        w.kv_blocks_unlisted -= b->second;
+        w.kv_unlisted.erase(b);
+      }
+    } else {
+      // A worker that does not list them: its free blocks are taken to
+      // count everything sent before this heartbeat.
+      w.kv_unlisted.clear();
+      w.kv_blocks_unlisted = 0;
+    }
+    w.kv_blocks_ended = 0;
     absl::flat_hash_set<uint64_t>& held = it->second->cached;
     if (cache.full()) held.clear();
     for (uint64_t h : cache.removed()) held.erase(h);
@@ -265,8 +281,9 @@ class Registry {
       const int64_t blocks =
           std::max<int64_t>(0, request.kv_blocks - candidates[i].cached_tokens /
                                                        std::max<int64_t>(1, request.block_tokens));
-      *booking = {workers[i]->heartbeats, blocks};
-      workers[i]->kv_blocks_sent += blocks;
+      *booking = {request.request_id, blocks};
+      workers[i]->kv_unlisted[request.request_id] += blocks;
+      workers[i]->kv_blocks_unlisted += blocks;
     }
     return workers[i];
   }
@@ -293,7 +310,7 @@ class Registry {
 
   // AdmissionSnapshot::kv_room_blocks for `request`: the most a live worker
   // that decodes could give it, its last heartbeat's free blocks corrected
-  // by the requests sent to it and ended since (Worker::kv_blocks_*).
+  // by the router's books (Worker::kv_*).
   int64_t KvRoomBlocks(const RouteRequest& request) const {
     std::lock_guard lock(mu_);
     const absl::Time now = absl::Now();
@@ -311,7 +328,7 @@ class Registry {
           policy::CachedPrefixTokens(request.hashes, w->cached, request.block_tokens) /
           std::max<int64_t>(1, request.block_tokens);
       const int64_t room =
-          w->load.kv_blocks_free() - w->kv_blocks_sent + w->kv_blocks_ended + cached;
+          w->load.kv_blocks_free() - w->kv_blocks_unlisted + w->kv_blocks_ended + cached;
       most = std::max(most, std::clamp<int64_t>(room, 0, w->load.kv_blocks_total()));
     }
     return most;
@@ -355,15 +372,18 @@ class Registry {
   }
 
   // The request Pick gave `w` ended there; `booking`: its KV blocks, which
-  // stop counting against the worker's free ones (the next heartbeat's
-  // count replaces the router's books).
+  // stop counting against the worker's free ones (until the next heartbeat
+  // counts them free, as blocks ended, when one had listed them taken).
   void Done(const std::shared_ptr<Worker>& w, const KvBooking& booking = {}) {
     if (w == nullptr) return;
     std::lock_guard lock(mu_);
     --w->in_flight;
-    if (booking.blocks > 0 && booking.heartbeat == w->heartbeats) {
-      w->kv_blocks_sent = std::max<int64_t>(0, w->kv_blocks_sent - booking.blocks);
-    } else if (booking.blocks > 0) {
+    if (booking.blocks <= 0) return;
+    if (auto b = w->kv_unlisted.find(booking.request_id); b != w->kv_unlisted.end()) {
+      const int64_t off = std::min(b->second, booking.blocks);
+      w->kv_blocks_unlisted -= off;
+      if ((b->second -= off) <= 0) w->kv_unlisted.erase(b);
+    } else {
       w->kv_blocks_ended += booking.blocks;
     }
   }
@@ -750,6 +770,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
           std::max<int64_t>(0, route_.kv_blocks - (int64_t)sent_tokens_.size() /
                                                       std::max<int64_t>(1, route_.block_tokens));
     }
+    route_.request_id = request_id_;  // its KV bookings' key
     auto a = std::make_shared<Attempt>();
     a->number = ++attempts_;
     attempt_ = a;

@@ -262,6 +262,10 @@ void FullKvCacheRefuses(bool router_knows) {
   EXPECT_EQ(Metric(asked_router.metrics, "pdq_requests_refused_total{reason=\"kv_full\"}"),
             router_knows ? 1 : -1);  // -1: no such series
   EXPECT_EQ(Metric(asked_router.metrics, "pdq_retries_total"), 0) << "asked the full worker again";
+  // What still fits is taken: the books count the first request's blocks
+  // once (the worker's heartbeats list it as taken), not again on top.
+  const Timed small = TimedGenerate(*asked, Long(10, 20));  // 2 blocks of the 6 left
+  EXPECT_TRUE(small.status.ok()) << small.status.error_message();
   const Timed held = holder.get();
   EXPECT_TRUE(held.status.ok()) << held.status.error_message();
   EXPECT_LT(refused.end, held.end) << "refused only after the blocks were free again";

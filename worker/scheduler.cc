@@ -474,6 +474,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
       PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
       return refuse(r);
     }
+    kv_taken_.push_back(s->request_id);
     s->lease_end = std::min(args.deadline, s->arrival + options_.reservation_lease);
     s->reservation_id = NewId();
     Reservation r{s->reservation_id, NewId(), options_.reservation_lease, hit};
@@ -635,6 +636,7 @@ void Scheduler::Generate(std::vector<int32_t> prompt, GenerationParams params,
       stream->Finish(r, {});
       return;
     }
+    kv_taken_.push_back(s->request_id);
     s->first_sampling = params.sampling;
     s->stream = std::move(stream);
     s->params = std::move(params);
@@ -1422,6 +1424,8 @@ CacheUpdate Scheduler::TakeCacheUpdate(const std::string& router, bool want_full
     out.stored.assign(p.stored.begin(), p.stored.end());
     out.removed.assign(p.removed.begin(), p.removed.end());
   }
+  out.kv_taken = std::move(p.kv_taken);
+  out.kv_blocks_free = p.kv_blocks_free;
   p = PendingCacheUpdate{};
   p.full = false;
   return out;
@@ -1435,6 +1439,19 @@ void Scheduler::ForgetCacheRouter(const std::string& router) {
 void Scheduler::UpdateLoad() {
   PublishCacheEvents();
   kv_blocks_free_ = kv_->num_free_blocks();
+  {
+    // The free blocks and the requests they count as taken, together, for
+    // the routers' books (a bounded list: a router that stops taking its
+    // updates keeps only the first ones, and its books err towards full).
+    std::lock_guard lock(cache_mu_);
+    for (auto& [name, p] : pending_) {
+      for (const std::string& id : kv_taken_) {
+        if (p.kv_taken.size() < (1 << 16)) p.kv_taken.push_back(id);
+      }
+      p.kv_blocks_free = kv_blocks_free_.load();
+    }
+    kv_taken_.clear();
+  }
   const PrefixCacheStats cache = kv_->prefix_stats();
   kv_blocks_cached_ = cache.cached_blocks;
   if (cache.evictions > evictions_seen_) {

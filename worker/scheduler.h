@@ -261,6 +261,11 @@ struct StepStats {
 struct CacheUpdate {
   bool full = false;  // `stored` is the whole set
   std::vector<uint64_t> stored, removed;
+  // The requests whose KV blocks were taken since the router's last update
+  // (WorkerLoad::kv_taken_request_ids), and the free blocks counted with
+  // them (-1: none counted yet).
+  std::vector<std::string> kv_taken;
+  int64_t kv_blocks_free = -1;
 };
 
 class Scheduler {
@@ -427,7 +432,12 @@ class Scheduler {
   struct PendingCacheUpdate {
     absl::flat_hash_set<uint64_t> stored, removed;
     bool full = true;
+    std::vector<std::string> kv_taken;
+    int64_t kv_blocks_free = -1;
   };
+  // Requests whose KV blocks were taken since the last UpdateLoad (the
+  // scheduler thread's), published to every router's pending update there.
+  std::vector<std::string> kv_taken_;
   absl::flat_hash_map<std::string, PendingCacheUpdate> pending_;  // guarded by cache_mu_
   void PublishCacheEvents();
   std::thread thread_;

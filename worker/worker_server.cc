@@ -687,6 +687,11 @@ void WorkerServer::RegisterWith(const std::string& router, const std::string& tl
       u->set_full(cache.full);
       u->mutable_stored()->Add(cache.stored.begin(), cache.stored.end());
       u->mutable_removed()->Add(cache.removed.begin(), cache.removed.end());
+      // The free blocks as counted with the requests they hold.
+      if (cache.kv_blocks_free >= 0) req.mutable_load()->set_kv_blocks_free(cache.kv_blocks_free);
+      for (std::string& id : cache.kv_taken)
+        req.mutable_load()->add_kv_taken_request_ids(std::move(id));
+      req.mutable_load()->set_kv_taken_reported(true);
       pdq::v1::HeartbeatResponse resp;
       s = stub->Heartbeat(&ctx, req, &resp);
       cache_synced = s.ok();
