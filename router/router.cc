@@ -621,9 +621,10 @@ struct Attempt {
 
 // What routing and admission know of `prompt` (the request's, or one to
 // compute again): its block hashes under the workers' KV layout and the
-// request's cache salt, as the workers' prefix caches name blocks.
+// request's cache salt, as the workers' prefix caches name blocks, and its
+// KV blocks with `max_tokens` more (what a worker reserves for it).
 RouteRequest RouteFor(const Registry& registry, const std::vector<int32_t>& prompt,
-                      const v1::GenerateRequest& req) {
+                      const v1::GenerateRequest& req, int64_t max_tokens) {
   RouteRequest route;
   route.prompt_tokens = (int64_t)prompt.size();
   route.client_id = req.client_id();
@@ -631,7 +632,7 @@ RouteRequest RouteFor(const Registry& registry, const std::vector<int32_t>& prom
   if (std::optional<v1::WorkerInfo> m = registry.Model(); m && m->block_tokens() > 0) {
     route.block_tokens = m->block_tokens();
     route.kv_blocks =
-        (route.prompt_tokens + req.max_tokens() + route.block_tokens - 1) / route.block_tokens;
+        (route.prompt_tokens + max_tokens + route.block_tokens - 1) / route.block_tokens;
     route.hashes =
         PrefixBlockHashes(PrefixSeed(m->kv_layout(), req.cache_salt()), prompt, route.block_tokens);
   }
@@ -764,11 +765,9 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
   void StartAttemptLocked(bool retry = false) {
     const std::vector<int32_t>& prompt = AttemptPromptLocked();
     if (route_.prompt_tokens == 0) {
-      route_ = RouteFor(registry_, prompt, req_);
-      // A recomputed prompt holds the tokens sent: they come off max_tokens.
-      route_.kv_blocks =
-          std::max<int64_t>(0, route_.kv_blocks - (int64_t)sent_tokens_.size() /
-                                                      std::max<int64_t>(1, route_.block_tokens));
+      // A recomputed prompt holds the tokens sent: they come off max_tokens
+      // (as in its reservation).
+      route_ = RouteFor(registry_, prompt, req_, req_.max_tokens() - (int64_t)sent_tokens_.size());
     }
     route_.request_id = request_id_;  // its KV bookings' key
     auto a = std::make_shared<Attempt>();
@@ -1512,7 +1511,7 @@ class PdqService : public PdqBase {
     // Admission (router/admission.h): taken now, or refused at once.
     // What the prompt costs is what the best-placed worker's prefix cache
     // lacks (at least its last token is computed).
-    RouteRequest route = RouteFor(r_, prompt, *req);
+    RouteRequest route = RouteFor(r_, prompt, *req, req->max_tokens());
     const int64_t cached = std::clamp<int64_t>(r_.MostCached(route), 0,
                                                std::max<int64_t>(0, (int64_t)prompt.size() - 1));
     AdmissionRequest ar;

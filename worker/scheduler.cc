@@ -421,14 +421,14 @@ std::string Scheduler::NewId() {
 // ---- Commands ---------------------------------------------------------------
 
 void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Reservation>)> done) {
+  const int64_t tokens = std::min<int64_t>(decode_->model().config().max_context,
+                                           args.prompt_tokens + args.max_tokens);
   {
     // Refused at once rather than after the step in progress (hundreds of
     // ms on a loaded worker): even with every whole block of the prompt
     // from the prefix cache, the rest would not fit in the blocks free at
     // the end of the last step. The exact check runs between steps.
     const int64_t bt = kv_->layout().block_tokens;
-    const int64_t tokens = std::min<int64_t>(decode_->model().config().max_context,
-                                             args.prompt_tokens + args.max_tokens);
     const int64_t more = (tokens + bt - 1) / bt - args.prompt_tokens / bt;
     const int64_t free = kv_blocks_free_.load();
     if (more > free) {
@@ -440,9 +440,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
       return;
     }
   }
-  Post([this, args = std::move(args), done = std::move(done)] {
-    const int64_t ctx = decode_->model().config().max_context;
-    const int64_t tokens = std::min(ctx, args.prompt_tokens + args.max_tokens);
+  Post([this, tokens, args = std::move(args), done = std::move(done)] {
     auto refuse = [&](const absl::Status& st) {
       LogLine(absl::StrCat("request ", args.request_id, ": reservation refused: ", st.message()));
       done(st);
