@@ -71,7 +71,9 @@ l = json.load(open(sys.argv[1]))["levels"][0]
 ok, refused = l["requests_ok"], l["requests_refused"]
 print(f"{sys.argv[2]:<26} overload {l['rate']:.2f} req/s (4 x {float(sys.argv[3]):.2f}): "
       f"{ok} accepted, TTFT p50 {l['ttft_s']['p50']*1e3:.0f} ms p90 {l['ttft_s']['p90']*1e3:.0f} ms "
-      f"(target {sys.argv[4]} ms); {refused} refused in p50 {l['refusal_s']['p50']*1e3:.1f} ms "
+      f"(target {sys.argv[4]} ms), TPOT p50 {l['tpot_s']['p50']*1e3:.0f} ms, "
+      f"{l['output_tokens_per_s']:.1f} tokens/s; "
+      f"{refused} refused in p50 {l['refusal_s']['p50']*1e3:.1f} ms "
       f"p90 {l['refusal_s']['p90']*1e3:.1f} ms p99 {l['refusal_s']['p99']*1e3:.1f} ms; "
       f"other failures {l['requests_failed'] - refused}")
 PY

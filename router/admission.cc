@@ -19,6 +19,8 @@ const char* RefusalName(Refusal r) {
       return "rate_limit";
     case Refusal::kKvFull:
       return "kv_full";
+    case Refusal::kBatchFull:
+      return "batch_full";
   }
   return "?";
 }
@@ -55,6 +57,16 @@ AdmissionDecision Admit(const AdmissionOptions& o, const AdmissionSnapshot& s,
       // Those ahead drain at the measured rate; without one, a second.
       d.retry_after = rate > 0 ? absl::Seconds(double(ahead) / rate / 2) : absl::Seconds(1);
     }
+  }
+  // Every worker that decodes holds a full decode batch: one more stream
+  // would take turns with the others (each step advances at most the batch),
+  // slowing all of them and adding no tokens a second.
+  if (d.admitted() && s.stream_room == 0) {
+    d.refusal = Refusal::kBatchFull;
+    d.message =
+        "every worker that decodes holds as many streams as its decode batch (the router's "
+        "--max-streams-per-worker); retry later";
+    d.retry_after = absl::Seconds(1);  // streams end and free their places
   }
   // No worker has room for its KV (by the router's books): a worker asked
   // would refuse the reservation, a loaded worker's round trip later.

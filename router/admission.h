@@ -56,6 +56,13 @@ struct AdmissionSnapshot {
   // requests sent to it since, plus those of requests ended since and of
   // the prompt its prefix cache holds. -1 while no such worker has reported.
   int64_t kv_room_blocks = -1;
+  // The most streams one live worker that decodes could take before it
+  // holds as many as its decode batch (RouterOptions::max_streams_per_worker),
+  // by the router's books: what its last heartbeat said it holds, plus
+  // requests sent to it since, less those ended since. -1: no bound (a worker
+  // without one, or none has reported). kv_room_blocks is then of the
+  // workers with such room.
+  int64_t stream_room = -1;
 };
 
 // Folds one admitted request's actual time to first token against its
@@ -70,9 +77,9 @@ struct AdmissionRequest {
   int64_t kv_blocks = 0;  // prompt + max_tokens, in KV blocks: what it reserves
 };
 
-enum class Refusal { kNone, kQueueFull, kTtft, kRateLimit, kKvFull };
-// "queue_full", "ttft", "rate_limit", "kv_full" (the /metrics label); "" for
-// kNone.
+enum class Refusal { kNone, kQueueFull, kTtft, kRateLimit, kKvFull, kBatchFull };
+// "queue_full", "ttft", "rate_limit", "kv_full", "batch_full" (the /metrics
+// label); "" for kNone.
 const char* RefusalName(Refusal r);
 
 struct AdmissionDecision {

@@ -65,6 +65,10 @@ struct Worker {
   // heartbeat, which its free blocks still count as used.
   absl::flat_hash_map<std::string, int64_t> kv_unlisted;
   int64_t kv_blocks_unlisted = 0, kv_blocks_ended = 0;
+  // And its streams (Registry::StreamRoomLocked): those the last heartbeat said
+  // it holds (WorkerLoad::sequences_held, counted with the listed ones),
+  // plus the unlisted requests, less those listed that ended since.
+  int64_t streams_ended = 0;
   // The block hashes its prefix cache holds, as its heartbeats said.
   absl::flat_hash_set<uint64_t> cached;
 };
@@ -162,6 +166,7 @@ class Registry {
       w.kv_blocks_unlisted = 0;
     }
     w.kv_blocks_ended = 0;
+    w.streams_ended = 0;
     absl::flat_hash_set<uint64_t>& held = it->second->cached;
     if (cache.full()) held.clear();
     for (uint64_t h : cache.removed()) held.erase(h);
@@ -271,6 +276,8 @@ class Registry {
       c.load = (by_tokens ? 0.0 : (double)w->load.active_sequences()) + (double)w->in_flight;
       c.kv_blocks_free = w->load.kv_blocks_free();
       c.affinity = policy::Affinity(request.client_id, id);
+      // A stream for a worker with a full decode batch: only if none has room.
+      if (booking != nullptr && StreamRoomLocked(*w) == 0) c.unwanted = true;
       workers.push_back(w);
     }
     const int i = policy::BestCandidate(candidates, request.prompt_tokens, load_tokens);
@@ -308,18 +315,31 @@ class Registry {
     return most;
   }
 
-  // AdmissionSnapshot::kv_room_blocks for `request`: the most a live worker
-  // that decodes could give it, its last heartbeat's free blocks corrected
-  // by the router's books (Worker::kv_*).
-  int64_t KvRoomBlocks(const RouteRequest& request) const {
+  // AdmissionSnapshot's kv_room_blocks and stream_room for `request`: the
+  // most streams a live worker that decodes could take (StreamRoomLocked),
+  // and the most KV blocks one of those with room for a stream could give
+  // it, its last heartbeat's free blocks corrected by the router's books
+  // (Worker::kv_*).
+  struct Room {
+    int64_t kv_blocks = -1, streams = -1;
+  };
+  Room RoomFor(const RouteRequest& request) const {
     std::lock_guard lock(mu_);
     const absl::Time now = absl::Now();
-    int64_t most = -1;
+    Room most;
+    bool unbounded = false;
     for (const auto& [id, w] : workers_) {
-      if (!Alive(*w, now) || w->load.kv_blocks_total() <= 0 ||
+      if (!Alive(*w, now) ||
           (w->info.role() != v1::ROLE_BOTH && w->info.role() != v1::ROLE_DECODE)) {
         continue;
       }
+      const int64_t streams = StreamRoomLocked(*w);
+      if (streams < 0) {
+        unbounded = true;
+      } else {
+        most.streams = std::max(most.streams, streams);
+      }
+      if (streams == 0 || w->load.kv_blocks_total() <= 0) continue;
       // The prompt's cached blocks count as room (a sequence may hold
       // them; else they are among the free ones, and this is optimistic:
       // the worker's own check is exact). Never below 0 (overbooked: none)
@@ -329,8 +349,10 @@ class Registry {
           std::max<int64_t>(1, request.block_tokens);
       const int64_t room =
           w->load.kv_blocks_free() - w->kv_blocks_unlisted + w->kv_blocks_ended + cached;
-      most = std::max(most, std::clamp<int64_t>(room, 0, w->load.kv_blocks_total()));
+      most.kv_blocks =
+          std::max(most.kv_blocks, std::clamp<int64_t>(room, 0, w->load.kv_blocks_total()));
     }
+    if (unbounded) most.streams = -1;
     return most;
   }
 
@@ -378,17 +400,36 @@ class Registry {
     if (w == nullptr) return;
     std::lock_guard lock(mu_);
     --w->in_flight;
-    if (booking.blocks <= 0) return;
+    if (booking.request_id.empty()) return;
     if (auto b = w->kv_unlisted.find(booking.request_id); b != w->kv_unlisted.end()) {
       const int64_t off = std::min(b->second, booking.blocks);
       w->kv_blocks_unlisted -= off;
-      if ((b->second -= off) <= 0) w->kv_unlisted.erase(b);
+      b->second -= off;
+      if (b->second <= 0) w->kv_unlisted.erase(b);
     } else {
       w->kv_blocks_ended += booking.blocks;
+      ++w->streams_ended;
     }
   }
 
  private:
+  // How many more streams `w` takes before it holds the bound
+  // (RouterOptions::max_streams_per_worker; -1: no bound): by its last
+  // heartbeat and the books since, and never fewer than the requests this
+  // router has in flight there.
+  int64_t StreamRoomLocked(const Worker& w) const {
+    const int64_t bound = options_.max_streams_per_worker == 0  ? w.info.max_decode_batch()
+                          : options_.max_streams_per_worker > 0 ? options_.max_streams_per_worker
+                                                                : 0;
+    if (bound <= 0) return -1;
+    int64_t held = w.in_flight;
+    if (w.load.kv_taken_reported()) {
+      held =
+          std::max(held, w.load.sequences_held() + (int64_t)w.kv_unlisted.size() - w.streams_ended);
+    }
+    return std::max<int64_t>(0, bound - held);
+  }
+
   const RouterOptions options_;
   const server::Dialing dial_;  // how the router reaches workers
   mutable std::mutex mu_;
@@ -509,7 +550,8 @@ struct RouterMetrics {
         "Requests refused at admission (RESOURCE_EXHAUSTED / HTTP 429), by reason: queue_full "
         "(the bound on requests waiting for their first token), ttft (predicted time to first "
         "token over the target or the deadline), rate_limit (the client's token bucket), kv_full "
-        "(no worker's KV cache has room for prompt + max_tokens).",
+        "(no worker's KV cache has room for prompt + max_tokens), batch_full (every worker that "
+        "decodes holds a full decode batch of streams).",
         {{"reason", RefusalName(r)}});
   }
   server::Counter& pool_fallbacks(const std::string& pool) {
@@ -549,14 +591,16 @@ class AdmissionBook {
       : o_(o), registry_(registry), limiter_(o) {}
 
   // Decides on a request and, when it is taken, books its prompt as waiting.
-  // `kv_room_blocks`: AdmissionSnapshot's, for this request.
+  // `room`: the workers' room for this request (AdmissionSnapshot's
+  // kv_room_blocks and stream_room).
   AdmissionDecision Admit(const AdmissionRequest& r, const std::string& client,
-                          double request_tokens, int64_t kv_room_blocks) {
+                          double request_tokens, const Registry::Room& room) {
     const double rate = registry_.PrefillRate();
     std::lock_guard lock(mu_);
     AdmissionSnapshot snap = snap_;
     snap.prefill_tokens_per_second = rate;
-    snap.kv_room_blocks = kv_room_blocks;
+    snap.kv_room_blocks = room.kv_blocks;
+    snap.stream_room = room.streams;
     AdmissionDecision d = router::Admit(o_, snap, r);
     if (d.admitted()) {
       AdmissionDecision limited = limiter_.Take(client, request_tokens, absl::Now());
@@ -1529,7 +1573,7 @@ class PdqService : public PdqBase {
     }
     ar.kv_blocks = route.kv_blocks;
     const AdmissionDecision admit = book_.Admit(
-        ar, client, double(prompt.size()) + double(req->max_tokens()), r_.KvRoomBlocks(route));
+        ar, client, double(prompt.size()) + double(req->max_tokens()), r_.RoomFor(route));
     if (!admit.admitted()) {
       RouterMetrics::Get().refused(admit.refusal).Add();
       LogLine(absl::StrCat("request ", id, ": refused (", RefusalName(admit.refusal),

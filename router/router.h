@@ -55,6 +55,11 @@ struct RouterOptions {
   // Cache-aware routing (policy/route.h): how many prompt tokens
   // one request a worker is busy with is worth.
   double cache_load_tokens = policy::kDefaultLoadTokens;
+  // Streams the router sends one worker that decodes, at most (admission
+  // refuses more with batch_full; routing avoids full workers): 0, each
+  // worker's own decode batch (its --max-batch, which it registers with); a
+  // positive count; -1, no bound (streams past the batch take turns).
+  int max_streams_per_worker = 0;
   // Admission control: bounded waiting, predicted TTFT, rate limits.
   AdmissionOptions admission;
 };

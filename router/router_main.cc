@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "flags/flags.h"
@@ -76,6 +77,12 @@ int RouterMain(int argc, char** argv) {
             "cache-aware routing: a request goes to the worker with the lowest (prompt tokens "
             "its KV prefix cache lacks) + (prompt tokens queued there) + this * (requests it is "
             "busy with); 0: requests in flight do not count");
+  std::string max_streams = "batch";
+  flags.String("max-streams-per-worker", &max_streams,
+               "admission: streams the router sends one worker that decodes, at most; more are "
+               "refused at once (reason batch_full) and routing avoids full workers. 'batch' "
+               "(each worker's own --max-batch: a stream past it only takes turns with the "
+               "others, slowing all and adding no tokens a second), N, or 'off'");
   int64_t max_waiting = RouterOptions().admission.max_waiting_requests, ttft_target_ms = 0,
           rate_tokens = 0, rate_burst = 0;
   flags.Int("max-waiting-requests", &max_waiting, 0, 1 << 20,
@@ -102,6 +109,18 @@ int RouterMain(int argc, char** argv) {
             "heartbeats a worker may miss before it leaves rotation");
   if (int rc = ParseOrExit(flags, argc, argv, 1, "pdq-router"); rc >= 0) return rc;
   RouterOptions o;
+  if (max_streams == "batch") {
+    o.max_streams_per_worker = 0;
+  } else if (max_streams == "off") {
+    o.max_streams_per_worker = -1;
+  } else if (!absl::SimpleAtoi(max_streams, &o.max_streams_per_worker) ||
+             o.max_streams_per_worker < 1) {
+    std::fprintf(stderr,
+                 "pdq-router: error: --max-streams-per-worker must be 'batch', 'off' or a "
+                 "positive count, got '%s'\n",
+                 max_streams.c_str());
+    return 2;
+  }
   o.listen = listen;
   o.model = model;
   o.heartbeat_interval = absl::Milliseconds(heartbeat_ms);

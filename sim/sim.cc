@@ -317,7 +317,8 @@ class Simulation {
     prefill_counted_[id] = false;
   }
 
-  // No worker has room for its KV: the router refuses it at once.
+  // No worker has room for its KV or a place in its decode batch: the
+  // router refuses it at once.
   void Refuse(int64_t id) {
     RequestRecord& r = result_.requests[id];
     r.refused = true;
@@ -355,7 +356,9 @@ class Simulation {
         if (state_[i] != State::kServing) continue;
         const Seen seen = d_.heartbeat_seconds > 0 ? seen_[i] : Look(i);
         policy::RouteCandidate c;
-        c.unwanted = i == avoid;
+        // The router's stream bound (its count in flight is exact here).
+        c.unwanted = i == avoid || (d_.bound_streams && w.role() != Role::kPrefill &&
+                                    in_flight_[i] >= w.spec().batch.max_decode_batch);
         c.queued_tokens = seen.queued_tokens;
         c.load = double(in_flight_[i]) + (w.role() == Role::kPrefill ? 0 : double(seen.decoding));
         c.kv_blocks_free = w.spec().kv_blocks - seen.kv_blocks_used;

@@ -78,6 +78,11 @@ struct Deployment {
   // tokens, decoding streams and free KV as of their last heartbeat (its
   // own count of requests in flight is current). 0: read exactly.
   double heartbeat_seconds = 0.5;
+  // The router's --max-streams-per-worker batch (the default): a worker
+  // that decodes gets no stream past its max_decode_batch requests in
+  // flight; a request no such worker has a place for is refused. false:
+  // --max-streams-per-worker off (streams past the batch take turns).
+  bool bound_streams = true;
   // Kubernetes HPAs on the pools; a pool without one keeps its count (the
   // counts above are then the starting replicas). A pod an HPA adds
   // serves `pod_start_seconds` later (scheduling, image, model load and
@@ -125,7 +130,7 @@ struct Workload {
 struct RequestRecord {
   int64_t id = 0;
   bool measured = false;
-  bool refused = false;  // no decode worker had room for its KV
+  bool refused = false;  // no decode worker had room for its KV or its stream
   int64_t prompt_tokens = 0, output_tokens = 0;
   double arrival = 0, first_token = 0, finish = 0;
   int prefill_worker = -1, decode_worker = -1;  // indices into the run's workers

@@ -283,6 +283,80 @@ TEST_F(AdmissionServingTest, AFullKvCacheRefusesWithoutAskingTheSameWorkerAgain)
   FullKvCacheRefuses(false);
 }
 
+// A stream held open: its first token read, then none (the worker pauses
+// it once the client leaves enough unread), until Cancel.
+struct HeldStream {
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
+  bool started = false;
+  HeldStream(v1::Pdq::Stub& stub, const v1::GenerateRequest& req) {
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+    reader = stub.Generate(&ctx, req);
+    v1::GenerateResponse m;
+    while (!started && reader->Read(&m)) started = m.has_delta();
+  }
+  void Cancel() {
+    ctx.TryCancel();
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+    }
+    reader->Finish();
+  }
+};
+
+// Streams past a worker's decode batch only take turns with the others
+// (slower for all, no more tokens a second), so the router sends a worker
+// that decodes at most its --max-batch of them and refuses more at once
+// (batch_full) by its books, before any heartbeat counts them; once one
+// ends, a stream is taken again. Monolithic and 1P+1D (the decode worker's
+// reservations).
+void StreamsPastTheBatchAreRefused(bool disaggregated) {
+  Cluster c;
+  Proc router = c.Router({});
+  ASSERT_TRUE(router.ok());
+  Proc prefill, w;
+  if (disaggregated) {
+    prefill = c.Worker(router.address, "prefill", "w8a8");
+    ASSERT_TRUE(prefill.ok());
+  }
+  w = c.Worker(router.address, disaggregated ? "decode" : "both", "w4a16", {"--max-batch", "2"});
+  ASSERT_TRUE(w.ok());
+  auto stub = Client(router.address);
+  ASSERT_TRUE(WaitForWorkers(*stub, disaggregated ? 2 : 1));
+  std::vector<std::unique_ptr<HeldStream>> held;
+  for (int i = 0; i < 2; ++i) {
+    held.push_back(std::make_unique<HeldStream>(*stub, Long(10, 4000)));
+    ASSERT_TRUE(held.back()->started) << "stream " << i;
+  }
+  const Timed refused = TimedGenerate(*stub, Long(10, 8));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.status.error_message();
+  EXPECT_NE(refused.status.error_message().find("decode batch"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_GE(std::stoi(refused.retry_after_ms.empty() ? "0" : refused.retry_after_ms), 100);
+  EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"batch_full\"}"), 1);
+  // The worker was not asked: it still holds the two, decoding.
+  EXPECT_EQ(MetricSoon(w.metrics, "pdq_active_sequences", 2), 2);
+  held[0]->Cancel();
+  // The router counts the cancelled stream ended once its call is done.
+  Timed taken;
+  for (int i = 0; i < 100; ++i) {
+    taken = TimedGenerate(*stub, Long(10, 8));
+    if (taken.status.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(taken.status.ok()) << taken.status.error_message();
+  held[1]->Cancel();
+}
+
+TEST_F(AdmissionServingTest, StreamsPastTheDecodeBatchAreRefused) {
+  StreamsPastTheBatchAreRefused(false);
+}
+
+TEST_F(AdmissionServingTest, StreamsPastTheDecodeWorkersBatchAreRefused) {
+  StreamsPastTheBatchAreRefused(true);
+}
+
 TEST_F(AdmissionServingTest, EachClientHasItsOwnTokenBucket) {
   Cluster c;
   Proc router = c.Router({"--rate-limit-tokens", "1", "--rate-limit-burst", "100"});

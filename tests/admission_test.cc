@@ -63,6 +63,26 @@ TEST(AdmissionTest, ARequestNoWorkersKvCacheHoldsIsRefused) {
   EXPECT_GE(d.retry_after, absl::Milliseconds(100));
 }
 
+TEST(AdmissionTest, ARequestNoWorkerHasAPlaceInItsDecodeBatchForIsRefused) {
+  AdmissionOptions o;
+  AdmissionSnapshot s;
+  AdmissionRequest r = Req(100);
+  r.kv_blocks = 20;
+  EXPECT_TRUE(Admit(o, s, r).admitted()) << "no bound known: the workers take turns";
+  s.stream_room = 1;
+  EXPECT_TRUE(Admit(o, s, r).admitted());
+  s.stream_room = 0;
+  const AdmissionDecision d = Admit(o, s, r);
+  EXPECT_EQ(d.refusal, Refusal::kBatchFull);
+  EXPECT_STREQ(RefusalName(d.refusal), "batch_full");
+  EXPECT_NE(d.message.find("decode batch"), std::string::npos) << d.message;
+  EXPECT_GE(d.retry_after, absl::Milliseconds(100));
+  // The waiting bound is judged first.
+  o.max_waiting_requests = 1;
+  s.waiting_requests = 1;
+  EXPECT_EQ(Admit(o, s, r).refusal, Refusal::kQueueFull);
+}
+
 TEST(AdmissionTest, APredictedTtftOverTheTargetIsRefusedWithWhenToRetry) {
   AdmissionOptions o;
   o.ttft_target = absl::Seconds(2);

@@ -79,18 +79,25 @@ TEST(SimTest, ARequestAloneTakesItsStepTimes) {
   EXPECT_NEAR(r.requests[2].arrival, 2 * (ttft + decode), 1e-12);
 }
 
-TEST(SimTest, DecodeRowsNeverExceedTheBatchSizeAndEveryRequestEnds) {
+// 10 closed-loop clients against one worker whose decode batch is 4, the
+// router bounding streams to the batch or not; steps traced.
+RunResult TenClientsOnABatchOfFour(bool bound_streams, Workload* w) {
   Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
   d.monolithic_worker.batch.max_decode_batch = 4;
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.concurrency = 10;
-  w.prompt_tokens = 32;
-  w.output_tokens = 20;
-  w.requests = 50;
+  d.bound_streams = bound_streams;
+  w->arrivals = Workload::Arrivals::kClosedLoop;
+  w->concurrency = 10;
+  w->prompt_tokens = 32;
+  w->output_tokens = 20;
+  w->requests = 50;
   RunOptions o;
   o.trace_steps = true;
-  const RunResult r = *Simulate(d, w, o);
+  return *Simulate(d, *w, o);
+}
+
+TEST(SimTest, DecodeRowsNeverExceedTheBatchSizeAndEveryRequestEnds) {
+  Workload w;
+  const RunResult r = TenClientsOnABatchOfFour(false, &w);  // streams past the batch take turns
   size_t most = 0;
   for (const StepRecord& s : r.steps) most = std::max(most, s.rows.size());
   EXPECT_EQ(most, 4u);
@@ -99,6 +106,27 @@ TEST(SimTest, DecodeRowsNeverExceedTheBatchSizeAndEveryRequestEnds) {
   // Every request's tokens after the first are decode rows.
   EXPECT_EQ(rows, int64_t(w.requests + w.warmup) * (w.output_tokens - 1));
   for (const RequestRecord& q : r.requests) EXPECT_GT(q.finish, q.first_token);
+}
+
+TEST(SimTest, TheRouterRefusesStreamsPastTheDecodeBatch) {
+  // As the router's --max-streams-per-worker batch: 10 clients against a
+  // batch of 4 get at most 4 streams in flight; the others are refused and
+  // try again when one ends.
+  Workload w;
+  const RunResult r = TenClientsOnABatchOfFour(true, &w);
+  int64_t refused = 0, served = 0;
+  for (const RequestRecord& q : r.requests) {
+    refused += q.refused;
+    served += !q.refused;
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(served, 0);
+  int64_t rows = 0;
+  for (const StepRecord& s : r.steps) {
+    EXPECT_LE(s.rows.size(), 4u);
+    rows += (int64_t)s.rows.size();
+  }
+  EXPECT_EQ(rows, served * (w.output_tokens - 1));  // every served request ran to its end
 }
 
 TEST(SimTest, ATpotTargetKeepsDecodingStepsShortUnderLongPrompts) {
@@ -427,6 +455,9 @@ TEST(SimAutoscaleTest, AnHpaFollowsTheLoadAndDrainsWhatItRemoves) {
   h.metrics = {{PodMetric::kActiveSequences, 4}};
   d.monolithic_hpa = h;
   d.pod_start_seconds = 20;
+  // The router's --max-streams-per-worker off: until new pods serve, the
+  // first takes every stream (with the bound, past 64 it refuses).
+  d.bound_streams = false;
   Workload w;
   w.prompt_tokens = 100;
   w.output_tokens = 50;

@@ -92,6 +92,11 @@ int SimCommand(int argc, char** argv) {
               "model load and start-up prompt probe (no scheduling or image pull)");
   flags.Float("hpa-sync-seconds", &hpa_sync_seconds, 0.1, 3600,
               "with --hpa: the controller's --horizontal-pod-autoscaler-sync-period");
+  bool bound_streams = true;
+  flags.Bool("bound-streams", &bound_streams,
+             "the router's --max-streams-per-worker batch (its default): a worker that decodes "
+             "takes no stream past its --batch, the router refuses it; --bound-streams=false: "
+             "--max-streams-per-worker off (streams past the batch take turns)");
   flags.Float("heartbeat-ms", &heartbeat_ms, 0, 60000,
               "the router's --heartbeat-ms: it routes on each worker's load as of its last "
               "heartbeat (0: on the exact load)");
@@ -157,6 +162,7 @@ int SimCommand(int argc, char** argv) {
   }
   d.pod_start_seconds = std::max(0.0, pod_start_seconds);
   d.heartbeat_seconds = heartbeat_ms / 1e3;
+  d.bound_streams = bound_streams;
   sim::Workload w;
   w.arrivals = concurrency > 0   ? sim::Workload::Arrivals::kClosedLoop
                : burstiness == 1 ? sim::Workload::Arrivals::kPoisson

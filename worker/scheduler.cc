@@ -403,6 +403,7 @@ SchedulerLoad Scheduler::load() const {
   l.kv_blocks_total = kv_->num_blocks();
   l.active_sequences = active_.load();
   l.reservations = reservations_.load();
+  l.sequences_held = sequences_held_.load();
   l.kv_blocks_cached = kv_blocks_cached_.load();
   l.prefill_tokens_per_second = prefill_rate_.load();
   l.weight_bytes = weight_bytes_;
@@ -1424,6 +1425,7 @@ CacheUpdate Scheduler::TakeCacheUpdate(const std::string& router, bool want_full
   }
   out.kv_taken = std::move(p.kv_taken);
   out.kv_blocks_free = p.kv_blocks_free;
+  out.sequences_held = p.sequences_held;
   p = PendingCacheUpdate{};
   p.full = false;
   return out;
@@ -1438,15 +1440,20 @@ void Scheduler::UpdateLoad() {
   PublishCacheEvents();
   kv_blocks_free_ = kv_->num_free_blocks();
   {
-    // The free blocks and the requests they count as taken, together, for
-    // the routers' books (a bounded list: a router that stops taking its
-    // updates keeps only the first ones, and its books err towards full).
+    // The free blocks, the requests they count as taken and the sequences
+    // holding them, together, for the routers' books (a bounded list: a
+    // router that stops taking its updates keeps only the first ones, and
+    // its books err towards full).
+    int64_t held = 0;
+    for (const auto& s : sequences_) held += !s->finished && s->kind != Kind::kPrefillOnly;
+    sequences_held_ = held;
     std::lock_guard lock(cache_mu_);
     for (auto& [name, p] : pending_) {
       for (const std::string& id : kv_taken_) {
         if (p.kv_taken.size() < (1 << 16)) p.kv_taken.push_back(id);
       }
       p.kv_blocks_free = kv_blocks_free_.load();
+      p.sequences_held = held;
     }
     kv_taken_.clear();
   }

@@ -235,6 +235,8 @@ struct SchedulerLoad {
   int64_t kv_blocks_total = 0;
   int64_t active_sequences = 0;
   int64_t reservations = 0;
+  // Sequences holding a KV reservation to decode (WorkerLoad::sequences_held).
+  int64_t sequences_held = 0;
   int64_t kv_blocks_cached = 0;  // in the prefix cache (held by a sequence or not)
   // Prompt tokens a second: one prompt's at start, then computed while
   // prompts waited, decode steps included (what a new prompt's wait is
@@ -266,6 +268,9 @@ struct CacheUpdate {
   // them (-1: none counted yet).
   std::vector<std::string> kv_taken;
   int64_t kv_blocks_free = -1;
+  // The sequences holding a KV reservation to decode, counted with them
+  // (WorkerLoad::sequences_held; -1: none counted yet).
+  int64_t sequences_held = -1;
 };
 
 class Scheduler {
@@ -313,6 +318,8 @@ class Scheduler {
   void Wake();
 
   SchedulerLoad load() const;
+  // Streams one decode step holds at most (SchedulerOptions::max_decode_batch).
+  int max_decode_batch() const { return options_.max_decode_batch; }
   // What changed in the prefix cache since the last call for `router` (each
   // router the worker registers with keeps its own account), or with
   // `want_full`, on the first call, or when changes were dropped, the whole
@@ -421,7 +428,7 @@ class Scheduler {
   std::atomic<double> prefill_rate_{0};
   std::atomic<int64_t> kv_bytes_used_{0}, kv_bytes_used_peak_{0}, workspace_bytes_{0};
   std::atomic<int64_t> queued_prompt_tokens_{0}, kv_blocks_free_{0}, active_{0}, reservations_{0},
-      kv_blocks_cached_{0};
+      sequences_held_{0}, kv_blocks_cached_{0};
   int64_t evictions_seen_ = 0;
   // The cache's block hashes as the routers should see them: the set now
   // and, per router, what changed since TakeCacheUpdate last ran for it.
@@ -434,6 +441,7 @@ class Scheduler {
     bool full = true;
     std::vector<std::string> kv_taken;
     int64_t kv_blocks_free = -1;
+    int64_t sequences_held = -1;
   };
   // Requests whose KV blocks were taken since the last UpdateLoad (the
   // scheduler thread's), published to every router's pending update there.

@@ -27,6 +27,7 @@ void FillLoad(const SchedulerLoad& l, pdq::v1::WorkerLoad* out) {
   out->set_kv_blocks_free(l.kv_blocks_free);
   out->set_kv_blocks_total(l.kv_blocks_total);
   out->set_active_sequences((int32_t)l.active_sequences);
+  out->set_sequences_held((int32_t)l.sequences_held);
   out->set_prefill_tokens_per_second(l.prefill_tokens_per_second);
   out->set_weight_bytes(l.weight_bytes);
   out->set_kv_used_bytes(l.kv_bytes_used);
@@ -564,6 +565,9 @@ pdq::v1::WorkerInfo WorkerServer::Info() const {
   info.set_max_context(options_.max_context);
   info.set_metrics_address(options_.metrics_address);
   info.set_pool(options_.pool);
+  if (options_.role != Role::kPrefill) {
+    info.set_max_decode_batch(scheduler_->max_decode_batch());
+  }
   return info;
 }
 
@@ -689,6 +693,9 @@ void WorkerServer::RegisterWith(const std::string& router, const std::string& tl
       u->mutable_removed()->Add(cache.removed.begin(), cache.removed.end());
       // The free blocks as counted with the requests they hold.
       if (cache.kv_blocks_free >= 0) req.mutable_load()->set_kv_blocks_free(cache.kv_blocks_free);
+      if (cache.sequences_held >= 0) {
+        req.mutable_load()->set_sequences_held((int32_t)cache.sequences_held);
+      }
       for (std::string& id : cache.kv_taken)
         req.mutable_load()->add_kv_taken_request_ids(std::move(id));
       req.mutable_load()->set_kv_taken_reported(true);
