@@ -216,8 +216,10 @@ TEST_F(AdmissionServingTest, APromptAWorkerHoldsIsJudgedByWhatIsLeftToCompute) {
 // worker asked, and then the router passes that on rather than ask the same
 // worker again (it would only refuse again, a loaded worker's round trip
 // later). The request holding the blocks is unharmed, and once it ends the
-// same request fits.
-void FullKvCacheRefuses(bool router_knows) {
+// same request fits. `disaggregated`: the KV is a decode worker's (a
+// prefill worker beside it), whose reservation refuses at once, before
+// the step in progress, when even a wholly cached prompt would not fit.
+void FullKvCacheRefuses(bool router_knows, bool disaggregated = false) {
   Cluster c;
   Proc router = c.Router({});
   ASSERT_TRUE(router.ok());
@@ -225,14 +227,19 @@ void FullKvCacheRefuses(bool router_knows) {
   // nothing: it cannot know the blocks in use, so the worker refuses.
   Proc blind = router_knows ? Proc{} : c.Router({"--heartbeat-ms", "60000"});
   ASSERT_TRUE(router_knows || blind.ok());
+  const std::string routers = router_knows ? router.address : router.address + "," + blind.address;
+  Proc prefill;
+  if (disaggregated) {
+    prefill = c.Worker(routers, "prefill", "w8a8");
+    ASSERT_TRUE(prefill.ok());
+  }
   // 512 tokens: 32 blocks of 16.
-  Proc w = c.Worker(router_knows ? router.address : router.address + "," + blind.address, "both",
-                    "w4a16", {"--kv-tokens", "512"});
+  Proc w = c.Worker(routers, disaggregated ? "decode" : "both", "w4a16", {"--kv-tokens", "512"});
   ASSERT_TRUE(w.ok());
   auto stub = Client(router.address);
-  ASSERT_TRUE(WaitForWorkers(*stub, 1));
+  ASSERT_TRUE(WaitForWorkers(*stub, disaggregated ? 2 : 1));
   auto asked = router_knows ? Client(router.address) : Client(blind.address);
-  ASSERT_TRUE(WaitForWorkers(*asked, 1));
+  ASSERT_TRUE(WaitForWorkers(*asked, disaggregated ? 2 : 1));
   const Proc& asked_router = router_knows ? router : blind;
   const double total = Metric(w.metrics, "pdq_kv_blocks_total");
   ASSERT_EQ(total, 32);
@@ -259,6 +266,12 @@ void FullKvCacheRefuses(bool router_knows) {
       << refused.status.error_message();
   EXPECT_NE(refused.status.error_message().find("KV cache full"), std::string::npos)
       << refused.status.error_message();
+  if (disaggregated && !router_knows) {
+    // The decode worker's early refusal (its exact one, between steps,
+    // says how many blocks it needs, not "at least").
+    EXPECT_NE(refused.status.error_message().find("at least"), std::string::npos)
+        << refused.status.error_message();
+  }
   EXPECT_EQ(Metric(asked_router.metrics, "pdq_requests_refused_total{reason=\"kv_full\"}"),
             router_knows ? 1 : -1);  // -1: no such series
   EXPECT_EQ(Metric(asked_router.metrics, "pdq_retries_total"), 0) << "asked the full worker again";
@@ -281,6 +294,10 @@ TEST_F(AdmissionServingTest, AFullKvCacheIsRefusedByTheRouterThatKnows) {
 
 TEST_F(AdmissionServingTest, AFullKvCacheRefusesWithoutAskingTheSameWorkerAgain) {
   FullKvCacheRefuses(false);
+}
+
+TEST_F(AdmissionServingTest, AFullDecodeWorkerRefusesTheReservationAtOnce) {
+  FullKvCacheRefuses(false, true);
 }
 
 // A stream held open: its first token read, then none (the worker pauses
