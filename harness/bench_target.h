@@ -25,6 +25,9 @@ struct BenchRecord {
   // Not ok because the server shed it (gRPC RESOURCE_EXHAUSTED, HTTP 429):
   // admission control at work, counted apart from failures.
   bool refused = false;
+  // Why, where the server said (pdq's router: its admission reason, such as
+  // "kv_full"; an OpenAI-compatible server: the error's code); else empty.
+  std::string refusal;
   std::string error;
   int prompt_tokens = 0, output_tokens = 0;
   double start = 0;  // seconds since the level began

@@ -131,6 +131,12 @@ class PdqTarget : public BenchTarget {
     r.ok = s.ok();
     if (!s.ok()) r.error = absl::StrCat(s.error_code(), ": ", s.error_message());
     r.refused = s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+    if (r.refused) {
+      const auto& trailers = ctx.GetServerTrailingMetadata();
+      if (auto it = trailers.find("pdq-refusal"); it != trailers.end()) {
+        r.refusal.assign(it->second.data(), it->second.size());
+      }
+    }
     if (r.output_tokens > 1) r.tpot = Since(start, last) - r.ttft, r.tpot /= r.output_tokens - 1;
     return r;
   }
@@ -837,9 +843,11 @@ bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchR
     const absl::StatusOr<Snapshot> after =
         stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
     int64_t refused = 0;
+    std::map<std::string, int64_t> reasons;  // of the refusals, as the server named them
     for (const Record& r : kept) {
       if (r.refused) {
         ++refused;  // shed by the server's admission control: counted, not a failure
+        ++reasons[r.refusal.empty() ? "unnamed" : r.refusal];
       } else if (!r.ok) {
         all_ok = false;
         std::fprintf(stderr, "pdq bench: a request failed: %s\n", r.error.c_str());
@@ -856,10 +864,15 @@ bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchR
     }
     PrintResources(s.workers);
     if (refused > 0) {
+      std::string why;
+      for (const auto& [reason, n] : reasons) {
+        absl::StrAppend(&why, why.empty() ? "" : ", ", n, " ", reason);
+      }
       std::printf(
-          "      %lld refused by the server (admission control), answered in p50 %.1f ms, "
+          "      %lld refused by the server (admission control: %s), answered in p50 %.1f ms, "
           "p90 %.1f ms, p99 %.1f ms\n",
-          (long long)refused, s.refusal_s.p50 * 1e3, s.refusal_s.p90 * 1e3, s.refusal_s.p99 * 1e3);
+          (long long)refused, why.c_str(), s.refusal_s.p50 * 1e3, s.refusal_s.p90 * 1e3,
+          s.refusal_s.p99 * 1e3);
     }
     out->levels.push_back(std::move(s));
   }

@@ -186,6 +186,10 @@ class OpenAiTarget : public BenchTarget {
     } else if (status != 200) {
       r.refused = status == 429;
       const json j = json::parse(body, nullptr, false);
+      if (r.refused && !j.is_discarded() && j.contains("error") && j["error"].is_object() &&
+          j["error"].contains("code") && j["error"]["code"].is_string()) {
+        r.refusal = j["error"]["code"].get<std::string>();
+      }
       r.error = absl::StrCat(
           "HTTP ", status, ": ",
           !j.is_discarded() && j.contains("error") ? j["error"].value("message", body) : body);

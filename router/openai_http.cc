@@ -159,6 +159,15 @@ class GenerateStream : public grpc::ClientReadReactor<v1::GenerateResponse> {
     }
     return absl::StrCat((ms + 999) / 1000);
   }
+  // A refusal's reason (the router's pdq-refusal trailer: "kv_full", ...);
+  // empty when there is none. After the call ended.
+  std::string RefusalReason() {
+    std::lock_guard lock(mu_);
+    if (!done_) return "";
+    const auto& trailers = ctx_.GetServerTrailingMetadata();
+    auto it = trailers.find("pdq-refusal");
+    return it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
+  }
 
   void OnReadDone(bool ok) override {
     {
@@ -409,7 +418,13 @@ std::string RandomHex(int n) {
 
 // The error a Generate call ended with, and when to retry a refusal.
 void SendStreamError(httplib::Response& res, GenerateStream& stream) {
-  SendError(res, FromGrpc(stream.status()));
+  HttpError e = FromGrpc(stream.status());
+  // A refusal's code is its reason ("queue_full", "ttft", "rate_limit",
+  // "kv_full", "batch_full"), so clients can tell them apart.
+  if (const std::string reason = stream.RefusalReason(); e.status == 429 && !reason.empty()) {
+    e.code = reason;
+  }
+  SendError(res, e);
   if (const std::string after = stream.RetryAfterSeconds(); !after.empty()) {
     res.set_header("Retry-After", after);
   }

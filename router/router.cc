@@ -1582,6 +1582,7 @@ class PdqService : public PdqBase {
       ctx->AddTrailingMetadata(
           "retry-after-ms",
           absl::StrCat((int64_t)std::ceil(absl::ToDoubleMilliseconds(admit.retry_after))));
+      ctx->AddTrailingMetadata("pdq-refusal", RefusalName(admit.refusal));
       out->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, admit.message));
       return reactor;
     }

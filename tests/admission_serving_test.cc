@@ -25,6 +25,7 @@ struct Timed {
   grpc::Status status;
   Clock::time_point first_token = Clock::time_point::max(), end;
   std::string retry_after_ms;
+  std::string refusal;  // the router's pdq-refusal trailer
 };
 Timed TimedGenerate(v1::Pdq::Stub& stub, const v1::GenerateRequest& req) {
   grpc::ClientContext ctx;
@@ -40,6 +41,10 @@ Timed TimedGenerate(v1::Pdq::Stub& stub, const v1::GenerateRequest& req) {
   auto it = ctx.GetServerTrailingMetadata().find("retry-after-ms");
   if (it != ctx.GetServerTrailingMetadata().end()) {
     t.retry_after_ms.assign(it->second.data(), it->second.size());
+  }
+  it = ctx.GetServerTrailingMetadata().find("pdq-refusal");
+  if (it != ctx.GetServerTrailingMetadata().end()) {
+    t.refusal.assign(it->second.data(), it->second.size());
   }
   return t;
 }
@@ -90,7 +95,9 @@ TEST_F(AdmissionServingTest, TheWaitingBoundRefusesAtOnceOverGrpcAndHttp) {
   EXPECT_NE(refused.status.error_message().find("bound of 2 requests"), std::string::npos)
       << refused.status.error_message();
   EXPECT_GE(std::stoi(refused.retry_after_ms), 100);
-  // The same over HTTP: 429, OpenAI's error shape, Retry-After.
+  EXPECT_EQ(refused.refusal, "queue_full");
+  // The same over HTTP: 429, OpenAI's error shape (the reason as its code),
+  // Retry-After.
   std::string http;
   std::ifstream(http_file) >> http;
   std::filesystem::remove(http_file);
@@ -103,6 +110,7 @@ TEST_F(AdmissionServingTest, TheWaitingBoundRefusesAtOnceOverGrpcAndHttp) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 429) << res->body;
   EXPECT_NE(res->body.find("bound of 2 requests"), std::string::npos) << res->body;
+  EXPECT_NE(res->body.find(R"("code":"queue_full")"), std::string::npos) << res->body;
   EXPECT_FALSE(res->get_header_value("Retry-After").empty());
   const Timed ta = a.get(), tb = b.get();
   EXPECT_TRUE(ta.status.ok()) << ta.status.error_message();
@@ -351,6 +359,7 @@ void StreamsPastTheBatchAreRefused(bool disaggregated) {
   EXPECT_NE(refused.status.error_message().find("decode batch"), std::string::npos)
       << refused.status.error_message();
   EXPECT_GE(std::stoi(refused.retry_after_ms.empty() ? "0" : refused.retry_after_ms), 100);
+  EXPECT_EQ(refused.refusal, "batch_full");
   EXPECT_EQ(Metric(router.metrics, "pdq_requests_refused_total{reason=\"batch_full\"}"), 1);
   // The worker was not asked: it still holds the two, decoding.
   EXPECT_EQ(MetricSoon(w.metrics, "pdq_active_sequences", 2), 2);
