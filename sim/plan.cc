@@ -1,6 +1,7 @@
 #include "sim/plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 
@@ -32,22 +33,55 @@ absl::StatusOr<Deployment> DeploymentFor(const Profile& profile, const WorkerOpt
   return d;
 }
 
+// Met with confidence: none refused and the attainment's 95% interval
+// above the bar.
+bool Meets(const SeedSummary& r, double attainment) {
+  return r.refused == 0 && r.met_fraction.mean - r.met_fraction.half_width >= attainment;
+}
+
+}  // namespace
+
+absl::StatusOr<SeedSummary> RunSteady(const Deployment& d, Workload w, const Targets& t, int seeds,
+                                      double attainment, Workload* ran) {
+  if (ran != nullptr) *ran = w;
+  if (w.arrivals == Workload::Arrivals::kClosedLoop || !(w.rate > 0) || !w.phases.empty()) {
+    return RunSeeds(d, w, t, seeds);
+  }
+  for (int round = 0;; ++round) {
+    absl::StatusOr<SeedSummary> r = RunSeeds(d, w, t, seeds);
+    if (!r.ok()) return r.status();
+    if (ran != nullptr) *ran = w;
+    // A run that misses in the ramp misses at steady state too (it started
+    // from idle workers): no need to run it longer.
+    if (!Meets(*r, attainment)) return r;
+    const double lifetime =
+        r->ttft_p90.mean + r->tpot_p90.mean * double(std::max<int64_t>(0, w.output_tokens - 1));
+    const int needed = (int)std::min<double>(kMaxSteadyRequests / 2,
+                                             std::ceil(kSteadyLifetimes * lifetime * w.rate));
+    if ((w.warmup >= needed && w.requests >= needed) || round == 3) return r;
+    w.warmup = std::max(w.warmup, needed);
+    w.requests = std::max(w.requests, needed);
+  }
+}
+
+namespace {
+
 absl::StatusOr<PlanOption> Evaluate(const Profile& profile, const PlanQuery& q,
                                     const WorkerOptions& wo, const std::string& deployment,
                                     const std::pair<std::string, std::string>& pair) {
   absl::StatusOr<Deployment> dep = DeploymentFor(profile, wo, deployment, pair);
   if (!dep.ok()) return dep.status();
   const Deployment& d = *dep;
-  absl::StatusOr<SeedSummary> r = RunSeeds(d, q.workload, q.targets, q.seeds);
-  if (!r.ok()) return r.status();
   PlanOption o;
+  absl::StatusOr<SeedSummary> r =
+      RunSteady(d, q.workload, q.targets, q.seeds, q.attainment, &o.workload);
+  if (!r.ok()) return r.status();
   o.deployment = deployment;
   o.prefill_precision = pair.first;
   o.decode_precision = pair.second;
   o.workers = d.monolithic + d.prefill + d.decode;
   o.result = *r;
-  // Met with confidence: the attainment's 95% interval lies above the bar.
-  o.meets = r->refused == 0 && r->met_fraction.mean - r->met_fraction.half_width >= q.attainment;
+  o.meets = Meets(*r, q.attainment);
   const double tokens = r->output_tokens_per_second.mean;
   o.cost_per_million_output_tokens =
       tokens > 0 ? double(o.workers) * q.worker_hour_price / 3600 / tokens * 1e6 : 0;
@@ -227,7 +261,7 @@ absl::StatusOr<AutoscalePlan> PlanAutoscaling(
     AutoscaleTry t;
     t.sequences = sequences;
     t.replay = *r;
-    t.meets = r->refused == 0 && r->met_fraction.mean - r->met_fraction.half_width >= q.attainment;
+    t.meets = Meets(*r, q.attainment);
     out.tries.push_back(t);
     const int i = (int)out.tries.size() - 1;
     if (progress) progress(t, i, n_targets);

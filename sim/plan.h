@@ -6,7 +6,8 @@
 // The search: for n = 1, 2, ... workers, every precision pair as n
 // monolithic workers and as every xP+(n-x)D split; the first n at which one
 // of them keeps at least `attainment` of the requests within both targets
-// (the lower end of its 95% interval, none refused) is the size, and the
+// (the lower end of its 95% interval, none refused, at steady state:
+// RunSteady) is the size, and the
 // one of those with the most headroom (the lowest of TTFT p90 and TPOT p90
 // over their targets, the larger of the two) the recommendation. Workers are
 // priced alike (one node shape).
@@ -38,10 +39,28 @@ struct PlanQuery {
   double worker_hour_price = 1;  // one worker's price an hour, in any currency
 };
 
+// An open-loop run of `w` on `d` long enough to measure its steady state.
+// Its first requests find idle workers, so until the requests that arrive
+// during one request's lifetime have ended, a run measures the ramp, not
+// the load: 300 requests of 512-token answers at 2 a second end before
+// the first of them leave, and a deployment that falls behind the load
+// looks as if it kept up. So the warm-up and the measured requests are each
+// at least kSteadyLifetimes lifetimes of arrivals (a lifetime: the last
+// run's TTFT p90 plus TPOT p90 per output token), run again until they
+// are (at most three times more, kMaxSteadyRequests in all); a run that
+// misses `attainment` already is not run longer (it started from idle
+// workers: its steady state is no better). `ran`: the workload of the run
+// returned. Closed loop and phased rates run as given.
+inline constexpr double kSteadyLifetimes = 2;
+inline constexpr int kMaxSteadyRequests = 40000;
+absl::StatusOr<SeedSummary> RunSteady(const Deployment& d, Workload w, const Targets& t, int seeds,
+                                      double attainment, Workload* ran = nullptr);
+
 struct PlanOption {
   std::string deployment;  // "2P+6D", "4M"
   std::string prefill_precision, decode_precision;
   int workers = 0;
+  Workload workload;  // as run (RunSteady: its warm-up and measured requests)
   SeedSummary result;
   bool meets = false;
   double cost_per_million_output_tokens = 0;

@@ -566,6 +566,44 @@ TEST(SimPlanTest, AutoscalersAreChosenByReplayingTheRecommendation) {
   }
 }
 
+// A deployment that falls behind its load looks as if it kept up in a run
+// that ends within its ramp (it starts from idle workers); the plan's runs
+// reach the steady state, where it misses, and one that keeps up still
+// meets.
+TEST(SimPlanTest, ADeploymentBehindItsLoadIsJudgedAtSteadyStateNotInItsRamp) {
+  Deployment d;
+  ASSERT_TRUE(ParseDeployment("1M", &d).ok());
+  Precisions p;
+  p.monolithic = p.prefill = p.decode = "fp16";
+  ASSERT_TRUE(SpecsFromProfile(DecodeBoundProfile(), p, {}, &d).ok());
+  auto meets = [](const SeedSummary& r) {
+    return r.refused == 0 && r.met_fraction.mean - r.met_fraction.half_width >= 0.9;
+  };
+  // 600 output tokens/s asked of a worker that decodes at most 500 (a step
+  // of 5 ms + 2 ms a row).
+  Workload w;
+  w.rate = 10;
+  w.prompt_tokens = 20;
+  w.output_tokens = 60;
+  w.requests = 40;
+  w.warmup = 0;
+  const Targets t{2, 0.2};
+  const SeedSummary ramp = *RunSeeds(d, w, t, 3);
+  ASSERT_TRUE(meets(ramp)) << ramp.met_fraction.mean << " refused " << ramp.refused;
+  Workload ran;
+  const SeedSummary steady = *RunSteady(d, w, t, 3, 0.9, &ran);
+  EXPECT_GT(ran.warmup, 0);
+  EXPECT_FALSE(meets(steady)) << steady.met_fraction.mean;
+  // Half the load: about 4 streams at a time, each step 13 ms; it meets, and
+  // its warm-up spans two lifetimes of arrivals.
+  w.rate = 5;
+  const SeedSummary easy = *RunSteady(d, w, t, 3, 0.9, &ran);
+  EXPECT_TRUE(meets(easy)) << easy.met_fraction.mean << " refused " << easy.refused;
+  const double lifetime = easy.ttft_p90.mean + easy.tpot_p90.mean * 59;
+  EXPECT_GE(ran.warmup, std::floor(kSteadyLifetimes * lifetime * w.rate));
+  EXPECT_GE(ran.requests, 40);
+}
+
 TEST(SimPlanTest, APodStartsInItsModelLoadAndStartUpProbe) {
   Profile p = DecodeBoundProfile();
   Deployment d;

@@ -3,6 +3,7 @@
 // run against one prefill and one decode worker (harness/plan.h has the
 // arithmetic); or, with --sim, by simulating deployments on a measured
 // profile (sim/plan.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -107,6 +108,18 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
                 o.result.goodput.mean, o.result.met_fraction.mean * 100,
                 o.result.ttft_p90.mean * 1e3, o.result.tpot_p90.mean * 1e3,
                 o.cost_per_million_output_tokens, i == plan->best ? "  <- recommended" : "");
+  }
+  {
+    // How long each was run: its steady state, not the ramp (RunSteady).
+    int longest = 0;
+    for (const sim::PlanOption& o : plan->options) {
+      longest = std::max(longest, o.workload.warmup + o.workload.requests);
+    }
+    std::printf(
+        "  (each run until its warm-up and its measured requests each span %.0f request "
+        "lifetimes of arrivals: up to %d requests a seed here; a deployment missing the targets "
+        "sooner stops there)\n",
+        sim::kSteadyLifetimes, longest);
   }
   if (plan->best < 0) {
     std::printf("no deployment of up to %d workers meets the targets\n", q.max_workers);
@@ -226,6 +239,8 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
                               {"ttft_p90", o.result.ttft_p90.mean},
                               {"tpot_p90", o.result.tpot_p90.mean},
                               {"cost_per_million_output_tokens", o.cost_per_million_output_tokens},
+                              {"warmup_requests", o.workload.warmup},
+                              {"measured_requests", o.workload.requests},
                               {"meets", o.meets}});
     }
     if (autoscale) {
