@@ -552,9 +552,28 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   EXPECT_EQ(p["autoscaling"]["requests"], 2 * (20 * 12.5 + 20 * 50));
   EXPECT_GE(p["autoscaling"]["tries"].size(), 5u);
   EXPECT_NE(r.out.find("targets of pdq_active_sequences tried"), std::string::npos) << r.out;
+  // Each run reached its steady state: a warm-up of at least the flag's
+  // tenth (more where two lifetimes of arrivals needed it).
+  for (const auto& o : p["options"]) EXPECT_GE(o["warmup_requests"].get<int>(), 5) << o;
+  // Only the disaggregated shapes, when asked.
+  r = RunPdq(
+      "plan --sim " + profile +
+      " --shapes disaggregated --pairs w8a8/fp16 --input-tokens 100 --output-tokens 50 --rate 50 "
+      "--max-workers 3 --requests 50 --seeds 2 --sensitivity 0 --autoscale-phases '' "
+      "--json " +
+      plan);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream split_in(plan);
+  const nlohmann::json split = nlohmann::json::parse(split_in);
+  ASSERT_FALSE(split["options"].empty());
+  for (const auto& o : split["options"]) {
+    EXPECT_NE(o["deployment"].get<std::string>().find("P+"), std::string::npos) << o;
+  }
 
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"plan --sim " + profile + " --pairs w8a8 --rate 1", "not PREFILL/DECODE"},
+           {"plan --sim " + profile + " --shapes some --rate 1", "--shapes: unknown 'some'"},
+           {"plan --sim " + profile + " --threads 7 --rate 1", "at 7 threads"},
            {"plan --sim " + profile + " --workload chat", "--rate is required"},
            {"sim --workload chat --rate 1", "--profile is required"},
            {"sim --profile " + profile + " --workload chat", "one of --rate, --rate-phases and"},

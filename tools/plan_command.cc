@@ -24,8 +24,8 @@ namespace {
 
 struct SimPlanFlags {
   std::string profile, workload = "chat", pairs = "fp16/fp16,w8a8/w4a16";
-  std::string autoscale_phases = "600:0.25,600:1", hpa;
-  int64_t max_workers = 16, seeds = 3, requests = 300;
+  std::string autoscale_phases = "600:0.25,600:1", hpa, shapes = "both";
+  int64_t max_workers = 16, seeds = 3, requests = 300, threads = 0;
   int64_t kv_blocks = 1 << 20;
   double attainment = 0.9, price = 1, sensitivity = 0.2, pod_start_seconds = -1;
   void Register(FlagParser& flags) {
@@ -33,6 +33,11 @@ struct SimPlanFlags {
                  "plan by simulation on this pdq profile (pdq sim) instead of from --bench");
     flags.String("workload", &workload, "--sim: chat, summarize or analysis (or the token flags)");
     flags.String("pairs", &pairs, "--sim: prefill/decode precision pairs to consider");
+    flags.String("shapes", &shapes,
+                 "--sim: deployments to consider: both, monolithic (nM) or disaggregated "
+                 "(xP+yD)");
+    flags.Int("threads", &threads, 0, 1024,
+              "--sim: each worker's threads, as measured in the profile (0: the most measured)");
     flags.Int("max-workers", &max_workers, 1, 1024, "--sim: the largest deployment to try");
     flags.Int("seeds", &seeds, 1, 100, "--sim: runs per deployment");
     flags.Int("requests", &requests, 10, 1 << 20, "--sim: measured requests per run");
@@ -59,6 +64,10 @@ struct SimPlanFlags {
 int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int64_t output_tokens,
                    double ttft_ms, double tpot_ms, const std::string& json_path) {
   auto fail = [](const absl::Status& s) { return Fail("plan", s); };
+  if (f.shapes != "both" && f.shapes != "monolithic" && f.shapes != "disaggregated") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--shapes: unknown '", f.shapes, "' (both, monolithic or disaggregated)")));
+  }
   if (const WorkloadShape* shape = StandardWorkload(f.workload)) {
     if (input_tokens == 0) input_tokens = shape->input;
     if (output_tokens == 0) output_tokens = shape->output;
@@ -89,16 +98,22 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
     }
     q.pairs.emplace_back(parts[0], parts[1]);
   }
+  q.monolithic = f.shapes != "disaggregated";
+  q.disaggregated = f.shapes != "monolithic";
   sim::WorkerOptions wo;
   wo.kv_blocks = f.kv_blocks;
+  wo.threads = (int)f.threads;
   absl::StatusOr<sim::SimPlan> plan = sim::PlanBySimulation(*profile, q, wo);
   if (!plan.ok()) return fail(plan.status());
   std::printf(
       "projected from %s (%s, %d cores, %s), not measured: %.3g requests/s of %lld tokens in "
-      "and %lld out; targets TTFT %.0f ms, TPOT %.0f ms for %.0f%% of requests; %d seeds\n",
+      "and %lld out; targets TTFT %.0f ms, TPOT %.0f ms for %.0f%% of requests; %d seeds; "
+      "workers of %s\n",
       f.profile.c_str(), profile->cpu.c_str(), profile->cores, profile->isa.c_str(), rate,
       (long long)input_tokens, (long long)output_tokens, q.targets.ttft_seconds * 1e3,
-      q.targets.tpot_seconds * 1e3, q.attainment * 100, q.seeds);
+      q.targets.tpot_seconds * 1e3, q.attainment * 100, q.seeds,
+      f.threads > 0 ? absl::StrCat(f.threads, " thread", f.threads == 1 ? "" : "s").c_str()
+                    : "the profile's most threads");
   std::printf("deployments of %d worker%s:\n", plan->workers, plan->workers == 1 ? "" : "s");
   std::printf("  %-22s %10s %9s %12s %12s %13s\n", "deployment", "goodput/s", "within", "TTFT p90",
               "TPOT p90", "cost/M tokens");
