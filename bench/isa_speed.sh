@@ -26,7 +26,11 @@ for f in "$pdq" "$llama_bin/llama-bench" "$llama_bin/llama-batched-bench" \
   [ -e "$f" ] || { echo "isa_speed: $f not found" >&2; exit 1; }
 done
 export LD_LIBRARY_PATH="$llama_bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-isas=(avx2 avx512 amx)
+# The paths this CPU has, slowest first (PDQ_ISA names; amx only where the
+# CPU has AMX, else it would run the avx512 path again).
+isas=(avx2)
+grep -q avx512_vnni /proc/cpuinfo && isas+=(avx512)
+grep -q amx_int8 /proc/cpuinfo && isas+=(amx)
 
 run() {
   echo "+ $*"
