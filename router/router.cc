@@ -20,8 +20,9 @@
 #include "gguf/gguf.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"
-#include "router/admission.h"
 #include "policy/route.h"
+#include "router/admission.h"
+#include "router/kv_books.h"
 #include "router/openai_http.h"
 #include "router/traffic_split.h"
 #include "server/grpc_util.h"
@@ -58,17 +59,10 @@ struct Worker {
   // Requests the router sent and not yet finished; at a prefill worker, until
   // their Prefill call answered (guarded by the registry).
   int64_t in_flight = 0;
-  // The router's KV books (KvRoomBlocks): the blocks (prompt + max_tokens,
-  // less its cached prefix) of requests sent to it that no heartbeat has
-  // listed as taken (WorkerLoad::kv_taken_request_ids), by request id and in
-  // all; and of requests listed as taken that ended since the last
-  // heartbeat, which its free blocks still count as used.
-  absl::flat_hash_map<std::string, int64_t> kv_unlisted;
-  int64_t kv_blocks_unlisted = 0, kv_blocks_ended = 0;
-  // And its streams (Registry::StreamRoomLocked): those the last heartbeat said
-  // it holds (WorkerLoad::sequences_held, counted with the listed ones),
-  // plus the unlisted requests, less those listed that ended since.
-  int64_t streams_ended = 0;
+  // The router's books of its KV blocks (prompt + max_tokens, less the
+  // cached prefix, of each request sent) and streams between heartbeats
+  // (router/kv_books.h; Registry::RoomFor).
+  KvBooks books;
   // The block hashes its prefix cache holds, as its heartbeats said.
   absl::flat_hash_set<uint64_t> cached;
 };
@@ -152,21 +146,9 @@ class Registry {
     Worker& w = *it->second;
     w.load = load;
     w.load.clear_kv_taken_request_ids();
-    if (load.kv_taken_reported()) {
-      for (const std::string& id : load.kv_taken_request_ids()) {
-        auto b = w.kv_unlisted.find(id);
-        if (b == w.kv_unlisted.end()) continue;
-        w.kv_blocks_unlisted -= b->second;
-        w.kv_unlisted.erase(b);
-      }
-    } else {
-      // A worker that does not list them: its free blocks are taken to
-      // count everything sent before this heartbeat.
-      w.kv_unlisted.clear();
-      w.kv_blocks_unlisted = 0;
-    }
-    w.kv_blocks_ended = 0;
-    w.streams_ended = 0;
+    w.load.clear_kv_released_request_ids();
+    w.books.Heartbeat(load.kv_taken_request_ids(), load.kv_taken_reported(),
+                      load.kv_released_request_ids(), load.kv_released_reported());
     absl::flat_hash_set<uint64_t>& held = it->second->cached;
     if (cache.full()) held.clear();
     for (uint64_t h : cache.removed()) held.erase(h);
@@ -289,8 +271,7 @@ class Registry {
           std::max<int64_t>(0, request.kv_blocks - candidates[i].cached_tokens /
                                                        std::max<int64_t>(1, request.block_tokens));
       *booking = {request.request_id, blocks};
-      workers[i]->kv_unlisted[request.request_id] += blocks;
-      workers[i]->kv_blocks_unlisted += blocks;
+      workers[i]->books.Book(request.request_id, blocks);
     }
     return workers[i];
   }
@@ -348,7 +329,7 @@ class Registry {
           policy::CachedPrefixTokens(request.hashes, w->cached, request.block_tokens) /
           std::max<int64_t>(1, request.block_tokens);
       const int64_t room =
-          w->load.kv_blocks_free() - w->kv_blocks_unlisted + w->kv_blocks_ended + cached;
+          w->load.kv_blocks_free() - w->books.booked_blocks() + w->books.credited_blocks() + cached;
       most.kv_blocks =
           std::max(most.kv_blocks, std::clamp<int64_t>(room, 0, w->load.kv_blocks_total()));
     }
@@ -394,22 +375,14 @@ class Registry {
   }
 
   // The request Pick gave `w` ended there; `booking`: its KV blocks, which
-  // stop counting against the worker's free ones (until the next heartbeat
-  // counts them free, as blocks ended, when one had listed them taken).
+  // stop counting against the worker's free ones (credited until a
+  // heartbeat lists them freed, when one had listed them taken: KvBooks).
   void Done(const std::shared_ptr<Worker>& w, const KvBooking& booking = {}) {
     if (w == nullptr) return;
     std::lock_guard lock(mu_);
     --w->in_flight;
     if (booking.request_id.empty()) return;
-    if (auto b = w->kv_unlisted.find(booking.request_id); b != w->kv_unlisted.end()) {
-      const int64_t off = std::min(b->second, booking.blocks);
-      w->kv_blocks_unlisted -= off;
-      b->second -= off;
-      if (b->second <= 0) w->kv_unlisted.erase(b);
-    } else {
-      w->kv_blocks_ended += booking.blocks;
-      ++w->streams_ended;
-    }
+    w->books.Done(booking.request_id, booking.blocks);
   }
 
  private:
@@ -424,8 +397,8 @@ class Registry {
     if (bound <= 0) return -1;
     int64_t held = w.in_flight;
     if (w.load.kv_taken_reported()) {
-      held =
-          std::max(held, w.load.sequences_held() + (int64_t)w.kv_unlisted.size() - w.streams_ended);
+      held = std::max(
+          held, w.load.sequences_held() + w.books.booked_streams() - w.books.credited_streams());
     }
     return std::max<int64_t>(0, bound - held);
   }
@@ -654,6 +627,9 @@ struct Attempt {
   // The prefill worker counts this attempt in flight (from its pick until
   // the Prefill call answers: its prompt is no longer that worker's work).
   bool prefill_counted = false;
+  // The decode worker no longer counts it (Registry::Done): from its
+  // summary on, before the call completes and the client hears.
+  bool decode_released = false;
   int open_calls = 0;     // worker calls not yet completed
   // The Reserve call is left to complete: cancelling it could lose a
   // reservation the worker made; OnReserved releases it instead.
@@ -1132,6 +1108,11 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
         "tpot %.2f ms",
         request_id_, v1::FinishReason_Name(sum.finish_reason()), sum.prompt_tokens(),
         sum.output_tokens(), sum.ttft_seconds() * 1e3, sum.mean_tpot_seconds() * 1e3));
+    // The worker ended the stream before it sent the summary: its place in
+    // the batch and its KV are free there before the client hears (a
+    // client that sends its next request at once is not refused for the
+    // call still completing).
+    ReleaseDecodeLocked(*a);
     FinishLocked(grpc::Status::OK);
     EndAttemptIfIdleLocked(a);
   }
@@ -1411,9 +1392,15 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     a.prefill_counted = false;
   }
 
+  // The decode worker no longer counts the attempt (once).
+  void ReleaseDecodeLocked(Attempt& a) {
+    if (!a.decode_released) registry_.Done(a.decode, a.kv);
+    a.decode_released = true;
+  }
+
   void EndAttemptIfIdleLocked(const std::shared_ptr<Attempt>& a) {
     if (a->open_calls > 0) return;
-    registry_.Done(a->decode, a->kv);
+    ReleaseDecodeLocked(*a);
     ReleasePrefillLocked(*a);
     a->decode = a->prefill = nullptr;
   }

@@ -189,6 +189,9 @@ struct Scheduler::Sequence {
   // The missing prompt tokens are prefilled here (a short suffix), not sent.
   bool local_prefill = false;
   bool kv_landed = false;
+  // Its request id went to the routers as taken (kv_taken_): when its
+  // blocks are freed it goes as released (kv_released_).
+  bool kv_listed = false;
   // The prefill worker connected for this reservation's KV (it does when
   // it queues the prompt): from then on its connection, not the lease,
   // says whether the KV is still coming.
@@ -474,6 +477,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
       return refuse(r);
     }
     kv_taken_.push_back(s->request_id);
+    s->kv_listed = true;
     s->lease_end = std::min(args.deadline, s->arrival + options_.reservation_lease);
     s->reservation_id = NewId();
     Reservation r{s->reservation_id, NewId(), options_.reservation_lease, hit};
@@ -540,6 +544,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     absl::StatusOr<std::unique_ptr<kvtransfer::Inbound>> in = transport_->Expect(std::move(spec));
     if (!in.ok()) {
       PDQ_CHECK(kv_->RemoveSequence(s->seq).ok());
+      kv_released_.push_back(s->request_id);
       done(in.status());
       return;
     }
@@ -636,6 +641,7 @@ void Scheduler::Generate(std::vector<int32_t> prompt, GenerationParams params,
       return;
     }
     kv_taken_.push_back(s->request_id);
+    s->kv_listed = true;
     s->first_sampling = params.sampling;
     s->stream = std::move(stream);
     s->params = std::move(params);
@@ -1346,6 +1352,7 @@ void Scheduler::FinishSequence(Sequence& s, const absl::Status& status) {
     CacheBlocks(s, s.stage == Stage::kQueued ? prefill_writer() : decode_writer());
   }
   PDQ_CHECK(kv_->RemoveSequence(s.seq).ok());
+  if (s.kv_listed) kv_released_.push_back(s.request_id);
 }
 
 int64_t Scheduler::AttachCachedPrefix(Sequence& s, int64_t max_tokens, const std::string& writer) {
@@ -1424,6 +1431,7 @@ CacheUpdate Scheduler::TakeCacheUpdate(const std::string& router, bool want_full
     out.removed.assign(p.removed.begin(), p.removed.end());
   }
   out.kv_taken = std::move(p.kv_taken);
+  out.kv_released = std::move(p.kv_released);
   out.kv_blocks_free = p.kv_blocks_free;
   out.sequences_held = p.sequences_held;
   p = PendingCacheUpdate{};
@@ -1452,10 +1460,14 @@ void Scheduler::UpdateLoad() {
       for (const std::string& id : kv_taken_) {
         if (p.kv_taken.size() < (1 << 16)) p.kv_taken.push_back(id);
       }
+      for (const std::string& id : kv_released_) {
+        if (p.kv_released.size() < (1 << 16)) p.kv_released.push_back(id);
+      }
       p.kv_blocks_free = kv_blocks_free_.load();
       p.sequences_held = held;
     }
     kv_taken_.clear();
+    kv_released_.clear();
   }
   const PrefixCacheStats cache = kv_->prefix_stats();
   kv_blocks_cached_ = cache.cached_blocks;

@@ -267,6 +267,9 @@ struct CacheUpdate {
   // (WorkerLoad::kv_taken_request_ids), and the free blocks counted with
   // them (-1: none counted yet).
   std::vector<std::string> kv_taken;
+  // And those of them whose blocks were freed again
+  // (WorkerLoad::kv_released_request_ids).
+  std::vector<std::string> kv_released;
   int64_t kv_blocks_free = -1;
   // The sequences holding a KV reservation to decode, counted with them
   // (WorkerLoad::sequences_held; -1: none counted yet).
@@ -439,13 +442,14 @@ class Scheduler {
   struct PendingCacheUpdate {
     absl::flat_hash_set<uint64_t> stored, removed;
     bool full = true;
-    std::vector<std::string> kv_taken;
+    std::vector<std::string> kv_taken, kv_released;
     int64_t kv_blocks_free = -1;
     int64_t sequences_held = -1;
   };
-  // Requests whose KV blocks were taken since the last UpdateLoad (the
-  // scheduler thread's), published to every router's pending update there.
-  std::vector<std::string> kv_taken_;
+  // Requests whose KV blocks were taken (and of those, freed again) since
+  // the last UpdateLoad (the scheduler thread's), published to every
+  // router's pending update there.
+  std::vector<std::string> kv_taken_, kv_released_;
   absl::flat_hash_map<std::string, PendingCacheUpdate> pending_;  // guarded by cache_mu_
   void PublishCacheEvents();
   std::thread thread_;
