@@ -756,8 +756,9 @@ std::string NameBottleneck(const PoolBusy& b, int64_t refused) {
   }
   std::string out;
   if (refused > 0) {
-    out = absl::StrCat("KV memory (", refused,
-                       " requests found no decode worker with room for their KV); then ");
+    out = absl::StrCat("KV memory or the decode batch (", refused,
+                       " requests found no decode worker with room for their KV or a place in "
+                       "its batch); then ");
   }
   if (top->second < 0) return out + "no worker ran";
   const int percent = (int)std::lround(top->second * 100);

@@ -217,8 +217,9 @@ RunSummary Summarize(const RunResult& r, const Targets& t);
 PoolBusy Busy(const RunResult& r);
 // What bounds the deployment, in words: the busiest pool when it is at
 // least kSaturatedBusy busy ("the decode workers, 97% busy"), else that no
-// pool is saturated and the arrivals set the pace; refusals name KV memory
-// first. The evaluation report names a measured bound by its busiest worker too.
+// pool is saturated and the arrivals set the pace; refusals (no room for
+// the KV or no place in a decode batch; not told apart yet) come first. The evaluation report names
+// a measured bound by its busiest worker too.
 constexpr double kSaturatedBusy = 0.85;
 std::string NameBottleneck(const PoolBusy& b, int64_t refused);
 

@@ -306,7 +306,7 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   EXPECT_LT(s.busy.prefill, 0.2);
   EXPECT_NE(NameBottleneck(s.busy, 0).find("no pool saturated"), std::string::npos)
       << NameBottleneck(s.busy, 0);
-  EXPECT_EQ(NameBottleneck(s.busy, 3).rfind("KV memory (3 requests", 0), 0u);
+  EXPECT_EQ(NameBottleneck(s.busy, 3).rfind("KV memory or the decode batch (3 requests", 0), 0u);
 }
 
 TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {

@@ -201,8 +201,10 @@ int SimCommand(int argc, char** argv) {
               Figure(r->goodput, 1, "requests/s").c_str(), r->met_fraction.mean * 100, ttft_ms,
               tpot_ms);
   if (r->refused > 0) {
-    std::printf("  %lld requests refused: no decode worker had room for their KV\n",
-                (long long)r->refused);
+    std::printf(
+        "  %lld requests refused: no decode worker had room for their KV or a place in its "
+        "decode batch (--max-decode-batch, --bound-streams)\n",
+        (long long)r->refused);
   }
   const std::string bound = sim::NameBottleneck(r->busy, r->refused);
   std::printf("  bound: %s\n", bound.c_str());
