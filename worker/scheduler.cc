@@ -1423,6 +1423,14 @@ CacheUpdate Scheduler::TakeCacheUpdate(const std::string& router, bool want_full
   // A router heard of for the first time gets the whole set.
   auto [it, added] = pending_.try_emplace(router);
   PendingCacheUpdate& p = it->second;
+  if (added && sampled_free_ >= 0) {
+    // It heard of none of the requests the last sample counts as taken:
+    // all of them, with that sample's counts (its own in-flight requests
+    // among them leave its books; later takes come as usual).
+    p.kv_taken.assign(sampled_ids_.begin(), sampled_ids_.end());
+    p.kv_blocks_free = sampled_free_;
+    p.sequences_held = sampled_held_;
+  }
   if (want_full || p.full) {
     out.full = true;
     out.stored.assign(cached_hashes_.begin(), cached_hashes_.end());
@@ -1466,6 +1474,11 @@ void Scheduler::UpdateLoad() {
       p.kv_blocks_free = kv_blocks_free_.load();
       p.sequences_held = held;
     }
+    // The same sample for routers heard of later.
+    for (const std::string& id : kv_taken_) sampled_ids_.insert(id);
+    for (const std::string& id : kv_released_) sampled_ids_.erase(id);
+    sampled_free_ = kv_blocks_free_.load();
+    sampled_held_ = held;
     kv_taken_.clear();
     kv_released_.clear();
   }
