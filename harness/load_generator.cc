@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "common/check.h"
 #include "pdq/v1/pdq.grpc.pb.h"
+#include "server/grpc_util.h"
 #include "server/metrics.h"
 
 namespace pdq {
@@ -131,12 +132,7 @@ class PdqTarget : public BenchTarget {
     r.ok = s.ok();
     if (!s.ok()) r.error = absl::StrCat(s.error_code(), ": ", s.error_message());
     r.refused = s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-    if (r.refused) {
-      const auto& trailers = ctx.GetServerTrailingMetadata();
-      if (auto it = trailers.find("pdq-refusal"); it != trailers.end()) {
-        r.refusal.assign(it->second.data(), it->second.size());
-      }
-    }
+    if (r.refused) r.refusal = server::Trailer(ctx, server::kRefusalTrailer);
     if (r.output_tokens > 1) r.tpot = Since(start, last) - r.ttft, r.tpot /= r.output_tokens - 1;
     return r;
   }

@@ -1,7 +1,6 @@
 #include "router/kv_books.h"
 
 #include <algorithm>
-#include <vector>
 
 namespace pdq::router {
 
@@ -42,8 +41,8 @@ void KvBooks::Heartbeat(const google::protobuf::RepeatedPtrField<std::string>& t
     booked_blocks_ = 0;
   }
   if (!released_reported) return;
-  // Listed before taken: one taken and freed since the last heartbeat
-  // moved to listed_ above and leaves it here.
+  // Read after the taken list: a request taken and freed since the last
+  // heartbeat moved to listed_ above and leaves it here.
   for (const std::string& id : released) {
     if (listed_.erase(id) > 0) continue;  // freed before its end reached the router
     if (auto it = ended_.find(id); it != ended_.end()) {
@@ -53,13 +52,13 @@ void KvBooks::Heartbeat(const google::protobuf::RepeatedPtrField<std::string>& t
   }
   // Credits no heartbeat cleared (a lost heartbeat's list): dropped, so the
   // books err towards full.
-  std::vector<std::string> stale;
-  for (const auto& [id, e] : ended_) {
-    if (e.heartbeats >= kMaxCreditHeartbeats) stale.push_back(id);
-  }
-  for (const std::string& id : stale) {
-    credited_blocks_ -= ended_[id].blocks;
-    ended_.erase(id);
+  for (auto it = ended_.begin(); it != ended_.end();) {
+    if (it->second.heartbeats < kMaxCreditHeartbeats) {
+      ++it;
+      continue;
+    }
+    credited_blocks_ -= it->second.blocks;
+    ended_.erase(it++);
   }
   absl::erase_if(ended_unlisted_,
                  [](const auto& entry) { return entry.second.heartbeats >= kMaxCreditHeartbeats; });

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "pdq/v1/pdq.grpc.pb.h"
+#include "server/grpc_util.h"
 #include "server/http_server.h"
 
 namespace pdq::router {
@@ -149,12 +150,8 @@ class GenerateStream : public grpc::ClientReadReactor<v1::GenerateResponse> {
   std::string RetryAfterSeconds() {
     std::lock_guard lock(mu_);
     if (!done_) return "";
-    const auto& trailers = ctx_.GetServerTrailingMetadata();
-    auto it = trailers.find("retry-after-ms");
     int64_t ms = 0;
-    if (it == trailers.end() ||
-        !absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms) ||
-        ms < 0) {
+    if (!absl::SimpleAtoi(server::Trailer(ctx_, server::kRetryAfterTrailer), &ms) || ms < 0) {
       return "";
     }
     return absl::StrCat((ms + 999) / 1000);
@@ -164,9 +161,7 @@ class GenerateStream : public grpc::ClientReadReactor<v1::GenerateResponse> {
   std::string RefusalReason() {
     std::lock_guard lock(mu_);
     if (!done_) return "";
-    const auto& trailers = ctx_.GetServerTrailingMetadata();
-    auto it = trailers.find("pdq-refusal");
-    return it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
+    return server::Trailer(ctx_, server::kRefusalTrailer);
   }
 
   void OnReadDone(bool ok) override {

@@ -1567,9 +1567,9 @@ class PdqService : public PdqBase {
                            "): ", admit.message));
       server::CountRequest(absl::StatusCode::kResourceExhausted);
       ctx->AddTrailingMetadata(
-          "retry-after-ms",
+          server::kRetryAfterTrailer,
           absl::StrCat((int64_t)std::ceil(absl::ToDoubleMilliseconds(admit.retry_after))));
-      ctx->AddTrailingMetadata("pdq-refusal", RefusalName(admit.refusal));
+      ctx->AddTrailingMetadata(server::kRefusalTrailer, RefusalName(admit.refusal));
       out->Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, admit.message));
       return reactor;
     }

@@ -10,6 +10,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -34,6 +36,19 @@ inline absl::Time DeadlineOf(const grpc::ServerContextBase& ctx) {
     return absl::InfiniteFuture();
   }
   return absl::FromChrono(d);
+}
+
+// The trailers the router sends with a refusal (RESOURCE_EXHAUSTED): its
+// reason (router/admission.h RefusalName: "kv_full", ...) and when to try
+// again, in milliseconds.
+inline constexpr char kRefusalTrailer[] = "pdq-refusal";
+inline constexpr char kRetryAfterTrailer[] = "retry-after-ms";
+
+// The trailer `key` the server sent with a call's end; empty when none.
+inline std::string Trailer(const grpc::ClientContext& ctx, std::string_view key) {
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  auto it = trailers.find(grpc::string_ref(key.data(), key.size()));
+  return it == trailers.end() ? "" : std::string(it->second.data(), it->second.size());
 }
 
 // Parses a raw request into `out`; INVALID_ARGUMENT naming the type when

@@ -1423,13 +1423,11 @@ CacheUpdate Scheduler::TakeCacheUpdate(const std::string& router, bool want_full
   // A router heard of for the first time gets the whole set.
   auto [it, added] = pending_.try_emplace(router);
   PendingCacheUpdate& p = it->second;
-  if (added && sampled_free_ >= 0) {
+  if (added) {
     // It heard of none of the requests the last sample counts as taken:
-    // all of them, with that sample's counts (its own in-flight requests
-    // among them leave its books; later takes come as usual).
+    // all of them (its own in-flight requests among them leave its books;
+    // later takes come as usual), with that sample's counts below.
     p.kv_taken.assign(sampled_ids_.begin(), sampled_ids_.end());
-    p.kv_blocks_free = sampled_free_;
-    p.sequences_held = sampled_held_;
   }
   if (want_full || p.full) {
     out.full = true;
@@ -1440,8 +1438,11 @@ CacheUpdate Scheduler::TakeCacheUpdate(const std::string& router, bool want_full
   }
   out.kv_taken = std::move(p.kv_taken);
   out.kv_released = std::move(p.kv_released);
-  out.kv_blocks_free = p.kv_blocks_free;
-  out.sequences_held = p.sequences_held;
+  // Without a sample since its last update: the last one again, whose
+  // lists went with that update (never the latest load, whose lists a
+  // later update brings).
+  out.kv_blocks_free = p.kv_blocks_free >= 0 ? p.kv_blocks_free : sampled_free_;
+  out.sequences_held = p.sequences_held >= 0 ? p.sequences_held : sampled_held_;
   p = PendingCacheUpdate{};
   p.full = false;
   return out;

@@ -452,9 +452,10 @@ class Scheduler {
   std::vector<std::string> kv_taken_, kv_released_;
   absl::flat_hash_map<std::string, PendingCacheUpdate> pending_;  // guarded by cache_mu_
   // The last sample as a whole (guarded by cache_mu_): the requests it
-  // counts as taken, its free blocks and held sequences (-1: none yet), for
-  // a router heard of after it (a request it sent before the worker's
-  // first heartbeat to it is listed then, not counted twice).
+  // counts as taken, its free blocks and held sequences (-1: none yet). A
+  // router heard of after it gets all of it (a request it sent before the
+  // worker's first heartbeat to it is listed then, not counted twice); an
+  // update without a newer sample repeats its counts.
   absl::flat_hash_set<std::string> sampled_ids_;
   int64_t sampled_free_ = -1, sampled_held_ = -1;
   void PublishCacheEvents();

@@ -650,11 +650,6 @@ void WorkerServer::RegisterWith(const std::string& router, const std::string& tl
   // worker will cache from where it sends requests, and a full update drops
   // guesses that did not come true.
   int heartbeats = 0;
-  // The last free blocks and held sequences sampled with the lists of taken
-  // and released requests: a heartbeat without a newer sample repeats
-  // them, not the scheduler's latest load, whose lists a later heartbeat
-  // brings (the router's books need the two together).
-  int64_t sampled_free = -1, sampled_held = -1;
   absl::Duration interval = absl::Seconds(1);
   std::string last_error;
   for (;;) {
@@ -697,10 +692,10 @@ void WorkerServer::RegisterWith(const std::string& router, const std::string& tl
       u->mutable_stored()->Add(cache.stored.begin(), cache.stored.end());
       u->mutable_removed()->Add(cache.removed.begin(), cache.removed.end());
       // The free blocks as counted with the requests they hold.
-      if (cache.kv_blocks_free >= 0) sampled_free = cache.kv_blocks_free;
-      if (cache.sequences_held >= 0) sampled_held = cache.sequences_held;
-      if (sampled_free >= 0) req.mutable_load()->set_kv_blocks_free(sampled_free);
-      if (sampled_held >= 0) req.mutable_load()->set_sequences_held((int32_t)sampled_held);
+      if (cache.kv_blocks_free >= 0) req.mutable_load()->set_kv_blocks_free(cache.kv_blocks_free);
+      if (cache.sequences_held >= 0) {
+        req.mutable_load()->set_sequences_held((int32_t)cache.sequences_held);
+      }
       for (std::string& id : cache.kv_taken)
         req.mutable_load()->add_kv_taken_request_ids(std::move(id));
       req.mutable_load()->set_kv_taken_reported(true);
