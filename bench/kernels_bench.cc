@@ -190,6 +190,7 @@ BENCHMARK(BM_GemmW8A16)
     ->Args({32, 49152, 576, 0})
     ->Args({32, 49152, 576, 16})  // bf16 tiles where the CPU has AMX
     ->Args({1, 3072, 576, 0})
+    ->Args({512, 576, 1536, 0})  // a prompt's down projections (W8A8's default)
     ->UseRealTime();
 
 // One kv head's K and V for n positions in 16-token blocks, uniform in
