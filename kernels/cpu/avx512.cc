@@ -427,8 +427,8 @@ void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    // Tiles of 4 rows; a single row (decode, or a batch's last) on W4IntRow.
-    ForEachTile<4>(m, [&](auto mr, int64_t r) {
+    // Tiles of 8 rows; a single row (decode, or a batch's last) on W4IntRow256.
+    ForEachTile<8>(m, [&](auto mr, int64_t r) {
       if constexpr (decltype(mr)::value == 1) {
         W4IntRow256<4>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
       } else {
