@@ -119,7 +119,15 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double IntLoopAvx512(int6
   for (int64_t it = 0; it < iters; ++it) {
 #pragma GCC unroll 12
     for (int i = 0; i < kChains; ++i) {
-      acc[i] = kInt8 ? _mm512_dpbusd_epi32(acc[i], a, b) : _mm512_dpwssd_epi32(acc[i], a, b);
+      // asm with the accumulator tied, as the kernels write it: GCC 12's
+      // intrinsics copy each accumulator to a fresh register and back.
+      __m512i x = acc[i];
+      if constexpr (kInt8) {
+        asm("vpdpbusd %2, %1, %0" : "+v"(x) : "v"(a), "v"(b));
+      } else {
+        asm("vpdpwssd %2, %1, %0" : "+v"(x) : "v"(a), "v"(b));
+      }
+      acc[i] = x;
     }
   }
   __m512i s = acc[0];
