@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "policy/route.h"
 #include "sim/worker_sim.h"
 
@@ -317,11 +318,12 @@ class Simulation {
     prefill_counted_[id] = false;
   }
 
-  // No worker has room for its KV or a place in its decode batch: the
-  // router refuses it at once.
-  void Refuse(int64_t id) {
+  // No worker has room for its KV or a place in its decode batch (or none
+  // serves): the router refuses it at once.
+  void Refuse(int64_t id, Refusal why) {
     RequestRecord& r = result_.requests[id];
     r.refused = true;
+    r.refusal = why;
     r.decode_worker = r.prefill_worker = -1;
     r.first_token = r.finish = now_;
     ++ended_;
@@ -344,9 +346,11 @@ class Simulation {
   // queued prompt tokens, decoding streams and KV as of its last heartbeat,
   // the counts in flight current), then its KV reservation of
   // `reserve` tokens; a worker that refuses is avoided once more, as the
-  // router retries an attempt once. -1: refused.
-  int Pick(std::initializer_list<Role> roles, int64_t prompt_tokens, int64_t reserve) {
+  // router retries an attempt once. -1: refused, and *why says why.
+  int Pick(std::initializer_list<Role> roles, int64_t prompt_tokens, int64_t reserve,
+           Refusal* why) {
     int avoid = -1;
+    *why = Refusal::kNoWorker;
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::vector<policy::RouteCandidate> candidates;
       std::vector<int> index;
@@ -357,8 +361,10 @@ class Simulation {
         const Seen seen = d_.heartbeat_seconds > 0 ? seen_[i] : Look(i);
         policy::RouteCandidate c;
         // The router's stream bound (its count in flight is exact here).
-        c.unwanted = i == avoid || (d_.bound_streams && w.role() != Role::kPrefill &&
-                                    in_flight_[i] >= w.spec().batch.max_decode_batch);
+        const bool batch_full = d_.bound_streams && w.role() != Role::kPrefill &&
+                                in_flight_[i] >= w.spec().batch.max_decode_batch;
+        c.unwanted = i == avoid || batch_full;
+        if (batch_full && i != avoid) *why = Refusal::kBatchFull;
         c.queued_tokens = seen.queued_tokens;
         c.load = double(in_flight_[i]) + (w.role() == Role::kPrefill ? 0 : double(seen.decoding));
         c.kv_blocks_free = w.spec().kv_blocks - seen.kv_blocks_used;
@@ -366,9 +372,12 @@ class Simulation {
         index.push_back(i);
       }
       const int best = policy::BestCandidate(candidates, prompt_tokens, d_.load_tokens);
+      // The best is unwanted only when every candidate is: all of them full
+      // batches, or the retry's one worker that refused the reservation.
       if (best < 0 || candidates[best].unwanted) return -1;
       if (workers_[index[best]].Reserve(reserve)) return index[best];
       avoid = index[best];
+      *why = Refusal::kKvFull;
     }
     return -1;
   }
@@ -376,8 +385,9 @@ class Simulation {
   void Route(int64_t id) {
     RequestRecord& r = result_.requests[id];
     const int64_t kv = r.prompt_tokens + r.output_tokens;
-    const int dw = Pick({Role::kDecode, Role::kBoth}, r.prompt_tokens, kv);
-    if (dw < 0) return Refuse(id);
+    Refusal why = Refusal::kNone;
+    const int dw = Pick({Role::kDecode, Role::kBoth}, r.prompt_tokens, kv, &why);
+    if (dw < 0) return Refuse(id, why);
     r.decode_worker = dw;
     SimStream s;
     s.id = id;
@@ -392,12 +402,12 @@ class Simulation {
     s.stage = policy::StreamView::Stage::kOther;  // a reservation: waits for its KV
     workers_[dw].Add(s);
     ++in_flight_[dw];
-    const int pw = Pick({Role::kPrefill}, r.prompt_tokens, r.prompt_tokens);
+    const int pw = Pick({Role::kPrefill}, r.prompt_tokens, r.prompt_tokens, &why);
     if (pw < 0) {
       workers_[dw].Remove(id);
       workers_[dw].Unreserve(kv);
       --in_flight_[dw];
-      Refuse(id);
+      Refuse(id, why);
       return;
     }
     r.prefill_worker = pw;
@@ -668,6 +678,42 @@ absl::StatusOr<RunResult> Simulate(const Deployment& d, const Workload& w, const
   return Simulation(d, w, o).Run();
 }
 
+const char* RefusalName(Refusal r) {
+  switch (r) {
+    case Refusal::kKvFull:
+      return "kv_full";
+    case Refusal::kBatchFull:
+      return "batch_full";
+    case Refusal::kNoWorker:
+      return "no_worker";
+    case Refusal::kNone:
+      break;
+  }
+  return "";
+}
+
+void RefusalCounts::Add(Refusal r) {
+  switch (r) {
+    case Refusal::kKvFull:
+      ++kv_full;
+      break;
+    case Refusal::kBatchFull:
+      ++batch_full;
+      break;
+    case Refusal::kNoWorker:
+      ++no_worker;
+      break;
+    case Refusal::kNone:
+      break;
+  }
+}
+
+void RefusalCounts::Add(const RefusalCounts& o) {
+  kv_full += o.kv_full;
+  batch_full += o.batch_full;
+  no_worker += o.no_worker;
+}
+
 RunSummary Summarize(const RunResult& r, const Targets& t) {
   RunSummary s;
   std::vector<double> ttft, tpot;
@@ -676,6 +722,7 @@ RunSummary Summarize(const RunResult& r, const Targets& t) {
     if (!q.measured) continue;
     if (q.refused) {
       ++s.refused;
+      s.refusals.Add(q.refusal);
       continue;
     }
     ++s.measured;
@@ -745,7 +792,7 @@ PoolBusy Busy(const RunResult& r) {
   return b;
 }
 
-std::string NameBottleneck(const PoolBusy& b, int64_t refused) {
+std::string NameBottleneck(const PoolBusy& b, const RefusalCounts& refused) {
   const std::pair<const char*, double> pools[] = {{"the prefill workers", b.prefill},
                                                   {"the decode workers", b.decode},
                                                   {"the monolithic workers", b.monolithic},
@@ -755,11 +802,20 @@ std::string NameBottleneck(const PoolBusy& b, int64_t refused) {
     if (p.second > top->second) top = &p;
   }
   std::string out;
-  if (refused > 0) {
-    out = absl::StrCat("KV memory or the decode batch (", refused,
-                       " requests found no decode worker with room for their KV or a place in "
-                       "its batch); then ");
+  std::vector<std::string> why;
+  if (refused.batch_full > 0) {
+    why.push_back(absl::StrCat("the decode batch (", refused.batch_full,
+                               " requests found no place in a decode worker's batch)"));
   }
+  if (refused.kv_full > 0) {
+    why.push_back(absl::StrCat("KV memory (", refused.kv_full,
+                               " requests found no worker with room for their KV)"));
+  }
+  if (refused.no_worker > 0) {
+    why.push_back(absl::StrCat("starting pods (", refused.no_worker,
+                               " requests came when no worker of a pool was serving)"));
+  }
+  if (!why.empty()) out = absl::StrCat(absl::StrJoin(why, " and "), "; then ");
   if (top->second < 0) return out + "no worker ran";
   const int percent = (int)std::lround(top->second * 100);
   if (top->second >= kSaturatedBusy) return absl::StrCat(out, top->first, ", ", percent, "% busy");
@@ -798,7 +854,10 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   out.output_tokens_per_second = each(&RunSummary::output_tokens_per_second);
   out.goodput = each(&RunSummary::goodput);
   out.met_fraction = each(&RunSummary::met_fraction);
-  for (const RunSummary& s : runs) out.refused += s.refused;
+  for (const RunSummary& s : runs) {
+    out.refused += s.refused;
+    out.refusals.Add(s.refusals);
+  }
   auto mean_busy = [&](double PoolBusy::*field) {
     double sum = 0;
     for (const RunSummary& s : runs) sum += s.busy.*field;

@@ -127,10 +127,19 @@ struct Workload {
   std::vector<Phase> phases;
 };
 
+// Why the router refused a request, in the words of its refusal trailer
+// (server::kRefusalTrailer; RefusalName): no worker of the role it needed
+// had room for its KV ("kv_full"), or every decode worker's batch was full
+// under the stream bound ("batch_full"), or none was serving
+// ("no_worker": every pod of the pool still starting).
+enum class Refusal { kNone, kKvFull, kBatchFull, kNoWorker };
+const char* RefusalName(Refusal r);
+
 struct RequestRecord {
   int64_t id = 0;
   bool measured = false;
-  bool refused = false;  // no decode worker had room for its KV or its stream
+  bool refused = false;
+  Refusal refusal = Refusal::kNone;  // why, when refused
   int64_t prompt_tokens = 0, output_tokens = 0;
   double arrival = 0, first_token = 0, finish = 0;
   int prefill_worker = -1, decode_worker = -1;  // indices into the run's workers
@@ -199,8 +208,17 @@ struct Targets {
 struct PoolBusy {
   double prefill = -1, decode = -1, monolithic = -1, link = -1;
 };
+// Refused requests by reason (Refusal).
+struct RefusalCounts {
+  int64_t kv_full = 0, batch_full = 0, no_worker = 0;
+  int64_t total() const { return kv_full + batch_full + no_worker; }
+  void Add(Refusal r);
+  void Add(const RefusalCounts& o);
+};
+
 struct RunSummary {
   int64_t measured = 0, refused = 0;
+  RefusalCounts refusals;  // `refused` by reason
   double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
   double tpot_p50 = 0, tpot_p90 = 0, tpot_p99 = 0;
   double output_tokens_per_second = 0;  // over the measured requests' span
@@ -217,11 +235,11 @@ RunSummary Summarize(const RunResult& r, const Targets& t);
 PoolBusy Busy(const RunResult& r);
 // What bounds the deployment, in words: the busiest pool when it is at
 // least kSaturatedBusy busy ("the decode workers, 97% busy"), else that no
-// pool is saturated and the arrivals set the pace; refusals (no room for
-// the KV or no place in a decode batch; not told apart yet) come first. The evaluation report names
-// a measured bound by its busiest worker too.
+// pool is saturated and the arrivals set the pace; refusals (no place in a
+// decode batch, no room for the KV, no worker serving) come first. The
+// evaluation report names a measured bound by its busiest worker too.
 constexpr double kSaturatedBusy = 0.85;
-std::string NameBottleneck(const PoolBusy& b, int64_t refused);
+std::string NameBottleneck(const PoolBusy& b, const RefusalCounts& refused);
 
 // A figure over several seeds: the mean and the half-width of its 95%
 // confidence interval (Student's t).
@@ -233,6 +251,7 @@ struct SeedSummary {
   Estimate ttft_p50, ttft_p90, ttft_p99, tpot_p50, tpot_p90, tpot_p99;
   Estimate output_tokens_per_second, goodput, met_fraction;
   int64_t refused = 0;
+  RefusalCounts refusals;  // `refused` by reason, over all seeds
   PoolBusy busy;  // the mean over the seeds
   Estimate mean_workers;
   int peak_workers = 0;      // the most over the seeds

@@ -118,6 +118,8 @@ TEST(SimTest, TheRouterRefusesStreamsPastTheDecodeBatch) {
   for (const RequestRecord& q : r.requests) {
     refused += q.refused;
     served += !q.refused;
+    // The worker has KV for every client: a full batch refused them all.
+    EXPECT_EQ(q.refusal, q.refused ? Refusal::kBatchFull : Refusal::kNone) << q.id;
   }
   EXPECT_GT(refused, 0);
   EXPECT_GT(served, 0);
@@ -290,23 +292,30 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   EXPECT_LT(s.busy.prefill, 0.05);
   EXPECT_GE(s.busy.link, 0);
   EXPECT_LT(s.busy.monolithic, 0);  // no such pool
-  EXPECT_EQ(NameBottleneck(s.busy, 0).rfind("the decode workers, ", 0), 0u)
-      << NameBottleneck(s.busy, 0);
+  EXPECT_EQ(NameBottleneck(s.busy, {}).rfind("the decode workers, ", 0), 0u)
+      << NameBottleneck(s.busy, {});
   // The other way round: long prompts at 1 s a pass, one output token each.
   d.prefill_worker.pass = {1.0, 0, 0, 0};
   d.decode_worker.pass = {1e-3, 0, 0, 0};
   w.output_tokens = 2;
   s = Summarize(*Simulate(d, w), Targets{});
-  EXPECT_EQ(NameBottleneck(s.busy, 0).rfind("the prefill workers, ", 0), 0u)
-      << NameBottleneck(s.busy, 0);
+  EXPECT_EQ(NameBottleneck(s.busy, {}).rfind("the prefill workers, ", 0), 0u)
+      << NameBottleneck(s.busy, {});
   // Open loop far below capacity: nothing is saturated.
   w.arrivals = Workload::Arrivals::kPoisson;
   w.rate = 0.05;  // a request every 20 s, served in about 1 s
   s = Summarize(*Simulate(d, w), Targets{});
   EXPECT_LT(s.busy.prefill, 0.2);
-  EXPECT_NE(NameBottleneck(s.busy, 0).find("no pool saturated"), std::string::npos)
-      << NameBottleneck(s.busy, 0);
-  EXPECT_EQ(NameBottleneck(s.busy, 3).rfind("KV memory or the decode batch (3 requests", 0), 0u);
+  EXPECT_NE(NameBottleneck(s.busy, {}).find("no pool saturated"), std::string::npos)
+      << NameBottleneck(s.busy, {});
+  EXPECT_EQ(
+      NameBottleneck(s.busy, {.kv_full = 3}).rfind("KV memory (3 requests found no worker", 0), 0u);
+  EXPECT_EQ(NameBottleneck(s.busy, {.kv_full = 2, .batch_full = 5})
+                .rfind("the decode batch (5 requests found no place in a decode worker's batch) "
+                       "and KV memory (2 requests",
+                       0),
+            0u)
+      << NameBottleneck(s.busy, {.kv_full = 2, .batch_full = 5});
 }
 
 TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {
@@ -322,6 +331,8 @@ TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {
   const RunResult r = *Simulate(d, w);
   const RunSummary s = Summarize(r, {});
   EXPECT_GT(s.refused, 0);
+  EXPECT_EQ(s.refusals.kv_full, s.refused);  // 4 clients never fill a batch of 64
+  EXPECT_EQ(s.refusals.total(), s.refused);
   // A refused client tries again when a request ends (not at once, which
   // would spend every request at the first instant): of the two clients
   // without room, one gets the slot each time a request ends.

@@ -152,7 +152,7 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
   if (named >= 0) {
     const sim::PlanOption& o = plan->options[named];
     std::printf("%s is bound by %s\n", sim::Describe(o).c_str(),
-                sim::NameBottleneck(o.result.busy, o.result.refused).c_str());
+                sim::NameBottleneck(o.result.busy, o.result.refusals).c_str());
   }
   // The autoscalers that hold the recommendation as the rate moves.
   std::optional<sim::AutoscalePlan> autoscale;

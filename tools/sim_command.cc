@@ -4,9 +4,12 @@
 // from the profile, over several seeds with 95% confidence intervals.
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "harness/load_generator.h"
 #include "nlohmann/json.hpp"
 #include "sim/profile.h"
@@ -201,12 +204,23 @@ int SimCommand(int argc, char** argv) {
               Figure(r->goodput, 1, "requests/s").c_str(), r->met_fraction.mean * 100, ttft_ms,
               tpot_ms);
   if (r->refused > 0) {
-    std::printf(
-        "  %lld requests refused: no decode worker had room for their KV or a place in its "
-        "decode batch (--max-decode-batch, --bound-streams)\n",
-        (long long)r->refused);
+    // By reason, the router's words first (as clients see them).
+    std::vector<std::string> why;
+    const sim::RefusalCounts& n = r->refusals;
+    if (n.batch_full > 0) {
+      why.push_back(absl::StrCat(n.batch_full,
+                                 " batch_full (a full decode batch: --max-decode-batch, "
+                                 "--bound-streams)"));
+    }
+    if (n.kv_full > 0)
+      why.push_back(absl::StrCat(n.kv_full, " kv_full (no room for the KV: --kv-blocks)"));
+    if (n.no_worker > 0) {
+      why.push_back(absl::StrCat(n.no_worker, " no_worker (no worker of a pool serving yet)"));
+    }
+    std::printf("  %lld requests refused: %s\n", (long long)r->refused,
+                absl::StrJoin(why, ", ").c_str());
   }
-  const std::string bound = sim::NameBottleneck(r->busy, r->refused);
+  const std::string bound = sim::NameBottleneck(r->busy, r->refusals);
   std::printf("  bound: %s\n", bound.c_str());
   // The autoscalers: the workers they kept (what the deployment costs),
   // and the first seed's scaling as a timeline.
@@ -252,6 +266,10 @@ int SimCommand(int argc, char** argv) {
                         {"goodput", ToJson(r->goodput)},
                         {"met_fraction", ToJson(r->met_fraction)},
                         {"refused", r->refused},
+                        {"refusals",
+                         {{"kv_full", r->refusals.kv_full},
+                          {"batch_full", r->refusals.batch_full},
+                          {"no_worker", r->refusals.no_worker}}},
                         {"busy",
                          {{"prefill", r->busy.prefill},
                           {"decode", r->busy.decode},
