@@ -123,9 +123,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double IntLoopAvx512(int6
       // intrinsics copy each accumulator to a fresh register and back.
       __m512i x = acc[i];
       if constexpr (kInt8) {
-        asm("{evex} vpdpbusd %2, %1, %0" : "+v"(x) : "v"(a), "v"(b));
+        asm("%{evex%} vpdpbusd %2, %1, %0" : "+v"(x) : "v"(a), "v"(b));
       } else {
-        asm("{evex} vpdpwssd %2, %1, %0" : "+v"(x) : "v"(a), "v"(b));
+        asm("%{evex%} vpdpwssd %2, %1, %0" : "+v"(x) : "v"(a), "v"(b));
       }
       acc[i] = x;
     }

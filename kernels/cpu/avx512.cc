@@ -34,11 +34,11 @@ inline int32_t LoadQuad(const int8_t* p) {
 // instruction does; {evex} keeps the AVX-512 encoding for 256-bit operands
 // too (the VEX one is AVX-VNNI, which AVX-512 CPUs such as Zen 4 lack).
 inline __m512i Dpbusd(__m512i acc, __m512i a_u8, __m512i b_s8) {
-  asm("{evex} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a_u8), "vm"(b_s8));
+  asm("%{evex%} vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a_u8), "vm"(b_s8));
   return acc;
 }
 inline __m512i Dpwssd(__m512i acc, __m512i a, __m512i b) {
-  asm("{evex} vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+  asm("%{evex%} vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
   return acc;
 }
 
@@ -355,7 +355,7 @@ void W4Tile(const PackedW4& w, int64_t p, const Rows& rows, const float* xs, con
 // 3072 x 576 GEMV 23.4 us against 21.1; this one 15.4-16.1 us (AVX2's
 // 22.4-23.9 in the same run). Not measured on an Intel CPU.
 inline __m256i Dpwssd256(__m256i acc, __m256i a, __m256i b) {
-  asm("{evex} vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
+  asm("%{evex%} vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
   return acc;
 }
 struct W4Codes256 {
