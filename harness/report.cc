@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/host.h"
 #include "harness/report_internal.h"
 
 namespace pdq {
@@ -23,9 +24,10 @@ absl::StatusOr<std::string> WriteEvalReport(const EvalConfig& config, const std:
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   absl::StrAppend(&md, "# pdq evaluation: does phase-specific quantization pay?\n\n", "Written ",
                   date, " by `", command, "`.\n\n",
-                  absl::StrFormat("Machine: %s, %d logical CPUs; the deployments share %.0f cores. "
-                                  "Model: `%s`.\n\n",
-                                  CpuModel(), (int)std::thread::hardware_concurrency(),
+                  absl::StrFormat("Written on: %s, %d logical CPUs (the machines the runs "
+                                  "took, where they differ, are in the notes below); the "
+                                  "deployments share %.0f cores. Model: `%s`.\n\n",
+                                  CpuModelName(), (int)std::thread::hardware_concurrency(),
                                   config.cores, config.model.empty() ? "(default)" : config.model));
 
   // What the config says the reader must know (the model, the machine).

@@ -34,14 +34,6 @@ std::string F(double v, int digits) {
   return std::isfinite(v) ? absl::StrFormat("%.*f", digits, v) : "–";
 }
 
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  }
-  return "unknown CPU";
-}
-
 int MaxConcurrencyWithinTargets(const BenchResult& bench) {
   int best = 0;
   const double ttft = bench.ttft_target_ms / 1e3, tpot = bench.tpot_target_ms / 1e3;

@@ -26,7 +26,6 @@ double Num(const json& j, std::initializer_list<const char*> path);
 // `v` with `digits` decimals, or "–" when it is not finite.
 std::string F(double v, int digits = 2);
 std::string Quote(const std::string& s);
-std::string CpuModel();
 
 // A deployment (as configured) and its measurements.
 struct Dep : EvalDeployment {

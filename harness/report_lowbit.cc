@@ -52,13 +52,15 @@ std::string LowbitSection(const EvalLowbit& lowbit, const std::string& raw) {
   std::string md =
       "## Where low-bit stops paying\n\n"
       "The engine alone (`pdq bench-engine --baseline fp16`, the same process alternating the two "
-      "precisions) on each kernel path this machine has (`PDQ_ISA`), at each thread count. "
-      "Decode is batch 1 over a short context; prefill is one prompt. A speedup above 1 means "
-      "the quantized weights pay on that path.\n\n"
-      "| path | threads | FP16 decode tok/s | W4A16 decode × | W8A8 decode × | FP16 prefill tok/s "
-      "| "
-      "W8A8 prefill × | W4A16 prefill × | read GB/s | FMA GFLOP/s | int8 GOP/s | balance FLOP/B "
-      "|\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+      "precisions) on each kernel path of the machine it ran on (`PDQ_ISA`), at each thread "
+      "count; a resumed run adds the paths its machine has that an earlier one lacked, so the "
+      "CPU column names each row's machine (\"not recorded\": a run from before bench-engine "
+      "recorded it). Decode is batch 1 over a short context; prefill is one prompt. A speedup "
+      "above 1 means the quantized weights pay on that path.\n\n"
+      "| path | threads | CPU | FP16 decode tok/s | W4A16 decode × | W8A8 decode × | FP16 prefill "
+      "tok/s | W8A8 prefill × | W4A16 prefill × | read GB/s | FMA GFLOP/s | int8 GOP/s | balance "
+      "FLOP/B |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+      "| ---: |\n";
   struct Row {
     std::string isa;
     int threads = 0;
@@ -93,14 +95,15 @@ std::string LowbitSection(const EvalLowbit& lowbit, const std::string& raw) {
     const double bw = Num(r.w4, {"read_bandwidth_gbps"}), peak = Num(r.w4, {"fma_peak_gflops"}),
                  i8 = Num(r.w8, {"int8_peak_gops"});
     absl::StrAppend(
-        &md, "| ", r.isa, " | ", r.threads, " | ", F(Num(b, {"decode_tokens_per_s"}), 1), " | ",
-        pays(Num(r.w4, {"decode_speedup"})), " | ", pays(Num(r.w8, {"decode_speedup"})), " | ",
-        F(Num(b, {"prefill_tokens_per_s"}), 1), " | ", pays(Num(r.w8, {"prefill_speedup"})), " | ",
-        pays(Num(r.w4, {"prefill_speedup"})), " | ", F(bw, 1), " | ", F(peak, 1), " | ",
-        i8 > 0 ? F(i8, 1) : "–", " | ", F(peak / bw, 2), " |\n");
+        &md, "| ", r.isa, " | ", r.threads, " | ", r.w4.value("cpu", std::string("not recorded")),
+        " | ", F(Num(b, {"decode_tokens_per_s"}), 1), " | ", pays(Num(r.w4, {"decode_speedup"})),
+        " | ", pays(Num(r.w8, {"decode_speedup"})), " | ", F(Num(b, {"prefill_tokens_per_s"}), 1),
+        " | ", pays(Num(r.w8, {"prefill_speedup"})), " | ", pays(Num(r.w4, {"prefill_speedup"})),
+        " | ", F(bw, 1), " | ", F(peak, 1), " | ", i8 > 0 ? F(i8, 1) : "–", " | ", F(peak / bw, 2),
+        " |\n");
   }
   if (!absent.empty()) {
-    absl::StrAppend(&md, "\nNot on this machine: ", absl::StrJoin(absent, ", "),
+    absl::StrAppend(&md, "\nNot on the machines these ran on: ", absl::StrJoin(absent, ", "),
                     " (`PDQ_ISA` can only force a lower path).\n");
   }
 
@@ -184,14 +187,17 @@ std::string LowbitSection(const EvalLowbit& lowbit, const std::string& raw) {
                              r.isa, r.threads, eta8, eta32, i8 / peak, eta8 / eta32 * i8 / peak,
                              Num(r.w8, {"prefill_speedup"}), i8 / peak));
   }
+  const bool vnni = std::any_of(rows.begin(), rows.end(),
+                                [](const Row& r) { return r.isa.rfind("avx512", 0) == 0; });
   absl::StrAppend(
       &md,
       "\nOn AVX2, `Q` counts `vpmaddubsw` alone (32 int8 multiply-adds per 256-bit instruction "
       "against 8 FP32 FMAs, so about 4 at equal issue rates), but its int16 sums must be widened "
       "by `vpmaddwd` and added by `vpaddd`, which is where `η8` goes. AVX-512 VNNI's "
       "`vpdpbusd` does all three in one instruction into int32, so on such a CPU `η8` moves "
-      "toward `η32` and W8A8 prefill toward the ceiling `Q`; how far is for a run there to "
-      "measure (this machine has no VNNI).\n\n");
+      "toward `η32` and W8A8 prefill toward the ceiling `Q`; ",
+      vnni ? "the avx512 rows above measure how far.\n\n"
+           : "how far is for a run there to measure (no row here ran on VNNI).\n\n");
   return md;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <tuple>
 
+#include "common/host.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -424,6 +425,8 @@ TEST(CliTest, BenchEngineJsonHasRooflineFractions) {
   EXPECT_EQ(j["batch"], 3);
   EXPECT_EQ(j["gen_tokens"], 8);
   EXPECT_EQ(j["precision"], "fp16");
+  // The machine it ran on, as /proc/cpuinfo names it (the eval report's CPU column).
+  EXPECT_EQ(j["cpu"], pdq::CpuModelName());
   // The fractions are the speeds against the rooflines measured in the run.
   auto get = [&](const char* key) { return j[key].get<double>(); };
   EXPECT_NEAR(get("batch_speedup"), get("decode_tokens_per_s") / get("decode_batch1_tokens_per_s"),

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/check.h"
+#include "common/host.h"
 #include "engine/sampler.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
@@ -286,6 +287,7 @@ int BenchEngineCommand(int argc, char** argv) {
   j["device"] = loaded->ctx->device();
   j["threads"] = pool.size();
   j["isa"] = KernelIsaName();
+  j["cpu"] = CpuModelName();
   j["prompt_tokens"] = prompt_tokens;
   j["gen_tokens"] = gen_tokens;
   j["batch"] = batch;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/check.h"
+#include "common/host.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kvtransfer/transport.h"
@@ -301,19 +302,6 @@ absl::StatusOr<sim::LinkProfile> MeasureLink(const std::string& transport, const
   return l;
 }
 
-std::string CpuName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos)
-        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-    }
-  }
-  return "unknown";
-}
-
 }  // namespace
 
 int ProfileCommand(int argc, char** argv) {
@@ -354,7 +342,7 @@ int ProfileCommand(int argc, char** argv) {
   }
   if (runs.empty()) runs.push_back(mf);
   sim::Profile profile;
-  profile.cpu = CpuName();
+  profile.cpu = CpuModelName();
   profile.isa = KernelIsaName();
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
