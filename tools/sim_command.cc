@@ -195,6 +195,12 @@ int SimCommand(int argc, char** argv) {
                         .c_str());
   std::printf("  %d seeds x %lld requests; 95%% confidence intervals\n", r->seeds,
               (long long)requests);
+  if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0) {
+    // Nothing in such a run draws from the seed.
+    std::printf(
+        "  (every seed runs alike here: closed loop, fixed lengths, no --noise; the intervals are "
+        "0 by construction, not certainty: --length-spread or --noise give them a spread)\n");
+  }
   std::printf("  TTFT p50 %s  p90 %s  p99 %s\n", Figure(r->ttft_p50, 1e3, "ms").c_str(),
               Figure(r->ttft_p90, 1e3, "ms").c_str(), Figure(r->ttft_p99, 1e3, "ms").c_str());
   std::printf("  TPOT p50 %s  p90 %s  p99 %s\n", Figure(r->tpot_p50, 1e3, "ms").c_str(),
