@@ -36,7 +36,7 @@ absl::StatusOr<Deployment> DeploymentFor(const Profile& profile, const WorkerOpt
 // Met with confidence: none refused and the attainment's 95% interval
 // above the bar.
 bool Meets(const SeedSummary& r, double attainment) {
-  return r.refused == 0 && r.met_fraction.mean - r.met_fraction.half_width >= attainment;
+  return r.refusals.total() == 0 && r.met_fraction.mean - r.met_fraction.half_width >= attainment;
 }
 
 }  // namespace

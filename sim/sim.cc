@@ -322,7 +322,6 @@ class Simulation {
   // serves): the router refuses it at once.
   void Refuse(int64_t id, Refusal why) {
     RequestRecord& r = result_.requests[id];
-    r.refused = true;
     r.refusal = why;
     r.decode_worker = r.prefill_worker = -1;
     r.first_token = r.finish = now_;
@@ -678,20 +677,6 @@ absl::StatusOr<RunResult> Simulate(const Deployment& d, const Workload& w, const
   return Simulation(d, w, o).Run();
 }
 
-const char* RefusalName(Refusal r) {
-  switch (r) {
-    case Refusal::kKvFull:
-      return "kv_full";
-    case Refusal::kBatchFull:
-      return "batch_full";
-    case Refusal::kNoWorker:
-      return "no_worker";
-    case Refusal::kNone:
-      break;
-  }
-  return "";
-}
-
 void RefusalCounts::Add(Refusal r) {
   switch (r) {
     case Refusal::kKvFull:
@@ -720,8 +705,7 @@ RunSummary Summarize(const RunResult& r, const Targets& t) {
   double first = INFINITY, last = 0, tokens = 0, met = 0;
   for (const RequestRecord& q : r.requests) {
     if (!q.measured) continue;
-    if (q.refused) {
-      ++s.refused;
+    if (q.refused()) {
       s.refusals.Add(q.refusal);
       continue;
     }
@@ -745,7 +729,7 @@ RunSummary Summarize(const RunResult& r, const Targets& t) {
     s.requests_per_second = double(s.measured) / span;
     s.goodput = met / span;
   }
-  const int64_t all = s.measured + s.refused;
+  const int64_t all = s.measured + s.refusals.total();
   s.met_fraction = all > 0 ? met / double(all) : 0;
   s.busy = Busy(r);
   // Workers alive over time: +1 at creation, -1 when gone.
@@ -854,10 +838,7 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   out.output_tokens_per_second = each(&RunSummary::output_tokens_per_second);
   out.goodput = each(&RunSummary::goodput);
   out.met_fraction = each(&RunSummary::met_fraction);
-  for (const RunSummary& s : runs) {
-    out.refused += s.refused;
-    out.refusals.Add(s.refusals);
-  }
+  for (const RunSummary& s : runs) out.refusals.Add(s.refusals);
   auto mean_busy = [&](double PoolBusy::*field) {
     double sum = 0;
     for (const RunSummary& s : runs) sum += s.busy.*field;

@@ -127,19 +127,18 @@ struct Workload {
   std::vector<Phase> phases;
 };
 
-// Why the router refused a request, in the words of its refusal trailer
-// (server::kRefusalTrailer; RefusalName): no worker of the role it needed
+// Why the router refused a request, as its refusal trailer
+// (server::kRefusalTrailer) names it: no worker of the role it needed
 // had room for its KV ("kv_full"), or every decode worker's batch was full
 // under the stream bound ("batch_full"), or none was serving
 // ("no_worker": every pod of the pool still starting).
 enum class Refusal { kNone, kKvFull, kBatchFull, kNoWorker };
-const char* RefusalName(Refusal r);
 
 struct RequestRecord {
   int64_t id = 0;
   bool measured = false;
-  bool refused = false;
-  Refusal refusal = Refusal::kNone;  // why, when refused
+  Refusal refusal = Refusal::kNone;  // why it was refused, if it was
+  bool refused() const { return refusal != Refusal::kNone; }
   int64_t prompt_tokens = 0, output_tokens = 0;
   double arrival = 0, first_token = 0, finish = 0;
   int prefill_worker = -1, decode_worker = -1;  // indices into the run's workers
@@ -217,8 +216,8 @@ struct RefusalCounts {
 };
 
 struct RunSummary {
-  int64_t measured = 0, refused = 0;
-  RefusalCounts refusals;  // `refused` by reason
+  int64_t measured = 0;
+  RefusalCounts refusals;  // the refused ones, by reason
   double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
   double tpot_p50 = 0, tpot_p90 = 0, tpot_p99 = 0;
   double output_tokens_per_second = 0;  // over the measured requests' span
@@ -250,8 +249,7 @@ struct SeedSummary {
   int seeds = 0;
   Estimate ttft_p50, ttft_p90, ttft_p99, tpot_p50, tpot_p90, tpot_p99;
   Estimate output_tokens_per_second, goodput, met_fraction;
-  int64_t refused = 0;
-  RefusalCounts refusals;  // `refused` by reason, over all seeds
+  RefusalCounts refusals;  // refused requests by reason, over all seeds
   PoolBusy busy;  // the mean over the seeds
   Estimate mean_workers;
   int peak_workers = 0;      // the most over the seeds

@@ -116,10 +116,10 @@ TEST(SimTest, TheRouterRefusesStreamsPastTheDecodeBatch) {
   const RunResult r = TenClientsOnABatchOfFour(true, &w);
   int64_t refused = 0, served = 0;
   for (const RequestRecord& q : r.requests) {
-    refused += q.refused;
-    served += !q.refused;
+    refused += q.refused();
+    served += !q.refused();
     // The worker has KV for every client: a full batch refused them all.
-    EXPECT_EQ(q.refusal, q.refused ? Refusal::kBatchFull : Refusal::kNone) << q.id;
+    EXPECT_EQ(q.refusal, q.refused() ? Refusal::kBatchFull : Refusal::kNone) << q.id;
   }
   EXPECT_GT(refused, 0);
   EXPECT_GT(served, 0);
@@ -330,16 +330,15 @@ TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {
   w.warmup = 0;
   const RunResult r = *Simulate(d, w);
   const RunSummary s = Summarize(r, {});
-  EXPECT_GT(s.refused, 0);
-  EXPECT_EQ(s.refusals.kv_full, s.refused);  // 4 clients never fill a batch of 64
-  EXPECT_EQ(s.refusals.total(), s.refused);
+  EXPECT_GT(s.refusals.total(), 0);
+  EXPECT_EQ(s.refusals.kv_full, s.refusals.total());  // 4 clients never fill a batch of 64
   // A refused client tries again when a request ends (not at once, which
   // would spend every request at the first instant): of the two clients
   // without room, one gets the slot each time a request ends.
   EXPECT_GE(s.measured, 10);
-  EXPECT_EQ(s.refused + s.measured, 40);
+  EXPECT_EQ(s.refusals.total() + s.measured, 40);
   w.concurrency = 2;
-  EXPECT_EQ(Summarize(*Simulate(d, w), {}).refused, 0);
+  EXPECT_EQ(Summarize(*Simulate(d, w), {}).refusals.total(), 0);
 }
 
 TEST(SimTest, ASeedDecidesTheRun) {
@@ -499,7 +498,7 @@ TEST(SimAutoscaleTest, AnHpaFollowsTheLoadAndDrainsWhatItRemoves) {
   // Every request finished, on a worker that was serving when it came.
   int removed_served = 0;
   for (const RequestRecord& q : r.requests) {
-    ASSERT_FALSE(q.refused) << q.id;
+    ASSERT_FALSE(q.refused()) << q.id;
     EXPECT_GE(q.finish, q.first_token);
     const WorkerRecord& wr = r.workers[q.decode_worker];
     ASSERT_GE(wr.ready, 0) << q.id;
@@ -588,7 +587,7 @@ TEST(SimPlanTest, ADeploymentBehindItsLoadIsJudgedAtSteadyStateNotInItsRamp) {
   p.monolithic = p.prefill = p.decode = "fp16";
   ASSERT_TRUE(SpecsFromProfile(DecodeBoundProfile(), p, {}, &d).ok());
   auto meets = [](const SeedSummary& r) {
-    return r.refused == 0 && r.met_fraction.mean - r.met_fraction.half_width >= 0.9;
+    return r.refusals.total() == 0 && r.met_fraction.mean - r.met_fraction.half_width >= 0.9;
   };
   // 600 output tokens/s asked of a worker that decodes at most 500 (a step
   // of 5 ms + 2 ms a row).
@@ -600,7 +599,7 @@ TEST(SimPlanTest, ADeploymentBehindItsLoadIsJudgedAtSteadyStateNotInItsRamp) {
   w.warmup = 0;
   const Targets t{2, 0.2};
   const SeedSummary ramp = *RunSeeds(d, w, t, 3);
-  ASSERT_TRUE(meets(ramp)) << ramp.met_fraction.mean << " refused " << ramp.refused;
+  ASSERT_TRUE(meets(ramp)) << ramp.met_fraction.mean << " refused " << ramp.refusals.total();
   Workload ran;
   const SeedSummary steady = *RunSteady(d, w, t, 3, 0.9, &ran);
   EXPECT_GT(ran.warmup, 0);
@@ -609,7 +608,7 @@ TEST(SimPlanTest, ADeploymentBehindItsLoadIsJudgedAtSteadyStateNotInItsRamp) {
   // its warm-up spans two lifetimes of arrivals.
   w.rate = 5;
   const SeedSummary easy = *RunSteady(d, w, t, 3, 0.9, &ran);
-  EXPECT_TRUE(meets(easy)) << easy.met_fraction.mean << " refused " << easy.refused;
+  EXPECT_TRUE(meets(easy)) << easy.met_fraction.mean << " refused " << easy.refusals.total();
   const double lifetime = easy.ttft_p90.mean + easy.tpot_p90.mean * 59;
   EXPECT_GE(ran.warmup, std::floor(kSteadyLifetimes * lifetime * w.rate));
   EXPECT_GE(ran.requests, 40);

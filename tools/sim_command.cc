@@ -209,7 +209,7 @@ int SimCommand(int argc, char** argv) {
               Figure(r->output_tokens_per_second, 1, "tokens/s").c_str(),
               Figure(r->goodput, 1, "requests/s").c_str(), r->met_fraction.mean * 100, ttft_ms,
               tpot_ms);
-  if (r->refused > 0) {
+  if (r->refusals.total() > 0) {
     // By reason, the router's words first (as clients see them).
     std::vector<std::string> why;
     const sim::RefusalCounts& n = r->refusals;
@@ -223,7 +223,7 @@ int SimCommand(int argc, char** argv) {
     if (n.no_worker > 0) {
       why.push_back(absl::StrCat(n.no_worker, " no_worker (no worker of a pool serving yet)"));
     }
-    std::printf("  %lld requests refused: %s\n", (long long)r->refused,
+    std::printf("  %lld requests refused: %s\n", (long long)r->refusals.total(),
                 absl::StrJoin(why, ", ").c_str());
   }
   const std::string bound = sim::NameBottleneck(r->busy, r->refusals);
@@ -271,7 +271,7 @@ int SimCommand(int argc, char** argv) {
                         {"output_tokens_per_second", ToJson(r->output_tokens_per_second)},
                         {"goodput", ToJson(r->goodput)},
                         {"met_fraction", ToJson(r->met_fraction)},
-                        {"refused", r->refused},
+                        {"refused", r->refusals.total()},
                         {"refusals",
                          {{"kv_full", r->refusals.kv_full},
                           {"batch_full", r->refusals.batch_full},
