@@ -14,6 +14,7 @@ struct SamplingParams {
   int top_k = 0;             // 0: no limit
   float top_p = 1.0f;        // 1: no limit
   uint64_t seed = 0;
+  bool operator==(const SamplingParams&) const = default;
 };
 
 // InvalidArgument naming the first out-of-range parameter.

@@ -872,6 +872,12 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     a->reserve_req.set_cache_salt(req_.cache_salt());
     a->reserve_req.set_local_prefill_max_tokens(registry_.options().local_prefill_tokens);
     a->reserve_req.set_kv_writer(PrecisionLabel(a->prefill->info.precision()));
+    // A fresh stream: a local prefill may start with the reservation (a
+    // resumed one's first pick depends on its Decode call's resume state).
+    if (recompute_prompt_.empty()) {
+      *a->reserve_req.mutable_first_sampling() = req_.sampling();
+      a->reserve_req.set_priority(req_.priority());
+    }
     ++a->open_calls;
     auto self = shared_from_this();
     a->decode->decode->async()->Reserve(&a->reserve_ctx, &a->reserve_req, &a->reserve_resp,

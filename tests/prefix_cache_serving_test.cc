@@ -4,7 +4,9 @@
 // later turns reuse their prefix (cached_tokens), the short-suffix path on
 // the decode worker answers as the prefill worker's path does, eviction
 // keeps answers and block counts right, salts isolate, and the router
-// sends a follow-up to the worker holding its conversation.
+// sends a follow-up to the worker holding its conversation, and a local
+// prefill started with its reservation answers as one that waited for its
+// Decode call.
 #include <functional>
 #include <latch>
 #include <mutex>
@@ -13,6 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/serving_cluster.h"
+#include "tests/test_models.h"
 
 namespace pdq::testing {
 namespace {
@@ -208,6 +211,162 @@ TEST(PrefixCacheServingTest, W8a8W4a16ConversationsAnswerTheSameWithTheCacheOnAn
   ASSERT_NE(split.stub, nullptr);
   ExpectSame(ConverseAll(split, 2), want, Reuse::kSome, "1P+1D");
   ExpectAllFree(split);
+}
+
+// The decode worker's own reservation and Decode calls, as the router makes
+// them for a follow-up whose missing tokens the decode worker prefills.
+struct DecodeCalls {
+  std::unique_ptr<v1::DecodeWorker::Stub> stub;
+  std::string layout;  // the model's KvLayout, serialized
+
+  absl::StatusOr<v1::ReserveResponse> Reserve(const std::string& id,
+                                              const std::vector<int32_t>& prompt, int max_tokens,
+                                              const v1::SamplingParams* first_sampling) {
+    v1::ReserveRequest r;
+    r.set_request_id(id);
+    r.set_prompt_tokens((int64_t)prompt.size());
+    r.set_max_tokens(max_tokens);
+    r.set_kv_layout(layout);
+    for (int32_t t : prompt) r.add_prompt(t);
+    r.set_local_prefill_max_tokens(256);
+    r.set_kv_writer("fp16");
+    if (first_sampling != nullptr) *r.mutable_first_sampling() = *first_sampling;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::ReserveResponse resp;
+    grpc::Status st = stub->Reserve(&ctx, r, &resp);
+    if (!st.ok()) return absl::InternalError(st.error_message());
+    return resp;
+  }
+
+  Answer Decode(const std::string& id, const std::string& reservation,
+                const v1::SamplingParams& sampling, int max_tokens) {
+    v1::DecodeRequest r;
+    r.set_request_id(id);
+    r.set_reservation_id(reservation);
+    *r.mutable_sampling() = sampling;
+    r.set_max_tokens(max_tokens);
+    r.set_ignore_eos(true);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto reader = stub->Decode(&ctx, r);
+    return ReadToEnd(*reader, {});
+  }
+};
+
+// A follow-up's short suffix, prefilled on the decode worker, starts with
+// its reservation when that brings the first token's sampling, and its first
+// token waits for the Decode call: the answer (sampled, seeded: the draws
+// must line up) is the same whether the call comes during that prefill or
+// after it, and as when the prefill waits for the call. A Decode call with
+// other sampling is refused; a reservation whose call never comes lets its
+// blocks go with its lease.
+TEST(PrefixCacheServingTest, ALocalPrefillStartedWithItsReservationAnswersTheSame) {
+  Cluster c;
+  Deployment d = Start(c, {}, {{"prefill", {}}, {"decode", {"--lease-seconds", "2"}}});
+  ASSERT_NE(d.stub, nullptr);
+  const Proc& decode = d.workers[1];
+  const TestModel model = LoadOrDie(kModel, 1);
+  ASSERT_TRUE(model);
+  DecodeCalls calls{v1::DecodeWorker::NewStub(
+                        grpc::CreateChannel(decode.address, grpc::InsecureChannelCredentials())),
+                    model->kv_layout().Serialize()};
+
+  // Turn 1 through the router: the decode worker caches its prompt.
+  auto tokenize = [&](const std::string& text) {
+    grpc::ClientContext ctx;
+    v1::TokenizeRequest t;
+    t.set_text(text);
+    v1::TokenizeResponse ids;
+    EXPECT_TRUE(d.stub->Tokenize(&ctx, t, &ids).ok());
+    return std::vector<int32_t>(ids.ids().begin(), ids.ids().end());
+  };
+  const std::vector<int32_t> prompt = tokenize(LongText(90) + kPrompts[0]);
+  const std::vector<int32_t> question = tokenize(" Now something else. " + kPrompts[1]);
+  ASSERT_FALSE(prompt.empty() || question.empty());
+  v1::GenerateRequest first;
+  first.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  first.set_max_tokens(8);
+  const Answer a1 = Generate(*d.stub, first);
+  ASSERT_TRUE(a1.status.ok()) << a1.status.error_message();
+  std::vector<int32_t> follow_up = prompt;
+  follow_up.insert(follow_up.end(), a1.tokens.begin(), a1.tokens.end());
+  follow_up.insert(follow_up.end(), question.begin(), question.end());
+
+  // Hot enough that a draw out of step picks other tokens.
+  v1::SamplingParams sampling;
+  sampling.set_temperature(1.5f);
+  sampling.set_seed(7);
+  constexpr int kTokens = 12;
+  const std::string tokens_series = "pdq_prefill_tokens_total";
+  auto prefilled = [&] { return Metric(decode.metrics, tokens_series); };
+
+  // Prefilled before its call: the tokens are computed with no Decode call.
+  const double before = prefilled();
+  ASSERT_GE(before, 0) << tokens_series << " is not in the decode worker's metrics";
+  absl::StatusOr<v1::ReserveResponse> early = calls.Reserve("early", follow_up, kTokens, &sampling);
+  ASSERT_TRUE(early.ok()) << early.status();
+  ASSERT_TRUE(early->local_prefill());
+  EXPECT_GT(early->cached_tokens(), 0);
+  const double missing = double(follow_up.size() - early->cached_tokens());
+  EXPECT_EQ(MetricSoon(decode.metrics, tokens_series, before + missing), before + missing);
+  const Answer parked = calls.Decode("early", early->reservation_id(), sampling, kTokens);
+  ASSERT_TRUE(parked.status.ok()) << parked.status.error_message();
+  ASSERT_EQ(parked.tokens.size(), (size_t)kTokens);
+
+  // The call right behind the reservation (during its prefill, or after).
+  absl::StatusOr<v1::ReserveResponse> racing =
+      calls.Reserve("racing", follow_up, kTokens, &sampling);
+  ASSERT_TRUE(racing.ok() && racing->local_prefill()) << racing.status();
+  EXPECT_EQ(calls.Decode("racing", racing->reservation_id(), sampling, kTokens).tokens,
+            parked.tokens);
+
+  // The prefill waiting for its call, as before reservations brought the
+  // sampling.
+  absl::StatusOr<v1::ReserveResponse> late = calls.Reserve("late", follow_up, kTokens, nullptr);
+  ASSERT_TRUE(late.ok() && late->local_prefill()) << late.status();
+  EXPECT_EQ(calls.Decode("late", late->reservation_id(), sampling, kTokens).tokens, parked.tokens);
+
+  // The router's own path for the same follow-up.
+  v1::GenerateRequest routed;
+  routed.mutable_tokens()->mutable_ids()->Add(follow_up.begin(), follow_up.end());
+  *routed.mutable_sampling() = sampling;
+  routed.set_max_tokens(kTokens);
+  routed.set_ignore_eos(true);
+  const Answer via_router = Generate(*d.stub, routed);
+  ASSERT_TRUE(via_router.status.ok()) << via_router.status.error_message();
+  EXPECT_EQ(via_router.tokens, parked.tokens);
+  EXPECT_GT(via_router.summary.cached_tokens(), 0);
+
+  // Another seed in the call than the reservation drew the first token with.
+  absl::StatusOr<v1::ReserveResponse> other = calls.Reserve("other", follow_up, kTokens, &sampling);
+  ASSERT_TRUE(other.ok() && other->local_prefill()) << other.status();
+  v1::SamplingParams reseeded = sampling;
+  reseeded.set_seed(8);
+  const Answer refused = calls.Decode("other", other->reservation_id(), reseeded, kTokens);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status.error_message().find("sampling differs"), std::string::npos)
+      << refused.status.error_message();
+
+  // No call at all: prefilled, then let go after the 2 s lease.
+  absl::StatusOr<v1::ReserveResponse> orphan =
+      calls.Reserve("orphan", follow_up, kTokens, &sampling);
+  ASSERT_TRUE(orphan.ok() && orphan->local_prefill()) << orphan.status();
+  // (Each load is the worker's sample after its last step.)
+  auto held_soon = [&](int64_t want) {
+    const auto end = Clock::now() + std::chrono::seconds(20);
+    int64_t held = Load(decode.address).sequences_held();
+    while (held != want && Clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      held = Load(decode.address).sequences_held();
+    }
+    return held;
+  };
+  EXPECT_EQ(held_soon(1), 1) << "the reservation is held";
+  EXPECT_EQ(held_soon(0), 0) << "its lease ended";
+  ExpectAllFree(d);
+  const Answer gone = calls.Decode("orphan", orphan->reservation_id(), sampling, kTokens);
+  EXPECT_EQ(gone.status.error_code(), grpc::StatusCode::NOT_FOUND) << gone.status.error_message();
 }
 
 TEST(PrefixCacheServingTest, EvictionUnderMemoryPressureKeepsAnswersAndBlockCounts) {

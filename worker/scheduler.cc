@@ -188,6 +188,9 @@ struct Scheduler::Sequence {
   std::string kv_writer;  // the precision of the prefill that sends it
   // The missing prompt tokens are prefilled here (a short suffix), not sent.
   bool local_prefill = false;
+  // That prefill is queued: since the reservation (when it brought the
+  // first token's sampling) or since the Decode call.
+  bool prefill_started = false;
   bool kv_landed = false;
   // Its request id went to the routers as taken (kv_taken_): when its
   // blocks are freed it goes as released (kv_released_).
@@ -485,16 +488,26 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     // the sender's, or where any precision's KV may be reused.
     const bool same_precision = options_.reuse_any_precision || s->kv_writer == decode_writer();
     if (hit > 0 && same_precision && s->prompt_tokens - hit <= args.local_prefill_max_tokens) {
-      // A follow-up whose missing part is short enough to prefill here: the
-      // sequence waits for its Decode call (which brings the sampling) and
-      // then queues like role both's. A prompt this worker holds nothing of
+      // A follow-up whose missing part is short enough to prefill here: it
+      // queues like role both's, now when the reservation brings the first
+      // token's sampling (the token then waits for the Decode call), else
+      // when the Decode call comes. A prompt this worker holds nothing of
       // goes to the prefill worker, however short: that is its precision.
       r.local_prefill = true;
       s->local_prefill = true;
       s->kv_landed = true;  // no transfer to wait for
+      const bool now = args.first_sampling.has_value() &&
+                       queued_prompt_tokens_.load() + (s->prompt_tokens - hit) <=
+                           options_.max_queued_prompt_tokens;
+      if (now) {
+        s->first_sampling = *args.first_sampling;
+        s->batch = args.batch;
+        QueueLocalPrefill(*s);
+      }
       LogLine(absl::StrCat("request ", s->request_id, ": reserved ", tokens, " tokens of KV, ", hit,
                            " of the ", s->prompt_tokens,
-                           "-token prompt cached; prefilling the rest here"));
+                           "-token prompt cached; prefilling the rest ",
+                           now ? "here now" : "here when its Decode call comes"));
       sequences_.push_back(std::move(s));
       done(r);
       return;
@@ -585,25 +598,39 @@ void Scheduler::Decode(std::string reservation_id, GenerationParams params,
       s->batch = s->params.batch;
       s->sampler = std::make_unique<Sampler>(s->params.sampling);
       s->text = std::make_unique<TextStream>(decode_->model().tokenizer(), s->params.stop);
-      s->arrival = absl::Now();
+      if (s->prefill_started) {
+        // Prefilling (or prefilled) since the reservation, which drew or
+        // draws the first token with the sampling it brought.
+        if (s->params.resume) {
+          FinishSequence(*s, absl::InvalidArgumentError(
+                                 "a resumed stream's reservation cannot have started prefilling"));
+          return;
+        }
+        if (!(s->params.sampling == s->first_sampling)) {
+          FinishSequence(*s, absl::InvalidArgumentError(
+                                 "the Decode call's sampling differs from its reservation's"));
+          return;
+        }
+      } else {
+        s->arrival = absl::Now();
+      }
       if (s->params.resume_recomputed && !PrepareRecomputed(*s)) return;
       if (s->params.resume && !s->params.resume_recomputed && s->local_prefill) {
         FinishSequence(*s, absl::InvalidArgumentError(
                                "a moved stream's reservation must bring its KV, not prefill it"));
         return;
       }
-      if (s->local_prefill) {
+      if (s->local_prefill && !s->prefill_started) {
         const int64_t missing = s->prompt_tokens - s->cached_tokens;
         if (queued_prompt_tokens_.load() + missing > options_.max_queued_prompt_tokens) {
           FinishSequence(*s, absl::ResourceExhaustedError("the prefill queue is full"));
           return;
         }
-        s->stage = Stage::kQueued;
-        s->prefilled = s->cached_tokens;
         s->first_sampling = s->params.sampling;
-        queued_prompt_tokens_ += s->prompt_tokens - s->prefilled;
-      } else {
-        if (s->kv_landed) StartDecoding(*s, s->notice.first_token);
+        QueueLocalPrefill(*s);
+      } else if (s->stage == Stage::kAwaitingKv && s->kv_landed) {
+        // Its KV landed, or its local prefill drew the first token.
+        StartDecoding(*s, s->notice.first_token);
       }
       return;
     }
@@ -611,6 +638,13 @@ void Scheduler::Decode(std::string reservation_id, GenerationParams params,
                        absl::StrCat("no reservation '", id, "' (expired, released or never made)")),
                    {});
   });
+}
+
+void Scheduler::QueueLocalPrefill(Sequence& s) {
+  s.stage = Stage::kQueued;
+  s.prefilled = s.cached_tokens;
+  s.prefill_started = true;
+  queued_prompt_tokens_ += s.prompt_tokens - s.prefilled;
 }
 
 void Scheduler::Generate(std::vector<int32_t> prompt, GenerationParams params,
@@ -1227,13 +1261,21 @@ double Scheduler::RunPass(Context* ctx, policy::StepCostModel& cost,
     CacheBlocks(s, writer);
     Sampler first(s.first_sampling);
     first.SkipSamples((int)s.first_skip);
-    const int32_t token = s.kind != Kind::kPrefillOnly
+    // (A stream's own sampler draws it; without one, a prefill's sampling.)
+    const int32_t token = s.kind != Kind::kPrefillOnly && s.stream
                               ? s.sampler->Sample(logits_.Row(i, 0), logits_.vocab_size)
                               : first.Sample(logits_.Row(i, 0), logits_.vocab_size);
     if (s.kind == Kind::kPrefillOnly) {
       s.first_token = token;
       s.stage = Stage::kSending;
       s.outbound->PostDone({token, s.prompt_tokens, 0});
+    } else if (!s.stream) {
+      // A local prefill started with its reservation: the token waits for
+      // the Decode call, as a transfer's first token does.
+      s.stage = Stage::kAwaitingKv;
+      s.notice.first_token = token;
+      s.lease_end = std::min(s.deadline, absl::Now() + options_.reservation_lease);
+      Wake();  // one more turn of the loop, whose housekeeping waits for the lease
     } else {
       s.stage = Stage::kDecoding;
       EmitToken(s, token);

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -206,6 +207,11 @@ struct ReserveArgs {
   // The precision of the prefill that will write the KV ("w8a8"), recorded
   // on the blocks it fills.
   std::string kv_writer;
+  // Set: a local prefill starts with the reservation and draws its first
+  // token with these (the Decode call must bring the same); unset: it waits
+  // for the Decode call.
+  std::optional<SamplingParams> first_sampling;
+  bool batch = false;  // batch priority, for a local prefill started here
 };
 struct Reservation {
   std::string id;
@@ -367,6 +373,8 @@ class Scheduler {
   // The KV landed and the Decode call came: the first token goes out, or a
   // migrated stream picks up after `token` (sent by the source already).
   void StartDecoding(Sequence& s, int32_t token);
+  // Queues a reservation's missing prompt tokens for prefilling here.
+  void QueueLocalPrefill(Sequence& s);
   // A recomputed stream (GenerationParams::resume_recomputed): the sampler,
   // stop strings and counts where the lost worker left them, before its
   // next token comes. False (the sequence finished) when they do not fit.

@@ -149,6 +149,15 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     args.cache_salt = req->cache_salt();
     args.local_prefill_max_tokens = std::max(0, req->local_prefill_max_tokens());
     args.kv_writer = req->kv_writer();
+    if (req->has_first_sampling()) {
+      args.first_sampling = FromProto(req->first_sampling());
+      if (absl::Status v = ValidateSamplingParams(*args.first_sampling); !v.ok()) {
+        reactor->Finish(
+            ToGrpc(absl::InvalidArgumentError(absl::StrCat("first_sampling: ", v.message()))));
+        return reactor;
+      }
+    }
+    args.batch = req->priority() == pdq::v1::PRIORITY_BATCH;
     // ("mixed": a migrated stream's KV, its prompt written at another
     // precision than its answer.)
     if (!args.kv_writer.empty() && args.kv_writer != "mixed" &&
