@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/w4_row.h"
 
 namespace pdq::cpu {
 namespace {
@@ -18,10 +19,6 @@ inline float HorizontalSum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
-}
-
-inline __m256 LoadF16x8(const fp16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
 // exp(x) to about 2 ulp for x in [-87, 88]; smaller x flush to 0.
@@ -208,23 +205,6 @@ void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const
 
 // ---- W4A16 ------------------------------------------------------------------
 
-// One 16-byte step of a panel (input pair t): the codes of rows 0-7 and of
-// rows 8-15 as int16, each adjacent lane pair being one row's inputs 2t and
-// 2t + 1 (see PackedW4 in kernels.h).
-struct W4Codes {
-  __m256i lo, hi;
-};
-inline W4Codes LoadW4Codes(const uint8_t* p) {
-  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return {_mm256_and_si256(v, _mm256_set1_epi16(0x0f)), _mm256_srli_epi16(v, 4)};
-}
-
-inline __m256i BroadcastPair(const int16_t* x) {
-  int32_t pair;
-  std::memcpy(&pair, x, 4);
-  return _mm256_set1_epi32(pair);
-}
-
 // Rows [0, MR) of the int16 activations against one panel: per group, the
 // exact int32 dot products of 8 rows x 2 inputs per vpmaddwd, then one scale.
 template <int MR>
@@ -267,51 +247,17 @@ void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
   for (int r = 0; r < MR; ++r) std::memcpy(y + r * ldy, out[r], cols * sizeof(float));
 }
 
-// One activation row (decode) against one panel: the same sums and rounding
-// as W4IntTile, with the float outputs in registers and two input pairs per
-// iteration on separate accumulators.
-// Input pairs (16 bytes each) the decode GEMV prefetches ahead: a decode
-// step's matrices are small (166 KB to 14 MB) and split in chunks, so the
-// hardware prefetcher alone ramps up too late; 1 KiB ahead measured best
-// (tg128 +13-30% against none, 32 to 256 tried).
-constexpr int64_t kW4PrefetchSteps = 64;
-inline void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
-                     const float* xsum, float* y, int cols) {
-  const int64_t groups = PackedW4Groups(w.k, w.group);
-  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
-  const fp16_t* sp = w.scale + p * groups * kPanelRows;
-  const fp16_t* mp = w.min + p * groups * kPanelRows;
-  __m256 out0 = _mm256_setzero_ps(), out1 = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0;
-    int64_t t = t0;
-    for (; t + 2 <= t1; t += 2) {
-      // Prefetching never faults, so running past the chunk's end is harmless.
-      _mm_prefetch(reinterpret_cast<const char*>(q + (t + kW4PrefetchSteps) * kPanelRows),
-                   _MM_HINT_T0);
-      const W4Codes c = LoadW4Codes(q + t * kPanelRows);
-      const W4Codes d = LoadW4Codes(q + (t + 1) * kPanelRows);
-      const __m256i x0 = BroadcastPair(xq + 2 * t), x1 = BroadcastPair(xq + 2 * t + 2);
-      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(c.lo, x0));
-      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(c.hi, x0));
-      b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(d.lo, x1));
-      b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(d.hi, x1));
-    }
-    if (t < t1) {
-      const W4Codes c = LoadW4Codes(q + t * kPanelRows);
-      const __m256i x0 = BroadcastPair(xq + 2 * t);
-      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(c.lo, x0));
-      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(c.hi, x0));
-    }
-    const __m256 xscale = _mm256_set1_ps(xs[g]), xtotal = _mm256_set1_ps(xsum[g]);
-    const __m256 s0 = _mm256_mul_ps(LoadF16x8(sp + g * kPanelRows), xscale);
-    const __m256 s1 = _mm256_mul_ps(LoadF16x8(sp + g * kPanelRows + 8), xscale);
-    out0 = _mm256_fmadd_ps(LoadF16x8(mp + g * kPanelRows), xtotal, out0);
-    out1 = _mm256_fmadd_ps(LoadF16x8(mp + g * kPanelRows + 8), xtotal, out1);
-    out0 = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(_mm256_add_epi32(a0, b0)), out0);
-    out1 = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(_mm256_add_epi32(a1, b1)), out1);
-  }
+// One activation row (decode) against one panel (kernels/cpu/w4_row.h),
+// two input pairs at a time on separate accumulators.
+inline void W4IntRowAvx2(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
+                         const float* xsum, float* y, int cols) {
+  __m256 out0, out1;
+  W4IntRow<2>(
+      w, p, xq, xs, xsum,
+      [](__m256i acc, __m256i a, __m256i b) {
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+      },
+      &out0, &out1);
   if (cols == kPanelRows) {
     _mm256_storeu_ps(y, out0);
     _mm256_storeu_ps(y + 8, out1);
@@ -342,7 +288,7 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
       case 3: tile(std::integral_constant<int, 3>{}, r); break;
       case 2: tile(std::integral_constant<int, 2>{}, r); break;
       case 1:  // decode, or the last row of a batch
-        W4IntRow(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
+        W4IntRowAvx2(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
         break;
       default: break;
     }

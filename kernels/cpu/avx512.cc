@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/amx_config.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/w4_row.h"
 
 namespace pdq::cpu {
 namespace {
@@ -273,10 +274,6 @@ inline __m512 AddGroup(__m512 out, __m512 scale, __m512 min, __m512i lo, __m512i
   return _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(xs)), dot, out);
 }
 
-// Input pairs (16 bytes each) the decode GEMV prefetches ahead, as in the
-// AVX2 kernel.
-constexpr int64_t kW4PrefetchSteps = 64;
-
 // Calls tile(std::integral_constant<int, MR>{}, r) over rows [0, m): tiles
 // of kMax rows, then one of the rows left.
 template <int kMax, typename Tile>
@@ -344,80 +341,28 @@ void W4Tile(const PackedW4& w, int64_t p, const Rows& rows, const float* xs, con
   for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
 }
 
-// One activation row (decode) against one panel in 256-bit registers, with
-// AVX-512 VL's vpdpwssd: W4Tile<1>'s sums and rounding in the AVX2 kernel's
-// layout (input pair t: 16 bytes widened to rows 0-7's and rows 8-15's
-// pairs, no permute), on kChains independent pairs of accumulators, since
-// one pair's chain (latency 5, one step per input pair) would bound a group
-// of 32 inputs at 80 cycles. A 512-bit row kernel (two input pairs widened
-// and permuted across lanes per step) was slower than the AVX2 kernel on Zen
-// 4, which executes 512-bit operations as two 256-bit halves: kernels_bench's
-// 3072 x 576 GEMV 23.4 us against 21.1; this one 15.4-16.1 us (AVX2's
-// 22.4-23.9 in the same run). Not measured on an Intel CPU.
 inline __m256i Dpwssd256(__m256i acc, __m256i a, __m256i b) {
   asm("%{evex%} vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "vm"(b));
   return acc;
 }
-struct W4Codes256 {
-  __m256i lo, hi;  // rows 0-7's and rows 8-15's input pair, as int16 lane pairs
-};
-inline W4Codes256 LoadW4Codes256(const uint8_t* p) {
-  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  return {_mm256_and_si256(v, _mm256_set1_epi16(0x0f)), _mm256_srli_epi16(v, 4)};
-}
-inline __m256i BroadcastPair256(const int16_t* x) {
-  int32_t pair;
-  std::memcpy(&pair, x, 4);
-  return _mm256_set1_epi32(pair);
-}
-inline __m256 LoadF16x8(const fp16_t* p) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 
-template <int kChains>
-void W4IntRow256(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
-                 const float* xsum, float* y, int cols) {
-  const int64_t groups = PackedW4Groups(w.k, w.group);
-  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
-  const fp16_t* sp = w.scale + p * groups * kPanelRows;
-  const fp16_t* mp = w.min + p * groups * kPanelRows;
-  __m256 out0 = _mm256_setzero_ps(), out1 = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
-    __m256i lo[kChains], hi[kChains];
-    for (int c = 0; c < kChains; ++c) lo[c] = hi[c] = _mm256_setzero_si256();
-    int64_t t = t0;
-    for (; t + kChains <= t1; t += kChains) {
-      for (int c = 0; c < kChains; c += 4) {
-        _mm_prefetch(reinterpret_cast<const char*>(q + (t + c + kW4PrefetchSteps) * kPanelRows),
-                     _MM_HINT_T0);
-      }
-#pragma GCC unroll 8
-      for (int c = 0; c < kChains; ++c) {
-        const W4Codes256 codes = LoadW4Codes256(q + (t + c) * kPanelRows);
-        const __m256i x = BroadcastPair256(xq + 2 * (t + c));
-        lo[c] = Dpwssd256(lo[c], codes.lo, x);
-        hi[c] = Dpwssd256(hi[c], codes.hi, x);
-      }
-    }
-    for (int c = 0; t < t1; ++t, ++c) {
-      const W4Codes256 codes = LoadW4Codes256(q + t * kPanelRows);
-      const __m256i x = BroadcastPair256(xq + 2 * t);
-      lo[c] = Dpwssd256(lo[c], codes.lo, x);
-      hi[c] = Dpwssd256(hi[c], codes.hi, x);
-    }
-    for (int c = 1; c < kChains; ++c) {
-      lo[0] = _mm256_add_epi32(lo[0], lo[c]);
-      hi[0] = _mm256_add_epi32(hi[0], hi[c]);
-    }
-    const __m256 xscale = _mm256_set1_ps(xs[g]), xtotal = _mm256_set1_ps(xsum[g]);
-    const __m256 s0 = _mm256_mul_ps(LoadF16x8(sp + g * kPanelRows), xscale);
-    const __m256 s1 = _mm256_mul_ps(LoadF16x8(sp + g * kPanelRows + 8), xscale);
-    out0 = _mm256_fmadd_ps(LoadF16x8(mp + g * kPanelRows), xtotal, out0);
-    out1 = _mm256_fmadd_ps(LoadF16x8(mp + g * kPanelRows + 8), xtotal, out1);
-    out0 = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(lo[0]), out0);
-    out1 = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(hi[0]), out1);
-  }
+// One activation row (decode) against one panel in 256-bit registers
+// (kernels/cpu/w4_row.h, with AVX-512 VL's vpdpwssd): W4Tile<1>'s sums and
+// rounding in the AVX2 kernel's layout (input pair t: 16 bytes widened to
+// rows 0-7's and rows 8-15's pairs, no permute), on four independent pairs
+// of accumulators, since one pair's chain (latency 5, one step per input
+// pair) would bound a group of 32 inputs at 80 cycles. A 512-bit row kernel
+// (two input pairs widened and permuted across lanes per step) was slower
+// than the AVX2 kernel on Zen 4, which executes 512-bit operations as two
+// 256-bit halves: kernels_bench's 3072 x 576 GEMV 23.4 us against 21.1;
+// this one 15.4-16.1 us (AVX2's 22.4-23.9 in the same run). Not measured on
+// an Intel CPU.
+void W4IntRowAvx512(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
+                    const float* xsum, float* y, int cols) {
+  __m256 out0, out1;
+  W4IntRow<4>(
+      w, p, xq, xs, xsum, [](__m256i acc, __m256i a, __m256i b) { return Dpwssd256(acc, a, b); },
+      &out0, &out1);
   StoreCols(y, _mm512_insertf32x8(_mm512_castps256_ps512(out0), out1, 1), cols);
 }
 
@@ -428,10 +373,10 @@ void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    // Tiles of 8 rows; a single row (decode, or a batch's last) on W4IntRow256.
+    // Tiles of 8 rows; a single row (decode, or a batch's last) on W4IntRowAvx512.
     ForEachTile<8>(m, [&](auto mr, int64_t r) {
       if constexpr (decltype(mr)::value == 1) {
-        W4IntRow256<4>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
+        W4IntRowAvx512(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
       } else {
         W4Tile<decltype(mr)::value>(w, p, rows.At(r), xs + r * groups, xsum + r * groups,
                                     yp + r * ldy, ldy, cols);

@@ -1,0 +1,104 @@
+// The W4A16 decode row shared by the AVX2 and the AVX-512 kernels: one row
+// of int16 activations against one panel of 16 weight rows (PackedW4 in
+// kernels/kernels.h), per group the exact int32 dot products, two inputs of
+// each row at a time, then one scale. Internal to kernels/cpu: each kernel
+// file includes it and compiles its own copy under its own target flags,
+// which is why everything here has internal linkage (an unnamed namespace):
+// an inline function of external linkage compiled for AVX-512 in one file
+// could be the copy the linker keeps for the AVX2 file too.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/isa.h"
+
+namespace pdq::cpu {
+namespace {  // NOLINT(build/namespaces): internal linkage per including file, see above
+
+inline __m256 LoadF16x8(const fp16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// One 16-byte step of a panel (input pair t): the codes of rows 0-7 and of
+// rows 8-15 as int16, each adjacent lane pair being one row's inputs 2t and
+// 2t + 1.
+struct W4Codes {
+  __m256i lo, hi;
+};
+inline W4Codes LoadW4Codes(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return {_mm256_and_si256(v, _mm256_set1_epi16(0x0f)), _mm256_srli_epi16(v, 4)};
+}
+
+inline __m256i BroadcastPair(const int16_t* x) {
+  int32_t pair;
+  std::memcpy(&pair, x, 4);
+  return _mm256_set1_epi32(pair);
+}
+
+// Input pairs (16 bytes each) the decode GEMV prefetches ahead: a decode
+// step's matrices are small (166 KB to 14 MB) and split in chunks, so the
+// hardware prefetcher alone ramps up too late; 1 KiB ahead measured best
+// (tg128 +13-30% against none, 32 to 256 tried).
+constexpr int64_t kW4PrefetchSteps = 64;
+
+// The row's 16 outputs in *out0 (rows 0-7) and *out1 (rows 8-15), summed
+// exactly as the tiles sum them (bit for bit), on kChains independent pairs
+// of int32 accumulators: one pair's chain would bound a group by the dot
+// product's latency. `dot(acc, codes, x)` adds the int16 pair products of
+// `codes` and `x` to `acc` (AVX2: vpmaddwd + vpaddd; AVX-512 VL: vpdpwssd).
+template <int kChains, typename Dot>
+inline void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
+                     const float* xsum, Dot dot, __m256* out0, __m256* out1) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  __m256 o0 = _mm256_setzero_ps(), o1 = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
+    __m256i lo[kChains], hi[kChains];
+    for (int c = 0; c < kChains; ++c) lo[c] = hi[c] = _mm256_setzero_si256();
+    int64_t t = t0;
+    for (; t + kChains <= t1; t += kChains) {
+      // Prefetching never faults, so running past the chunk's end is harmless.
+      for (int c = 0; c < kChains; c += 4) {
+        _mm_prefetch(reinterpret_cast<const char*>(q + (t + c + kW4PrefetchSteps) * kPanelRows),
+                     _MM_HINT_T0);
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < kChains; ++c) {
+        const W4Codes codes = LoadW4Codes(q + (t + c) * kPanelRows);
+        const __m256i x = BroadcastPair(xq + 2 * (t + c));
+        lo[c] = dot(lo[c], codes.lo, x);
+        hi[c] = dot(hi[c], codes.hi, x);
+      }
+    }
+    for (int c = 0; t < t1; ++t, ++c) {
+      const W4Codes codes = LoadW4Codes(q + t * kPanelRows);
+      const __m256i x = BroadcastPair(xq + 2 * t);
+      lo[c] = dot(lo[c], codes.lo, x);
+      hi[c] = dot(hi[c], codes.hi, x);
+    }
+    for (int c = 1; c < kChains; ++c) {
+      lo[0] = _mm256_add_epi32(lo[0], lo[c]);
+      hi[0] = _mm256_add_epi32(hi[0], hi[c]);
+    }
+    const __m256 xscale = _mm256_set1_ps(xs[g]), xtotal = _mm256_set1_ps(xsum[g]);
+    const __m256 s0 = _mm256_mul_ps(LoadF16x8(sp + g * kPanelRows), xscale);
+    const __m256 s1 = _mm256_mul_ps(LoadF16x8(sp + g * kPanelRows + 8), xscale);
+    o0 = _mm256_fmadd_ps(LoadF16x8(mp + g * kPanelRows), xtotal, o0);
+    o1 = _mm256_fmadd_ps(LoadF16x8(mp + g * kPanelRows + 8), xtotal, o1);
+    o0 = _mm256_fmadd_ps(s0, _mm256_cvtepi32_ps(lo[0]), o0);
+    o1 = _mm256_fmadd_ps(s1, _mm256_cvtepi32_ps(hi[0]), o1);
+  }
+  *out0 = o0;
+  *out1 = o1;
+}
+
+}  // namespace
+}  // namespace pdq::cpu
