@@ -45,6 +45,7 @@ static void Fields(auto& f, EvalLowbit& v) {
   PDQ_JSON_EACH(isas, threads, prompt_tokens, gen_tokens, repetitions)
 }
 
+static void Fields(auto& f, EvalCluster& v) { PDQ_JSON_EACH(nodes, pairs, workloads, seeds) }
 static void Fields(auto& f, EvalAim& v) { PDQ_JSON_EACH(deployment, goodput_ratio) }
 
 static void Fields(auto& f, EvalConfig& v) {
@@ -145,7 +146,8 @@ absl::StatusOr<std::vector<EvalWorkload>> ParseWorkloads(const json& c) {
 }
 
 absl::Status ParseStudies(const json& c, const std::set<std::string>& names, EvalConfig& e) {
-  for (const char* k : {"stability", "conversation_bench", "accuracy", "lowbit", "aim"}) {
+  for (const char* k :
+       {"stability", "conversation_bench", "accuracy", "lowbit", "cluster", "aim"}) {
     PDQ_RETURN_IF_ERROR(CheckObject(c, k));
   }
   if (c.contains("stability")) {
@@ -180,6 +182,34 @@ absl::Status ParseStudies(const json& c, const std::set<std::string>& names, Eva
       return Invalid(
           "'lowbit' must be an object: {\"isas\": [\"scalar\", \"avx2\", ...], \"threads\": "
           "[1, 2], \"prompt_tokens\", \"gen_tokens\", \"repetitions\"}");
+    }
+  }
+  if (c.contains("cluster")) {
+    EvalCluster& cl = e.cluster.emplace();
+    PDQ_RETURN_IF_ERROR(ReadFieldsOrError(c["cluster"], cl, "cluster."));
+    if (cl.nodes.empty() || cl.pairs.empty() || cl.seeds < 1) {
+      return Invalid("cluster: nodes and pairs must not be empty, seeds at least 1");
+    }
+    for (int n : cl.nodes) {
+      if (n < 2 || n > 4096)
+        return Invalid(absl::StrCat("cluster.nodes: ", n, " is not in 2..4096"));
+    }
+    for (const std::string& p : cl.pairs) {
+      const size_t slash = p.find('/');
+      if (slash == std::string::npos || slash == 0 || slash + 1 == p.size() ||
+          p.find('/', slash + 1) != std::string::npos) {
+        return Invalid(absl::StrCat("cluster.pairs: '", p, "' is not PREFILL/DECODE"));
+      }
+    }
+    for (const std::string& w : cl.workloads) {
+      bool known = false;
+      for (const EvalWorkload& x : e.workloads) known = known || x.name == w;
+      if (!known) {
+        return Invalid(absl::StrCat("cluster.workloads: '", w, "' is not one of the workloads"));
+      }
+    }
+    if (cl.workloads.empty()) {
+      for (const EvalWorkload& x : e.workloads) cl.workloads.push_back(x.name);
     }
   }
   if (c.contains("aim")) PDQ_RETURN_IF_ERROR(ReadFieldsOrError(c["aim"], e.aim.emplace(), "aim."));

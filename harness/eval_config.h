@@ -73,6 +73,17 @@ struct EvalLowbit {
   int prompt_tokens = 128, gen_tokens = 32, repetitions = 2;
 };
 
+// Cluster scale, projected: a profile of this machine (`pdq profile`), then
+// for each workload `pdq plan --sim --cluster-nodes` (sim/plan.h
+// SweepCluster) at the workload's targets: each precision pair as n
+// monolithic nodes and at P:D splits, the most goodput per core.
+struct EvalCluster {
+  std::vector<int> nodes = {8, 32, 128};
+  std::vector<std::string> pairs = {"fp16/fp16", "fp16/w4a16", "w8a8/w4a16"};  // PREFILL/DECODE
+  std::vector<std::string> workloads;  // empty: every workload of the config
+  int seeds = 3;
+};
+
 // A goodput ratio the report checks: deployment against the baseline.
 struct EvalAim {
   std::string deployment;
@@ -93,6 +104,7 @@ struct EvalConfig {
   std::optional<EvalConversations> conversations;
   EvalAccuracy accuracy;
   std::optional<EvalLowbit> lowbit;
+  std::optional<EvalCluster> cluster;
   nlohmann::json source;  // as given: written beside the results
 
   const EvalDeployment* Deployment(const std::string& name) const;

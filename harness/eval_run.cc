@@ -100,6 +100,7 @@ class EvalRunner {
   void MeasureDeployment(const EvalDeployment& d);
   void RunAccuracy();
   void RunLowbit();
+  void RunCluster();
   int failures() const { return failures_; }
 
  private:
@@ -180,6 +181,7 @@ int EvalRunner::CountSteps() {
                                        (a.code.empty() ? 0 : 1));
   }
   if (!o_.skip_lowbit) steps_ += (int)LowbitRuns(c_, raw_).size();
+  if (!o_.skip_cluster && c_.cluster) steps_ += 1 + (int)c_.cluster->workloads.size();
   return steps_;
 }
 
@@ -506,6 +508,81 @@ void EvalRunner::RunLowbit() {
   }
 }
 
+void EvalRunner::RunCluster() {
+  if (o_.skip_cluster || !c_.cluster || interrupted()) return;
+  const EvalCluster& cl = *c_.cluster;
+  const std::string dir = raw_ + "/cluster", profile = dir + "/profile.json";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (fs::exists(profile)) {
+    ++step_;
+  } else {
+    Progress("cluster scale: pdq profile of this machine");
+    RunChild({o_.pdq, "profile", "--model", model_, "--out", profile + ".tmp"});
+    Keep(profile);
+  }
+  // A node is one worker of the profile's most threads, priced as that
+  // many cores.
+  int threads = 0;
+  {
+    std::ifstream in(profile);
+    const json p = json::parse(in, nullptr, false);
+    if (p.is_object()) {
+      for (const json& pass : p.value("passes", json::array())) {
+        threads = std::max(threads, pass.value("threads", 0));
+      }
+    }
+  }
+  for (const std::string& name : cl.workloads) {
+    if (interrupted()) return;
+    const std::string file = absl::StrCat(dir, "/", name, ".json");
+    if (fs::exists(file)) {
+      ++step_;
+      continue;
+    }
+    if (threads <= 0) {  // no profile: counted as failed above
+      ++step_;
+      continue;
+    }
+    const EvalWorkload* w = nullptr;
+    for (const EvalWorkload& x : c_.workloads) {
+      if (x.name == name) w = &x;
+    }
+    Progress(absl::StrCat("cluster scale: ", name, " at ", absl::StrJoin(cl.nodes, ", "),
+                          " nodes, projected"));
+    std::vector<std::string> args = {o_.pdq,
+                                     "plan",
+                                     "--sim",
+                                     profile,
+                                     "--workload",
+                                     name,
+                                     "--cluster-nodes",
+                                     absl::StrJoin(cl.nodes, ","),
+                                     "--pairs",
+                                     absl::StrJoin(cl.pairs, ","),
+                                     "--seeds",
+                                     std::to_string(cl.seeds),
+                                     "--worker-hour-price",
+                                     absl::StrCat(c_.price_per_core_hour * threads),
+                                     "--json",
+                                     file + ".tmp"};
+    if (w != nullptr && w->ttft_target_ms > 0) {
+      args.insert(args.end(), {"--ttft-target-ms", absl::StrCat(w->ttft_target_ms)});
+    }
+    if (w != nullptr && w->tpot_target_ms > 0) {
+      args.insert(args.end(), {"--tpot-target-ms", absl::StrCat(w->tpot_target_ms)});
+    }
+    if (w != nullptr && w->input_tokens > 0) {
+      args.insert(args.end(), {"--input-tokens", std::to_string(w->input_tokens)});
+    }
+    if (w != nullptr && w->output_tokens > 0) {
+      args.insert(args.end(), {"--output-tokens", std::to_string(w->output_tokens)});
+    }
+    RunChild(args, absl::StrCat(dir, "/", name, ".txt"));  // its table, as printed
+    Keep(file);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<EvalRunOutcome> RunEvaluation(const EvalConfig& config, const EvalRunOptions& o) {
@@ -530,6 +607,7 @@ absl::StatusOr<EvalRunOutcome> RunEvaluation(const EvalConfig& config, const Eva
   }
   runner.RunAccuracy();
   runner.RunLowbit();
+  runner.RunCluster();
   return EvalRunOutcome{runner.failures(), interrupted()};
 }
 

@@ -4,8 +4,9 @@
 // and multi-turn conversations with the prefix cache on and off; then the
 // accuracy suite (`pdq perplexity` on several texts, `pdq code-eval` on
 // HumanEval, `pdq drift` on prompts and a conversation) for each precision
-// pair against FP16, and `pdq bench-engine` on each kernel path (where
-// low-bit stops paying).
+// pair against FP16, `pdq bench-engine` on each kernel path (where
+// low-bit stops paying), and the cluster-scale projections (`pdq profile`,
+// then `pdq plan --sim --cluster-nodes` per workload).
 //
 // Every step is a child process writing one JSON file under OUT/raw/, kept
 // as soon as it is complete: an interrupted run keeps what it measured, and
@@ -28,6 +29,7 @@ struct EvalRunOptions {
   std::string default_model;   // where the config names no model
   std::set<std::string> only;  // the deployments to run; empty: all (each must exist)
   bool skip_serving = false, skip_stability = false, skip_accuracy = false, skip_lowbit = false;
+  bool skip_cluster = false;
 };
 
 struct EvalRunOutcome {

@@ -49,6 +49,7 @@ absl::StatusOr<std::string> WriteEvalReport(const EvalConfig& config, const std:
     absl::StrAppend(&md, LongConversationSection(in, plot));
   }
   if (config.lowbit) absl::StrAppend(&md, LowbitSection(*config.lowbit, in.raw));
+  if (config.cluster) absl::StrAppend(&md, ClusterSection(config, in.raw, plot));
 
   absl::StrAppend(
       &md,

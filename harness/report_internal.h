@@ -67,7 +67,7 @@ int Threads(const json& workers, const std::string& phase);
 void AppendCdf(const std::string& name, std::vector<double> values, std::string* out);
 
 // The sections, in the report's order (report_serving.cc, report_accuracy.cc,
-// report_lowbit.cc).
+// report_lowbit.cc, report_cluster.cc).
 std::string DeploymentsSection(const ReportInput& in);
 std::string GoodputSection(const ReportInput& in, std::string* summary_out);
 std::string AimSection(const ReportInput& in);
@@ -82,5 +82,7 @@ std::string CodeSection(const EvalAccuracy& acc, const std::string& raw,
                         const std::vector<std::pair<std::string, std::string>>& pairs);
 std::string LongConversationSection(const ReportInput& in, Plotter& plot);
 std::string LowbitSection(const EvalLowbit& lowbit, const std::string& raw);
+// config.cluster must be set (report_cluster.cc).
+std::string ClusterSection(const EvalConfig& config, const std::string& raw, Plotter& plot);
 
 }  // namespace pdq::report

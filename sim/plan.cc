@@ -98,6 +98,120 @@ double Pressure(const PlanOption& o, const Targets& t) {
 
 }  // namespace
 
+int ClusterCoresPerNode(const Profile& profile, const WorkerOptions& wo) {
+  if (wo.threads > 0) return wo.threads;
+  int most = 0;
+  for (const PassProfile& p : profile.passes) most = std::max(most, p.threads);
+  return std::max(1, most);
+}
+
+absl::StatusOr<std::vector<ClusterPoint>> SweepCluster(
+    const Profile& profile, const ClusterQuery& q, const WorkerOptions& wo,
+    const std::function<void(const ClusterPoint&, int, int)>& progress) {
+  if (q.nodes.empty() || q.plan.pairs.empty() || !(q.tolerance > 0) || q.plan.seeds < 1 ||
+      !(q.plan.attainment > 0) || q.plan.attainment > 1) {
+    return absl::InvalidArgumentError(
+        "cluster sweep: at least one node count and one precision pair, tolerance > 0, seeds "
+        ">= 1, attainment in (0, 1]");
+  }
+  for (int n : q.nodes) {
+    if (n < 2) return absl::InvalidArgumentError("cluster sweep: node counts must be at least 2");
+  }
+  for (double share : q.prefill_shares) {
+    if (!(share > 0 && share < 1)) {
+      return absl::InvalidArgumentError("cluster sweep: prefill shares must be in (0, 1)");
+    }
+  }
+  const int cores = ClusterCoresPerNode(profile, wo);
+  // The shapes of each size: monolithic, then each distinct prefill count.
+  std::vector<std::pair<int, std::string>> shapes;  // (nodes, deployment)
+  for (int n : q.nodes) {
+    shapes.emplace_back(n, absl::StrCat(n, "M"));
+    std::vector<int> xs;
+    for (double share : q.prefill_shares) {
+      const int x = std::clamp((int)std::lround(share * n), 1, n - 1);
+      if (std::find(xs.begin(), xs.end(), x) == xs.end()) xs.push_back(x);
+    }
+    std::sort(xs.begin(), xs.end());
+    for (int x : xs) shapes.emplace_back(n, absl::StrCat(x, "P+", n - x, "D"));
+  }
+  const int total = (int)(shapes.size() * q.plan.pairs.size());
+  std::vector<ClusterPoint> out;
+  // Where a search starts: the last rate found for the same pair and kind
+  // of deployment, scaled by the nodes (capacity grows about so); else 1/s.
+  auto guess = [&](const ClusterPoint& p) {
+    for (auto it = out.rbegin(); it != out.rend(); ++it) {
+      if (it->rate > 0 && it->prefill_precision == p.prefill_precision &&
+          it->decode_precision == p.decode_precision && (it->prefill == 0) == (p.prefill == 0)) {
+        return it->rate * double(p.nodes) / it->nodes;
+      }
+    }
+    return 1.0;
+  };
+  for (const auto& pair : q.plan.pairs) {
+    for (const auto& [n, shape] : shapes) {
+      absl::StatusOr<Deployment> dep = DeploymentFor(profile, wo, shape, pair);
+      if (!dep.ok()) return dep.status();
+      ClusterPoint p;
+      p.nodes = n;
+      p.deployment = shape;
+      p.prefill_precision = pair.first;
+      p.decode_precision = pair.second;
+      p.prefill = dep->prefill;
+      p.decode = dep->decode;
+      auto met = [&](double rate) -> absl::StatusOr<bool> {
+        Workload w = q.plan.workload;
+        w.rate = rate;
+        ++p.runs;
+        absl::StatusOr<SeedSummary> s =
+            RunSteady(*dep, w, q.plan.targets, q.plan.seeds, q.plan.attainment);
+        if (!s.ok()) return s.status();
+        if (!Meets(*s, q.plan.attainment)) return false;
+        p.result = *s;  // the highest met so far
+        return true;
+      };
+      double lo = 0, hi = 0;  // the highest rate met, the lowest missed
+      double r = guess(p);
+      // Bracket: double until a rate is missed, halve until one is met
+      // (giving up below a request a day: nothing meets).
+      while ((lo == 0 || hi == 0) && r > 1e-5 && r < 1e7) {
+        absl::StatusOr<bool> m = met(r);
+        if (!m.ok()) return m.status();
+        if (*m) {
+          lo = r;
+          r *= 2;
+        } else {
+          hi = r;
+          r /= 2;
+        }
+      }
+      while (lo > 0 && hi > 0 && hi > lo * (1 + q.tolerance)) {
+        const double mid = std::sqrt(lo * hi);
+        absl::StatusOr<bool> m = met(mid);
+        if (!m.ok()) return m.status();
+        (*m ? lo : hi) = mid;
+      }
+      p.rate = lo;
+      p.missed_rate = hi;
+      if (lo > 0) {
+        // At steady state: the arrivals' rate times the share within the
+        // targets (a run's own goodput divides by its span, whose ramp and
+        // drain weigh more the fewer requests it has).
+        p.goodput_tokens_per_second =
+            lo * p.result.met_fraction.mean * double(q.plan.workload.output_tokens);
+        p.tokens_per_second_per_core = p.goodput_tokens_per_second / (double(n) * cores);
+        if (p.goodput_tokens_per_second > 0) {
+          p.cost_per_million_output_tokens =
+              double(n) * q.plan.worker_hour_price / 3600 / p.goodput_tokens_per_second * 1e6;
+        }
+      }
+      out.push_back(p);
+      if (progress) progress(out.back(), (int)out.size(), total);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<SimPlan> PlanBySimulation(const Profile& profile, const PlanQuery& q,
                                          const WorkerOptions& wo) {
   if (q.max_workers < 1 || q.seeds < 1 || q.pairs.empty() || !(q.attainment > 0) ||

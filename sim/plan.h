@@ -91,6 +91,40 @@ absl::StatusOr<std::vector<Sensitivity>> PlanSensitivity(const Profile& profile,
 
 std::string Describe(const PlanOption& o);
 
+// Capacity at cluster scale, for the evaluation report: for each node count
+// n (a node: one worker of the profile's threads), every precision pair as n
+// monolithic workers and as xP+(n-x)D with x/n from `prefill_shares`, the
+// highest open-loop rate each serves within the targets (Meets at steady
+// state: RunSteady), bracketed by doubling and then bisected until the
+// highest meeting and the lowest missing rates are within `tolerance` of
+// each other. Goodput per core and the cost per million output tokens are
+// taken at that rate: its output tokens a second times the share of
+// requests within the targets, per core. Projections, all of it.
+struct ClusterQuery {
+  PlanQuery plan;  // workload (its rate is searched), targets, attainment, seeds, pairs, price
+  std::vector<int> nodes = {8, 32, 128};
+  std::vector<double> prefill_shares = {0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875};
+  double tolerance = 0.05;
+};
+struct ClusterPoint {
+  int nodes = 0;
+  std::string deployment;  // "8M", "2P+6D"
+  std::string prefill_precision, decode_precision;
+  int prefill = 0, decode = 0;  // 0 and 0: monolithic
+  double rate = 0;              // requests/s within the targets; 0: not even the lowest tried
+  double missed_rate = 0;       // the lowest rate tried that missed them (0: none did)
+  SeedSummary result;           // at `rate`
+  double goodput_tokens_per_second = 0, tokens_per_second_per_core = 0;
+  double cost_per_million_output_tokens = 0;  // 0 where rate is 0
+  int runs = 0;                               // simulations the search took
+};
+// The worker threads (cores per node) the sweep's workers run with.
+int ClusterCoresPerNode(const Profile& profile, const WorkerOptions& workers);
+// `progress`, where given, hears of each point as it is found.
+absl::StatusOr<std::vector<ClusterPoint>> SweepCluster(
+    const Profile& profile, const ClusterQuery& query, const WorkerOptions& workers,
+    const std::function<void(const ClusterPoint&, int, int)>& progress = nullptr);
+
 // The autoscalers for a planned deployment, chosen by replaying it under
 // them on a trace of rate phases (two cycles, from one pod a pool, every
 // request measured, ramps included), against the fixed deployment on the

@@ -573,7 +573,34 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
     EXPECT_NE(o["deployment"].get<std::string>().find("P+"), std::string::npos) << o;
   }
 
+  // The capacity sweep at cluster scale: every shape of each size, a rate
+  // for each, the best of each size marked.
+  r = RunPdq("plan --sim " + profile +
+             " --pairs fp16/fp16 --input-tokens 100 --output-tokens 50 --requests 50 --seeds 2 "
+             "--cluster-nodes 2,4 --prefill-shares 0.25,0.5 --json " +
+             plan);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("not measured"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("<- best of its size"), std::string::npos) << r.out;
+  {
+    std::ifstream cin(plan);
+    const nlohmann::json c = nlohmann::json::parse(cin);
+    ASSERT_EQ(c["points"].size(), 5u);  // 2M, 1P+1D, 4M, 1P+3D, 2P+2D
+    int best = 0;
+    for (const auto& pt : c["points"]) {
+      EXPECT_GT(pt["rate"].get<double>(), 0) << pt;
+      EXPECT_GT(pt["missed_rate"].get<double>(), pt["rate"].get<double>()) << pt;
+      EXPECT_GT(pt["tokens_per_second_per_core"].get<double>(), 0) << pt;
+      best += pt["best_of_size"].get<bool>();
+    }
+    EXPECT_EQ(best, 2);
+  }
+
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"plan --sim " + profile + " --cluster-nodes 1,8", "--cluster-nodes: '1' is not"},
+           {"plan --sim " + profile + " --cluster-nodes 8 --prefill-shares 0.5,1",
+            "--prefill-shares: '1' is not a share in (0, 1)"},
+           {"plan --cluster-nodes 8", "--cluster-nodes needs --sim PROFILE"},
            {"plan --sim " + profile + " --pairs w8a8 --rate 1", "not PREFILL/DECODE"},
            {"plan --sim " + profile + " --shapes some --rate 1", "--shapes: unknown 'some'"},
            {"plan --sim " + profile + " --threads 7 --rate 1", "at 7 threads"},

@@ -52,6 +52,9 @@ TEST(EvalConfigTest, TheCommittedConfigsReadWhole) {
   EXPECT_TRUE(c->conversations->Includes("mono-fp16"));
   EXPECT_FALSE(c->accuracy.code.empty());
   ASSERT_TRUE(c->lowbit.has_value());
+  ASSERT_TRUE(c->cluster.has_value());
+  EXPECT_EQ(c->cluster->nodes, (std::vector<int>{8, 32, 128}));
+  EXPECT_EQ(c->cluster->workloads.size(), c->workloads.size());  // every workload, by default
 }
 
 TEST(EvalConfigTest, EachMistakeIsAnErrorNamingWhereItIs) {
@@ -97,6 +100,22 @@ TEST(EvalConfigTest, EachMistakeIsAnErrorNamingWhereItIs) {
        },
        "'lowbit' must be an object"},
       {[](json& c) { c["accuracy"] = json::array(); }, "'accuracy' must be an object"},
+      {[](json& c) {
+         c["cluster"] = {{"nodes", {1, 8}}};
+       },
+       "cluster.nodes: 1 is not in 2..4096"},
+      {[](json& c) {
+         c["cluster"] = {{"pairs", {"w8a8-w4a16"}}};
+       },
+       "cluster.pairs: 'w8a8-w4a16' is not PREFILL/DECODE"},
+      {[](json& c) {
+         c["cluster"] = {{"workloads", {"poetry"}}};
+       },
+       "cluster.workloads: 'poetry' is not one of the workloads"},
+      {[](json& c) {
+         c["cluster"] = {{"seeds", 0}};
+       },
+       "seeds at least 1"},
       {[](json& c) {
          c["conversation_bench"] = {{"deployments", {"ghost"}}};
        },

@@ -454,6 +454,61 @@ TEST(SimPlanTest, TheSmallestDeploymentThatMeetsTheTargetsIsRecommended) {
   }
 }
 
+// Capacity at cluster scale: each deployment's rate meets the targets and a
+// rate at most the tolerance above it misses them; a larger cluster serves
+// more; goodput per core and cost follow from the rate's run.
+TEST(SimPlanTest, AClusterSweepFindsEachDeploymentsHighestRateWithinTheTargets) {
+  const Profile profile = DecodeBoundProfile();
+  ClusterQuery cq;
+  cq.plan = DecodeBoundQuery();
+  cq.plan.seeds = 2;
+  cq.plan.worker_hour_price = 3600;  // 1 a worker-second
+  cq.nodes = {2, 4};
+  cq.prefill_shares = {0.25, 0.5};
+  const std::vector<ClusterPoint> points = *SweepCluster(profile, cq, {});
+  // 2 nodes: 2M and 1P+1D (both shares round to one prefill worker); 4: 4M,
+  // 1P+3D, 2P+2D.
+  std::vector<std::string> shapes;
+  for (const ClusterPoint& p : points) shapes.push_back(p.deployment);
+  EXPECT_EQ(shapes, (std::vector<std::string>{"2M", "1P+1D", "4M", "1P+3D", "2P+2D"}));
+  EXPECT_EQ(ClusterCoresPerNode(profile, {}), 1);
+  auto meets = [&](const ClusterPoint& p, double rate) {
+    Deployment d;
+    EXPECT_TRUE(ParseDeployment(p.deployment, &d).ok());
+    Precisions pr;
+    pr.monolithic = pr.prefill = pr.decode = "fp16";
+    EXPECT_TRUE(SpecsFromProfile(profile, pr, {}, &d).ok());
+    Workload w = cq.plan.workload;
+    w.rate = rate;
+    const SeedSummary s = *RunSteady(d, w, cq.plan.targets, cq.plan.seeds, cq.plan.attainment);
+    return s.refusals.total() == 0 &&
+           s.met_fraction.mean - s.met_fraction.half_width >= cq.plan.attainment;
+  };
+  for (const ClusterPoint& p : points) {
+    SCOPED_TRACE(p.deployment);
+    ASSERT_GT(p.rate, 0);
+    EXPECT_GT(p.missed_rate, p.rate);
+    EXPECT_LE(p.missed_rate, p.rate * (1 + cq.tolerance) * (1 + 1e-9));
+    EXPECT_TRUE(meets(p, p.rate));
+    EXPECT_FALSE(meets(p, p.missed_rate));
+    EXPECT_GE(p.runs, 3);  // bracketed, then bisected
+    EXPECT_DOUBLE_EQ(p.goodput_tokens_per_second,
+                     p.rate * p.result.met_fraction.mean * double(cq.plan.workload.output_tokens));
+    EXPECT_GE(p.result.met_fraction.mean, cq.plan.attainment);
+    EXPECT_DOUBLE_EQ(p.tokens_per_second_per_core, p.goodput_tokens_per_second / p.nodes);
+    EXPECT_NEAR(p.cost_per_million_output_tokens, p.nodes / p.goodput_tokens_per_second * 1e6,
+                1e-9 * p.cost_per_million_output_tokens);
+  }
+  EXPECT_GT(points[2].rate, 1.5 * points[0].rate) << "4 monolithic workers against 2";
+  // Bad queries are refused.
+  ClusterQuery bad = cq;
+  bad.nodes = {1};
+  EXPECT_EQ(SweepCluster(profile, bad, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = cq;
+  bad.prefill_shares = {1.0};
+  EXPECT_EQ(SweepCluster(profile, bad, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // A monolithic pool under an HPA on active sequences, fed a busy phase
 // then a quiet one: the HPA adds workers that serve only once started,
 // removes them after its scale-down window, and a removed worker finishes

@@ -34,6 +34,9 @@ int RunEval(int argc, char** argv) {
   bool skip_lowbit = false;
   flags.Bool("skip-lowbit", &skip_lowbit,
              "no per-kernel-path measurement of where low-bit weights stop paying");
+  bool skip_cluster = false;
+  flags.Bool("skip-cluster", &skip_cluster,
+             "no cluster-scale projection (a profile of this machine, then the simulator)");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (config_path.empty() || out_dir.empty()) {
     return Fail("eval", absl::InvalidArgumentError("--config and --out are required"));
@@ -51,6 +54,7 @@ int RunEval(int argc, char** argv) {
   o.skip_stability = skip_stability;
   o.skip_accuracy = skip_accuracy;
   o.skip_lowbit = skip_lowbit;
+  o.skip_cluster = skip_cluster;
   absl::StatusOr<EvalRunOutcome> run = RunEvaluation(*config, o);
   if (!run.ok()) return Fail("eval", run.status());
   absl::StatusOr<std::string> report = WriteEvalReport(

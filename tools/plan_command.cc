@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <optional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -25,6 +27,7 @@ namespace {
 struct SimPlanFlags {
   std::string profile, workload = "chat", pairs = "fp16/fp16,w8a8/w4a16";
   std::string autoscale_phases = "600:0.25,600:1", hpa, shapes = "both";
+  std::string cluster_nodes, prefill_shares = "0.125,0.25,0.375,0.5,0.625,0.75,0.875";
   int64_t max_workers = 16, seeds = 3, requests = 300, threads = 0;
   int64_t kv_blocks = 1 << 20;
   double attainment = 0.9, price = 1, sensitivity = 0.2, pod_start_seconds = -1;
@@ -57,49 +60,199 @@ struct SimPlanFlags {
     flags.Float("pod-start-seconds", &pod_start_seconds, -1, 1e6,
                 "--sim: a new worker's time to serve in the replay (-1: the profile's model "
                 "load and start-up probe, else 30)");
+    flags.String("cluster-nodes", &cluster_nodes,
+                 "--sim: instead of a plan for --rate, the capacity at these node counts "
+                 "(8,32,128): each pair as n monolithic workers and at each --prefill-shares "
+                 "P:D split, the highest rate served within the targets, its goodput per core "
+                 "and cost per million output tokens");
+    flags.String("prefill-shares", &prefill_shares,
+                 "--cluster-nodes: the prefill workers' shares of the nodes to try");
   }
 };
 
-// `pdq plan --sim`: the search of sim/plan.h, printed.
-int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int64_t output_tokens,
-                   double ttft_ms, double tpot_ms, const std::string& json_path) {
-  auto fail = [](const absl::Status& s) { return Fail("plan", s); };
+// The query and the profile of `pdq plan --sim` (the rate as given).
+absl::Status SimQuery(const SimPlanFlags& f, double rate, int64_t input_tokens,
+                      int64_t output_tokens, double ttft_ms, double tpot_ms, sim::PlanQuery* q,
+                      sim::Profile* profile) {
   if (f.shapes != "both" && f.shapes != "monolithic" && f.shapes != "disaggregated") {
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat("--shapes: unknown '", f.shapes, "' (both, monolithic or disaggregated)")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shapes: unknown '", f.shapes, "' (both, monolithic or disaggregated)"));
   }
   if (const WorkloadShape* shape = StandardWorkload(f.workload)) {
     if (input_tokens == 0) input_tokens = shape->input;
     if (output_tokens == 0) output_tokens = shape->output;
   } else if (input_tokens == 0 || output_tokens == 0) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
+    return absl::InvalidArgumentError(absl::StrCat(
         "--workload: unknown '", f.workload,
-        "' (chat, summarize or analysis), or give --input-tokens and --output-tokens")));
+        "' (chat, summarize or analysis), or give --input-tokens and --output-tokens"));
   }
-  absl::StatusOr<sim::Profile> profile = sim::ReadProfile(f.profile);
-  if (!profile.ok()) return fail(profile.status());
-  sim::PlanQuery q;
-  q.workload.rate = rate;
-  q.workload.requests = (int)f.requests;
-  q.workload.warmup = (int)f.requests / 10;
-  q.workload.prompt_tokens = input_tokens;
-  q.workload.output_tokens = output_tokens;
-  q.targets = {(ttft_ms > 0 ? ttft_ms : 2000) / 1e3, (tpot_ms > 0 ? tpot_ms : 200) / 1e3};
-  q.attainment = f.attainment;
-  q.max_workers = (int)f.max_workers;
-  q.seeds = (int)f.seeds;
-  q.worker_hour_price = f.price;
-  q.pairs.clear();
+  absl::StatusOr<sim::Profile> read = sim::ReadProfile(f.profile);
+  if (!read.ok()) return read.status();
+  *profile = *std::move(read);
+  q->workload.rate = rate;
+  q->workload.requests = (int)f.requests;
+  q->workload.warmup = (int)f.requests / 10;
+  q->workload.prompt_tokens = input_tokens;
+  q->workload.output_tokens = output_tokens;
+  q->targets = {(ttft_ms > 0 ? ttft_ms : 2000) / 1e3, (tpot_ms > 0 ? tpot_ms : 200) / 1e3};
+  q->attainment = f.attainment;
+  q->max_workers = (int)f.max_workers;
+  q->seeds = (int)f.seeds;
+  q->worker_hour_price = f.price;
+  q->pairs.clear();
   for (absl::string_view pair : absl::StrSplit(f.pairs, ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(pair, '/');
     if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("--pairs: '", pair, "' is not PREFILL/DECODE, as in w8a8/w4a16")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--pairs: '", pair, "' is not PREFILL/DECODE, as in w8a8/w4a16"));
     }
-    q.pairs.emplace_back(parts[0], parts[1]);
+    q->pairs.emplace_back(parts[0], parts[1]);
   }
-  q.monolithic = f.shapes != "disaggregated";
-  q.disaggregated = f.shapes != "monolithic";
+  q->monolithic = f.shapes != "disaggregated";
+  q->disaggregated = f.shapes != "monolithic";
+  return absl::OkStatus();
+}
+
+// A comma-separated list of numbers, each checked by `ok`.
+template <typename T>
+absl::StatusOr<std::vector<T>> NumberList(const std::string& flag, const std::string& text,
+                                          const std::function<bool(T)>& ok,
+                                          const std::string& what) {
+  std::vector<T> out;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    double v = 0;
+    if (!absl::SimpleAtod(part, &v) || !(std::abs(v) < 1e9) || !ok(static_cast<T>(v)) ||
+        double(static_cast<T>(v)) != v) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", part, "' is not ", what));
+    }
+    out.push_back(static_cast<T>(v));
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": empty"));
+  return out;
+}
+
+// `pdq plan --sim --cluster-nodes`: sim::SweepCluster, printed.
+int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_tokens,
+                   double ttft_ms, double tpot_ms, const std::string& json_path) {
+  auto fail = [](const absl::Status& s) { return Fail("plan", s); };
+  sim::ClusterQuery cq;
+  sim::Profile profile;
+  if (absl::Status s =
+          SimQuery(f, 0, input_tokens, output_tokens, ttft_ms, tpot_ms, &cq.plan, &profile);
+      !s.ok()) {
+    return fail(s);
+  }
+  absl::StatusOr<std::vector<int>> nodes = NumberList<int>(
+      "cluster-nodes", f.cluster_nodes, [](int n) { return n >= 2 && n <= 4096; },
+      "a node count from 2 to 4096");
+  if (!nodes.ok()) return fail(nodes.status());
+  absl::StatusOr<std::vector<double>> shares = NumberList<double>(
+      "prefill-shares", f.prefill_shares, [](double x) { return x > 0 && x < 1; },
+      "a share in (0, 1)");
+  if (!shares.ok()) return fail(shares.status());
+  cq.nodes = *nodes;
+  cq.prefill_shares = *shares;
+  sim::WorkerOptions wo;
+  wo.kv_blocks = f.kv_blocks;
+  wo.threads = (int)f.threads;
+  const int cores = sim::ClusterCoresPerNode(profile, wo);
+  const sim::Workload& w = cq.plan.workload;
+  std::printf(
+      "projected from %s (%s, %d cores, %s), not measured: the most requests/s of %lld tokens "
+      "in and %lld out served with %.0f%% within TTFT %.0f ms and TPOT %.0f ms (none refused, "
+      "at steady state, %d seeds; rates within %.0f%%); a node is one worker of %d core%s, "
+      "priced %g an hour\n",
+      f.profile.c_str(), profile.cpu.c_str(), profile.cores, profile.isa.c_str(),
+      (long long)w.prompt_tokens, (long long)w.output_tokens, cq.plan.attainment * 100,
+      cq.plan.targets.ttft_seconds * 1e3, cq.plan.targets.tpot_seconds * 1e3, cq.plan.seeds,
+      cq.tolerance * 100, cores, cores == 1 ? "" : "s", cq.plan.worker_hour_price);
+  absl::StatusOr<std::vector<sim::ClusterPoint>> points =
+      sim::SweepCluster(profile, cq, wo, [](const sim::ClusterPoint& p, int i, int n) {
+        std::fprintf(stderr, "pdq plan: [%d/%d] %s %s/%s: %.4g requests/s (%d runs)\n", i, n,
+                     p.deployment.c_str(), p.prefill_precision.c_str(), p.decode_precision.c_str(),
+                     p.rate, p.runs);
+      });
+  if (!points.ok()) return fail(points.status());
+  // The best of each size: the most goodput per core.
+  std::vector<int> best(cq.nodes.size(), -1);
+  for (int i = 0; i < (int)points->size(); ++i) {
+    const sim::ClusterPoint& p = (*points)[i];
+    const int k = (int)(std::find(cq.nodes.begin(), cq.nodes.end(), p.nodes) - cq.nodes.begin());
+    if (p.rate > 0 && (best[k] < 0 || p.tokens_per_second_per_core >
+                                          (*points)[best[k]].tokens_per_second_per_core)) {
+      best[k] = i;
+    }
+  }
+  std::printf("  %-6s %-12s %-12s %12s %16s %14s %10s %10s\n", "nodes", "deployment", "pair",
+              "requests/s", "tokens/s/core", "cost/M tokens", "TTFT p90", "TPOT p90");
+  for (int i = 0; i < (int)points->size(); ++i) {
+    const sim::ClusterPoint& p = (*points)[i];
+    const int k = (int)(std::find(cq.nodes.begin(), cq.nodes.end(), p.nodes) - cq.nodes.begin());
+    const std::string pair = absl::StrCat(p.prefill_precision, "/", p.decode_precision);
+    if (p.rate <= 0) {
+      std::printf("  %-6d %-12s %-12s %12s\n", p.nodes, p.deployment.c_str(), pair.c_str(), "none");
+      continue;
+    }
+    std::printf("  %-6d %-12s %-12s %12.4g %16.4g %14.4g %7.0f ms %7.1f ms%s\n", p.nodes,
+                p.deployment.c_str(), pair.c_str(), p.rate, p.tokens_per_second_per_core,
+                p.cost_per_million_output_tokens, p.result.ttft_p90.mean * 1e3,
+                p.result.tpot_p90.mean * 1e3, i == best[k] ? "  <- best of its size" : "");
+  }
+  if (!json_path.empty()) {
+    nlohmann::json j = {{"projected_from", f.profile},
+                        {"cpu", profile.cpu},
+                        {"cores", profile.cores},
+                        {"isa", profile.isa},
+                        {"cores_per_node", cores},
+                        {"prompt_tokens", w.prompt_tokens},
+                        {"output_tokens", w.output_tokens},
+                        {"ttft_target_ms", cq.plan.targets.ttft_seconds * 1e3},
+                        {"tpot_target_ms", cq.plan.targets.tpot_seconds * 1e3},
+                        {"attainment", cq.plan.attainment},
+                        {"seeds", cq.plan.seeds},
+                        {"tolerance", cq.tolerance},
+                        {"worker_hour_price", cq.plan.worker_hour_price},
+                        {"nodes", cq.nodes},
+                        {"points", nlohmann::json::array()}};
+    for (int i = 0; i < (int)points->size(); ++i) {
+      const sim::ClusterPoint& p = (*points)[i];
+      const int k = (int)(std::find(cq.nodes.begin(), cq.nodes.end(), p.nodes) - cq.nodes.begin());
+      j["points"].push_back({{"nodes", p.nodes},
+                             {"deployment", p.deployment},
+                             {"prefill_precision", p.prefill_precision},
+                             {"decode_precision", p.decode_precision},
+                             {"prefill", p.prefill},
+                             {"decode", p.decode},
+                             {"rate", p.rate},
+                             {"missed_rate", p.missed_rate},
+                             {"goodput_tokens_per_second", p.goodput_tokens_per_second},
+                             {"tokens_per_second_per_core", p.tokens_per_second_per_core},
+                             {"cost_per_million_output_tokens", p.cost_per_million_output_tokens},
+                             {"ttft_p90", p.result.ttft_p90.mean},
+                             {"tpot_p90", p.result.tpot_p90.mean},
+                             {"met_fraction", p.result.met_fraction.mean},
+                             {"runs", p.runs},
+                             {"best_of_size", i == best[k]}});
+    }
+    std::ofstream out(json_path);
+    out << j.dump(1) << "\n";
+    if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
+  }
+  return 0;
+}
+
+// `pdq plan --sim`: the search of sim/plan.h, printed.
+int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int64_t output_tokens,
+                   double ttft_ms, double tpot_ms, const std::string& json_path) {
+  auto fail = [](const absl::Status& s) { return Fail("plan", s); };
+  sim::PlanQuery q;
+  sim::Profile read_profile;
+  if (absl::Status s =
+          SimQuery(f, rate, input_tokens, output_tokens, ttft_ms, tpot_ms, &q, &read_profile);
+      !s.ok()) {
+    return fail(s);
+  }
+  const sim::Profile* profile = &read_profile;
   sim::WorkerOptions wo;
   wo.kv_blocks = f.kv_blocks;
   wo.threads = (int)f.threads;
@@ -321,6 +474,12 @@ int PlanCommand(int argc, char** argv) {
   SimPlanFlags sim_flags;
   sim_flags.Register(flags);
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (!sim_flags.cluster_nodes.empty()) {
+    if (sim_flags.profile.empty()) {
+      return Fail("plan", absl::InvalidArgumentError("--cluster-nodes needs --sim PROFILE"));
+    }
+    return ClusterCommand(sim_flags, input_tokens, output_tokens, ttft_ms, tpot_ms, json_path);
+  }
   if (!sim_flags.profile.empty()) {
     if (rate <= 0) {
       return Fail("plan",
