@@ -541,6 +541,8 @@ void EvalRunner::RunCluster() {
       continue;
     }
     if (threads <= 0) {  // no profile: counted as failed above
+      std::fprintf(stderr, "pdq eval: cluster scale: no profile, so no projection of %s\n",
+                   name.c_str());
       ++step_;
       continue;
     }

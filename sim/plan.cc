@@ -82,7 +82,12 @@ absl::StatusOr<PlanOption> Evaluate(const Profile& profile, const PlanQuery& q,
   o.workers = d.monolithic + d.prefill + d.decode;
   o.result = *r;
   o.meets = Meets(*r, q.attainment);
-  const double tokens = r->output_tokens_per_second.mean;
+  // What it delivers under this load: where it keeps up, every arrival's
+  // tokens (a run's own tokens a second divide by its span, whose ramp and
+  // drain weigh more in a shorter run); where it does not, what the run got.
+  const double tokens = o.meets && o.workload.rate > 0
+                            ? o.workload.rate * double(o.workload.output_tokens)
+                            : r->output_tokens_per_second.mean;
   o.cost_per_million_output_tokens =
       tokens > 0 ? double(o.workers) * q.worker_hour_price / 3600 / tokens * 1e6 : 0;
   return o;

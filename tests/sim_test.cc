@@ -424,7 +424,12 @@ TEST(SimPlanTest, TheSmallestDeploymentThatMeetsTheTargetsIsRecommended) {
   const PlanOption& best = plan.options[plan.best];
   EXPECT_TRUE(best.meets);
   EXPECT_EQ(best.workers, plan.workers);
-  EXPECT_GT(best.cost_per_million_output_tokens, 0);
+  // Keeping up, it delivers every arrival's tokens: the cost is the
+  // workers' price over them.
+  EXPECT_NEAR(best.cost_per_million_output_tokens,
+              best.workers * q.worker_hour_price / 3600 /
+                  (q.workload.rate * double(q.workload.output_tokens)) * 1e6,
+              1e-9 * best.cost_per_million_output_tokens);
   std::printf("recommended: %s\n", Describe(best).c_str());
   // Every shape of that size was tried: n monolithic and n - 1 splits.
   EXPECT_EQ((int)plan.options.size(), plan.workers);

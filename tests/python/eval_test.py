@@ -108,6 +108,38 @@ class EvalTest(unittest.TestCase):
         self.assertIn("goodput", done.stdout)
         self.assertIn("report at", done.stdout)
 
+    def test_cluster_scale_is_projected_from_a_profile_of_the_machine(self):
+        c = config("synthetic:tiny")  # a profile in seconds
+        c["cluster"] = {"nodes": [2, 4], "pairs": ["fp16/fp16", "w8a8/w4a16"], "seeds": 1}
+        with open(self.config, "w") as f:
+            json.dump(c, f)
+        only = ("--skip-serving", "--skip-accuracy", "--skip-stability", "--skip-lowbit")
+        done = self.eval(*only)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        self.assertIn("cluster scale: pdq profile of this machine", done.stderr)
+        cluster = os.path.join(self.out, "raw", "cluster")
+        with open(os.path.join(cluster, "chat.json")) as f:
+            sweep = json.load(f)
+        # 2M, 1P+1D, 4M, 1P+3D, 2P+2D, 3P+1D for each pair, a rate found for each.
+        self.assertEqual(len(sweep["points"]), 12)
+        self.assertEqual(sweep["ttft_target_ms"], 5000)  # the workload's targets
+        self.assertEqual(sweep["output_tokens"], 8)
+        self.assertTrue(all(p["rate"] > 0 for p in sweep["points"]), sweep["points"])
+        with open(os.path.join(cluster, "chat.txt")) as f:
+            self.assertIn("not measured", f.read())
+        with open(os.path.join(self.out, "report.md")) as f:
+            report = f.read()
+        for text in ["## At cluster scale (projected)", "a projection, not a measurement",
+                     "| fp16/fp16 | 4 |", "| w8a8/w4a16 | 2 |", "(plots/cluster-chat.svg)",
+                     "Recommended"]:
+            self.assertIn(text, report)
+        # Resumed: nothing is profiled or projected again.
+        before = os.path.getmtime(os.path.join(cluster, "chat.json"))
+        again = self.eval(*only)
+        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+        self.assertNotIn("cluster scale:", again.stderr)
+        self.assertEqual(os.path.getmtime(os.path.join(cluster, "chat.json")), before)
+
     def test_bad_configs_are_clear_errors(self):
         for mutate, message in [
             (lambda c: c.pop("deployments"), "needs a non-empty 'deployments' array"),
