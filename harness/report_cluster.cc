@@ -116,7 +116,11 @@ std::string ClusterSection(const EvalConfig& config, const std::string& raw, Plo
       const std::pair<std::string, int> r{PairOf(p), p.value("nodes", 0)};
       if (std::find(rows.begin(), rows.end(), r) == rows.end()) rows.push_back(r);
     }
-    std::map<int, const json*> best_of_size;  // across pairs, by nodes
+    // Across pairs, by nodes: as `pdq plan` marked them.
+    std::map<int, const json*> best_of_size;
+    for (const json& p : j["points"]) {
+      if (p.value("best_of_size", false)) best_of_size[p.value("nodes", 0)] = &p;
+    }
     // The plot: a curve per row, against the prefill share (all M at 0).
     std::string data, xtics;
     std::vector<std::string> curves;
@@ -174,11 +178,6 @@ std::string ClusterSection(const EvalConfig& config, const std::string& raw, Plo
       }
       absl::StrAppend(&md, " ", best->value("deployment", "?"), " | ", F(Num(*best, {"rate"}), 2),
                       " | ", F(Num(*best, {"cost_per_million_output_tokens"}), 3), " |\n");
-      const json*& b = best_of_size[nodes];
-      if (b == nullptr ||
-          Num(*best, {"tokens_per_second_per_core"}) > Num(*b, {"tokens_per_second_per_core"})) {
-        b = best;
-      }
     }
     if (!curves.empty()) {
       absl::StrAppend(

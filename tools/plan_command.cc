@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 
 #include "absl/strings/numbers.h"
@@ -174,20 +175,24 @@ int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_t
       });
   if (!points.ok()) return fail(points.status());
   // The best of each size: the most goodput per core.
-  std::vector<int> best(cq.nodes.size(), -1);
-  for (int i = 0; i < (int)points->size(); ++i) {
-    const sim::ClusterPoint& p = (*points)[i];
-    const int k = (int)(std::find(cq.nodes.begin(), cq.nodes.end(), p.nodes) - cq.nodes.begin());
-    if (p.rate > 0 && (best[k] < 0 || p.tokens_per_second_per_core >
-                                          (*points)[best[k]].tokens_per_second_per_core)) {
-      best[k] = i;
+  std::vector<bool> best(points->size(), false);
+  {
+    std::map<int, int> best_of_size;  // nodes -> index into points
+    for (int i = 0; i < (int)points->size(); ++i) {
+      const sim::ClusterPoint& p = (*points)[i];
+      if (p.rate <= 0) continue;
+      auto [it, first] = best_of_size.try_emplace(p.nodes, i);
+      if (!first &&
+          p.tokens_per_second_per_core > (*points)[it->second].tokens_per_second_per_core) {
+        it->second = i;
+      }
     }
+    for (const auto& [nodes, i] : best_of_size) best[i] = true;
   }
   std::printf("  %-6s %-12s %-12s %12s %16s %14s %10s %10s\n", "nodes", "deployment", "pair",
               "requests/s", "tokens/s/core", "cost/M tokens", "TTFT p90", "TPOT p90");
   for (int i = 0; i < (int)points->size(); ++i) {
     const sim::ClusterPoint& p = (*points)[i];
-    const int k = (int)(std::find(cq.nodes.begin(), cq.nodes.end(), p.nodes) - cq.nodes.begin());
     const std::string pair = absl::StrCat(p.prefill_precision, "/", p.decode_precision);
     if (p.rate <= 0) {
       std::printf("  %-6d %-12s %-12s %12s\n", p.nodes, p.deployment.c_str(), pair.c_str(), "none");
@@ -196,7 +201,7 @@ int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_t
     std::printf("  %-6d %-12s %-12s %12.4g %16.4g %14.4g %7.0f ms %7.1f ms%s\n", p.nodes,
                 p.deployment.c_str(), pair.c_str(), p.rate, p.tokens_per_second_per_core,
                 p.cost_per_million_output_tokens, p.result.ttft_p90.mean * 1e3,
-                p.result.tpot_p90.mean * 1e3, i == best[k] ? "  <- best of its size" : "");
+                p.result.tpot_p90.mean * 1e3, best[i] ? "  <- best of its size" : "");
   }
   if (!json_path.empty()) {
     nlohmann::json j = {{"projected_from", f.profile},
@@ -216,7 +221,6 @@ int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_t
                         {"points", nlohmann::json::array()}};
     for (int i = 0; i < (int)points->size(); ++i) {
       const sim::ClusterPoint& p = (*points)[i];
-      const int k = (int)(std::find(cq.nodes.begin(), cq.nodes.end(), p.nodes) - cq.nodes.begin());
       j["points"].push_back({{"nodes", p.nodes},
                              {"deployment", p.deployment},
                              {"prefill_precision", p.prefill_precision},
@@ -232,7 +236,7 @@ int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_t
                              {"tpot_p90", p.result.tpot_p90.mean},
                              {"met_fraction", p.result.met_fraction.mean},
                              {"runs", p.runs},
-                             {"best_of_size", i == best[k]}});
+                             {"best_of_size", bool(best[i])}});
     }
     std::ofstream out(json_path);
     out << j.dump(1) << "\n";
