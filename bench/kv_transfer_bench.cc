@@ -121,16 +121,13 @@ int Main(int argc, char** argv) {
   flags.Int("head-dim", &head_dim, 1, 1024, "head size");
   flags.Int("block-tokens", &block_tokens, 1, 1024, "tokens per KV block");
   if (int rc = ParseOrExit(flags, argc, argv, 1, "kv_transfer_bench"); rc >= 0) return rc;
-  std::vector<int64_t> lengths;
-  for (absl::string_view t : absl::StrSplit(tokens_list, ',')) {
-    int64_t n = 0;
-    if (!absl::SimpleAtoi(t, &n) || n < 1) {
-      std::fprintf(stderr, "kv_transfer_bench: error: --tokens: '%s' is not a positive count\n",
-                   std::string(t).c_str());
-      return 2;
-    }
-    lengths.push_back(n);
+  absl::StatusOr<std::vector<int64_t>> lengths_or = IntList("tokens", tokens_list, 1, 1 << 24);
+  if (!lengths_or.ok()) {
+    std::fprintf(stderr, "kv_transfer_bench: error: %s\n",
+                 std::string(lengths_or.status().message()).c_str());
+    return 2;
   }
+  const std::vector<int64_t>& lengths = *lengths_or;
   KvLayout layout;
   layout.model_fingerprint = 0x6b7662656e6368;  // any: both sides agree
   layout.num_layers = (int32_t)layers;

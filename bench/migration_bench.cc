@@ -145,13 +145,14 @@ int Main(int argc, char** argv) {
               "pause / re-prefill (p50) | decode TPOT p50 |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   int failures = 0;
-  for (absl::string_view c : absl::StrSplit(contexts, ',')) {
-    int64_t context = 0;
-    if (!absl::SimpleAtoi(c, &context) || context < 1 || context > (int64_t)text.size()) {
-      std::fprintf(stderr, "migration_bench: error: --context: '%s' is not 1..%zu\n",
-                   std::string(c).c_str(), text.size());
-      return 2;
-    }
+  absl::StatusOr<std::vector<int64_t>> context_list =
+      IntList("context", contexts, 1, (int64_t)text.size());
+  if (!context_list.ok()) {
+    std::fprintf(stderr, "migration_bench: error: %s\n",
+                 std::string(context_list.status().message()).c_str());
+    return 2;
+  }
+  for (int64_t context : *context_list) {
     std::vector<double> pauses, reprefills, gaps;
     std::vector<int32_t> reference;
     for (int64_t r = -1; r < rounds; ++r) {

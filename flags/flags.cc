@@ -3,13 +3,17 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace pdq {
 
@@ -163,6 +167,52 @@ void ServerSecurityFlags::Register(FlagParser& flags) {
                "cannot speak TLS); empty: none");
   flags.String("health-address-file", &health_address_file,
                "write the health port's address here once serving");
+}
+
+namespace {
+
+// Each entry of a comma-separated list, trimmed, to `parse` (false: not a
+// number in range, described by `range`).
+template <typename T, typename Parse>
+absl::StatusOr<std::vector<T>> ParseList(const std::string& flag, const std::string& text,
+                                         const std::string& range, Parse parse) {
+  std::vector<T> out;
+  if (absl::StripAsciiWhitespace(text).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " is empty: give ", range));
+  }
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": an empty entry in '", text, "'"));
+    }
+    T v{};
+    if (!parse(part, &v)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", part, "' is not ", range));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<int64_t>> IntList(const std::string& flag, const std::string& text,
+                                             int64_t min, int64_t max) {
+  return ParseList<int64_t>(flag, text, absl::StrCat("a whole number from ", min, " to ", max),
+                            [&](absl::string_view part, int64_t* v) {
+                              return absl::SimpleAtoi(part, v) && *v >= min && *v <= max;
+                            });
+}
+
+absl::StatusOr<std::vector<double>> FloatList(const std::string& flag, const std::string& text,
+                                              double min, double max, bool open) {
+  const std::string range = open ? absl::StrCat("a number in (", min, ", ", max, ")")
+                                 : absl::StrCat("a number from ", min, " to ", max);
+  return ParseList<double>(flag, text, range, [&](absl::string_view part, double* v) {
+    if (!absl::SimpleAtod(part, v) || !std::isfinite(*v)) return false;
+    return open ? *v > min && *v < max : *v >= min && *v <= max;
+  });
 }
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what) {

@@ -63,6 +63,16 @@ struct ServerSecurityFlags {
 // 0 after printing --help, 2 after printing the error.
 int ParseOrExit(FlagParser& flags, int argc, char** argv, int first, const std::string& program);
 
+// A flag's comma-separated list of numbers ("1,2,4"; spaces around entries
+// are allowed), each from `min` to `max`: whole numbers for IntList; for
+// FloatList, with `open` the bounds themselves excluded. InvalidArgument
+// naming the flag and the entry for a bad number, an empty entry ("1,,2",
+// "4,") or an empty list.
+absl::StatusOr<std::vector<int64_t>> IntList(const std::string& flag, const std::string& text,
+                                             int64_t min, int64_t max);
+absl::StatusOr<std::vector<double>> FloatList(const std::string& flag, const std::string& text,
+                                              double min, double max, bool open = false);
+
 // The whole file; NotFound naming `what` and the path when it cannot be read.
 absl::StatusOr<std::string> ReadTextFile(const std::string& path, const std::string& what);
 // The status with the library's parameter names (whole words) replaced by

@@ -91,7 +91,11 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("--sessions needs --workload conversation"), std::string::npos) << r.out;
   r = RunPdq("bench --concurrency 2,zero --text README.md");
-  EXPECT_NE(r.out.find("--concurrency: 'zero' is not a level"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--concurrency: 'zero' is not a whole number from 1 to 4096"),
+            std::string::npos)
+      << r.out;
+  r = RunPdq("bench --concurrency 2, --text README.md");
+  EXPECT_NE(r.out.find("--concurrency: an empty entry in '2,'"), std::string::npos) << r.out;
   r = RunPdq("bench --text /nonexistent/words.txt");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("/nonexistent/words.txt"), std::string::npos) << r.out;
@@ -599,7 +603,8 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
            {"plan --sim " + profile + " --cluster-nodes 1,8", "--cluster-nodes: '1' is not"},
            {"plan --sim " + profile + " --cluster-nodes 8 --prefill-shares 0.5,1",
-            "--prefill-shares: '1' is not a share in (0, 1)"},
+            "--prefill-shares: '1' is not a number in (0, 1)"},
+           {"plan --sim " + profile + " --cluster-nodes 8,,32", "an empty entry in '8,,32'"},
            {"plan --cluster-nodes 8", "--cluster-nodes needs --sim PROFILE"},
            {"plan --sim " + profile + " --pairs w8a8 --rate 1", "not PREFILL/DECODE"},
            {"plan --sim " + profile + " --shapes some --rate 1", "--shapes: unknown 'some'"},

@@ -156,14 +156,9 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
     return absl::InvalidArgumentError(
         "--pattern alternate reads the workers' metrics: it needs --router");
   }
-  for (absl::string_view l : absl::StrSplit(levels, ',')) {
-    int n = 0;
-    if (!absl::SimpleAtoi(l, &n) || n < 1 || n > 4096) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--concurrency: '", std::string(l), "' is not a level in 1..4096"));
-    }
-    levels_out->push_back(n);
-  }
+  absl::StatusOr<std::vector<int64_t>> parsed = IntList("concurrency", levels, 1, 4096);
+  if (!parsed.ok()) return parsed.status();
+  for (int64_t n : *parsed) levels_out->push_back((int)n);
   return absl::OkStatus();
 }
 

@@ -114,24 +114,6 @@ absl::Status SimQuery(const SimPlanFlags& f, double rate, int64_t input_tokens,
   return absl::OkStatus();
 }
 
-// A comma-separated list of numbers, each checked by `ok`.
-template <typename T>
-absl::StatusOr<std::vector<T>> NumberList(const std::string& flag, const std::string& text,
-                                          const std::function<bool(T)>& ok,
-                                          const std::string& what) {
-  std::vector<T> out;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    double v = 0;
-    if (!absl::SimpleAtod(part, &v) || !(std::abs(v) < 1e9) || !ok(static_cast<T>(v)) ||
-        double(static_cast<T>(v)) != v) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", part, "' is not ", what));
-    }
-    out.push_back(static_cast<T>(v));
-  }
-  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat("--", flag, ": empty"));
-  return out;
-}
-
 // `pdq plan --sim --cluster-nodes`: sim::SweepCluster, printed.
 int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_tokens,
                    double ttft_ms, double tpot_ms, const std::string& json_path) {
@@ -143,15 +125,12 @@ int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_t
       !s.ok()) {
     return fail(s);
   }
-  absl::StatusOr<std::vector<int>> nodes = NumberList<int>(
-      "cluster-nodes", f.cluster_nodes, [](int n) { return n >= 2 && n <= 4096; },
-      "a node count from 2 to 4096");
+  absl::StatusOr<std::vector<int64_t>> nodes = IntList("cluster-nodes", f.cluster_nodes, 2, 4096);
   if (!nodes.ok()) return fail(nodes.status());
-  absl::StatusOr<std::vector<double>> shares = NumberList<double>(
-      "prefill-shares", f.prefill_shares, [](double x) { return x > 0 && x < 1; },
-      "a share in (0, 1)");
+  absl::StatusOr<std::vector<double>> shares =
+      FloatList("prefill-shares", f.prefill_shares, 0, 1, /*open=*/true);
   if (!shares.ok()) return fail(shares.status());
-  cq.nodes = *nodes;
+  cq.nodes.assign(nodes->begin(), nodes->end());
   cq.prefill_shares = *shares;
   sim::WorkerOptions wo;
   wo.kv_blocks = f.kv_blocks;

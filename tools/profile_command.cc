@@ -330,17 +330,17 @@ int ProfileCommand(int argc, char** argv) {
   // Each count runs on its own pool: a copy of the flags made before any
   // pool exists gets its own (ModelFlags::pool).
   std::vector<ModelFlags> runs;
-  for (absl::string_view t : absl::StrSplit(thread_counts, ',', absl::SkipEmpty())) {
-    int64_t n = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(t), &n) || n < 1 || n > 1024) {
-      return fail(absl::InvalidArgumentError(
-          absl::StrCat("--thread-counts: '", t, "' is not a thread count from 1 to 1024")));
+  if (thread_counts.empty()) {
+    runs.push_back(mf);
+  } else {
+    absl::StatusOr<std::vector<int64_t>> counts = IntList("thread-counts", thread_counts, 1, 1024);
+    if (!counts.ok()) return fail(counts.status());
+    for (int64_t n : *counts) {
+      ModelFlags f = mf;
+      f.threads = n;
+      runs.push_back(f);
     }
-    ModelFlags f = mf;
-    f.threads = n;
-    runs.push_back(f);
   }
-  if (runs.empty()) runs.push_back(mf);
   sim::Profile profile;
   profile.cpu = CpuModelName();
   profile.isa = KernelIsaName();
