@@ -4,8 +4,9 @@
 #  - per deployment (monolithic FP16, W8A8+W4A16 and W4A16 on 2 threads;
 #    1 prefill + 1 decode worker, FP16/FP16 and W8A8/W4A16, sharing every
 #    core; W8A8/W4A16 also pinned to a core each), the conversation workload
-#    with the prefix cache on and off: conversations finish (wall time) and
-#    TTFT p50 per turn;
+#    with the prefix cache on and off (and, for the W8A8/W4A16 ones, with
+#    exact reuse, --reuse-kv-any-precision=false): conversations finish
+#    (wall time) and TTFT p50 per turn;
 #  - the TTFT of a fresh prompt as long as a turn's new tokens (128: the
 #    previous answer and the new message) at the same concurrency, cache on;
 #  - llama.cpp's llama-server (built beside pdq, outside the project; Q4_0
@@ -73,7 +74,11 @@ run_pdq mono-fp16-cache-off "$mono_off"
 # pdq's precisions in one process: W8A8 prompts, W4A16 decode.
 mixed='[{"role": "both", "prefill_precision": "w8a8", "precision": "w4a16", "threads": 2}]'
 mixed_off='[{"role": "both", "prefill_precision": "w8a8", "precision": "w4a16", "threads": 2, "args": ["--prefix-cache", "off"]}]'
+mixed_exact='[{"role": "both", "prefill_precision": "w8a8", "precision": "w4a16", "threads": 2, "args": ["--reuse-kv-any-precision=false"]}]'
 run_pdq mono-w8a8-w4a16-cache-on "$mixed" fresh
+# Exact reuse (only KV of the precision that would compute it): the W8A8
+# prompt pass recomputes each previous answer the W4A16 decode wrote.
+run_pdq mono-w8a8-w4a16-cache-on-exact "$mixed_exact"
 run_pdq mono-w8a8-w4a16-cache-off "$mixed_off"
 # W4A16 for both phases: the fastest one-process deployment on CPUs without
 # VNNI, where W8A8 prompts run slower than W4A16's (bench/RESULTS.md).
@@ -90,6 +95,9 @@ for pair in "fp16 fp16" "w8a8 w4a16"; do
   # Every follow-up through the prefill worker (no short-suffix prefill on
   # the decode worker): what --local-prefill-tokens buys.
   [ "$1" = "$2" ] && run_pdq "1p1d-$1-$2-cache-on-local-0" "$on" - '["--local-prefill-tokens", "0"]'
+  # Exact reuse: follow-ups go to the prefill worker, which recomputes the
+  # previous answer (the decode worker's KV of it is W4A16's).
+  [ "$1" != "$2" ] && run_pdq "1p1d-$1-$2-cache-on-exact" "${on//\"\}/\", \"args\": [\"--reuse-kv-any-precision=false\"]\}}"
   run_pdq "1p1d-$1-$2-cache-off" "$off"
 done
 # The same workers pinned to a core each (what deploy/local/ did before).

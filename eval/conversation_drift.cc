@@ -14,6 +14,9 @@ absl::StatusOr<ConversationDriftResult> MeasureConversationDrift(
     Context& reference, Context& prefill, Context& decode, const std::vector<std::string>& turns,
     const ConversationDriftOptions& o) {
   if (turns.empty()) return absl::InvalidArgumentError("the conversation has no turns");
+  if (o.follow_ups_at_decode && !o.reuse_kv) {
+    return absl::InvalidArgumentError("follow-ups prefilled at the decode precision need reuse_kv");
+  }
   const Tokenizer& tok = reference.model().tokenizer();
   std::vector<ChatMessage> history;
   std::unique_ptr<KvCache> kept;
@@ -47,7 +50,8 @@ absl::StatusOr<ConversationDriftResult> MeasureConversationDrift(
     }
     reused_total += reused;
     prompt_total += (int64_t)prompt.size();
-    absl::StatusOr<DriftResult> r = MeasureDrift(reference, prefill, decode, {prompt}, options);
+    Context& writer = o.follow_ups_at_decode && k > 0 ? decode : prefill;
+    absl::StatusOr<DriftResult> r = MeasureDrift(reference, writer, decode, {prompt}, options);
     if (!r.ok()) {
       return absl::Status(r.status().code(),
                           absl::StrCat("turn ", k + 1, ": ", r.status().message()));

@@ -13,7 +13,10 @@
 // decode precision) that the new prompt starts with, and prefills only the
 // rest; the reference still computes every turn afresh. Against a run
 // without it, this is the accuracy cost of reading KV another precision
-// wrote.
+// wrote. With `follow_ups_at_decode` as well, turns after the first prefill
+// what is new at the decode precision, as a decode worker that prefills a
+// short follow-up itself does (the first turn still at the prefill
+// precision, as the prefill worker would).
 #pragma once
 
 #include <cstdint>
@@ -36,6 +39,7 @@ struct ConversationTurnDrift {
 struct ConversationDriftOptions {
   int turn_tokens = 96;  // longest answer
   bool reuse_kv = false;
+  bool follow_ups_at_decode = false;  // needs reuse_kv
   // Called after each turn with the number of turns.
   std::function<void(const ConversationTurnDrift&, size_t)> progress;
 };

@@ -447,6 +447,15 @@ void EvalRunner::PairAccuracy(const std::string& p, const std::string& d,
     AccuracyStep(absl::StrCat(acc, "conversation-reuse-", pair, ".json"), "",
                  absl::StrCat("conversation drift reusing earlier turns' KV", on),
                  args("drift", reuse));
+    // With two precisions, also as a decode worker that prefills each
+    // follow-up's new tokens itself, at its own precision.
+    if (p != d) {
+      std::vector<std::string> local = reuse;
+      local.insert(local.end() - 1, "--follow-ups-at-decode");
+      AccuracyStep(absl::StrCat(acc, "conversation-local-", pair, ".json"), "",
+                   absl::StrCat("conversation drift with follow-ups prefilled at ", d, on),
+                   args("drift", local));
+    }
   }
   if (!a.code.empty() && !interrupted()) {
     AccuracyStep(absl::StrCat(acc, "code-", pair, ".json"), a.code, absl::StrCat("HumanEval", on),

@@ -218,8 +218,11 @@ std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
       "a prefix cache that reuses any precision's KV would: each turn reads the earlier "
       "prompts' KV as the prefill precision wrote it and the earlier answers' as the decode "
       "precision wrote it, and prefills only what is new; against the row above it, that is "
-      "the accuracy cost of cross-precision reuse (pdq's workers reuse only same-precision KV "
-      "unless `--reuse-kv-any-precision`).\n\n");
+      "the accuracy cost of cross-precision reuse, which pdq's workers do by default "
+      "(`--reuse-kv-any-precision=false` reuses only KV of the precision that would compute "
+      "it). The rows \"follow-ups at\" the decode precision (`--follow-ups-at-decode`) "
+      "prefill each later turn's new tokens at the decode precision, as a decode worker that "
+      "prefills a short follow-up itself does (`pdq-router --local-prefill-tokens`).\n\n");
   std::string header = "| prefill / decode |", rule = "| --- |", conv_data;
   std::vector<std::string> conv_curves;
   int conv_block = 0;
@@ -259,6 +262,12 @@ std::string LongConversationSection(const ReportInput& in, Plotter& plot) {
     if (!r.is_null()) {
       add_run(r, p + " / " + dprec + ", KV reused", p + "/" + dprec + " reused",
               "linespoints dashtype 2", true);
+    }
+    // And each follow-up's new tokens prefilled at the decode precision.
+    const json l = Load(absl::StrCat(raw, "/accuracy/conversation-local-", p, "-", dprec, ".json"));
+    if (!l.is_null()) {
+      add_run(l, p + " / " + dprec + ", KV reused, follow-ups at " + dprec,
+              p + "/" + dprec + " follow-ups at " + dprec, "linespoints dashtype 3", true);
     }
   }
   for (size_t t = 1; t <= most_turns; ++t) {

@@ -370,6 +370,26 @@ TEST(CliTest, ConversationDriftFeedsEachAnswerBack) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(LastJson(r.out)["turns"].size(), 3u);
 
+  // The KV kept from turn to turn; then each follow-up prefilled at the
+  // decode precision: the first turn is the same, later ones read other KV.
+  r = RunPdq("drift --model synthetic:tiny --conversation " + path +
+             " --turn-tokens 6 --reuse-kv --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json reused = LastJson(r.out);
+  r = RunPdq("drift --model synthetic:tiny --conversation " + path +
+             " --turn-tokens 6 --reuse-kv --follow-ups-at-decode --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const nlohmann::json local = LastJson(r.out);
+  EXPECT_EQ(local["follow_ups_at_decode"], true);
+  ASSERT_EQ(local["turns"].size(), 3u);
+  EXPECT_EQ(local["turns"][0]["kl_mean"], reused["turns"][0]["kl_mean"]);
+  EXPECT_GT(local["turns"][1]["reused_tokens"].get<int>(), 0);
+  EXPECT_NE(local["turns"][1]["kl_mean"], reused["turns"][1]["kl_mean"])
+      << "the second turn's new tokens were not prefilled at W4A16";
+  r = RunPdq("drift --model synthetic:tiny --conversation " + path + " --follow-ups-at-decode");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--follow-ups-at-decode needs --reuse-kv"), std::string::npos) << r.out;
+
   r = RunPdq("drift --model synthetic:tiny --conversation " + path + " --prompts " + path);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("give --prompts or --conversation"), std::string::npos) << r.out;

@@ -1,6 +1,8 @@
 // KV reuse across requests through real processes: multi-turn conversations
 // answer exactly as they do with the prefix cache off (monolithic and one
-// prefill + one decode worker; FP16, and W8A8 prefill with W4A16 decode),
+// prefill + one decode worker; FP16, and W8A8 prefill with W4A16 decode
+// reusing only its own precision's KV), reuse every precision's KV by
+// default,
 // later turns reuse their prefix (cached_tokens), the short-suffix path on
 // the decode worker answers as the prefill worker's path does, eviction
 // keeps answers and block counts right, salts isolate, and the router
@@ -107,17 +109,27 @@ enum class Reuse {
   kSome,   // some (the prompts, when the answers were written at another precision)
 };
 
-// Answers equal the reference's turn by turn; first turns reuse nothing,
-// later ones as `reuse` says.
+// Which turns must answer as the reference (its cache off) does.
+enum class Same {
+  kAllTurns,  // reuse of KV its own precision wrote only
+  // The first conversation's first turn, which reads nothing cached; the
+  // rest may read KV of another precision (close, not equal).
+  kFirstTurn,
+};
+
+// Answers equal the reference's turn by turn (as `same` says); first turns
+// reuse nothing, later ones as `reuse` says.
 void ExpectSame(const std::vector<Conversation>& got, const std::vector<Conversation>& want,
-                Reuse reuse, const std::string& what) {
+                Reuse reuse, const std::string& what, Same same = Same::kAllTurns) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t c = 0; c < got.size(); ++c) {
     SCOPED_TRACE(what + ", conversation " + std::to_string(c));
     ASSERT_EQ(got[c].answers.size(), (size_t)kTurns);
     for (int t = 0; t < kTurns; ++t) {
-      EXPECT_EQ(got[c].answers[t], want[c].answers[t]) << "turn " << t + 1;
-      EXPECT_EQ(got[c].prompt[t], want[c].prompt[t]) << "turn " << t + 1;
+      if ((c == 0 && t == 0) || same == Same::kAllTurns) {
+        EXPECT_EQ(got[c].answers[t], want[c].answers[t]) << "turn " << t + 1;
+        EXPECT_EQ(got[c].prompt[t], want[c].prompt[t]) << "turn " << t + 1;
+      }
       EXPECT_EQ(want[c].cached[t], 0) << "the reference has its cache off";
       if (t == 0) {
         // A new conversation shares at most the chat template's system
@@ -200,16 +212,56 @@ TEST(PrefixCacheServingTest, W8a8W4a16ConversationsAnswerTheSameWithTheCacheOnAn
   ASSERT_NE(ref.stub, nullptr);
   const std::vector<Conversation> want = ConverseAll(ref, 2);
 
-  // The W4A16-written answers are not reused by the W8A8 prefill (not the
-  // precision that would write them), the prompts before them are.
-  Deployment mono = Start(c, {}, {{"both", both}});
+  // Exact reuse: the W4A16-written answers are not reused by the W8A8
+  // prefill (not the precision that would write them), the prompts before
+  // them are; and the decode worker never prefills.
+  const std::string exact = "--reuse-kv-any-precision=false";
+  std::vector<std::string> both_exact = both;
+  both_exact.push_back(exact);
+  Deployment mono = Start(c, {}, {{"both", both_exact}});
   ASSERT_NE(mono.stub, nullptr);
-  ExpectSame(ConverseAll(mono, 2), want, Reuse::kSome, "monolithic");
+  ExpectSame(ConverseAll(mono, 2), want, Reuse::kSome, "monolithic, exact reuse");
   ExpectAllFree(mono);
+  Deployment split = Start(
+      c, {},
+      {{"prefill", {"--precision", "w8a8", exact}}, {"decode", {"--precision", "w4a16", exact}}});
+  ASSERT_NE(split.stub, nullptr);
+  ExpectSame(ConverseAll(split, 2), want, Reuse::kSome, "1P+1D, exact reuse");
+  ExpectAllFree(split);
+}
+
+// The default reuses any precision's KV: a later turn reuses the W4A16-
+// written answer too (the W8A8 prefill reads it), and in 1P+1D the decode
+// worker prefills the short follow-ups itself at W4A16. The first turn
+// answers as without the cache (nothing cached to read); the rest need not
+// (the evaluation report measures how close they stay).
+TEST(PrefixCacheServingTest, W8a8W4a16ConversationsReuseEveryPrecisionsKvByDefault) {
+  Cluster c;
+  Deployment ref = Start(
+      c, {},
+      {{"both", {"--prefill-precision", "w8a8", "--precision", "w4a16", "--prefix-cache", "off"}}});
+  ASSERT_NE(ref.stub, nullptr);
+  const std::vector<Conversation> want = ConverseAll(ref, 2);
+
+  Deployment mono =
+      Start(c, {}, {{"both", {"--prefill-precision", "w8a8", "--precision", "w4a16"}}});
+  ASSERT_NE(mono.stub, nullptr);
+  ExpectSame(ConverseAll(mono, 2), want, Reuse::kAll, "monolithic", Same::kFirstTurn);
+  EXPECT_GT(Metric(mono.workers[0].metrics,
+                   "pdq_prefix_cache_hit_tokens_total{pool=\"\",writer=\"w4a16\"}"),
+            0)
+      << "the W8A8 prefill read no W4A16-written answer";
+  ExpectAllFree(mono);
+
   Deployment split = Start(c, {}, {{"prefill", {"--precision", "w8a8"}},
                                    {"decode", {"--precision", "w4a16"}}});
   ASSERT_NE(split.stub, nullptr);
-  ExpectSame(ConverseAll(split, 2), want, Reuse::kSome, "1P+1D");
+  ExpectSame(ConverseAll(split, 2), want, Reuse::kAll, "1P+1D", Same::kFirstTurn);
+  // The prefill worker saw the first turns only: the second conversation's
+  // too is short once the system prompt is cached.
+  const double prefills = Metric(split.workers[0].metrics, "pdq_requests_total{code=\"OK\"}");
+  EXPECT_GE(prefills, 1);
+  EXPECT_LE(prefills, 2);
   ExpectAllFree(split);
 }
 

@@ -18,10 +18,9 @@ namespace {
 int ConversationDrift(Context& reference, Context& prefill, Context& decode,
                       const std::vector<std::string>& turns, int turn_tokens,
                       const std::string& prefill_precision, const std::string& decode_precision,
-                      const std::string& reference_precision, bool reuse_kv, bool json) {
-  ConversationDriftOptions o;
+                      const std::string& reference_precision, ConversationDriftOptions o,
+                      bool json) {
   o.turn_tokens = turn_tokens;
-  o.reuse_kv = reuse_kv;
   o.progress = [](const ConversationTurnDrift& t, size_t n) {
     std::fprintf(stderr, "pdq: turn %d/%zu: %lld prompt tokens, %lld answer tokens, KL %.5f\n",
                  t.turn, n, (long long)t.prompt_tokens, (long long)t.answer_tokens, t.kl_mean);
@@ -42,7 +41,8 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
     }
     nlohmann::json j;
     j["conversation"] = true;
-    j["reuse_kv"] = reuse_kv;
+    j["reuse_kv"] = o.reuse_kv;
+    j["follow_ups_at_decode"] = o.follow_ups_at_decode;
     j["reused_fraction"] = r->reused_fraction;
     j["reference"] = reference_precision;
     j["prefill_precision"] = prefill_precision;
@@ -58,7 +58,11 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
   }
   std::printf("%s prefill -> %s decode vs %s, a conversation of %zu turns%s\n",
               prefill_precision.c_str(), decode_precision.c_str(), reference_precision.c_str(),
-              turns.size(), reuse_kv ? ", KV kept from turn to turn" : "");
+              turns.size(),
+              !o.reuse_kv              ? ""
+              : o.follow_ups_at_decode ? ", KV kept from turn to turn, later turns prefilled at "
+                                         "the decode precision"
+                                       : ", KV kept from turn to turn");
   std::printf("  turn  prompt  reused  answer      KL mean  agreement  first divergence\n");
   for (const ConversationTurnDrift& t : r->turns) {
     std::printf("  %4d  %6lld  %6lld  %6lld  %11.5f  %8.1f%%  %s\n", t.turn,
@@ -104,6 +108,11 @@ int DriftCommand(int argc, char** argv) {
              "--conversation: keep the KV from turn to turn as a prefix cache would (the "
              "prompt's blocks written by the prefill precision, the answer's by the decode "
              "precision) and prefill only what is new; the reference recomputes every turn");
+  bool follow_ups_at_decode = false;
+  flags.Bool("follow-ups-at-decode", &follow_ups_at_decode,
+             "--reuse-kv: prefill each later turn's new tokens at the decode precision, as a "
+             "decode worker that prefills a short follow-up itself does (the first turn at "
+             "the prefill precision, as the prefill worker would)");
   flags.Bool("json", &json, "print one JSON object");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (prompts_path.empty() == conversation_path.empty()) {
@@ -112,6 +121,9 @@ int DriftCommand(int argc, char** argv) {
   }
   if (reuse_kv && conversation_path.empty()) {
     return Fail("drift", absl::InvalidArgumentError("--reuse-kv needs --conversation"));
+  }
+  if (follow_ups_at_decode && !reuse_kv) {
+    return Fail("drift", absl::InvalidArgumentError("--follow-ups-at-decode needs --reuse-kv"));
   }
   const std::string& lines_path = prompts_path.empty() ? conversation_path : prompts_path;
   std::ifstream in(lines_path);
@@ -142,7 +154,8 @@ int DriftCommand(int argc, char** argv) {
   }
   if (!conversation_path.empty()) {
     return ConversationDrift(*reference->ctx, *prefill->ctx, *decode, texts, (int)turn_tokens,
-                             prefill_precision, decode_precision, reference_precision, reuse_kv,
+                             prefill_precision, decode_precision, reference_precision,
+                             {.reuse_kv = reuse_kv, .follow_ups_at_decode = follow_ups_at_decode},
                              json);
   }
   const Tokenizer& tok = reference->model->tokenizer();
