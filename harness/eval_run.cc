@@ -530,18 +530,6 @@ void EvalRunner::RunCluster() {
     RunChild({o_.pdq, "profile", "--model", model_, "--out", profile + ".tmp"});
     Keep(profile);
   }
-  // A node is one worker of the profile's most threads, priced as that
-  // many cores.
-  int threads = 0;
-  {
-    std::ifstream in(profile);
-    const json p = json::parse(in, nullptr, false);
-    if (p.is_object()) {
-      for (const json& pass : p.value("passes", json::array())) {
-        threads = std::max(threads, pass.value("threads", 0));
-      }
-    }
-  }
   for (const std::string& name : cl.workloads) {
     if (interrupted()) return;
     const std::string file = absl::StrCat(dir, "/", name, ".json");
@@ -549,7 +537,7 @@ void EvalRunner::RunCluster() {
       ++step_;
       continue;
     }
-    if (threads <= 0) {  // no profile: counted as failed above
+    if (!fs::exists(profile)) {  // no profile: counted as failed above
       std::fprintf(stderr, "pdq eval: cluster scale: no profile, so no projection of %s\n",
                    name.c_str());
       ++step_;
@@ -561,22 +549,13 @@ void EvalRunner::RunCluster() {
     }
     Progress(absl::StrCat("cluster scale: ", name, " at ", absl::StrJoin(cl.nodes, ", "),
                           " nodes, projected"));
-    std::vector<std::string> args = {o_.pdq,
-                                     "plan",
-                                     "--sim",
-                                     profile,
-                                     "--workload",
-                                     name,
-                                     "--cluster-nodes",
-                                     absl::StrJoin(cl.nodes, ","),
-                                     "--pairs",
-                                     absl::StrJoin(cl.pairs, ","),
-                                     "--seeds",
-                                     std::to_string(cl.seeds),
-                                     "--worker-hour-price",
-                                     absl::StrCat(c_.price_per_core_hour * threads),
-                                     "--json",
-                                     file + ".tmp"};
+    std::vector<std::string> args = {
+        o_.pdq, "plan", "--sim", profile, "--workload", name, "--cluster-nodes",
+        absl::StrJoin(cl.nodes, ","), "--pairs", absl::StrJoin(cl.pairs, ","), "--seeds",
+        std::to_string(cl.seeds),
+        // A node is one worker of the profile's
+        // most threads, priced as that many cores.
+        "--core-hour-price", absl::StrCat(c_.price_per_core_hour), "--json", file + ".tmp"};
     if (w != nullptr && w->ttft_target_ms > 0) {
       args.insert(args.end(), {"--ttft-target-ms", absl::StrCat(w->ttft_target_ms)});
     }

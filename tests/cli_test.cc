@@ -601,7 +601,7 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   // for each, the best of each size marked.
   r = RunPdq("plan --sim " + profile +
              " --pairs fp16/fp16 --input-tokens 100 --output-tokens 50 --requests 50 --seeds 2 "
-             "--cluster-nodes 2,4 --prefill-shares 0.25,0.5 --json " +
+             "--cluster-nodes 2,4 --prefill-shares 0.25,0.5 --core-hour-price 0.5 --json " +
              plan);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("not measured"), std::string::npos) << r.out;
@@ -609,6 +609,9 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   {
     std::ifstream cin(plan);
     const nlohmann::json c = nlohmann::json::parse(cin);
+    // A node priced as its cores.
+    EXPECT_GE(c["cores_per_node"].get<int>(), 1);
+    EXPECT_EQ(c["worker_hour_price"].get<double>(), 0.5 * c["cores_per_node"].get<int>());
     ASSERT_EQ(c["points"].size(), 5u);  // 2M, 1P+1D, 4M, 1P+3D, 2P+2D
     int best = 0;
     for (const auto& pt : c["points"]) {
@@ -626,6 +629,8 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
             "--prefill-shares: '1' is not a number in (0, 1)"},
            {"plan --sim " + profile + " --cluster-nodes 8,,32", "an empty entry in '8,,32'"},
            {"plan --cluster-nodes 8", "--cluster-nodes needs --sim PROFILE"},
+           {"plan --sim " + profile + " --rate 1 --core-hour-price 1 --worker-hour-price 2",
+            "give --worker-hour-price or --core-hour-price, not both"},
            {"plan --sim " + profile + " --pairs w8a8 --rate 1", "not PREFILL/DECODE"},
            {"plan --sim " + profile + " --shapes some --rate 1", "--shapes: unknown 'some'"},
            {"plan --sim " + profile + " --threads 7 --rate 1", "at 7 threads"},

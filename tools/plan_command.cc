@@ -31,7 +31,8 @@ struct SimPlanFlags {
   std::string cluster_nodes, prefill_shares = "0.125,0.25,0.375,0.5,0.625,0.75,0.875";
   int64_t max_workers = 16, seeds = 3, requests = 300, threads = 0;
   int64_t kv_blocks = 1 << 20;
-  double attainment = 0.9, price = 1, sensitivity = 0.2, pod_start_seconds = -1;
+  double attainment = 0.9, price = 1, core_price = 0, sensitivity = 0.2, pod_start_seconds = -1;
+  bool price_given = false, core_price_given = false;  // on the command line
   void Register(FlagParser& flags) {
     flags.String("sim", &profile,
                  "plan by simulation on this pdq profile (pdq sim) instead of from --bench");
@@ -48,6 +49,9 @@ struct SimPlanFlags {
     flags.Float("attainment", &attainment, 0.01, 1,
                 "--sim: fraction of requests that must meet both targets");
     flags.Float("worker-hour-price", &price, 0, 1e9, "--sim: one worker's price an hour");
+    flags.Float("core-hour-price", &core_price, 0, 1e9,
+                "--sim: instead of --worker-hour-price, one core's price an hour: a worker "
+                "costs it times its threads (--threads, else the profile's most measured)");
     flags.Int("kv-blocks", &kv_blocks, 1, 1LL << 40,
               "--sim: KV blocks per decode or monolithic worker (the workers' cache size)");
     flags.Float("sensitivity", &sensitivity, 0, 0.9,
@@ -90,6 +94,13 @@ absl::Status SimQuery(const SimPlanFlags& f, double rate, int64_t input_tokens,
   absl::StatusOr<sim::Profile> read = sim::ReadProfile(f.profile);
   if (!read.ok()) return read.status();
   *profile = *std::move(read);
+  if (f.core_price_given && f.price_given) {
+    return absl::InvalidArgumentError("give --worker-hour-price or --core-hour-price, not both");
+  }
+  sim::WorkerOptions wo;
+  wo.threads = (int)f.threads;
+  q->worker_hour_price =
+      f.core_price_given ? f.core_price * sim::ClusterCoresPerNode(*profile, wo) : f.price;
   q->workload.rate = rate;
   q->workload.requests = (int)f.requests;
   q->workload.warmup = (int)f.requests / 10;
@@ -99,7 +110,6 @@ absl::Status SimQuery(const SimPlanFlags& f, double rate, int64_t input_tokens,
   q->attainment = f.attainment;
   q->max_workers = (int)f.max_workers;
   q->seeds = (int)f.seeds;
-  q->worker_hour_price = f.price;
   q->pairs.clear();
   for (absl::string_view pair : absl::StrSplit(f.pairs, ',', absl::SkipEmpty())) {
     std::vector<std::string> parts = absl::StrSplit(pair, '/');
@@ -457,6 +467,8 @@ int PlanCommand(int argc, char** argv) {
   SimPlanFlags sim_flags;
   sim_flags.Register(flags);
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  sim_flags.price_given = flags.Given("worker-hour-price");
+  sim_flags.core_price_given = flags.Given("core-hour-price");
   if (!sim_flags.cluster_nodes.empty()) {
     if (sim_flags.profile.empty()) {
       return Fail("plan", absl::InvalidArgumentError("--cluster-nodes needs --sim PROFILE"));
