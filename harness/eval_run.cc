@@ -549,13 +549,24 @@ void EvalRunner::RunCluster() {
     }
     Progress(absl::StrCat("cluster scale: ", name, " at ", absl::StrJoin(cl.nodes, ", "),
                           " nodes, projected"));
-    std::vector<std::string> args = {
-        o_.pdq, "plan", "--sim", profile, "--workload", name, "--cluster-nodes",
-        absl::StrJoin(cl.nodes, ","), "--pairs", absl::StrJoin(cl.pairs, ","), "--seeds",
-        std::to_string(cl.seeds),
-        // A node is one worker of the profile's
-        // most threads, priced as that many cores.
-        "--core-hour-price", absl::StrCat(c_.price_per_core_hour), "--json", file + ".tmp"};
+    // A node is one worker of the profile's most threads, priced as that
+    // many cores.
+    std::vector<std::string> args = {o_.pdq,
+                                     "plan",
+                                     "--sim",
+                                     profile,
+                                     "--workload",
+                                     name,
+                                     "--cluster-nodes",
+                                     absl::StrJoin(cl.nodes, ","),
+                                     "--pairs",
+                                     absl::StrJoin(cl.pairs, ","),
+                                     "--seeds",
+                                     std::to_string(cl.seeds),
+                                     "--core-hour-price",
+                                     absl::StrCat(c_.price_per_core_hour),
+                                     "--json",
+                                     file + ".tmp"};
     if (w != nullptr && w->ttft_target_ms > 0) {
       args.insert(args.end(), {"--ttft-target-ms", absl::StrCat(w->ttft_target_ms)});
     }
