@@ -484,10 +484,16 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     s->lease_end = std::min(args.deadline, s->arrival + options_.reservation_lease);
     s->reservation_id = NewId();
     Reservation r{s->reservation_id, NewId(), options_.reservation_lease, hit};
-    // Prefilling here writes at this worker's precision: only where that is
-    // the sender's, or where any precision's KV may be reused.
-    const bool same_precision = options_.reuse_any_precision || s->kv_writer == decode_writer();
-    if (hit > 0 && same_precision && s->prompt_tokens - hit <= args.local_prefill_max_tokens) {
+    // Prefilling here writes at this worker's precision: where that is the
+    // sender's; or, where any precision's KV may be reused, when this worker
+    // holds at least as much of the prompt as is missing (a conversation's
+    // next turn, what reuse across precisions was measured on: a fresh
+    // prompt that shares only a system prompt stays with the prefill
+    // worker's precision).
+    const int64_t missing = s->prompt_tokens - hit;
+    const bool may_prefill_here =
+        s->kv_writer == decode_writer() || (options_.reuse_any_precision && hit >= missing);
+    if (hit > 0 && may_prefill_here && missing <= args.local_prefill_max_tokens) {
       // A follow-up whose missing part is short enough to prefill here: it
       // queues like role both's, now when the reservation brings the first
       // token's sampling (the token then waits for the Decode call), else
@@ -497,8 +503,7 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
       s->local_prefill = true;
       s->kv_landed = true;  // no transfer to wait for
       const bool now = args.first_sampling.has_value() &&
-                       queued_prompt_tokens_.load() + (s->prompt_tokens - hit) <=
-                           options_.max_queued_prompt_tokens;
+                       queued_prompt_tokens_.load() + missing <= options_.max_queued_prompt_tokens;
       if (now) {
         s->first_sampling = *args.first_sampling;
         s->batch = args.batch;
