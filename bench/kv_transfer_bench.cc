@@ -17,8 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "engine/kv_cache.h"
 #include "flags/flags.h"
 #include "kvtransfer/transport.h"

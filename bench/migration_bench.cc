@@ -19,9 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "flags/flags.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"

@@ -24,10 +24,8 @@
 #include <cstdlib>
 #include <memory>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "common/check.h"
 #include "gguf/gguf.h"
 #include "harness/load_generator.h"

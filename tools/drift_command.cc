@@ -16,11 +16,9 @@ namespace {
 
 // A scripted conversation (eval/conversation_drift.h), as JSON or a table.
 int ConversationDrift(Context& reference, Context& prefill, Context& decode,
-                      const std::vector<std::string>& turns, int turn_tokens,
-                      const std::string& prefill_precision, const std::string& decode_precision,
-                      const std::string& reference_precision, ConversationDriftOptions o,
-                      bool json) {
-  o.turn_tokens = turn_tokens;
+                      const std::vector<std::string>& turns, const std::string& prefill_precision,
+                      const std::string& decode_precision, const std::string& reference_precision,
+                      ConversationDriftOptions o, bool json) {
   o.progress = [](const ConversationTurnDrift& t, size_t n) {
     std::fprintf(stderr, "pdq: turn %d/%zu: %lld prompt tokens, %lld answer tokens, KL %.5f\n",
                  t.turn, n, (long long)t.prompt_tokens, (long long)t.answer_tokens, t.kl_mean);
@@ -48,7 +46,7 @@ int ConversationDrift(Context& reference, Context& prefill, Context& decode,
     j["prefill_precision"] = prefill_precision;
     j["decode_precision"] = decode_precision;
     j["turns"] = per_turn;
-    j["turn_tokens"] = turn_tokens;
+    j["turn_tokens"] = o.turn_tokens;
     j["kl_mean"] = r->kl_mean;
     j["agreement"] = r->agreement;
     j["kl_by_position"] = r->kl_by_position;
@@ -153,9 +151,11 @@ int DriftCommand(int argc, char** argv) {
     decode = decode_owned.ctx.get();
   }
   if (!conversation_path.empty()) {
-    return ConversationDrift(*reference->ctx, *prefill->ctx, *decode, texts, (int)turn_tokens,
-                             prefill_precision, decode_precision, reference_precision,
-                             {.reuse_kv = reuse_kv, .follow_ups_at_decode = follow_ups_at_decode},
+    return ConversationDrift(*reference->ctx, *prefill->ctx, *decode, texts, prefill_precision,
+                             decode_precision, reference_precision,
+                             {.turn_tokens = (int)turn_tokens,
+                              .reuse_kv = reuse_kv,
+                              .follow_ups_at_decode = follow_ups_at_decode},
                              json);
   }
   const Tokenizer& tok = reference->model->tokenizer();

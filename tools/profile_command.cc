@@ -15,7 +15,6 @@
 #include <fstream>
 #include <mutex>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
