@@ -51,6 +51,27 @@ const LevelResult* LevelAt(const BenchResult& bench, int concurrency) {
   return nullptr;
 }
 
+std::optional<Saturation> FindSaturation(const BenchResult& bench, double within) {
+  std::vector<const LevelResult*> levels;
+  for (const LevelResult& l : bench.levels) levels.push_back(&l);
+  std::sort(levels.begin(), levels.end(), [](const LevelResult* a, const LevelResult* b) {
+    return a->concurrency < b->concurrency;
+  });
+  if (levels.size() < 2) return std::nullopt;
+  Saturation s;
+  for (const LevelResult* l : levels) s.most = std::max(s.most, l->output_tokens_per_s);
+  if (!(s.most > 0)) return std::nullopt;
+  for (const LevelResult* l : levels) {
+    if (l->output_tokens_per_s >= within * s.most) {
+      s.at = l;
+      break;
+    }
+  }
+  s.top = levels.back();
+  s.below_top = levels[levels.size() - 2];
+  return s;
+}
+
 // ---- JSON: each type's fields, listed once (harness/json_fields.h). Static:
 // found by argument-dependent lookup, private to this file.
 
@@ -59,7 +80,8 @@ static void Fields(auto& f, Distribution& v) { PDQ_JSON_EACH(p50, p90, p99, mean
 static void Fields(auto& f, WorkerUsage& v) {
   PDQ_JSON_EACH(worker_id, role, precision, wall_seconds, prefill_tokens, prefill_busy_seconds,
                 generated_tokens, decode_step_seconds, kv_blocks_total, peak_resident_bytes,
-                cpu_cores_busy, prefill_compute_utilization, decode_bandwidth_utilization)
+                cpu_cores_busy, prefill_compute_utilization, decode_bandwidth_utilization,
+                weight_bytes, kv_used_peak_bytes, workspace_bytes)
 }
 
 static void Fields(auto& f, LevelFigures& v) {
@@ -100,7 +122,8 @@ static void Fields(auto& f, ConversationResult& v) {
 static void Fields(auto& f, BenchResult& v) {
   PDQ_JSON_EACH(router, target, workload, input_tokens, output_tokens, rate, ttft_target_ms,
                 tpot_target_ms, levels, requests, pattern, conversation)
-  PDQ_JSON_EACH_OPTIONAL(sessions, turns, first_tokens, turn_tokens, cycles, router_pools)
+  PDQ_JSON_EACH_OPTIONAL(sessions, turns, first_tokens, turn_tokens, cycles, router_pools,
+                         shared_prefix_tokens, prompt_seed)
 }
 
 // Each type's to_json and from_json are its Fields, instantiated here for

@@ -37,6 +37,11 @@ struct WorkerUsage {
   double prefill_tokens = NAN, prefill_busy_seconds = NAN;
   double generated_tokens = NAN, decode_step_seconds = NAN;
   double kv_blocks_total = NAN, peak_resident_bytes = NAN, cpu_cores_busy = NAN;
+  // What the worker reports it holds (/metrics), at the level's end: its
+  // weights, the most KV bytes that held data at once since start (blocks
+  // in use or kept by the prefix cache: resident once touched), and its
+  // activation workspaces. NaN from workers that do not report them.
+  double weight_bytes = NAN, kv_used_peak_bytes = NAN, workspace_bytes = NAN;
   // While computing: prefill operations against the machine's peak for its
   // precision, decode bytes read against the read bandwidth (both measured
   // by the worker at start-up); NaN where the worker did none.
@@ -114,6 +119,8 @@ using PoolCounters = std::map<std::string, std::map<std::string, double>>;
 struct BenchResult {
   std::string router, target, workload;  // target: "pdq" or "openai"
   int64_t input_tokens = 0, output_tokens = 0;
+  int64_t shared_prefix_tokens = 0;  // of input_tokens, the same in every prompt
+  int64_t prompt_seed = 0;           // where in the text the prompts start (pdq bench)
   double rate = 0, ttft_target_ms = 0, tpot_target_ms = 0;
   // --workload conversation's shape (written only for it).
   int sessions = 0, turns = 0;
@@ -134,6 +141,20 @@ const LevelResult* BestLevel(const BenchResult& bench);
 // The last level measured (the highest of a sweep); null without levels.
 const LevelResult* TopLevel(const BenchResult& bench);
 const LevelResult* LevelAt(const BenchResult& bench, int concurrency);
+
+// Where a sweep's output tokens/s stops rising with concurrency: `at` is the
+// lowest level within `within` (a fraction) of the `most` any level reached;
+// past it clients only queue. `top` is the highest level and `below_top` the
+// one under it. When `at` is `top` the sweep has not shown the point (still
+// rising); a `top` below `within` of `most` is a fall. Nullopt with fewer
+// than two levels or no output tokens.
+struct Saturation {
+  const LevelResult* at = nullptr;
+  const LevelResult* top = nullptr;
+  const LevelResult* below_top = nullptr;
+  double most = 0;  // output tokens/s
+};
+std::optional<Saturation> FindSaturation(const BenchResult& bench, double within = 0.95);
 
 // nlohmann's JSON conversions of these types (json(result), j.get<...>()).
 template <typename T>

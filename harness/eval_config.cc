@@ -56,6 +56,15 @@ namespace {
 
 absl::Status Invalid(const std::string& why) { return absl::InvalidArgumentError(why); }
 
+// A weight precision the workers and pdq plan take. The list is the
+// engine's (ParsePrecision in engine/linear.h), repeated here because the
+// harness talks to workers as a client and links no engine: a misspelt name
+// is refused when the config is read, not when a step reaches it an hour in.
+absl::Status CheckPrecision(const std::string& name, const std::string& where) {
+  if (name == "fp16" || name == "w8a8" || name == "w4a16") return absl::OkStatus();
+  return Invalid(absl::StrCat(where, "'", name, "' is not a precision (fp16, w8a8 or w4a16)"));
+}
+
 // An object field: absent is fine, anything but an object is not.
 absl::Status CheckObject(const json& j, const char* key) {
   if (j.contains(key) && !j[key].is_object()) {
@@ -85,6 +94,9 @@ absl::StatusOr<EvalDeployment> ParseDeployment(const json& d, std::set<std::stri
   }
   e.prefill_precision = d["prefill_precision"];
   e.decode_precision = d["decode_precision"];
+  for (const std::string* p : {&e.prefill_precision, &e.decode_precision}) {
+    PDQ_RETURN_IF_ERROR(CheckPrecision(*p, absl::StrCat("deployment ", e.name, ": ")));
+  }
   e.workers = d["workers"];
   for (const json& w : e.workers) {
     if (!w.is_object() || (w.contains("pool") && !w["pool"].is_string())) {
@@ -200,6 +212,8 @@ absl::Status ParseStudies(const json& c, const std::set<std::string>& names, Eva
           p.find('/', slash + 1) != std::string::npos) {
         return Invalid(absl::StrCat("cluster.pairs: '", p, "' is not PREFILL/DECODE"));
       }
+      PDQ_RETURN_IF_ERROR(CheckPrecision(p.substr(0, slash), "cluster.pairs: "));
+      PDQ_RETURN_IF_ERROR(CheckPrecision(p.substr(slash + 1), "cluster.pairs: "));
     }
     for (const std::string& w : cl.workloads) {
       bool known = false;

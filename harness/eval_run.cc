@@ -126,7 +126,11 @@ class EvalRunner {
   // these flags and values.
   std::vector<std::string> BenchArgs(const LocalDeployment& dep, const std::string& file,
                                      const Flags& flags) const;
-  void RunWorkload(const LocalDeployment& dep, const EvalDeployment& d, const EvalWorkload& w);
+  // `seed`: the workload's own prompts (pdq bench --prompt-seed), none of
+  // which starts like another workload's, so the deployment's prefix cache
+  // answers none of them from an earlier workload's.
+  void RunWorkload(const LocalDeployment& dep, const EvalDeployment& d, const EvalWorkload& w,
+                   int seed);
   void RunStability(const LocalDeployment& dep, const std::string& name);
   void Converse(const LocalDeployment& dep, const std::string& name, const std::string& file,
                 const char* cache);
@@ -239,9 +243,9 @@ void EvalRunner::MeasureDeployment(const EvalDeployment& d) {
       ++failures_;
       return;
     }
-    for (const EvalWorkload& w : c_.workloads) {
+    for (size_t i = 0; i < c_.workloads.size(); ++i) {
       if (interrupted()) break;
-      RunWorkload(dep, d, w);
+      RunWorkload(dep, d, c_.workloads[i], (int)i + 1);
     }
     if (stability_todo && !interrupted()) RunStability(dep, name);
     if (conv_on_todo && !interrupted()) {
@@ -259,7 +263,7 @@ void EvalRunner::MeasureDeployment(const EvalDeployment& d) {
 }
 
 void EvalRunner::RunWorkload(const LocalDeployment& dep, const EvalDeployment& d,
-                             const EvalWorkload& w) {
+                             const EvalWorkload& w, int seed) {
   const std::string file = raw_ + "/" + d.name + "/bench-" + w.name + ".json";
   if (fs::exists(file)) {
     ++step_;
@@ -273,6 +277,7 @@ void EvalRunner::RunWorkload(const LocalDeployment& dep, const EvalDeployment& d
   Flags flags = {{"--workload", custom ? "custom" : w.name},
                  {"--concurrency", absl::StrJoin(levels, ",")},
                  {"--warmup", std::to_string(w.warmup)},
+                 {"--prompt-seed", std::to_string(seed)},
                  {"--ttft-target-ms", std::to_string(w.ttft_target_ms)},
                  {"--tpot-target-ms", std::to_string(w.tpot_target_ms)}};
   if (custom) {

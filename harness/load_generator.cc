@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -51,11 +52,16 @@ void Progress(const std::atomic<int>& done, int total, const char* label, const 
 
 }  // namespace
 
-absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
-                                                     const Detokenize& detokenize,
-                                                     const std::string& text, int64_t tokens,
-                                                     int count) {
-  std::vector<BenchPrompt> prompts;
+namespace {
+
+// Token runs of at least `tokens` tokens from `text`, `count` of them at
+// offsets spread over it, each cut to `tokens`. The first starts `shift`
+// (a fraction, < 1) of the spacing in (`count` 1: of the whole text).
+absl::StatusOr<std::vector<std::vector<int32_t>>> CutTokenRuns(const Tokenize& tokenize,
+                                                               const std::string& text,
+                                                               int64_t tokens, int count,
+                                                               double shift) {
+  std::vector<std::vector<int32_t>> runs;
   size_t chars = (size_t)tokens * 6 + 64;  // English runs about 4 characters per token
   for (int i = 0; i < count; ++i) {
     for (int attempt = 0;; ++attempt) {
@@ -63,8 +69,10 @@ absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
         return absl::InvalidArgumentError(
             absl::StrCat("the text is too short for ", tokens, "-token prompts"));
       }
-      const size_t stride = count > 1 ? (text.size() - chars) / (count - 1) : 0;
-      size_t at = std::min(i * stride, text.size() - chars), end = at + chars;
+      const size_t room = text.size() - chars;
+      // count spacings, not count - 1, when shifted: the last stays in the text.
+      const size_t stride = count > 1 ? room / (shift > 0 ? count : count - 1) : room;
+      size_t at = std::min(i * stride + (size_t)(shift * stride), room), end = at + chars;
       // Whole UTF-8 characters only: no continuation byte at either edge.
       auto continuation = [&](size_t k) { return k < text.size() && (text[k] & 0xC0) == 0x80; };
       while (continuation(at)) ++at;
@@ -72,16 +80,47 @@ absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
       absl::StatusOr<std::vector<int32_t>> ids = tokenize(text.substr(at, end - at));
       if (!ids.ok()) return ids.status();
       if ((int64_t)ids->size() >= tokens) {
-        BenchPrompt p;
-        p.ids.assign(ids->begin(), ids->begin() + tokens);
-        absl::StatusOr<std::string> piece = detokenize(p.ids);
-        if (!piece.ok()) return piece.status();
-        p.text = std::move(*piece);
-        prompts.push_back(std::move(p));
+        ids->resize(tokens);
+        runs.push_back(std::move(*ids));
         break;
       }
       chars *= 2;
     }
+  }
+  return runs;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
+                                                     const Detokenize& detokenize,
+                                                     const std::string& text, int64_t tokens,
+                                                     int count, int64_t shared_prefix,
+                                                     int64_t seed) {
+  if (shared_prefix < 0 || shared_prefix >= tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("a shared prefix of ", shared_prefix,
+                                                   " tokens leaves no tokens of a ", tokens,
+                                                   "-token prompt its own"));
+  }
+  std::vector<int32_t> prefix;
+  if (shared_prefix > 0) {
+    PDQ_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> one,
+                         CutTokenRuns(tokenize, text, shared_prefix, 1, /*shift=*/0.5));
+    prefix = std::move(one[0]);
+  }
+  // The golden ratio's fractional multiples: well apart for any few seeds.
+  const double shift = seed > 0 ? std::fmod((double)seed * 0.6180339887498949, 1.0) : 0.0;
+  PDQ_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> own,
+                       CutTokenRuns(tokenize, text, tokens - shared_prefix, count, shift));
+  std::vector<BenchPrompt> prompts;
+  for (std::vector<int32_t>& ids : own) {
+    BenchPrompt p;
+    p.ids = prefix;
+    p.ids.insert(p.ids.end(), ids.begin(), ids.end());
+    absl::StatusOr<std::string> piece = detokenize(p.ids);
+    if (!piece.ok()) return piece.status();
+    p.text = std::move(*piece);
+    prompts.push_back(std::move(p));
   }
   return prompts;
 }
@@ -308,6 +347,7 @@ absl::StatusOr<Snapshot> TakeSnapshot(v1::Pdq::Stub& stub) {
 struct WorkerState {
   std::string id, metrics;
   double kv_free = 0, kv_total = 0, rss = 0;
+  double kv_held_peak = 0;  // bytes: the most KV that held data (resident once touched)
 };
 
 // The workers that report metrics (older ones do not), by id; the error of
@@ -322,7 +362,8 @@ absl::StatusOr<std::vector<WorkerState>> ReadWorkers(v1::Pdq::Stub& stub) {
     if (!snap->samples[i].ok()) return snap->samples[i].status();
     std::map<std::string, double>& m = *snap->samples[i];
     out.push_back({w.worker_id(), w.metrics_address(), m["pdq_kv_blocks_free"],
-                   m["pdq_kv_blocks_total"], m["process_resident_memory_bytes"]});
+                   m["pdq_kv_blocks_total"], m["process_resident_memory_bytes"],
+                   m["pdq_kv_used_peak_bytes"]});
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.id < b.id; });
   return out;
@@ -383,6 +424,13 @@ std::vector<WorkerUsage> Resources(const Snapshot& a, const Snapshot& b) {
     w.role = b.workers[j].role();
     w.precision = b.workers[j].precision();
     w.peak_resident_bytes = get(after, "process_peak_resident_memory_bytes");
+    auto reported = [&](const char* k) {
+      auto it = after.find(k);
+      return it == after.end() ? NAN : it->second;
+    };
+    w.weight_bytes = reported("pdq_weight_bytes");
+    w.kv_used_peak_bytes = reported("pdq_kv_used_peak_bytes");
+    w.workspace_bytes = reported("pdq_workspace_bytes");
     w.cpu_cores_busy = wall > 0 ? delta("process_cpu_seconds_total") / wall : 0;
     const double prefill_s = delta("pdq_prefill_busy_seconds_total"),
                  peak = get(after, "pdq_machine_peak_ops_per_second");
@@ -401,9 +449,14 @@ std::vector<WorkerUsage> Resources(const Snapshot& a, const Snapshot& b) {
 
 void PrintResources(const std::vector<WorkerUsage>& workers) {
   for (const WorkerUsage& w : workers) {
-    std::string line =
-        absl::StrFormat("      %s (%s %s): peak RSS %.0f MiB, %.2f cores busy", w.worker_id, w.role,
-                        w.precision, w.peak_resident_bytes / 1048576, w.cpu_cores_busy);
+    std::string line = absl::StrFormat("      %s (%s %s): peak RSS %.0f MiB", w.worker_id, w.role,
+                                       w.precision, w.peak_resident_bytes / 1048576);
+    if (std::isfinite(w.weight_bytes)) {
+      absl::StrAppendFormat(&line, " (weights %.0f, KV held at most %.0f, workspaces %.0f)",
+                            w.weight_bytes / 1048576, w.kv_used_peak_bytes / 1048576,
+                            w.workspace_bytes / 1048576);
+    }
+    absl::StrAppendFormat(&line, ", %.2f cores busy", w.cpu_cores_busy);
     if (std::isfinite(w.prefill_compute_utilization)) {
       absl::StrAppendFormat(&line, ", prefill at %.2f of peak ops", w.prefill_compute_utilization);
     }
@@ -480,13 +533,19 @@ std::string Alternate(v1::Pdq::Stub& stub, Driver& driver, const AlternateOption
             "cycle %d: worker %s has %.0f of %.0f KV blocks free, %.0f at the start", cycle, b.id,
             b.kv_free, b.kv_total, a.kv_free);
       }
-      const double growth = (b.rss - a.rss) / 1048576;
+      // KV pages the prefix cache touched for the first time (blocks it
+      // keeps for later requests: bounded by --kv-tokens) are not a leak;
+      // anything else that grew is.
+      const double kv = (b.kv_held_peak - a.kv_held_peak) / 1048576;
+      const double growth = (b.rss - a.rss) / 1048576 - kv;
       if (growth > o.max_rss_growth_mib) {
         return absl::StrFormat(
-            "cycle %d: worker %s grew by %.0f MiB of resident memory (bound %.0f)", cycle, b.id,
-            growth, o.max_rss_growth_mib);
+            "cycle %d: worker %s grew by %.0f MiB of resident memory besides %.0f MiB more KV "
+            "held (bound %.0f)",
+            cycle, b.id, growth, kv, o.max_rss_growth_mib);
       }
-      absl::StrAppendFormat(&rss_note, "%s%s %+.1f MiB", i ? ", " : "", b.id, growth);
+      absl::StrAppendFormat(&rss_note, "%s%s %+.1f MiB (and %+.1f MiB of KV held)", i ? ", " : "",
+                            b.id, growth, kv);
     }
     CycleState state{cycle, {}};
     for (const WorkerState& w : *now) state.workers.push_back({w.id, w.rss, w.kv_free, w.kv_total});
@@ -585,8 +644,11 @@ absl::StatusOr<UserMessages> MakeUserMessages(const Tokenize& tokenize, const st
   absl::StatusOr<size_t> leading = LeadingTokens(tokenize);
   if (!leading.ok()) return leading.status();
   const size_t count = (size_t)o.sessions * o.turns + 1;
+  // Half a spacing in: no message starts where the text does, as a sweep's
+  // first prompt (pdq bench --prompt-seed 0) does, which a deployment's
+  // prefix cache would then answer.
   auto cut = [&](size_t i, int64_t tokens) {
-    return CutChunk(tokenize, *leading, text, i * text.size() / count, tokens);
+    return CutChunk(tokenize, *leading, text, (2 * i + 1) * text.size() / (2 * count), tokens);
   };
   UserMessages m;
   m.by_session.resize(o.sessions);

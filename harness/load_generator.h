@@ -37,11 +37,21 @@ struct WorkloadShape {
 const WorkloadShape* StandardWorkload(const std::string& name);
 
 // Prompts of exactly `tokens` tokens from `text`, starting at spread-out
-// offsets, with the text of those tokens.
+// offsets, with the text of those tokens. `seed` > 0 shifts every offset by
+// a fraction of the spacing that differs from seed to seed, so two runs of
+// two seeds against one server (two workloads of pdq eval) send no prompt
+// that starts like one of the other's, which its prefix cache would answer
+// (of one length; prompts of two lengths start apart anyway but for the
+// first, which a seed moves); 0 keeps the offsets where they always were.
+// With `shared_prefix` > 0 every
+// prompt's first `shared_prefix` tokens are the same (a system prompt, cut
+// from the text's middle) and only the rest is its own: the load a chat
+// service sees, which a prefix cache should serve from the shared blocks.
 absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
                                                      const Detokenize& detokenize,
                                                      const std::string& text, int64_t tokens,
-                                                     int count);
+                                                     int count, int64_t shared_prefix = 0,
+                                                     int64_t seed = 0);
 
 // pdq's own API as a target: token-id prompts over gRPC (`stub` outlives it).
 std::unique_ptr<BenchTarget> PdqBenchTarget(v1::Pdq::Stub& stub);

@@ -82,6 +82,41 @@ TEST(BenchResultTest, AnOlderFileReadsWithWhatItHas) {
   EXPECT_FALSE(r->conversation.has_value());
 }
 
+// A sweep of output tokens/s by concurrency, in the order given.
+BenchResult Sweep(std::initializer_list<std::pair<int, double>> levels) {
+  BenchResult b;
+  for (const auto& [c, tps] : levels) {
+    LevelResult l;
+    l.concurrency = c;
+    l.output_tokens_per_s = tps;
+    b.levels.push_back(l);
+  }
+  return b;
+}
+
+TEST(BenchResultTest, SaturationIsTheLowestLevelNearTheMostAndAFallShows) {
+  // Rises to 8, gains under 5% at 16: saturated at 8.
+  std::optional<Saturation> s = FindSaturation(Sweep({{1, 50}, {4, 150}, {8, 200}, {16, 205}}));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->at->concurrency, 8);
+  EXPECT_EQ(s->top->concurrency, 16);
+  EXPECT_EQ(s->below_top->concurrency, 8);
+  EXPECT_DOUBLE_EQ(s->most, 205);
+  // Peaks at 4 and falls past it: the top level is well under the most.
+  s = FindSaturation(Sweep({{16, 120}, {1, 50}, {8, 160}, {4, 170}}));  // any order
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->at->concurrency, 4);
+  EXPECT_EQ(s->top->concurrency, 16);
+  EXPECT_LT(s->top->output_tokens_per_s, 0.95 * s->most);
+  // Still rising at the top: the sweep has not shown the point.
+  s = FindSaturation(Sweep({{1, 50}, {4, 150}, {8, 220}}));
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->at, s->top);
+  // One level, or no tokens: nothing to say.
+  EXPECT_FALSE(FindSaturation(Sweep({{4, 150}})).has_value());
+  EXPECT_FALSE(FindSaturation(Sweep({{1, 0}, {4, 0}})).has_value());
+}
+
 TEST(BenchResultTest, AWrongTypeOrAMissingFileIsAnErrorNamingIt) {
   const std::string path = ::testing::TempDir() + "/bench_result_bad.json";
   std::ofstream(path) << R"({"levels": [{"concurrency": 2, "ttft_s": {"p50": "fast"}}]})";

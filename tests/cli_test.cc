@@ -87,6 +87,16 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   EXPECT_NE(r.out.find("--concurrency does not apply to --workload conversation"),
             std::string::npos)
       << r.out;
+  r = RunPdq("bench --workload conversation --shared-prefix-tokens 16 --text README.md");
+  EXPECT_NE(r.out.find("--shared-prefix-tokens does not apply to --workload conversation"),
+            std::string::npos)
+      << r.out;
+  r = RunPdq("bench --workload chat --shared-prefix-tokens 128 --text README.md");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--shared-prefix-tokens (128) must leave each prompt tokens of its own: "
+                       "less than its 128 input tokens"),
+            std::string::npos)
+      << r.out;
   r = RunPdq("bench --sessions 2 --text README.md");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("--sessions needs --workload conversation"), std::string::npos) << r.out;

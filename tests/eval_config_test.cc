@@ -109,6 +109,12 @@ TEST(EvalConfigTest, EachMistakeIsAnErrorNamingWhereItIs) {
        },
        "cluster.pairs: 'w8a8-w4a16' is not PREFILL/DECODE"},
       {[](json& c) {
+         c["cluster"] = {{"pairs", {"w8a8/w4a61"}}};
+       },
+       "cluster.pairs: 'w4a61' is not a precision"},
+      {[](json& c) { c["deployments"][0]["prefill_precision"] = "int8"; },
+       ": 'int8' is not a precision (fp16, w8a8 or w4a16)"},
+      {[](json& c) {
          c["cluster"] = {{"workloads", {"poetry"}}};
        },
        "cluster.workloads: 'poetry' is not one of the workloads"},

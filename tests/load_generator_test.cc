@@ -1,8 +1,15 @@
 // The load generator's request counts: pdq bench gives every request of a
 // sweep a text of its own from them (a repeated text would be answered from
-// the server's prefix cache), so they must match what RunSweep sends.
+// the server's prefix cache), so they must match what RunSweep sends. Its
+// prompts: each its own, or sharing a system prompt's tokens.
 #include "harness/load_generator.h"
 
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace pdq {
@@ -25,6 +32,78 @@ TEST(LoadGeneratorTest, SweepRequestsCountsEveryLevelAndItsWarmup) {
   EXPECT_EQ(SweepRequests(open), 34);
   open.requests = 20;
   EXPECT_EQ(SweepRequests(open), 22);
+}
+
+// A tokenizer of one token per word: word "wN" is token N (a piece cut
+// from a word's end, without its "w", is no token).
+std::vector<int32_t> Words(const std::string& t) {
+  std::vector<int32_t> ids;
+  for (absl::string_view w : absl::StrSplit(t, ' ', absl::SkipEmpty())) {
+    int32_t id = 0;
+    if (w[0] == 'w' && absl::SimpleAtoi(w.substr(1), &id)) ids.push_back(id);
+  }
+  return ids;
+}
+
+TEST(LoadGeneratorTest, PromptsAreTheirOwnOrShareAPrefixOfExactlyTheTokensAsked) {
+  std::vector<std::string> words;
+  for (int i = 0; i < 2000; ++i) words.push_back(absl::StrCat("w", i));
+  const std::string text = absl::StrJoin(words, " ");
+  const Tokenize tokenize = [](const std::string& t) -> absl::StatusOr<std::vector<int32_t>> {
+    return Words(t);
+  };
+  const Detokenize detokenize = [](const std::vector<int32_t>& ids) -> absl::StatusOr<std::string> {
+    std::vector<std::string> w;
+    for (int32_t id : ids) w.push_back(absl::StrCat("w", id));
+    return absl::StrJoin(w, " ");
+  };
+  absl::StatusOr<std::vector<BenchPrompt>> own = MakePrompts(tokenize, detokenize, text, 40, 8);
+  ASSERT_TRUE(own.ok()) << own.status();
+  ASSERT_EQ(own->size(), 8u);
+  std::set<int32_t> firsts;
+  for (const BenchPrompt& p : *own) {
+    EXPECT_EQ(p.ids.size(), 40u);
+    EXPECT_EQ(Words(p.text), p.ids);  // the text is those tokens
+    firsts.insert(p.ids[0]);
+  }
+  EXPECT_EQ(firsts.size(), 8u);  // no two start alike
+  absl::StatusOr<std::vector<BenchPrompt>> shared =
+      MakePrompts(tokenize, detokenize, text, 40, 8, /*shared_prefix=*/24);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_EQ(shared->size(), 8u);
+  std::set<std::vector<int32_t>> rests;
+  for (const BenchPrompt& p : *shared) {
+    ASSERT_EQ(p.ids.size(), 40u);
+    EXPECT_EQ(Words(p.text), p.ids);
+    EXPECT_TRUE(std::equal(p.ids.begin(), p.ids.begin() + 24, (*shared)[0].ids.begin()));
+    rests.insert(std::vector<int32_t>(p.ids.begin() + 24, p.ids.end()));
+  }
+  EXPECT_EQ(rests.size(), 8u);  // each its own after the prefix
+  // Seeds: prompts of another seed start apart from every one of this one's
+  // (a word apart, so none is answered from another run's cached blocks),
+  // of the same lengths and still in the text; seed 0 is where they always
+  // were.
+  std::set<int32_t> starts;
+  for (int64_t seed : {0, 1, 2, 3}) {
+    absl::StatusOr<std::vector<BenchPrompt>> p =
+        MakePrompts(tokenize, detokenize, text, 40, 8, 0, seed);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_EQ(p->size(), 8u);
+    for (const BenchPrompt& q : *p) {
+      EXPECT_EQ(q.ids.size(), 40u);
+      if (seed > 0) {
+        EXPECT_TRUE(starts.insert(q.ids[0]).second) << "seed " << seed << ": w" << q.ids[0];
+      }
+    }
+    if (seed == 0) {
+      for (size_t i = 0; i < p->size(); ++i) EXPECT_EQ((*p)[i].ids, (*own)[i].ids);
+    }
+  }
+  // A prefix that leaves a prompt nothing of its own, or a text too short.
+  EXPECT_EQ(MakePrompts(tokenize, detokenize, text, 40, 8, 40).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakePrompts(tokenize, detokenize, "w1 w2 w3", 40, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ struct BenchFlags {
   ConnectionFlags connection;
   int64_t input_tokens = 128, output_tokens = 128, requests = 0, per_client = 0, warmup = 1,
           timeout_s = 600, cycles = 3, high = 8, low = 1, sessions = 4, turns = 8,
-          first_tokens = 512, turn_tokens = 64;
+          first_tokens = 512, turn_tokens = 64, shared_prefix_tokens = 0, prompt_seed = 0;
   double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256;
 
   void Register(FlagParser& flags);
@@ -76,6 +76,14 @@ void BenchFlags::Register(FlagParser& flags) {
                "every later turn resends the previous prompt and its answer with a new "
                "--turn-tokens message (as text; for --router tokenized by the router)");
   flags.Int("input-tokens", &input_tokens, 1, 1 << 20, "custom: prompt length in tokens");
+  flags.Int("shared-prefix-tokens", &shared_prefix_tokens, 0, 1 << 20,
+            "the first N tokens of every prompt are the same (a system prompt), the rest each "
+            "request's own: a chat service's load, which a prefix cache serves from the shared "
+            "blocks (0: every prompt its own)");
+  flags.Int("prompt-seed", &prompt_seed, 0, 1 << 30,
+            "where in --text the prompts start: another seed gives prompts that start apart "
+            "from those of this one, so a second run against the same server is not answered "
+            "from its prefix cache (0: the same places every run)");
   flags.Int("output-tokens", &output_tokens, 1, 1 << 20,
             "custom and conversation: tokens generated per request (conversation: per turn, "
             "64 unless given)");
@@ -107,7 +115,8 @@ void BenchFlags::Register(FlagParser& flags) {
   flags.Int("high", &high, 1, 4096, "alternate: the high concurrency");
   flags.Int("low", &low, 1, 4096, "alternate: the low concurrency");
   flags.Float("max-rss-growth-mib", &max_rss_growth_mib, 0, 1e9,
-              "alternate: how much a worker's resident memory may grow");
+              "alternate: how much a worker's resident memory may grow, besides KV pages its "
+              "prefix cache touches for the first time (bounded by its --kv-tokens)");
   flags.Int("timeout", &timeout_s, 1, 86400,
             "deadline of each request in seconds (conversation: of each turn; a failed turn "
             "ends its session)");
@@ -125,8 +134,9 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
       return absl::InvalidArgumentError(absl::StrCat("--", f, " needs --workload conversation"));
     }
   }
-  for (const char* f : {"input-tokens", "concurrency", "rate", "requests", "requests-per-client",
-                        "pattern", "ttft-target-ms", "tpot-target-ms"}) {
+  for (const char* f :
+       {"input-tokens", "concurrency", "rate", "requests", "requests-per-client", "pattern",
+        "ttft-target-ms", "tpot-target-ms", "shared-prefix-tokens", "prompt-seed"}) {
     if (conversation() && flags.Given(f)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", f,
@@ -146,6 +156,12 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
     input_tokens = w->input;
     output_tokens = w->output;
   }
+  if (shared_prefix_tokens >= input_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shared-prefix-tokens (", shared_prefix_tokens,
+                     ") must leave each prompt tokens of its own: less than its ", input_tokens,
+                     " input tokens"));
+  }
   if (!pattern.empty() && pattern != "alternate") {
     return absl::InvalidArgumentError(
         absl::StrCat("--pattern must be alternate, not '", pattern, "'"));
@@ -161,12 +177,16 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
 }
 
 std::string BenchFlags::Shape() const {
-  return conversation()
-             ? absl::StrFormat(
-                   "conversation: %d sessions x %d turns, %d then %d more tokens in "
-                   "per turn, %d out",
-                   sessions, turns, first_tokens, turn_tokens, output_tokens)
-             : absl::StrFormat("%s: %d in, %d out", workload, input_tokens, output_tokens);
+  return conversation() ? absl::StrFormat(
+                              "conversation: %d sessions x %d turns, %d then %d more tokens in "
+                              "per turn, %d out",
+                              sessions, turns, first_tokens, turn_tokens, output_tokens)
+                        : absl::StrFormat("%s: %d in%s, %d out", workload, input_tokens,
+                                          shared_prefix_tokens > 0
+                                              ? absl::StrFormat(" (the first %d shared by all)",
+                                                                shared_prefix_tokens)
+                                              : "",
+                                          output_tokens);
 }
 
 int64_t BenchFlags::Longest() const {
@@ -281,6 +301,8 @@ int BenchCommand(int argc, char** argv) {
     all_ok = *ok;
   } else {
     out.input_tokens = f.input_tokens;
+    out.shared_prefix_tokens = f.shared_prefix_tokens;
+    out.prompt_seed = f.prompt_seed;
     out.rate = f.rate;
     out.ttft_target_ms = f.ttft_target_ms;
     out.tpot_target_ms = f.tpot_target_ms;
@@ -293,7 +315,8 @@ int BenchCommand(int argc, char** argv) {
     const int64_t texts =
         f.pattern == "alternate" ? 64 : std::clamp<int64_t>(SweepRequests(sweep), 64, 4096);
     absl::StatusOr<std::vector<BenchPrompt>> prompts =
-        MakePrompts(c->tokenize, c->detokenize, *text, f.input_tokens, (int)texts);
+        MakePrompts(c->tokenize, c->detokenize, *text, f.input_tokens, (int)texts,
+                    f.shared_prefix_tokens, f.prompt_seed);
     if (!prompts.ok()) return Fail("bench", prompts.status());
     Driver driver(*c->target, std::move(*prompts), f.output_tokens, f.timeout_s);
     PrintLevelHeader();
