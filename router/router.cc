@@ -346,6 +346,13 @@ class Registry {
     w->cached.insert(request.hashes.begin(), request.hashes.end());
   }
 
+  // The leading tokens of `request`'s prompt that `w`'s prefix cache
+  // holds, as the router knows it.
+  int64_t CachedTokens(const Worker& w, const RouteRequest& request) const {
+    std::lock_guard lock(mu_);
+    return policy::CachedPrefixTokens(request.hashes, w.cached, request.block_tokens);
+  }
+
   // The pools of the live workers, sorted.
   std::vector<std::string> Pools() const {
     std::lock_guard lock(mu_);
@@ -872,6 +879,7 @@ class GenerateCall : public std::enable_shared_from_this<GenerateCall> {
     a->reserve_req.set_cache_salt(req_.cache_salt());
     a->reserve_req.set_local_prefill_max_tokens(registry_.options().local_prefill_tokens);
     a->reserve_req.set_kv_writer(PrecisionLabel(a->prefill->info.precision()));
+    a->reserve_req.set_prefill_cached_tokens(registry_.CachedTokens(*a->prefill, route_));
     // A fresh stream: a local prefill may start with the reservation (a
     // resumed one's first pick depends on its Decode call's resume state).
     if (recompute_prompt_.empty()) {

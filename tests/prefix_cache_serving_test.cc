@@ -8,7 +8,8 @@
 // keeps answers and block counts right, salts isolate, and the router
 // sends a follow-up to the worker holding its conversation, and a local
 // prefill started with its reservation answers as one that waited for its
-// Decode call.
+// Decode call, and new chats sharing a system prompt stay with a prefill
+// worker of another precision that holds it too.
 #include <functional>
 #include <latch>
 #include <mutex>
@@ -258,10 +259,48 @@ TEST(PrefixCacheServingTest, W8a8W4a16ConversationsReuseEveryPrecisionsKvByDefau
                                    {"decode", {"--precision", "w4a16"}}});
   ASSERT_NE(split.stub, nullptr);
   ExpectSame(ConverseAll(split, 2), want, Reuse::kAll, "1P+1D", Same::kFirstTurn);
-  // The prefill worker saw the first turns only, both: the second
-  // conversation's shares only the system prompt with the first, which is
-  // less than it lacks, so it is not prefilled at W4A16 on the decode worker.
-  EXPECT_EQ(Metric(split.workers[0].metrics, "pdq_requests_total{code=\"OK\"}"), 2);
+  // The prefill worker saw both first turns (the second conversation's
+  // shares only the chat template's first block with the first, which is
+  // less than it lacks) and the first conversation's second turn: the first
+  // answer (12 tokens) fits in the block its prompt left partly filled, so
+  // the decode worker holds no more of that turn than the prefill worker
+  // does. Every other later turn the decode worker prefilled at W4A16: it
+  // held the previous answer's blocks, which the prefill worker lacks.
+  EXPECT_EQ(Metric(split.workers[0].metrics, "pdq_requests_total{code=\"OK\"}"), 3);
+  ExpectAllFree(split);
+}
+
+// Fresh chats that share a long system prompt, on 1P+1D W8A8/W4A16: the
+// decode worker holds the system prompt (sent with the first chat), more
+// than each new chat's own message, but so does the prefill worker, so each
+// chat is prefilled there, reusing the system prompt, not on the decode
+// worker at W4A16 (which the rule before the router told it what the
+// prefill worker holds did).
+TEST(PrefixCacheServingTest, FreshChatsSharingASystemPromptStayWithTheW8a8PrefillWorker) {
+  Cluster c;
+  Deployment split =
+      Start(c, {}, {{"prefill", {"--precision", "w8a8"}}, {"decode", {"--precision", "w4a16"}}});
+  ASSERT_NE(split.stub, nullptr);
+  const std::string system = "You answer questions about this text. " + LongText(90);
+  for (int i = 0; i < 3; ++i) {
+    v1::GenerateRequest r;
+    r.set_max_tokens(4);
+    v1::ChatMessage* m = r.mutable_chat()->add_messages();
+    m->set_role("system");
+    m->set_content(system);
+    m = r.mutable_chat()->add_messages();
+    m->set_role("user");
+    m->set_content(kPrompts[i % kPrompts.size()]);
+    const Answer a = Generate(*split.stub, r);
+    ASSERT_TRUE(a.status.ok()) << a.status.error_message();
+    if (i > 0) {
+      // The system prompt came from the prefill worker's cache, and is
+      // most of the prompt: without the router's word, the decode worker
+      // would have prefilled the rest.
+      EXPECT_GT(a.summary.cached_tokens(), a.summary.prompt_tokens() / 2) << "chat " << i;
+    }
+  }
+  EXPECT_EQ(Metric(split.workers[0].metrics, "pdq_requests_total{code=\"OK\"}"), 3);
   ExpectAllFree(split);
 }
 

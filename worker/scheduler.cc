@@ -486,13 +486,17 @@ void Scheduler::Reserve(ReserveArgs args, std::function<void(absl::StatusOr<Rese
     Reservation r{s->reservation_id, NewId(), options_.reservation_lease, hit};
     // Prefilling here writes at this worker's precision: where that is the
     // sender's; or, where any precision's KV may be reused, when this worker
-    // holds at least as much of the prompt as is missing (a conversation's
-    // next turn, what reuse across precisions was measured on: a fresh
-    // prompt that shares only a system prompt stays with the prefill
-    // worker's precision).
+    // holds at least as much of the prompt as is missing and more of it than
+    // the prefill worker does (a conversation's next turn, whose last answer
+    // only this worker holds: what reuse across precisions was measured on).
+    // A fresh prompt that shares a system prompt with earlier ones stays
+    // with the prefill worker, which holds that system prompt too: sent
+    // here, its prefill took this worker's decode steps' time, 5-29% of the
+    // output tokens/s of 1P+1D W8A8/W4A16 (bench/shared_prefix_bench.sh).
     const int64_t missing = s->prompt_tokens - hit;
     const bool may_prefill_here =
-        s->kv_writer == decode_writer() || (options_.reuse_any_precision && hit >= missing);
+        s->kv_writer == decode_writer() ||
+        (options_.reuse_any_precision && hit >= missing && hit > args.prefill_cached_tokens);
     if (hit > 0 && may_prefill_here && missing <= args.local_prefill_max_tokens) {
       // A follow-up whose missing part is short enough to prefill here: it
       // queues like role both's, now when the reservation brings the first

@@ -208,6 +208,9 @@ struct ReserveArgs {
   // The precision of the prefill that will write the KV ("w8a8"), recorded
   // on the blocks it fills.
   std::string kv_writer;
+  // Leading prompt tokens the router's chosen prefill worker holds cached
+  // (0: none or unknown): a prefill here at another precision needs more.
+  int64_t prefill_cached_tokens = 0;
   // Set: a local prefill starts with the reservation and draws its first
   // token with these (the Decode call must bring the same); unset: it waits
   // for the Decode call.

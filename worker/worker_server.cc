@@ -149,6 +149,7 @@ class WorkerServer::DecodeService : public pdq::v1::DecodeWorker::WithRawCallbac
     args.cache_salt = req->cache_salt();
     args.local_prefill_max_tokens = std::max(0, req->local_prefill_max_tokens());
     args.kv_writer = req->kv_writer();
+    args.prefill_cached_tokens = std::max<int64_t>(0, req->prefill_cached_tokens());
     if (req->has_first_sampling()) {
       args.first_sampling = FromProto(req->first_sampling());
       if (absl::Status v = ValidateSamplingParams(*args.first_sampling); !v.ok()) {
