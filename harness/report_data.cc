@@ -57,6 +57,26 @@ double PeakResidentMiB(const Dep& d) {
   return peak > 0 ? peak : NAN;
 }
 
+HeldMiB MostHeldMiB(const Dep& d) {
+  HeldMiB most;
+  auto keep = [](double& m, double v) { m = std::isfinite(m) ? std::max(m, v) : v; };
+  for (const auto& [w, b] : d.bench) {
+    for (const LevelResult& l : b.levels) {
+      HeldMiB sum{0, 0, 0};
+      for (const WorkerUsage& u : l.workers) {
+        sum.weights += u.weight_bytes / 1048576;
+        sum.kv += u.kv_used_peak_bytes / 1048576;
+        sum.workspaces += u.workspace_bytes / 1048576;
+      }
+      if (l.workers.empty() || !std::isfinite(sum.weights)) continue;  // not reported
+      keep(most.weights, sum.weights);
+      keep(most.kv, sum.kv);
+      keep(most.workspaces, sum.workspaces);
+    }
+  }
+  return most;
+}
+
 // One process running both phases at two precisions.
 bool DualPrecision(const Dep& d) {
   return d.workers.size() == 1 && d.workers[0].value("role", "both") == "both" &&

@@ -57,6 +57,13 @@ ReportInput LoadReportInput(const EvalConfig& config, const std::string& out_dir
 // with no request failed; 0 where none is.
 int MaxConcurrencyWithinTargets(const BenchResult& bench);
 double PeakResidentMiB(const Dep& d);
+// What the deployment's processes reported holding, summed over them, the
+// most at any level (MiB): weights, KV that held data (in use or kept by the
+// prefix cache), workspaces. NaN where the workers did not report them.
+struct HeldMiB {
+  double weights = NAN, kv = NAN, workspaces = NAN;
+};
+HeldMiB MostHeldMiB(const Dep& d);
 // One process running both phases at two precisions.
 bool DualPrecision(const Dep& d);
 std::string Processes(const json& workers);

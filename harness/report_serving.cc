@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,19 +73,57 @@ std::string ResourceLines(const Dep& d, const std::string& w) {
   return absl::StrCat(out, " ", absl::StrJoin(parts, "; "), " |\n");
 }
 
+// Where each deployment's output tokens/s stops rising with concurrency
+// (FindSaturation), and what its highest level got against the most.
+std::string SaturationTable(const std::vector<Dep>& deps, const std::string& w) {
+  constexpr double kWithin = 0.95;
+  std::string rows;
+  for (const Dep& d : deps) {
+    const BenchResult* bench = d.Bench(w);
+    const std::optional<Saturation> s = bench ? FindSaturation(*bench, kWithin) : std::nullopt;
+    if (!s) continue;
+    const double top = s->top->output_tokens_per_s;
+    if (s->at == s->top) {
+      absl::StrAppendFormat(&rows, "| %s | not reached: still rising at c=%d (×%.2f c=%d) | – |\n",
+                            d.name, s->top->concurrency, top / s->below_top->output_tokens_per_s,
+                            s->below_top->concurrency);
+    } else {
+      absl::StrAppendFormat(
+          &rows, "| %s | c=%d, %.1f tok/s | c=%d: %.1f tok/s, ×%.2f the most%s |\n", d.name,
+          s->at->concurrency, s->at->output_tokens_per_s, s->top->concurrency, top, top / s->most,
+          top < kWithin * s->most ? " (fell)" : "");
+    }
+  }
+  if (rows.empty()) return "";
+  return absl::StrCat(
+      "\nWhere output tokens/s stops rising with concurrency (the lowest level within 5% of the "
+      "most the deployment reached: past it clients only queue), and the highest level "
+      "against that most:\n\n| deployment | saturates at | highest level |\n| --- | --- | --- "
+      "|\n",
+      rows);
+}
+
 }  // namespace
 
 // The deployments compared: processes, precisions, peak memory.
 std::string DeploymentsSection(const ReportInput& in) {
   std::string md;
   const std::vector<Dep>& deps = in.deps;
-  absl::StrAppend(&md,
-                  "## Deployments\n\n| deployment | processes | prefill / decode precision | peak "
-                  "resident memory (all processes) |\n| --- | --- | --- | ---: |\n");
+  absl::StrAppend(
+      &md,
+      "## Deployments\n\nPeak resident memory of all the deployment's processes over every "
+      "workload, and what they reported holding at most (MiB): weights, KV that held data (blocks "
+      "in use, and those the prefix cache keeps for later requests until the cache's "
+      "`--kv-tokens` are needed: resident once touched) and activation workspaces.\n\n"
+      "| deployment | processes | prefill / decode precision | peak resident memory (all "
+      "processes) | weights | KV held | workspaces |\n| --- | --- | --- | ---: | ---: | ---: | "
+      "---: |\n");
   for (const Dep& d : deps) {
+    const HeldMiB held = MostHeldMiB(d);
     absl::StrAppend(&md, "| ", d.name, d.baseline ? " (baseline)" : "", " | ", Processes(d.workers),
                     " | ", d.prefill_precision, " / ", d.decode_precision, " | ",
-                    F(PeakResidentMiB(d), 0), " MiB |\n");
+                    F(PeakResidentMiB(d), 0), " MiB | ", F(held.weights, 0), " | ", F(held.kv, 0),
+                    " | ", F(held.workspaces, 0), " |\n");
   }
   absl::StrAppend(&md, "\n");
   return md;
@@ -288,6 +327,7 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
                             d.name, key.first, key.second);
     }
   }
+  absl::StrAppend(&md, SaturationTable(deps, w));
   // Distributions at the highest level every deployment measured.
   for (const Dep& d : deps) {
     const BenchResult* bench = d.Bench(w);
@@ -533,7 +573,9 @@ std::string StabilitySection(const ReportInput& in, Plotter& plot) {
     absl::StrAppendFormat(
         &md, "%s: **%s**%s.\n\n", d.name, p.pass ? "PASS" : "FAIL",
         p.pass ? absl::StrFormat(" over %d cycles (KV blocks back, resident memory within the "
-                                 "bound, the greedy probe identical, no request failed)",
+                                 "bound besides the KV pages the prefix cache filled, which "
+                                 "level off below --kv-tokens, the greedy probe identical, no "
+                                 "request failed)",
                                  (int)d.stability->cycles.size())
                : ": " + p.reason);
     std::string mem, kv;
