@@ -6,7 +6,8 @@
 # prompt's blocks from earlier requests, so the router may let it prefill
 # the 128 missing tokens itself (--local-prefill-tokens, default 256; for a
 # pair of two precisions only when it holds at least as many tokens as are
-# missing) instead of sending the prompt to the prefill worker. Each round
+# missing and, since 2923c10, more than the prefill worker holds) instead of
+# sending the prompt to the prefill worker. Each round
 # runs both 1P+1D pairs with the router's default and with
 # --local-prefill-tokens 0 (always the prefill worker), alternated; per
 # level: output tokens/s, TTFT p50/p90, TPOT p50, and the prompt tokens each
@@ -37,8 +38,8 @@ PY
 run() {  # run NAME WORKERS-JSON ROUTER-ARGS-JSON
   log "pdq up ($1: $2 $3); pdq bench ${load[*]}"
   up "$1" "$2" "$3"
-  "$bin/pdq" bench --router "$router" "${load[@]}" --json "$work/$1.json" >"$work/$1.out"
-  summary "$work/$1.json" "$1" | tee -a "$work/summary"
+  "$bin/pdq" bench --router "$router" "${load[@]}" --json "$work/$1.bench.json" >"$work/$1.out"
+  summary "$work/$1.bench.json" "$1" | tee -a "$work/summary"
   down
 }
 

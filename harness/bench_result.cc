@@ -52,6 +52,7 @@ const LevelResult* LevelAt(const BenchResult& bench, int concurrency) {
 }
 
 std::optional<Saturation> FindSaturation(const BenchResult& bench, double within) {
+  PDQ_CHECK(within > 0 && within <= 1);  // a fraction of the most
   std::vector<const LevelResult*> levels;
   for (const LevelResult& l : bench.levels) levels.push_back(&l);
   std::sort(levels.begin(), levels.end(), [](const LevelResult* a, const LevelResult* b) {

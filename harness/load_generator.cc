@@ -90,6 +90,8 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> CutTokenRuns(const Tokenize& t
   return runs;
 }
 
+absl::StatusOr<size_t> LeadingTokens(const Tokenize& tokenize);  // below
+
 }  // namespace
 
 absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
@@ -108,15 +110,22 @@ absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
                          CutTokenRuns(tokenize, text, shared_prefix, 1, /*shift=*/0.5));
     prefix = std::move(one[0]);
   }
+  // After a shared prefix, each prompt's own part without the tokens the
+  // tokenizer puts before any text (a BOS): they belong at the start only.
+  size_t leading = 0;
+  if (shared_prefix > 0) {
+    PDQ_ASSIGN_OR_RETURN(leading, LeadingTokens(tokenize));
+  }
   // The golden ratio's fractional multiples: well apart for any few seeds.
   const double shift = seed > 0 ? std::fmod((double)seed * 0.6180339887498949, 1.0) : 0.0;
-  PDQ_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> own,
-                       CutTokenRuns(tokenize, text, tokens - shared_prefix, count, shift));
+  PDQ_ASSIGN_OR_RETURN(
+      std::vector<std::vector<int32_t>> own,
+      CutTokenRuns(tokenize, text, tokens - shared_prefix + (int64_t)leading, count, shift));
   std::vector<BenchPrompt> prompts;
   for (std::vector<int32_t>& ids : own) {
     BenchPrompt p;
     p.ids = prefix;
-    p.ids.insert(p.ids.end(), ids.begin(), ids.end());
+    p.ids.insert(p.ids.end(), ids.begin() + (int64_t)leading, ids.end());
     absl::StatusOr<std::string> piece = detokenize(p.ids);
     if (!piece.ok()) return piece.status();
     p.text = std::move(*piece);

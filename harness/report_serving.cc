@@ -84,8 +84,9 @@ std::string SaturationTable(const std::vector<Dep>& deps, const std::string& w) 
     if (!s) continue;
     const double top = s->top->output_tokens_per_s;
     if (s->at == s->top) {
+      const double below = s->below_top->output_tokens_per_s;
       absl::StrAppendFormat(&rows, "| %s | not reached: still rising at c=%d (×%.2f c=%d) | – |\n",
-                            d.name, s->top->concurrency, top / s->below_top->output_tokens_per_s,
+                            d.name, s->top->concurrency, below > 0 ? top / below : INFINITY,
                             s->below_top->concurrency);
     } else {
       absl::StrAppendFormat(

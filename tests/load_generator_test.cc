@@ -4,6 +4,7 @@
 // prompts: each its own, or sharing a system prompt's tokens.
 #include "harness/load_generator.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/numbers.h"
@@ -79,6 +80,23 @@ TEST(LoadGeneratorTest, PromptsAreTheirOwnOrShareAPrefixOfExactlyTheTokensAsked)
     rests.insert(std::vector<int32_t>(p.ids.begin() + 24, p.ids.end()));
   }
   EXPECT_EQ(rests.size(), 8u);  // each its own after the prefix
+  // A tokenizer that starts every text with a BOS (-1), as the router's may:
+  // one BOS, at the start, however the prompt was put together.
+  const Tokenize with_bos = [](const std::string& t) -> absl::StatusOr<std::vector<int32_t>> {
+    std::vector<int32_t> ids = Words(t);
+    ids.insert(ids.begin(), -1);
+    return ids;
+  };
+  for (int64_t prefix : {0, 24}) {
+    absl::StatusOr<std::vector<BenchPrompt>> bos =
+        MakePrompts(with_bos, detokenize, text, 40, 4, prefix);
+    ASSERT_TRUE(bos.ok()) << bos.status();
+    for (const BenchPrompt& p : *bos) {
+      ASSERT_EQ(p.ids.size(), 40u);
+      EXPECT_EQ(p.ids[0], -1);
+      EXPECT_EQ(std::count(p.ids.begin(), p.ids.end(), -1), 1) << "shared prefix " << prefix;
+    }
+  }
   // Seeds: prompts of another seed start apart from every one of this one's
   // (a word apart, so none is answered from another run's cached blocks),
   // of the same lengths and still in the text; seed 0 is where they always
