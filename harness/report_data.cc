@@ -58,8 +58,7 @@ double PeakResidentMiB(const Dep& d) {
 }
 
 HeldMiB MostHeldMiB(const Dep& d) {
-  HeldMiB most;
-  auto keep = [](double& m, double v) { m = std::isfinite(m) ? std::max(m, v) : v; };
+  HeldMiB most;  // NaN until a level reports them: std::fmax takes the number
   for (const auto& [w, b] : d.bench) {
     for (const LevelResult& l : b.levels) {
       HeldMiB sum{0, 0, 0};
@@ -69,9 +68,9 @@ HeldMiB MostHeldMiB(const Dep& d) {
         sum.workspaces += u.workspace_bytes / 1048576;
       }
       if (l.workers.empty() || !std::isfinite(sum.weights)) continue;  // not reported
-      keep(most.weights, sum.weights);
-      keep(most.kv, sum.kv);
-      keep(most.workspaces, sum.workspaces);
+      most.weights = std::fmax(most.weights, sum.weights);
+      most.kv = std::fmax(most.kv, sum.kv);
+      most.workspaces = std::fmax(most.workspaces, sum.workspaces);
     }
   }
   return most;
