@@ -26,7 +26,8 @@ int ThreadPool::UsableCores() {
 }
 
 ThreadPool::ThreadPool(int num_threads)
-    : num_threads_(num_threads > 0 ? num_threads : UsableCores()) {
+    : num_threads_(num_threads > 0 ? num_threads : UsableCores()),
+      shares_(new NextChunk[num_threads_]) {
   for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
@@ -122,13 +123,23 @@ void ThreadPool::ParallelFor(int64_t n, int64_t align,
     fn(0, n, 0);
     return;
   }
-  std::atomic<int64_t> next{0};
+  // Owned shares rather than one shared counter: with one counter the
+  // threads took alternate chunks, and a decode step's GEMVs ran 13-20% slower
+  // (bench/RESULTS.md, "Each thread its own run of weights").
+  const int64_t per_share = (chunks + num_threads_ - 1) / num_threads_;
+  for (int t = 0; t < num_threads_; ++t) {
+    shares_[t].next.store(std::min(chunks, t * per_share), std::memory_order_relaxed);
+    shares_[t].end = std::min(chunks, (t + 1) * per_share);
+  }
   Dispatch(
       [&](int t) {
-        for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
-          const int64_t begin = std::min(n, units * c / chunks * align);
-          const int64_t end = std::min(n, units * (c + 1) / chunks * align);
-          if (begin < end) fn(begin, end, t);
+        for (int i = 0; i < num_threads_; ++i) {
+          NextChunk& share = shares_[(t + i) % num_threads_];
+          for (int64_t c; (c = share.next.fetch_add(1, std::memory_order_relaxed)) < share.end;) {
+            const int64_t begin = std::min(n, units * c / chunks * align);
+            const int64_t end = std::min(n, units * (c + 1) / chunks * align);
+            if (begin < end) fn(begin, end, t);
+          }
         }
       },
       /*every_thread=*/false);

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -37,8 +38,12 @@ class ThreadPool {
   void Run(const std::function<void(int)>& fn);
 
   // Splits [0, n) into contiguous chunks aligned to `align` (a few per
-  // thread) and runs fn(begin, end, thread_index) on each, on whichever
-  // threads are ready; a thread index is never used by two chunks at once.
+  // thread) and runs fn(begin, end, thread_index) on each; a thread index is
+  // never used by two chunks at once. Thread t owns the t-th contiguous share
+  // of the chunks and runs them in order first, then takes what is left of
+  // the others' shares (t + 1, t + 2, ... in turn), each again in order: a
+  // thread streams one run of weights while all are on time, and a late or
+  // descheduled thread's share still gets done.
   void ParallelFor(int64_t n, int64_t align, const std::function<void(int64_t, int64_t, int)>& fn);
 
   // Runs fn(i, thread_index) for every i in [0, n), threads taking one index
@@ -66,6 +71,12 @@ class ThreadPool {
   std::atomic<bool> busy_{false};  // a caller is inside Dispatch
   std::mutex mu_;
   std::condition_variable cv_;
+  // ParallelFor's per-thread shares: the next chunk of share t, and its end.
+  struct alignas(64) NextChunk {
+    std::atomic<int64_t> next{0};
+    int64_t end = 0;
+  };
+  std::unique_ptr<NextChunk[]> shares_;
 };
 
 }  // namespace pdq
