@@ -14,6 +14,7 @@
 #include "emulate/emulate.h"
 #include "flags/flags.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/kernels.h"
 #include "probes/roofline.h"
 #include "quant/model_flags.h"
 #include "server/metrics.h"
@@ -37,11 +38,21 @@ pdq::v1::Precision ToProto(Precision p) {
 
 // The machine's rooflines, once before serving, so /metrics can express
 // prefill compute and decode bandwidth as fractions of them: the peak that
-// matches the prefill's arithmetic (int8 multiply-adds for W8A8, FP32 FMA
-// otherwise) and the read bandwidth of all threads.
+// matches the prefill's arithmetic and the read bandwidth of all threads.
+// W8A8 prompt rows run on int8 dot products, W4A16 ones on int16 dot
+// products (the AVX2 and AVX-512 paths), FP16 on FP32 FMA. Where AMX's bf16
+// tiles take W4A16 prompt rows, no probe measures their peak, and the FP32
+// FMA one stands in (the fraction can then pass 1).
 void MeasurePeaks(ThreadPool& pool, Precision prefill) {
-  double gops = prefill == Precision::kW8A8 ? MeasureIntPeakGops(pool, /*int8=*/true) : 0;
-  const char* kind = "int8 multiply-adds";
+  double gops = 0;
+  const char* kind = "";
+  if (prefill == Precision::kW8A8) {
+    gops = MeasureIntPeakGops(pool, /*int8=*/true);
+    kind = "int8 multiply-adds";
+  } else if (prefill == Precision::kW4A16 && !Bf16TilesSupported()) {
+    gops = MeasureIntPeakGops(pool, /*int8=*/false);
+    kind = "int16 multiply-adds";
+  }
   if (gops <= 0) {
     gops = MeasureFmaPeakGflops(pool);
     kind = "fp32 FMA";
