@@ -73,6 +73,19 @@ std::optional<Saturation> FindSaturation(const BenchResult& bench, double within
   return s;
 }
 
+const LevelResult* MostGoodput(const BenchResult& bench) {
+  const LevelResult* best = nullptr;
+  for (const LevelResult& l : bench.levels) {
+    if (!(l.goodput_requests_per_s > 0)) continue;
+    if (best == nullptr || l.goodput_requests_per_s > best->goodput_requests_per_s ||
+        (l.goodput_requests_per_s == best->goodput_requests_per_s &&
+         l.concurrency < best->concurrency)) {
+      best = &l;
+    }
+  }
+  return best;
+}
+
 // ---- JSON: each type's fields, listed once (harness/json_fields.h). Static:
 // found by argument-dependent lookup, private to this file.
 

@@ -155,6 +155,9 @@ struct Saturation {
   double most = 0;  // output tokens/s
 };
 std::optional<Saturation> FindSaturation(const BenchResult& bench, double within = 0.95);
+// The level of a bench's most goodput (requests/s meeting its targets), the
+// lowest of equals; null when no level has any.
+const LevelResult* MostGoodput(const BenchResult& bench);
 
 // nlohmann's JSON conversions of these types (json(result), j.get<...>()).
 template <typename T>

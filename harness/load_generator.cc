@@ -461,9 +461,12 @@ void PrintResources(const std::vector<WorkerUsage>& workers) {
     std::string line = absl::StrFormat("      %s (%s %s): peak RSS %.0f MiB", w.worker_id, w.role,
                                        w.precision, w.peak_resident_bytes / 1048576);
     if (std::isfinite(w.weight_bytes)) {
-      absl::StrAppendFormat(&line, " (weights %.0f, KV held at most %.0f, workspaces %.0f)",
-                            w.weight_bytes / 1048576, w.kv_used_peak_bytes / 1048576,
-                            w.workspace_bytes / 1048576);
+      // A worker of an older build may report its weights alone.
+      auto mib = [](double bytes) {
+        return std::isfinite(bytes) ? absl::StrFormat("%.0f", bytes / 1048576) : "not reported";
+      };
+      absl::StrAppend(&line, " (weights ", mib(w.weight_bytes), ", KV held at most ",
+                      mib(w.kv_used_peak_bytes), ", workspaces ", mib(w.workspace_bytes), ")");
     }
     absl::StrAppendFormat(&line, ", %.2f cores busy", w.cpu_cores_busy);
     if (std::isfinite(w.prefill_compute_utilization)) {

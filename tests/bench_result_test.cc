@@ -82,13 +82,15 @@ TEST(BenchResultTest, AnOlderFileReadsWithWhatItHas) {
   EXPECT_FALSE(r->conversation.has_value());
 }
 
-// A sweep of output tokens/s by concurrency, in the order given.
-BenchResult Sweep(std::initializer_list<std::pair<int, double>> levels) {
+// A sweep of one figure (output tokens/s unless named) by concurrency, in
+// the order given.
+BenchResult Sweep(std::initializer_list<std::pair<int, double>> levels,
+                  double LevelResult::*figure = &LevelResult::output_tokens_per_s) {
   BenchResult b;
-  for (const auto& [c, tps] : levels) {
+  for (const auto& [c, value] : levels) {
     LevelResult l;
     l.concurrency = c;
-    l.output_tokens_per_s = tps;
+    l.*figure = value;
     b.levels.push_back(l);
   }
   return b;
@@ -115,6 +117,24 @@ TEST(BenchResultTest, SaturationIsTheLowestLevelNearTheMostAndAFallShows) {
   // One level, or no tokens: nothing to say.
   EXPECT_FALSE(FindSaturation(Sweep({{4, 150}})).has_value());
   EXPECT_FALSE(FindSaturation(Sweep({{1, 0}, {4, 0}})).has_value());
+}
+
+TEST(BenchResultTest, MostGoodputIsTheLowestLevelOfTheMostAndNoneWithoutAny) {
+  // Goodput by concurrency, in the order given (NaN: not measured).
+  auto sweep = [](std::initializer_list<std::pair<int, double>> levels) {
+    return Sweep(levels, &LevelResult::goodput_requests_per_s);
+  };
+  // Peaks at 8, collapses at 16 and 32 while tokens/s may still rise.
+  BenchResult b = sweep({{32, 0.01}, {1, 0.2}, {8, 0.36}, {16, 0.01}, {4, 0.33}});
+  ASSERT_NE(MostGoodput(b), nullptr);
+  EXPECT_EQ(MostGoodput(b)->concurrency, 8);
+  // Equal at 4 and 16: the lower level.
+  b = sweep({{16, 0.5}, {4, 0.5}, {1, 0.2}});
+  ASSERT_NE(MostGoodput(b), nullptr);
+  EXPECT_EQ(MostGoodput(b)->concurrency, 4);
+  // None met the targets, or none measured.
+  EXPECT_EQ(MostGoodput(sweep({{1, 0}, {4, 0}})), nullptr);
+  EXPECT_EQ(MostGoodput(sweep({{1, NAN}})), nullptr);
 }
 
 TEST(BenchResultTest, AWrongTypeOrAMissingFileIsAnErrorNamingIt) {
