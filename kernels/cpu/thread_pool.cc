@@ -124,7 +124,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t align,
     return;
   }
   // Owned shares rather than one shared counter: with one counter the
-  // threads took alternate chunks, and a decode step's GEMVs ran 13-20% slower
+  // threads took alternate chunks, and batch-1 decode ran 6-20% slower
   // (bench/RESULTS.md, "Each thread its own run of weights").
   const int64_t per_share = (chunks + num_threads_ - 1) / num_threads_;
   for (int t = 0; t < num_threads_; ++t) {
