@@ -117,7 +117,15 @@ absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
     PDQ_ASSIGN_OR_RETURN(leading, LeadingTokens(tokenize));
   }
   // The golden ratio's fractional multiples: well apart for any few seeds.
-  const double shift = seed > 0 ? std::fmod((double)seed * 0.6180339887498949, 1.0) : 0.0;
+  // Seed 0 spaces its prompts room / (count - 1) apart and the others room /
+  // count, so seed 0's starts are shift = k / (count - 1) for the others: a
+  // shift within a quarter of that spacing of one moves half of it on, and no
+  // prompt of a seed starts where one of seed 0's does.
+  double shift = seed > 0 ? std::fmod((double)seed * 0.6180339887498949, 1.0) : 0.0;
+  if (seed > 0 && count > 1) {
+    const double k = shift * (count - 1);
+    if (std::abs(k - std::round(k)) < 0.25) shift = std::fmod(shift + 0.5 / (count - 1), 1.0);
+  }
   PDQ_ASSIGN_OR_RETURN(
       std::vector<std::vector<int32_t>> own,
       CutTokenRuns(tokenize, text, tokens - shared_prefix + (int64_t)leading, count, shift));

@@ -97,21 +97,20 @@ TEST(LoadGeneratorTest, PromptsAreTheirOwnOrShareAPrefixOfExactlyTheTokensAsked)
       EXPECT_EQ(std::count(p.ids.begin(), p.ids.end(), -1), 1) << "shared prefix " << prefix;
     }
   }
-  // Seeds: prompts of another seed start apart from every one of this one's
-  // (a word apart, so none is answered from another run's cached blocks),
-  // of the same lengths and still in the text; seed 0 is where they always
-  // were.
+  // Seeds: prompts of another seed, 0 included, start apart from every one of
+  // this one's (a word apart, so none is answered from another run's cached
+  // blocks), of the same lengths and still in the text; seed 0 is where they
+  // always were. Seeds 1-3 alone once passed while seed 3 started a prompt in
+  // seed 0's word.
   std::set<int32_t> starts;
-  for (int64_t seed : {0, 1, 2, 3}) {
+  for (int64_t seed : {0, 1, 2, 3, 4, 5, 6, 7}) {
     absl::StatusOr<std::vector<BenchPrompt>> p =
         MakePrompts(tokenize, detokenize, text, 40, 8, 0, seed);
     ASSERT_TRUE(p.ok()) << p.status();
     ASSERT_EQ(p->size(), 8u);
     for (const BenchPrompt& q : *p) {
       EXPECT_EQ(q.ids.size(), 40u);
-      if (seed > 0) {
-        EXPECT_TRUE(starts.insert(q.ids[0]).second) << "seed " << seed << ": w" << q.ids[0];
-      }
+      EXPECT_TRUE(starts.insert(q.ids[0]).second) << "seed " << seed << ": w" << q.ids[0];
     }
     if (seed == 0) {
       for (size_t i = 0; i < p->size(); ++i) EXPECT_EQ((*p)[i].ids, (*own)[i].ids);
