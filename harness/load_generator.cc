@@ -105,15 +105,13 @@ absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
                                                    "-token prompt its own"));
   }
   std::vector<int32_t> prefix;
-  if (shared_prefix > 0) {
-    PDQ_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> one,
-                         CutTokenRuns(tokenize, text, shared_prefix, 1, /*shift=*/0.5));
-    prefix = std::move(one[0]);
-  }
   // After a shared prefix, each prompt's own part without the tokens the
   // tokenizer puts before any text (a BOS): they belong at the start only.
   size_t leading = 0;
   if (shared_prefix > 0) {
+    PDQ_ASSIGN_OR_RETURN(std::vector<std::vector<int32_t>> one,
+                         CutTokenRuns(tokenize, text, shared_prefix, 1, /*shift=*/0.5));
+    prefix = std::move(one[0]);
     PDQ_ASSIGN_OR_RETURN(leading, LeadingTokens(tokenize));
   }
   // The golden ratio's fractional multiples: well apart for any few seeds.
