@@ -196,15 +196,16 @@ BENCHMARK(BM_GemmW8A16)
 // One kv head's K and V for n positions in 16-token blocks, uniform in
 // [-1, 1], the blocks in order.
 struct RandomKv {
-  RandomKv(int64_t n, int d, std::mt19937& rng) {
+  RandomKv(int64_t n, int d, std::mt19937& rng, bool bf16 = false) {
     const int64_t blocks = (n + 15) / 16;
     std::uniform_real_distribution<float> u(-1, 1);
     k.resize(blocks * 16 * d);
     v.resize(k.size());
-    for (auto& x : k) x = Fp32ToFp16(u(rng));
-    for (auto& x : v) x = Fp32ToFp16(u(rng));
+    const auto element = [&] { return bf16 ? cpu::Fp32ToBf16(u(rng)) : Fp32ToFp16(u(rng)); };
+    for (auto& x : k) x = element();
+    for (auto& x : v) x = element();
     for (int64_t b = 0; b < blocks; ++b) table.push_back((int32_t)b);
-    layer = KvLayerView{k.data(), v.data(), 1, d, 16};
+    layer = KvLayerView{k.data(), v.data(), 1, d, 16, bf16};
   }
   RandomKv(const RandomKv&) = delete;
   std::vector<fp16_t> k, v;
@@ -216,13 +217,14 @@ struct RandomKv {
 // (SmolLM2-135M: group 3, head_dim 64) over n_pos cached positions, on the
 // active path's attend or (table 0) the AVX2 body it falls back to below
 // its query threshold: the same-run comparison behind that threshold.
-// Args: n_pos, group, table (0: AVX2 body, 1: active path).
+// Args: n_pos, group, table (0: AVX2 body, 1: active path), cache (0:
+// fp16, 1: bf16, on AVX512_BF16's dot products where the path has them).
 void BM_AttendDecodeRow(benchmark::State& state) {
   const int64_t n_pos = state.range(0);
   const int group = (int)state.range(1), d = 64;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  const RandomKv kv(n_pos, d, rng);
+  const RandomKv kv(n_pos, d, rng, state.range(3) == 1);
   const KvLayerView& layer = kv.layer;
   const std::vector<int32_t>& table = kv.table;
   std::vector<float> q(group * d), out(group * d);
@@ -241,7 +243,7 @@ void BM_AttendDecodeRow(benchmark::State& state) {
   }
 }
 
-BENCHMARK(BM_AttendDecodeRow)->ArgsProduct({{128, 512, 2048}, {1, 2, 3}, {0, 1}});
+BENCHMARK(BM_AttendDecodeRow)->ArgsProduct({{128, 512, 2048}, {1, 2, 3}, {0, 1}, {0, 1}});
 
 // A 128-token prompt chunk's attention for one kv head and its 3 query
 // heads (SmolLM2-135M: head_dim 64) after `context` cached positions, in

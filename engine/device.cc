@@ -50,6 +50,11 @@ absl::StatusOr<std::unique_ptr<ForwardBackend>> MakeBackend(const Model& model,
                                                             const std::string& device) {
   PDQ_ASSIGN_OR_RETURN(const int index, ParseDevice(device));
   if (index < 0) return nullptr;
+  if (model.options().kv_dtype != KvDtype::kFp16) {
+    return absl::InvalidArgumentError(absl::StrCat("--device ", device,
+                                                   " reads an fp16 KV cache only; drop --kv-dtype ",
+                                                   KvDtypeName(model.options().kv_dtype)));
+  }
 #if PDQ_WITH_CUDA
   return MakeCudaBackend(model, index);
 #else

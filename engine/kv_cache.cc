@@ -143,7 +143,8 @@ absl::StatusOr<std::span<const int32_t>> KvCache::BlockTable(SeqId seq) const {
 KvLayerView KvCache::Layer(int layer) const {
   PDQ_CHECK(layer >= 0 && layer < config_.layout.num_layers);
   const KvLayout& l = config_.layout;
-  return KvLayerView{k_[layer], v_[layer], l.kv_heads, l.head_dim, l.block_tokens};
+  return KvLayerView{k_[layer],  v_[layer],      l.kv_heads,
+                     l.head_dim, l.block_tokens, l.dtype == KvDtype::kBf16};
 }
 
 std::vector<KvRegion> KvCache::MemoryRegions() const {

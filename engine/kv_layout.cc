@@ -61,8 +61,17 @@ const char* KvDtypeName(KvDtype dtype) {
   switch (dtype) {
     case KvDtype::kFp16:
       return "fp16";
+    case KvDtype::kBf16:
+      return "bf16";
   }
   return "?";
+}
+
+absl::StatusOr<KvDtype> ParseKvDtype(std::string_view name) {
+  if (name == "fp16") return KvDtype::kFp16;
+  if (name == "bf16") return KvDtype::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KV dtype '", std::string(name), "' (fp16 or bf16)"));
 }
 
 const char* KvBlockLayoutName(KvBlockLayout layout) {
@@ -74,7 +83,7 @@ const char* KvBlockLayoutName(KvBlockLayout layout) {
 }
 
 int64_t KvLayout::block_bytes() const {
-  const int64_t elem = dtype == KvDtype::kFp16 ? 2 : 0;
+  const int64_t elem = dtype == KvDtype::kFp16 || dtype == KvDtype::kBf16 ? 2 : 0;
   return 2 * block_elements() * elem;
 }
 
@@ -120,7 +129,7 @@ absl::StatusOr<KvLayout> KvLayout::Deserialize(std::string_view bytes) {
         "KV layout version ", version, " is not supported (this build reads ", kVersion, ")"));
   }
   const uint8_t dtype = r.U8(), block_layout = r.U8(), rope = r.U8();
-  if (dtype != (uint8_t)KvDtype::kFp16) {
+  if (dtype != (uint8_t)KvDtype::kFp16 && dtype != (uint8_t)KvDtype::kBf16) {
     return absl::InvalidArgumentError(absl::StrCat("unknown KV dtype ", dtype));
   }
   if (block_layout != (uint8_t)KvBlockLayout::kHeadTokenDim) {

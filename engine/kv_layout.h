@@ -14,8 +14,13 @@
 
 namespace pdq {
 
-enum class KvDtype : uint8_t { kFp16 = 1 };
+// The cache's element type: fp16, or bf16 (rounded to nearest even; fewer
+// mantissa bits, and dot products of their own where the CPU has
+// AVX512_BF16). Two workers exchange KV only at the same dtype.
+enum class KvDtype : uint8_t { kFp16 = 1, kBf16 = 2 };
 const char* KvDtypeName(KvDtype dtype);
+// "fp16" or "bf16" (--kv-dtype).
+absl::StatusOr<KvDtype> ParseKvDtype(std::string_view name);
 
 // The byte order inside one block of one layer. kHeadTokenDim: K is
 // [kv_heads][block_tokens][head_dim] elements, and V the same, in separate

@@ -50,6 +50,8 @@ struct LoadOptions {
   // are loaded as they are, and its scheme and parameters replace the
   // precision fields above.
   std::string quantized_weights;
+  // The KV cache's element type (kv_layout()); not stored in artifacts.
+  KvDtype kv_dtype = KvDtype::kFp16;
 };
 
 class Model {

@@ -636,7 +636,7 @@ KvLayout Model::kv_layout(int block_tokens) const {
   l.rope_base = config_.rope_base;
   l.rope_linear_scale = config_.rope_linear_scale;
   l.rope_style = config_.rope_style;
-  l.dtype = KvDtype::kFp16;
+  l.dtype = options_.kv_dtype;
   l.block_tokens = block_tokens;
   l.block_layout = KvBlockLayout::kHeadTokenDim;
   return l;

@@ -75,7 +75,7 @@ absl::StatusOr<SolutionScore> ScoreSolutions(Context& prefill,
   Context& decode = options.decode ? *options.decode : prefill;
   PDQ_RETURN_IF_ERROR(CheckCompatible(model, decode.model(), "decode"));
   if (options.kl_reference) {
-    PDQ_RETURN_IF_ERROR(CheckCompatible(model, options.kl_reference->model(), "reference"));
+    PDQ_RETURN_IF_ERROR(CheckCompatible(model, options.kl_reference->model(), "reference", false));
   }
   if (problems.empty()) return absl::InvalidArgumentError("no problems to score");
   const Tokenizer& tok = model.tokenizer();

@@ -16,8 +16,10 @@ absl::StatusOr<DriftResult> MeasureDrift(Context& reference, Context& prefill, C
                                          const std::vector<std::vector<int32_t>>& prompts,
                                          const DriftOptions& options) {
   const ModelConfig& c = reference.model().config();
-  PDQ_RETURN_IF_ERROR(CheckCompatible(reference.model(), prefill.model(), "prefill"));
-  PDQ_RETURN_IF_ERROR(CheckCompatible(reference.model(), decode.model(), "decode"));
+  // The reference scores on a cache of its own (its dtype may differ);
+  // prefill and decode share one.
+  PDQ_RETURN_IF_ERROR(CheckCompatible(reference.model(), prefill.model(), "prefill", false));
+  PDQ_RETURN_IF_ERROR(CheckCompatible(prefill.model(), decode.model(), "decode"));
   if (prompts.empty()) return absl::InvalidArgumentError("no prompts");
   if (options.max_tokens < 1) return absl::InvalidArgumentError("max tokens must be >= 1");
   if (options.test_kv != nullptr && options.test_seqs.size() != prompts.size()) {

@@ -13,8 +13,10 @@
 
 namespace pdq {
 
-absl::Status CheckCompatible(const Model& a, const Model& b, const char* role) {
-  if (absl::Status s = CheckKvCompatible(a.kv_layout(), b.kv_layout()); !s.ok()) {
+absl::Status CheckCompatible(const Model& a, const Model& b, const char* role, bool shares_kv) {
+  KvLayout theirs = b.kv_layout();
+  if (!shares_kv) theirs.dtype = a.kv_layout().dtype;
+  if (absl::Status s = CheckKvCompatible(a.kv_layout(), theirs); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("the ", role, " model (", b.config().name,
                                                    ") does not match the main model (",
                                                    a.config().name, "): ", s.message()));
@@ -68,7 +70,7 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Context& main, const std::str
     }
   }
   if (options.kl_reference) {
-    PDQ_RETURN_IF_ERROR(CheckCompatible(model, options.kl_reference->model(), "reference"));
+    PDQ_RETURN_IF_ERROR(CheckCompatible(model, options.kl_reference->model(), "reference", false));
   }
   const auto start = std::chrono::steady_clock::now();
   const Tokenizer& tok = model.tokenizer();

@@ -49,8 +49,10 @@ absl::StatusOr<PerplexityResult> ComputePerplexity(Context& model, const std::st
 
 // InvalidArgument unless `b` can read `a`'s KV cache and logits: the same KV
 // layout (which covers the vocabulary through the tokenizer's fingerprint).
-// `role` names b in the message.
-absl::Status CheckCompatible(const Model& a, const Model& b, const char* role);
+// `role` names b in the message. Without `shares_kv` (a reference scoring
+// on its own cache) the element types may differ.
+absl::Status CheckCompatible(const Model& a, const Model& b, const char* role,
+                             bool shares_kv = true);
 
 // -log softmax(logits)[target], in double precision.
 double TokenNll(const float* logits, int vocab, int32_t target);

@@ -263,13 +263,16 @@ void Rope(const CpuContext& ctx, float* x, int64_t m, int64_t stride, int heads,
 
 // ---- Paged attention -----------------------------------------------------
 // One layer's KV storage: blocks of block_tokens tokens, each holding
-// [kv_heads][block_tokens][head_dim] fp16 for K and the same for V.
+// [kv_heads][block_tokens][head_dim] 16-bit elements for K and the same for
+// V: fp16, or bf16 where `bf16` (rounded to nearest even; where the CPU has
+// AVX512_BF16, a decode row's dot products take them as they lie).
 struct KvLayerView {
   fp16_t* k = nullptr;
   fp16_t* v = nullptr;
   int kv_heads = 0;
   int head_dim = 0;
   int block_tokens = 16;
+  bool bf16 = false;
 };
 
 // Writes k/v rows (row i at position positions[i]) into the blocks of

@@ -84,6 +84,10 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
              "bf16 parts each, softmax weights and V as bf16, fp32 sums; decode rows stay\n"
              "fp32): 1.5x prefill at 2048 tokens, KL 1e-5 against fp32 attention. On by\n"
              "default; --bf16-attention=false computes it in fp32");
+  flags.String("kv-dtype", &kv_dtype,
+               "the KV cache's element type: fp16, or bf16 (3 fewer mantissa bits; decode\n"
+               "attention on AVX512_BF16's dot products where the CPU has them, and a prompt\n"
+               "and a decode worker must agree)");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
@@ -106,6 +110,7 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
         "model file '", model, "' not found",
         model == DefaultModelPath() ? " (run `make model` to fetch the default model)" : ""));
   }
+  PDQ_ASSIGN_OR_RETURN(o.kv_dtype, ParseKvDtype(kv_dtype));
   o.w4_group = (int)group_size;
   o.w4_a8_min_rows = (int)w4a8_rows;
   o.bf16_min_rows = (int)bf16_rows;
@@ -176,6 +181,12 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
                     : absl::StrCat(", FP16 ", absl::StrJoin(lo.fp16_layers, ","));
       if (!lo.w8_layers.empty())
         absl::StrAppend(&detail, ", W8A16 ", absl::StrJoin(lo.w8_layers, ","));
+    }
+    if (lo.kv_dtype != KvDtype::kFp16) {
+      absl::StrAppend(&detail, ", ", KvDtypeName(lo.kv_dtype), " KV cache",
+                      lo.kv_dtype == KvDtype::kBf16 && !GetCpuFeatures().avx512bf16
+                          ? " (decode attention in fp32: no AVX512_BF16)"
+                          : "");
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string where =

@@ -31,6 +31,7 @@ struct ModelFlags {
   int64_t bf16_rows = kDefaultBf16MinRows;  // bf16 AMX tiles from this many rows; 0: never
   bool fp16_output = false;
   bool bf16_attention = true;  // prompt attention on bf16 AMX tiles where the CPU has them
+  std::string kv_dtype = "fp16";
   std::string fp16_layers = "default";
   std::string w8_layers = "default";
   std::string weights;

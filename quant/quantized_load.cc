@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<Model>> LoadQuantizedModel(const std::string& spe
         "bf16_min_rows must be 0 (never) or a row count, got ", o.bf16_min_rows));
   }
   options.bf16_min_rows = o.bf16_min_rows;
+  options.kv_dtype = o.kv_dtype;
   options.fp16_layers = o.fp16_layers ? *o.fp16_layers : DefaultFp16Layers(o.precision);
   options.w8_layers = o.w8_layers ? *o.w8_layers : DefaultW8Layers(o.precision);
   options.quantized_weights = o.quantized_weights;

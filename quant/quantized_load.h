@@ -49,6 +49,8 @@ struct QuantizedLoadOptions {
   // AMX tiles where the CPU has them (Bf16TilesSupported()); 0: never. A
   // kernel choice.
   int bf16_min_rows = kDefaultBf16MinRows;
+  // The KV cache's element type (LoadOptions::kv_dtype).
+  KvDtype kv_dtype = KvDtype::kFp16;
   // Layers kept FP16 (patterns, see LoadOptions::fp16_layers). Unset: the
   // measured default of the precision, DefaultFp16Layers().
   std::optional<std::vector<std::string>> fp16_layers;

@@ -123,8 +123,9 @@ class Registry {
       if (any.vocab_size() != info.vocab_size() || any.kv_layout() != info.kv_layout()) {
         return absl::FailedPreconditionError(
             absl::StrCat("worker ", info.worker_id(),
-                         " serves another model (vocabulary or KV layout differs) "
-                         "than the workers already registered"));
+                         " serves another model or KV cache (its vocabulary or KV layout: model, "
+                         "shape, RoPE, --kv-dtype or block size, differs) than the workers "
+                         "already registered"));
       }
     }
     workers_[info.worker_id()] = std::move(w);

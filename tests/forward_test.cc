@@ -359,6 +359,60 @@ TEST(Bf16PromptAttentionTest, ChunksAndBatchesMatchOnePiece) {
   for (int c = 1; c < 64; ++c) ASSERT_EQ(batched[c], batched[0]) << "copy " << c << " of 64";
 }
 
+// A bf16 KV cache (--kv-dtype bf16): the layout says so (two workers never
+// mix the dtypes), a token's KV costs what fp16's does, and a prompt in
+// chunks then single-token decode steps gives logits near the fp16 cache's
+// but not equal to them (the cache really rounds to bf16). tiny-gemma's
+// decode rows (group 4, head_dim 32) take AVX512_BF16's dot products where
+// the CPU has them; tiny's (group 2) the fp32 kernels on bf16 loads.
+class Bf16KvCacheTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Bf16KvCacheTest, LogitsFollowAnFp16CacheClosely) {
+  LoadOptions o;
+  o.kv_dtype = KvDtype::kBf16;
+  auto fp16 = LoadOrDie(GetParam()), bf16 = LoadOrDie(GetParam(), 2, o);
+  ASSERT_TRUE(fp16);
+  ASSERT_TRUE(bf16);
+  EXPECT_EQ(bf16->kv_layout().dtype, KvDtype::kBf16);
+  EXPECT_FALSE(CheckKvCompatible(fp16->kv_layout(), bf16->kv_layout()).ok());
+  EXPECT_EQ(bf16->kv_layout().bytes_per_token(), fp16->kv_layout().bytes_per_token());
+  const int vocab = fp16->config().vocab_size;
+  const auto tokens = Tokens(40, vocab, 5);
+  auto run = [&](testing::TestModel& t) {
+    auto kv = t.ctx->NewKvCache(64);
+    EXPECT_TRUE(kv.ok());
+    const SeqId seq = (*kv)->AddSequence();
+    std::vector<float> rows;
+    int64_t pos = 0;
+    for (int64_t n : {17, 13, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+      BatchEntry step{seq, std::span<const int32_t>(tokens).subspan(pos, n), 1};
+      Logits got;
+      EXPECT_TRUE(t.ctx->ForwardAll(**kv, {&step, 1}, &got).ok());
+      rows.insert(rows.end(), got.Row(0, 0), got.Row(0, 0) + vocab);
+      pos += n;
+    }
+    return rows;
+  };
+  const std::vector<float> want = run(fp16), got = run(bf16);
+  ASSERT_EQ(got.size(), want.size());
+  float scale = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::abs(want[i]));
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  }
+  EXPECT_GT(worst, 0.0f) << "the bf16 cache gave the fp16 cache's logits bit for bit";
+  EXPECT_LT(worst, 0.005f * scale) << "largest |logit| " << scale;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16KvCacheTest,
+                         ::testing::Values("synthetic:tiny", "synthetic:tiny-gemma"),
+                         [](const auto& info) {
+                           std::string name = info.param.substr(10);
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
 // Two threads, each with its own context and pool, generate on one shared
 // model at the same time; each gets exactly what it gets alone.
 class ConcurrentContextsTest : public ::testing::TestWithParam<std::string> {};

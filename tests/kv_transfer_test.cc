@@ -29,6 +29,15 @@ TEST(KvLayoutTest, SerializationRoundTripsAtItsStatedSize) {
   EXPECT_EQ(back->ToString(), l.ToString());
   EXPECT_EQ(back->rope_style, RopeStyle::kHalfSplit);
   EXPECT_NE(l.ToString().find("block_tokens=32"), std::string::npos) << l.ToString();
+  KvLayout bf16 = l;
+  bf16.dtype = KvDtype::kBf16;
+  auto bf16_back = KvLayout::Deserialize(bf16.Serialize());
+  ASSERT_TRUE(bf16_back.ok()) << bf16_back.status();
+  EXPECT_EQ(*bf16_back, bf16);
+  EXPECT_NE(bf16.ToString().find("dtype=bf16"), std::string::npos) << bf16.ToString();
+  EXPECT_EQ(bf16.block_bytes(), l.block_bytes());
+  EXPECT_EQ(ParseKvDtype("bf16").value(), KvDtype::kBf16);
+  EXPECT_NE(ParseKvDtype("int8").status().message().find("fp16 or bf16"), std::string::npos);
 
   EXPECT_EQ(KvLayout::Deserialize(bytes.substr(1)).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -68,7 +77,10 @@ TEST(KvLayoutTest, MismatchesNameTheField) {
   l.block_tokens = 32;
   cases.push_back({"block_tokens", l});
   l = mine;
-  l.dtype = static_cast<KvDtype>(2);  // a dtype this build does not have
+  l.dtype = static_cast<KvDtype>(3);  // a dtype this build does not have
+  cases.push_back({"dtype", l});
+  l = mine;
+  l.dtype = KvDtype::kBf16;  // --kv-dtype bf16 on one side only
   cases.push_back({"dtype", l});
   l = mine;
   l.kv_heads += 1;
@@ -196,7 +208,7 @@ TEST(KvImportTest, RefusesAnotherLayoutAndChangesNothing) {
             std::string::npos)
       << other_blocks.status();
   KvLayout other_dtype = tiny->kv_layout();
-  other_dtype.dtype = static_cast<KvDtype>(2);
+  other_dtype.dtype = static_cast<KvDtype>(3);
   EXPECT_NE((*receiver)->ImportSequence(other_dtype, 20).status().message().find("dtype"),
             std::string::npos);
   auto too_big = (*receiver)->ImportSequence(tiny->kv_layout(), 10000);

@@ -25,14 +25,16 @@ class ServingTest : public ::testing::Test {
 };
 
 // The disaggregated deployment answers exactly as the monolithic one, over
-// every KV transport; what the processes count in /metrics agrees.
-void ExpectSameAnswers(const std::string& prefill_precision, const std::string& decode_precision) {
+// every KV transport; what the processes count in /metrics agrees. Every
+// worker also gets `worker_args`.
+void ExpectSameAnswers(const std::string& prefill_precision, const std::string& decode_precision,
+                       const std::vector<std::string>& worker_args = {}) {
   Cluster c;
   const Proc mono = c.Router();
   ASSERT_TRUE(mono.ok());
-  ASSERT_TRUE(
-      c.Worker(mono.address, "both", decode_precision, {"--prefill-precision", prefill_precision})
-          .ok());
+  std::vector<std::string> both = {"--prefill-precision", prefill_precision};
+  both.insert(both.end(), worker_args.begin(), worker_args.end());
+  ASSERT_TRUE(c.Worker(mono.address, "both", decode_precision, both).ok());
   auto b = Client(mono.address);
   ASSERT_TRUE(WaitForWorkers(*b, 1));
   // The prompts greedy, then one sampled: the prefill worker draws the
@@ -56,10 +58,10 @@ void ExpectSameAnswers(const std::string& prefill_precision, const std::string& 
     // decode worker holds (the short-suffix path has tests of its own).
     const Proc split = c.Router({"--local-prefill-tokens", "0"});
     ASSERT_TRUE(split.ok());
-    const Proc prefill =
-        c.Worker(split.address, "prefill", prefill_precision, {"--kv-transport", transport});
-    const Proc decode =
-        c.Worker(split.address, "decode", decode_precision, {"--kv-transport", transport});
+    std::vector<std::string> args = {"--kv-transport", transport};
+    args.insert(args.end(), worker_args.begin(), worker_args.end());
+    const Proc prefill = c.Worker(split.address, "prefill", prefill_precision, args);
+    const Proc decode = c.Worker(split.address, "decode", decode_precision, args);
     ASSERT_TRUE(prefill.ok() && decode.ok());
     auto a = Client(split.address);
     ASSERT_TRUE(WaitForWorkers(*a, 2));
@@ -102,6 +104,13 @@ TEST_F(ServingTest, Fp16PrefillAndDecodeMatchTheMonolithicWorker) {
 
 TEST_F(ServingTest, W8a8PrefillAndW4a16DecodeMatchOneProcessDoingBoth) {
   ExpectSameAnswers("w8a8", "w4a16");
+}
+
+// bf16 caches (--kv-dtype bf16 on every worker): their KV crosses every
+// transport as it lies, and the decode worker reads it as the one process
+// reads its own.
+TEST_F(ServingTest, OnBf16CachesW8a8PrefillAndW4a16DecodeMatchOneProcessDoingBoth) {
+  ExpectSameAnswers("w8a8", "w4a16", {"--kv-dtype", "bf16"});
 }
 
 // W4A16 decode is batch-invariant (forward_test), so every one of 64

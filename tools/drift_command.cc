@@ -138,7 +138,12 @@ int DriftCommand(int argc, char** argv) {
                              absl::StrCat("'", lines_path, "' has no non-empty lines")));
   }
 
-  auto reference = mf.Load(false, reference_precision);
+  // The reference on an fp16 cache whatever --kv-dtype says, so the drift
+  // measures that choice too.
+  mf.pool();  // made first, so the copy shares it
+  ModelFlags ref = mf;
+  ref.kv_dtype = "fp16";
+  auto reference = ref.Load(false, reference_precision);
   if (!reference.ok()) return Fail("drift", reference.status());
   auto prefill = mf.Load(false, prefill_precision);
   if (!prefill.ok()) return Fail("drift", prefill.status());

@@ -53,11 +53,13 @@ int PerplexityCommand(int argc, char** argv) {
     }
   }
   if (!kl_reference.empty()) {
-    // The reference computes attention in fp32 whatever --bf16-attention
-    // says, so the KL measures what that choice costs too.
+    // The reference computes attention in fp32 on an fp16 cache whatever
+    // --bf16-attention and --kv-dtype say, so the KL measures what those
+    // choices cost too.
     mf.pool();  // made first, so the copy shares it
     ModelFlags ref = mf;
     ref.bf16_attention = false;
+    ref.kv_dtype = "fp16";
     auto loaded = ref.Load(false, kl_reference);
     if (!loaded.ok()) return Fail("perplexity", loaded.status());
     reference = std::move(*loaded);

@@ -656,28 +656,27 @@ inline float ExpInPlace(float* s, int64_t n, float max) {
   return sum;
 }
 
-// K/V blocks are 16 rows of one kv head, far apart in the cache (other
-// heads' and sequences' blocks between them), so the hardware prefetchers
-// lose the stream at every block: the block this many ahead is fetched
-// while this one is computed (a decode row reads the whole cache once,
-// from memory rather than cache at long context).
-constexpr int64_t kPrefetchBlocks = 2;
-
-inline void Prefetch(const fp16_t* p, int64_t elements) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (int64_t i = 0; i < elements * (int64_t)sizeof(fp16_t); i += 64)
-    _mm_prefetch(c + i, _MM_HINT_T0);
-}
-
 // Lane t of the result: the sum of a[t]'s lanes.
 inline __m128 Reduce4(const __m256 a[4]) {
   const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
   return _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
 }
 
+// 8 cached K or V elements as fp32: fp16 (F16C), or bf16
+// (KvLayerView::bf16: the upper half of an fp32, widened and shifted).
+template <bool kBf16>
+inline __m256 LoadKv8(const fp16_t* p) {
+  if constexpr (kBf16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
+  } else {
+    return LoadF16x8(p);
+  }
+}
+
 // s[h * s_stride + t] = scale * q[h] . k[t] for G heads (q rows d apart)
 // and the 4 keys from k (rows d apart).
-template <int G>
+template <bool kBf16, int G>
 inline void ScoreKeys4(const float* q, const fp16_t* k, int d, float scale, float* s,
                        int64_t s_stride) {
   __m256 acc[G][4];
@@ -687,7 +686,7 @@ inline void ScoreKeys4(const float* q, const fp16_t* k, int d, float scale, floa
     __m256 qv[G];
     for (int h = 0; h < G; ++h) qv[h] = _mm256_loadu_ps(q + h * d + i);
     for (int t = 0; t < 4; ++t) {
-      const __m256 kv = LoadF16x8(k + t * d + i);
+      const __m256 kv = LoadKv8<kBf16>(k + t * d + i);
       for (int h = 0; h < G; ++h) acc[h][t] = _mm256_fmadd_ps(qv[h], kv, acc[h][t]);
     }
   }
@@ -696,13 +695,13 @@ inline void ScoreKeys4(const float* q, const fp16_t* k, int d, float scale, floa
 }
 
 // The same for one key.
-template <int G>
+template <bool kBf16, int G>
 inline void ScoreKey1(const float* q, const fp16_t* k, int d, float scale, float* s,
                       int64_t s_stride) {
   __m256 acc[G];
   for (int h = 0; h < G; ++h) acc[h] = _mm256_setzero_ps();
   for (int i = 0; i < d; i += 8) {
-    const __m256 kv = LoadF16x8(k + i);
+    const __m256 kv = LoadKv8<kBf16>(k + i);
     for (int h = 0; h < G; ++h)
       acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + i), kv, acc[h]);
   }
@@ -713,7 +712,7 @@ inline void ScoreKey1(const float* q, const fp16_t* k, int d, float scale, float
 // for G heads (p rows p_stride apart, out rows d apart); v rows are found
 // through the block table (16 a block, blocks block_stride apart from
 // vbase).
-template <int G, int C>
+template <bool kBf16, int G, int C>
 inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
                         const int32_t* block_table, int64_t block_stride, int64_t n, int d, int c0,
                         float* out) {
@@ -725,7 +724,7 @@ inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
     const int64_t b = j0 / 16;
     // The first slice's pass brings each block in; the later ones find it.
     if (c0 == 0 && b + kPrefetchBlocks < blocks) {
-      Prefetch(vbase + block_table[b + kPrefetchBlocks] * block_stride, 16 * d);
+      PrefetchKv(vbase + block_table[b + kPrefetchBlocks] * block_stride, 16 * d);
     }
     const fp16_t* block = vbase + block_table[b] * block_stride + 8 * c0;
     const int64_t nj = std::min<int64_t>(16, n - j0);
@@ -733,7 +732,7 @@ inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
       __m256 pj[G];
       for (int h = 0; h < G; ++h) pj[h] = _mm256_broadcast_ss(p + h * p_stride + j0 + j);
       for (int c = 0; c < C; ++c) {
-        const __m256 vv = LoadF16x8(block + j * d + 8 * c);
+        const __m256 vv = LoadKv8<kBf16>(block + j * d + 8 * c);
         for (int h = 0; h < G; ++h) acc[h][c] = _mm256_fmadd_ps(pj[h], vv, acc[h][c]);
       }
     }
@@ -744,22 +743,23 @@ inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
 
 // WeighValues<G, cn> for a slice of cn <= C vectors (a head dimension's
 // last slice may be narrower), called directly so it inlines.
-template <int G, int C>
+template <bool kBf16, int G, int C>
 inline void WeighValueSlice(int cn, const float* p, int64_t p_stride, const fp16_t* vbase,
                             const int32_t* block_table, int64_t block_stride, int64_t n, int d,
                             int c0, float* out) {
   if constexpr (C > 1) {
     if (cn < C) {
-      WeighValueSlice<G, C - 1>(cn, p, p_stride, vbase, block_table, block_stride, n, d, c0, out);
+      WeighValueSlice<kBf16, G, C - 1>(cn, p, p_stride, vbase, block_table, block_stride, n, d, c0,
+                                       out);
       return;
     }
   }
-  WeighValues<G, C>(p, p_stride, vbase, block_table, block_stride, n, d, c0, out);
+  WeighValues<kBf16, G, C>(p, p_stride, vbase, block_table, block_stride, n, d, c0, out);
 }
 
 // One decode row: G <= kTileHeads heads (q, out rows d apart) over n_pos
 // positions; p: G rows of p_stride >= n_pos + 8 floats for the scores.
-template <int G>
+template <bool kBf16, int G>
 void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
                     int kv_head, const float* q, float scale, float* out, float* p,
                     int64_t p_stride) {
@@ -770,21 +770,22 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
   const fp16_t* vbase = layer.v + kv_head * head_stride;
   const int64_t blocks = (n_pos + 15) / 16;
   for (int64_t b = 0; b < std::min(blocks, kPrefetchBlocks); ++b) {
-    Prefetch(kbase + block_table[b] * block_stride, 16 * d);
+    PrefetchKv(kbase + block_table[b] * block_stride, 16 * d);
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     const int64_t b = j0 / 16;
     if (b + kPrefetchBlocks < blocks) {
-      Prefetch(kbase + block_table[b + kPrefetchBlocks] * block_stride, 16 * d);
+      PrefetchKv(kbase + block_table[b + kPrefetchBlocks] * block_stride, 16 * d);
     } else if (b + kPrefetchBlocks - blocks < blocks) {
       // The scores' last blocks bring in the values' first.
-      Prefetch(vbase + block_table[b + kPrefetchBlocks - blocks] * block_stride, 16 * d);
+      PrefetchKv(vbase + block_table[b + kPrefetchBlocks - blocks] * block_stride, 16 * d);
     }
     const fp16_t* block = kbase + block_table[b] * block_stride;
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     int64_t j = 0;
-    for (; j + 4 <= nj; j += 4) ScoreKeys4<G>(q, block + j * d, d, scale, p + j0 + j, p_stride);
-    for (; j < nj; ++j) ScoreKey1<G>(q, block + j * d, d, scale, p + j0 + j, p_stride);
+    for (; j + 4 <= nj; j += 4)
+      ScoreKeys4<kBf16, G>(q, block + j * d, d, scale, p + j0 + j, p_stride);
+    for (; j < nj; ++j) ScoreKey1<kBf16, G>(q, block + j * d, d, scale, p + j0 + j, p_stride);
   }
   float inv_sum[G];
   for (int h = 0; h < G; ++h) {
@@ -802,8 +803,8 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
   constexpr int C = G == 1 ? 8 : G == 2 ? 6 : 4;
   const int dv = d / 8;
   for (int c0 = 0; c0 < dv; c0 += C) {
-    WeighValueSlice<G, C>(std::min(C, dv - c0), p, p_stride, vbase, block_table, block_stride,
-                          n_pos, d, c0, out);
+    WeighValueSlice<kBf16, G, C>(std::min(C, dv - c0), p, p_stride, vbase, block_table,
+                                 block_stride, n_pos, d, c0, out);
   }
   for (int h = 0; h < G; ++h) {
     const __m256 inv = _mm256_set1_ps(inv_sum[h]);
@@ -821,10 +822,10 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
 // decode row (rows 1) works in register tiles instead (AttendRowTiles).
 // attend (kShortcuts: one row on AttendRowTiles) and attend_prompt (every
 // row count on the body below).
-template <bool kShortcuts>
-void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
-                int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
-                int64_t out_stride, float* scratch) {
+template <bool kShortcuts, bool kBf16>
+static void AttendAvx2Body(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                           int rows, int kv_head, int group, const float* q, int64_t q_stride,
+                           float scale, float* out, int64_t out_stride, float* scratch) {
   const int d = layer.head_dim;
   const int nq = rows * group;
   constexpr int kMaxQ = 64;
@@ -843,13 +844,13 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
       float* ph = scratch + h0 * p_stride;
       switch (std::min(kTileHeads, group - h0)) {
         case 3:
-          AttendRowTiles<3>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
+          AttendRowTiles<kBf16, 3>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
           break;
         case 2:
-          AttendRowTiles<2>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
+          AttendRowTiles<kBf16, 2>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
           break;
         default:
-          AttendRowTiles<1>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
+          AttendRowTiles<kBf16, 1>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
           break;
       }
     }
@@ -867,7 +868,7 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
   const __m256 vscale = _mm256_set1_ps(scale);
   auto convert_block = [&](const fp16_t* base, int64_t j0, int64_t nj) {
     const fp16_t* src = base + block_table[j0 / 16] * block_stride + kv_head * head_stride;
-    for (int64_t i = 0; i < nj * d; i += 8) _mm256_store_ps(kv_rows + i, LoadF16x8(src + i));
+    for (int64_t i = 0; i < nj * d; i += 8) _mm256_store_ps(kv_rows + i, LoadKv8<kBf16>(src + i));
   };
   auto q_of = [&](int h) { return q + (h / group) * q_stride + (h % group) * d; };
   auto out_of = [&](int h) { return out + (h / group) * out_stride + (h % group) * d; };
@@ -947,6 +948,17 @@ void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_
       _mm256_storeu_ps(oh + 8 * v, _mm256_mul_ps(_mm256_loadu_ps(oh + 8 * v), inv));
     }
   }
+}
+
+// The body for the cache's element type.
+template <bool kShortcuts>
+void AttendAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+                int64_t out_stride, float* scratch) {
+  const auto body =
+      layer.bf16 ? AttendAvx2Body<kShortcuts, true> : AttendAvx2Body<kShortcuts, false>;
+  body(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out, out_stride,
+       scratch);
 }
 
 template void AttendAvx2<true>(const KvLayerView&, const int32_t*, int64_t, int, int, int,

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "kernels/cpu/amx_config.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/w4_row.h"
 
@@ -19,6 +20,24 @@ namespace {
 
 inline __m512 LoadF16x16(const fp16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Whether this CPU has AVX512_BF16's dot products (vdpbf16ps).
+inline bool Avx512Bf16() {
+  static const bool has = GetCpuFeatures().avx512bf16;
+  return has;
+}
+
+// 16 cached K or V elements as fp32: fp16, or bf16 (KvLayerView::bf16:
+// the upper half of an fp32, widened and shifted).
+template <bool kBf16>
+inline __m512 LoadKv16(const fp16_t* p) {
+  if constexpr (kBf16) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  } else {
+    return LoadF16x16(p);
+  }
 }
 
 inline int32_t LoadQuad(const int8_t* p) {
@@ -1170,6 +1189,28 @@ struct AttendRows {
   const float* Q(int h) const { return q + (h / group) * q_stride + (h % group) * d; }
   float* Out(int h) const { return out + (h / group) * out_stride + (h % group) * d; }
   int64_t Visible(int h) const { return n_pos + h / group; }
+  // A decode row reads every K block, then every V block, once: the blocks
+  // kPrefetchBlocks ahead are fetched while one is computed (PrefetchKv),
+  // and the scores' last blocks bring in the values' first.
+  int64_t Blocks() const { return (n_pos + 15) / 16; }
+  void PrefetchFirstKeys(const KvLayerView& layer) const {
+    for (int64_t b = 0; b < std::min(Blocks(), kPrefetchBlocks); ++b) {
+      PrefetchKv(Block(layer.k, 16 * b), 16 * d);
+    }
+  }
+  void PrefetchKeysAhead(const KvLayerView& layer, int64_t j0) const {
+    const int64_t ahead = j0 / 16 + kPrefetchBlocks;
+    if (ahead < Blocks()) {
+      PrefetchKv(Block(layer.k, 16 * ahead), 16 * d);
+    } else if (ahead - Blocks() < Blocks()) {
+      PrefetchKv(Block(layer.v, 16 * (ahead - Blocks())), 16 * d);
+    }
+  }
+  void PrefetchValuesAhead(const KvLayerView& layer, int64_t j0) const {
+    if (j0 / 16 + kPrefetchBlocks < Blocks()) {
+      PrefetchKv(Block(layer.v, j0 + 16 * kPrefetchBlocks), 16 * d);
+    }
+  }
 };
 
 // One decode row (rows == 1) of NQ = 3 or 4 queries (a GQA group) over
@@ -1180,7 +1221,7 @@ struct AttendRows {
 // time (Sum8, Sum16Of) instead of transposing K through memory; P V: the NQ
 // outputs stay in registers over all positions. Same contract as
 // AttendAvx512.
-template <int NQ, int DV>
+template <bool kBf16, int NQ, int DV>
 void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
                            int kv_head, const float* q, float scale, float* out, float* scratch) {
   constexpr int d = 16 * DV;
@@ -1201,7 +1242,7 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
         if (8 * part + t >= nj) continue;  // past the cache: zero scores, masked below
         const fp16_t* row = src + (8 * part + t) * d;
         for (int c = 0; c < DV; ++c) {
-          const __m512 k = LoadF16x16(row + 16 * c);
+          const __m512 k = LoadKv16<kBf16>(row + 16 * c);
           for (int h = 0; h < NQ; ++h) {
             acc[h][t] = _mm512_fmadd_ps(k, _mm512_loadu_ps(q + h * d + 16 * c), acc[h][t]);
           }
@@ -1227,7 +1268,7 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
     const fp16_t* src = at.Block(layer.v, j0);
     for (int64_t t = 0; t < nj; ++t) {
       __m512 v[DV];
-      for (int c = 0; c < DV; ++c) v[c] = LoadF16x16(src + t * d + 16 * c);
+      for (int c = 0; c < DV; ++c) v[c] = LoadKv16<kBf16>(src + t * d + 16 * c);
       for (int h = 0; h < NQ; ++h) {
         const __m512 p = _mm512_set1_ps(scores[h * stride + j0 + t]);
         for (int c = 0; c < DV; ++c) o[h][c] = _mm512_fmadd_ps(p, v[c], o[h][c]);
@@ -1238,6 +1279,126 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
     const __m512 inv = _mm512_set1_ps(inv_sum[h]);
     for (int c = 0; c < DV; ++c)
       _mm512_storeu_ps(out + h * d + 16 * c, _mm512_mul_ps(o[h][c], inv));
+  }
+}
+
+// AttendDecodeRowAvx512 for a bf16 cache (KvLayerView::bf16) on
+// AVX512_BF16's dot products: each vdpbf16ps multiplies 32 bf16 pairs into
+// 16 fp32 sums, where the fp32 kernel spends a conversion and an FMA per 16.
+// Scores: the group's queries rounded to bf16 once, against each K row as
+// it lies (a lane sums two neighbouring dimensions; the lanes are summed as
+// above). P V: the weights rounded to bf16 (the sum taken over the rounded
+// values), and two V rows interleaved in registers (vpunpck[lh]wd: lane
+// pairs (v[t][i], v[t+1][i])) against the broadcast pair (p[t], p[t+1]);
+// the interleave leaves the dimensions of each 128-bit lane in two halves,
+// put back in order once at the end. Same contract as AttendAvx512.
+template <int NQ, int D32>
+__attribute__((target("avx512bf16"))) void AttendDecodeRowBf16Avx512(const KvLayerView& layer,
+                                                                     const int32_t* block_table,
+                                                                     int64_t n_pos, int kv_head,
+                                                                     const float* q, float scale,
+                                                                     float* out, float* scratch) {
+  constexpr int d = 32 * D32;
+  const int64_t stride = n_pos + 16;
+  float* scores = scratch;  // [NQ][stride]; each row later its bf16 weights
+  const AttendRows at(layer, block_table, n_pos, kv_head, NQ, q, 0, out, 0);
+  __m512bh qb[NQ][D32];
+  for (int h = 0; h < NQ; ++h) {
+    for (int c = 0; c < D32; ++c) {
+      qb[h][c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + h * d + 32 * c + 16),
+                                     _mm512_loadu_ps(q + h * d + 32 * c));
+    }
+  }
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax[NQ];
+  for (int h = 0; h < NQ; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
+  at.PrefetchFirstKeys(layer);
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    at.PrefetchKeysAhead(layer, j0);
+    const fp16_t* src = at.Block(layer.k, j0);
+    __m512 half[NQ][2][2];
+    for (int part = 0; part < 2; ++part) {
+      __m512 acc[NQ][8];
+      for (int t = 0; t < 8; ++t) {
+        for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_setzero_ps();
+        if (8 * part + t >= nj) continue;
+        const fp16_t* row = src + (8 * part + t) * d;
+        for (int c = 0; c < D32; ++c) {
+          const __m512bh k = (__m512bh)_mm512_loadu_si512(row + 32 * c);
+          for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_dpbf16_ps(acc[h][t], k, qb[h][c]);
+        }
+      }
+      for (int h = 0; h < NQ; ++h) Sum8(acc[h], half[h][part]);
+    }
+    const __mmask16 valid = (__mmask16)((1u << nj) - 1);
+    for (int h = 0; h < NQ; ++h) {
+      const __m512 sc = _mm512_mul_ps(Sum16Of(half[h][0], half[h][1]), vscale);
+      _mm512_storeu_ps(scores + h * stride + j0, sc);
+      vmax[h] = _mm512_mask_max_ps(vmax[h], valid, vmax[h], sc);
+    }
+  }
+  // exp(s - max) rounded to bf16 in place (bf16 j at byte 2 j: written
+  // behind the floats still to read), zero past n_pos; 1 / the rounded sum.
+  float inv_sum[NQ];
+  for (int h = 0; h < NQ; ++h) {
+    float* sh = scores + h * stride;
+    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[h]));
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n_pos; j += 16) {
+      const __mmask16 valid =
+          n_pos - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_pos - j)) - 1);
+      const __m512 e = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(_mm512_loadu_ps(sh + j), m)));
+      const __m256bh eb = _mm512_cvtneps_pbh(e);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(reinterpret_cast<uint16_t*>(sh) + j),
+                          (__m256i)eb);
+      vsum = _mm512_add_ps(vsum, _mm512_cvtpbh_ps(eb));
+    }
+    inv_sum[h] = 1.0f / _mm512_reduce_add_ps(vsum);
+  }
+  __m512 lo[NQ][D32], hi[NQ][D32];
+  for (int h = 0; h < NQ; ++h) {
+    for (int c = 0; c < D32; ++c) lo[h][c] = hi[h][c] = _mm512_setzero_ps();
+  }
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    at.PrefetchValuesAhead(layer, j0);
+    const fp16_t* src = at.Block(layer.v, j0);
+    for (int64_t t = 0; t < nj; t += 2) {
+      __m512bh pair[NQ];
+      for (int h = 0; h < NQ; ++h) {
+        int32_t w;  // p[t] and p[t + 1] (zero past n_pos)
+        std::memcpy(&w, reinterpret_cast<const uint16_t*>(scores + h * stride) + j0 + t, 4);
+        pair[h] = (__m512bh)_mm512_set1_epi32(w);
+      }
+      for (int c = 0; c < D32; ++c) {
+        const __m512i r0 = _mm512_loadu_si512(src + t * d + 32 * c);
+        // An odd count's last row pairs with zeros (the slot past it may
+        // hold anything, NaN included).
+        const __m512i r1 =
+            t + 1 < nj ? _mm512_loadu_si512(src + (t + 1) * d + 32 * c) : _mm512_setzero_si512();
+        const __m512bh vlo = (__m512bh)_mm512_unpacklo_epi16(r0, r1);
+        const __m512bh vhi = (__m512bh)_mm512_unpackhi_epi16(r0, r1);
+        for (int h = 0; h < NQ; ++h) {
+          lo[h][c] = _mm512_dpbf16_ps(lo[h][c], vlo, pair[h]);
+          hi[h][c] = _mm512_dpbf16_ps(hi[h][c], vhi, pair[h]);
+        }
+      }
+    }
+  }
+  // Lane 4 L + i of lo: dimension 8 L + i, of hi: 8 L + 4 + i (L the
+  // 128-bit lane); the first 16 dimensions are lanes 0-1's, the next 2-3's.
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  for (int h = 0; h < NQ; ++h) {
+    const __m512 inv = _mm512_set1_ps(inv_sum[h]);
+    for (int c = 0; c < D32; ++c) {
+      float* o = out + h * d + 32 * c;
+      _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_permutex2var_ps(lo[h][c], first, hi[h][c]), inv));
+      _mm512_storeu_ps(o + 16,
+                       _mm512_mul_ps(_mm512_permutex2var_ps(lo[h][c], second, hi[h][c]), inv));
+    }
   }
 }
 
@@ -1254,10 +1415,10 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
 // faster there.
 // attend (kShortcuts: a decode row of a GQA group on its own kernel, 1 or 2
 // queries on AVX2's) and attend_prompt (every row count on the body below).
-template <bool kShortcuts>
-void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
-                  int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
-                  int64_t out_stride, float* scratch) {
+template <bool kShortcuts, bool kBf16>
+void AttendAvx512Body(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                      int kv_head, int group, const float* q, int64_t q_stride, float scale,
+                      float* out, int64_t out_stride, float* scratch) {
   const int d = layer.head_dim;
   const int nq = rows * group;
   constexpr int kMaxQ = 64;
@@ -1266,15 +1427,26 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
                            out_stride, scratch);
     return;
   }
-  if (kShortcuts && rows == 1 && (nq == 3 || nq == 4) && d <= 64) {  // a decode row of a GQA group
-    // The group's queries and outputs are contiguous in their rows.
-    using DecodeRow = void (*)(const KvLayerView&, const int32_t*, int64_t, int, const float*,
-                               float, float*, float*);
+  // A decode row of a GQA group: the group's queries and outputs are
+  // contiguous in their rows.
+  using DecodeRow = void (*)(const KvLayerView&, const int32_t*, int64_t, int, const float*, float,
+                             float*, float*);
+  if (kShortcuts && kBf16 && rows == 1 && (nq == 3 || nq == 4) && d % 32 == 0 && d <= 128 &&
+      Avx512Bf16()) {
     static constexpr DecodeRow kDecodeRows[2][4] = {
-        {AttendDecodeRowAvx512<3, 1>, AttendDecodeRowAvx512<3, 2>, AttendDecodeRowAvx512<3, 3>,
-         AttendDecodeRowAvx512<3, 4>},
-        {AttendDecodeRowAvx512<4, 1>, AttendDecodeRowAvx512<4, 2>, AttendDecodeRowAvx512<4, 3>,
-         AttendDecodeRowAvx512<4, 4>}};
+        {AttendDecodeRowBf16Avx512<3, 1>, AttendDecodeRowBf16Avx512<3, 2>,
+         AttendDecodeRowBf16Avx512<3, 3>, AttendDecodeRowBf16Avx512<3, 4>},
+        {AttendDecodeRowBf16Avx512<4, 1>, AttendDecodeRowBf16Avx512<4, 2>,
+         AttendDecodeRowBf16Avx512<4, 3>, AttendDecodeRowBf16Avx512<4, 4>}};
+    kDecodeRows[nq - 3][d / 32 - 1](layer, block_table, n_pos, kv_head, q, scale, out, scratch);
+    return;
+  }
+  if (kShortcuts && rows == 1 && (nq == 3 || nq == 4) && d <= 64) {
+    static constexpr DecodeRow kDecodeRows[2][4] = {
+        {AttendDecodeRowAvx512<kBf16, 3, 1>, AttendDecodeRowAvx512<kBf16, 3, 2>,
+         AttendDecodeRowAvx512<kBf16, 3, 3>, AttendDecodeRowAvx512<kBf16, 3, 4>},
+        {AttendDecodeRowAvx512<kBf16, 4, 1>, AttendDecodeRowAvx512<kBf16, 4, 2>,
+         AttendDecodeRowAvx512<kBf16, 4, 3>, AttendDecodeRowAvx512<kBf16, 4, 4>}};
     kDecodeRows[nq - 3][d / 16 - 1](layer, block_table, n_pos, kv_head, q, scale, out, scratch);
     return;
   }
@@ -1295,7 +1467,8 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
     const fp16_t* src = at.Block(layer.k, j0);
     for (int c = 0; c < dv; ++c) {  // K^T rows [16 c, 16 c + 16)
       __m512 r[16];
-      for (int t = 0; t < 16; ++t) r[t] = t < nj ? LoadF16x16(src + t * d + 16 * c) : _mm512_setzero_ps();
+      for (int t = 0; t < 16; ++t)
+        r[t] = t < nj ? LoadKv16<kBf16>(src + t * d + 16 * c) : _mm512_setzero_ps();
       Transpose16(r);
       for (int i = 0; i < 16; ++i) _mm512_store_ps(kv + (16 * c + i) * 16, r[i]);
     }
@@ -1330,7 +1503,7 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
   for (int64_t j0 = 0; j0 < n_max; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, n_max - j0);
     const fp16_t* src = at.Block(layer.v, j0);
-    for (int64_t i = 0; i < nj * d; i += 16) _mm512_store_ps(kv + i, LoadF16x16(src + i));
+    for (int64_t i = 0; i < nj * d; i += 16) _mm512_store_ps(kv + i, LoadKv16<kBf16>(src + i));
     for (int h = 0; h < nq; ++h) {
       const int64_t nh = std::min<int64_t>(nj, at.Visible(h) - j0);
       if (nh <= 0) continue;
@@ -1352,6 +1525,17 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
     float* oh = at.Out(h);
     for (int i = 0; i < d; i += 16) _mm512_storeu_ps(oh + i, _mm512_mul_ps(_mm512_loadu_ps(oh + i), inv));
   }
+}
+
+// The body for the cache's element type.
+template <bool kShortcuts>
+void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
+                  int kv_head, int group, const float* q, int64_t q_stride, float scale, float* out,
+                  int64_t out_stride, float* scratch) {
+  const auto body =
+      layer.bf16 ? AttendAvx512Body<kShortcuts, true> : AttendAvx512Body<kShortcuts, false>;
+  body(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out, out_stride,
+       scratch);
 }
 
 // ---- Prompt attention on AMX-BF16 tiles -----------------------------------------

@@ -141,6 +141,17 @@ inline int AttendRowsFor(int64_t n_pos, int group) {
   return (int)std::clamp<int64_t>(rows, 1, kAttendRows);
 }
 
+// K/V blocks are 16 rows of one kv head, far apart in the cache (other
+// heads' and sequences' blocks between them), so the hardware prefetchers
+// lose the stream at every block: decode attention fetches the block this
+// many ahead while it computes one (a decode row reads the whole cache
+// once, from memory rather than cache at long context).
+constexpr int64_t kPrefetchBlocks = 2;
+inline void PrefetchKv(const fp16_t* p, int64_t elements) {
+  const char* c = reinterpret_cast<const char*>(p);
+  for (int64_t i = 0; i < elements * (int64_t)sizeof(fp16_t); i += 64) __builtin_prefetch(c + i);
+}
+
 extern const KernelTable kScalarKernels;
 extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA+F16C
 // Only valid where CpuFeatures::avx512_kernels() holds (and AVX2); the AMX

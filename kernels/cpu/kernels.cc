@@ -286,8 +286,15 @@ void KvWrite(const KvLayerView& layer, const int32_t* block_table, const int32_t
     const int64_t slot = positions[i] % layer.block_tokens;
     for (int h = 0; h < layer.kv_heads; ++h) {
       const int64_t off = ((block * layer.kv_heads + h) * layer.block_tokens + slot) * d;
-      kt.to_f16(k + i * k_stride + h * d, d, layer.k + off);
-      kt.to_f16(v + i * v_stride + h * d, d, layer.v + off);
+      if (layer.bf16) {
+        for (int64_t e = 0; e < d; ++e) {
+          layer.k[off + e] = cpu::Fp32ToBf16(k[i * k_stride + h * d + e]);
+          layer.v[off + e] = cpu::Fp32ToBf16(v[i * v_stride + h * d + e]);
+        }
+      } else {
+        kt.to_f16(k + i * k_stride + h * d, d, layer.k + off);
+        kt.to_f16(v + i * v_stride + h * d, d, layer.v + off);
+      }
     }
   }
 }
@@ -338,7 +345,8 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   std::vector<Item> items;
   // Prompt rows on attend_prompt, or on the bf16 tiles when the context
   // asks for them and the path has them; decode rows on attend.
-  const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr &&
+  // (The tiles' kernel splits fp16 K and V into bf16 parts: fp16 caches only.)
+  const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr && !layer.bf16 &&
                     layer.head_dim == 64 && layer.block_tokens == 16 && group <= 32;
   for (int64_t si = 0; si < num_seqs; ++si) {
     const AttentionSeq& s = seqs[si];

@@ -167,11 +167,12 @@ const fp16_t* KvRow(const fp16_t* base, const KvLayerView& layer, const int32_t*
 void AttendOneRef(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
                   int kv_head, const float* q, float scale, float* out, float* scores) {
   const int d = layer.head_dim;
+  const auto element = [&](fp16_t e) { return layer.bf16 ? Bf16ToFp32(e) : Fp16ToFp32(e); };
   float max_score = -INFINITY;
   for (int64_t j = 0; j < n_pos; ++j) {
     const fp16_t* k = KvRow(layer.k, layer, block_table, j, kv_head);
     float s = 0.0f;
-    for (int i = 0; i < d; ++i) s += q[i] * Fp16ToFp32(k[i]);
+    for (int i = 0; i < d; ++i) s += q[i] * element(k[i]);
     scores[j] = s * scale;
     max_score = std::max(max_score, scores[j]);
   }
@@ -184,7 +185,7 @@ void AttendOneRef(const KvLayerView& layer, const int32_t* block_table, int64_t 
   for (int64_t j = 0; j < n_pos; ++j) {
     const fp16_t* v = KvRow(layer.v, layer, block_table, j, kv_head);
     const float p = scores[j] / sum;
-    for (int i = 0; i < d; ++i) out[i] += p * Fp16ToFp32(v[i]);
+    for (int i = 0; i < d; ++i) out[i] += p * element(v[i]);
   }
 }
 
