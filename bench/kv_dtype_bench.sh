@@ -6,14 +6,17 @@
 #    1,000 tokens of context each (the KV a conversation's later turns read),
 #    and tg128 from an empty context (where the weights dominate);
 #  - the conversation workload of bench/conversation_bench.sh (4 sessions,
-#    8 turns, cache on) on monolithic W4A16 and on 1 W8A8 prefill + 1 W4A16
-#    decode worker sharing the cores (both workers at the same dtype: a pair
-#    that differs is refused);
+#    8 turns, cache on) on monolithic W4A16, on one process prefilling at
+#    W8A8 and decoding at W4A16, and on 1 W8A8 prefill + 1 W4A16 decode
+#    worker sharing the cores (both workers at the same dtype: a pair that
+#    differs is refused); then, on the same deployment, the TTFT of a fresh
+#    prompt as long as a turn's new tokens (128) at the same concurrency, the
+#    later turns' yardstick (issue 21);
 #  - with LLAMA_SERVER and Q4_0_GGUF, llama.cpp's llama-server (built beside
 #    pdq, outside the project; its prompt cache on) under the same client,
 #    once per round.
 # Usage: bench/kv_dtype_bench.sh BUILD [LLAMA_SERVER Q4_0_GGUF] [ROUNDS]
-#        (about 4 minutes per round on 2 cores, 5 with llama-server)
+#        (about 6 minutes per round on 2 cores, 7 with llama-server)
 set -euo pipefail
 build="${1:-build}"
 llama_server="${2:-}"
@@ -35,16 +38,23 @@ engine() {  # engine DTYPE BATCH CONTEXT
     "$work/engine.json" "$1" "$2" "$3" | tee -a "$work/summary"
 }
 
-conversation() {  # conversation LABEL WORKERS-JSON [openai URL]
-  "$bin/pdq" bench "${@:3}" "${conv[@]}" --json "$work/conv.json" >/dev/null
-  python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['conversation']; print(f'conversation {sys.argv[2]:<32} all done {d[\"seconds\"]:6.1f} s  TTFT p50 turns 2+ {d[\"ttft_later_turns_s\"][\"p50\"]*1e3:6.1f} ms')" \
-    "$work/conv.json" "$1" | tee -a "$work/summary"
+conversation() {  # conversation LABEL PDQ-BENCH-TARGET-ARGS...
+  local label="$1"
+  shift
+  "$bin/pdq" bench "$@" "${conv[@]}" --json "$work/conv.json" >/dev/null
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1]))['conversation']; print(f'conversation {sys.argv[2]:<32} all done {d[\"seconds\"]:6.1f} s  TTFT p50 turns 2+ {d[\"ttft_later_turns_s\"][\"p50\"]*1e3:6.1f} ms, turn 8 {d[\"per_turn\"][-1][\"ttft_s\"][\"p50\"]*1e3:6.1f} ms')" \
+    "$work/conv.json" "$label" | tee -a "$work/summary"
 }
 
 pdq_conversation() {  # pdq_conversation LABEL WORKERS-JSON
   log "pdq up ($1: $2); pdq bench ${conv[*]}"
   up "$1" "$2"
-  conversation "$1" "$2" --router "$router"
+  conversation "$1" --router "$router"
+  log "pdq bench --input-tokens 128 --output-tokens 64 --concurrency 4 --requests 16"
+  "$bin/pdq" bench --router "$router" --input-tokens 128 --output-tokens 64 --concurrency 4 \
+    --requests 16 --json "$work/fresh.json" >/dev/null
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f'fresh 128-token prompt   {sys.argv[2]:<32} TTFT p50 {d[\"levels\"][0][\"ttft_s\"][\"p50\"]*1e3:6.1f} ms')" \
+    "$work/fresh.json" "$1" | tee -a "$work/summary"
   down
 }
 
@@ -58,13 +68,15 @@ for r in $(seq "$rounds"); do
   for dtype in fp16 bf16; do
     kv="\"args\": [\"--kv-dtype\", \"$dtype\"]"
     pdq_conversation "mono-w4a16-$dtype" "[{\"role\": \"both\", \"precision\": \"w4a16\", \"threads\": 2, $kv}]"
+    pdq_conversation "mono-w8a8-w4a16-$dtype" \
+      "[{\"role\": \"both\", \"prefill_precision\": \"w8a8\", \"precision\": \"w4a16\", \"threads\": 2, $kv}]"
     pdq_conversation "1p1d-w8a8-w4a16-$dtype" \
       "[{\"role\": \"prefill\", \"precision\": \"w8a8\", $kv}, {\"role\": \"decode\", \"precision\": \"w4a16\", $kv}]"
   done
   if [ -n "$llama_server" ]; then
     log "llama-server -m $llama_model -t 2 -np 4 -c 8192; pdq bench --openai ${conv[*]}"
     llama_up "$llama_server" "$llama_model" 4 8192
-    conversation "llama-server (Q4_0, prompt cache)" - --openai "$llama_url" --model "$model"
+    conversation "llama-server (Q4_0, prompt cache)" --openai "$llama_url" --model "$model"
     down
   fi
 done
