@@ -86,8 +86,9 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
              "default; --bf16-attention=false computes it in fp32");
   flags.String("kv-dtype", &kv_dtype,
                "the KV cache's element type: fp16, or bf16 (3 fewer mantissa bits; decode\n"
-               "attention on AVX512_BF16's dot products where the CPU has them, and a prompt\n"
-               "and a decode worker must agree)");
+               "attention of a GQA group of 3 or 4 queries, head_dim 32 or 64, on\n"
+               "AVX512_BF16's dot products where the CPU has them; a prefill and a decode\n"
+               "worker must agree)");
   flags.String("weights", &weights,
                "quantized weights from `pdq quantize` for this model (sets the precision)");
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");

@@ -1431,13 +1431,13 @@ void AttendAvx512Body(const KvLayerView& layer, const int32_t* block_table, int6
   // contiguous in their rows.
   using DecodeRow = void (*)(const KvLayerView&, const int32_t*, int64_t, int, const float*, float,
                              float*, float*);
-  if (kShortcuts && kBf16 && rows == 1 && (nq == 3 || nq == 4) && d % 32 == 0 && d <= 128 &&
+  // (head_dim 32 or 64, as the fp32 decode row: wider heads of 4 queries
+  // would hold more accumulators and queries than there are registers.)
+  if (kShortcuts && kBf16 && rows == 1 && (nq == 3 || nq == 4) && (d == 32 || d == 64) &&
       Avx512Bf16()) {
-    static constexpr DecodeRow kDecodeRows[2][4] = {
-        {AttendDecodeRowBf16Avx512<3, 1>, AttendDecodeRowBf16Avx512<3, 2>,
-         AttendDecodeRowBf16Avx512<3, 3>, AttendDecodeRowBf16Avx512<3, 4>},
-        {AttendDecodeRowBf16Avx512<4, 1>, AttendDecodeRowBf16Avx512<4, 2>,
-         AttendDecodeRowBf16Avx512<4, 3>, AttendDecodeRowBf16Avx512<4, 4>}};
+    static constexpr DecodeRow kDecodeRows[2][2] = {
+        {AttendDecodeRowBf16Avx512<3, 1>, AttendDecodeRowBf16Avx512<3, 2>},
+        {AttendDecodeRowBf16Avx512<4, 1>, AttendDecodeRowBf16Avx512<4, 2>}};
     kDecodeRows[nq - 3][d / 32 - 1](layer, block_table, n_pos, kv_head, q, scale, out, scratch);
     return;
   }
@@ -1592,6 +1592,11 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx
     const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows, int kv_head,
     int group, const float* q, int64_t q_stride, float scale, float* out, int64_t out_stride,
     float* scratch) {
+  if (layer.bf16) {  // (Attention never sends one here: the tiles split fp16 K and V)
+    AttendAvx512Body<false, true>(layer, block_table, n_pos, rows, kv_head, group, q, q_stride,
+                                  scale, out, out_stride, scratch);
+    return;
+  }
   constexpr int d = 64;
   const int nq = rows * group;
   const int64_t n_max = n_pos + rows - 1;  // positions the last row sees

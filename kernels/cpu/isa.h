@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/kernels.h"
 
@@ -102,8 +103,21 @@ void GemmW4PanelsBf16Ref(const PackedW4& w, int64_t p_begin, int64_t p_end, cons
 void GemmW8PanelsBf16Ref(const PackedW8& w, int64_t p_begin, int64_t p_end, const uint16_t* xb,
                          int64_t m, float* y, int64_t ldy);
 void QuantizeRowBf16Ref(const float* x, int64_t k, uint16_t* dst);
-uint16_t Fp32ToBf16(float f);
-float Bf16ToFp32(uint16_t b);
+// Inline: KvWrite rounds every element of a bf16 cache through it.
+inline uint16_t Fp32ToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);         // denormals to zero
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+  return (uint16_t)(u >> 16);
+}
+inline float Bf16ToFp32(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 // Bytes between W4A8 activation rows: k rounded up to whole 8-input steps.
 inline int64_t W4A8RowBytes(int64_t k) { return (k + 7) / 8 * 8; }

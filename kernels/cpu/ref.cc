@@ -237,22 +237,6 @@ const KernelTable kScalarKernels = {
     nullptr,           nullptr,  nullptr,  // bf16 tiles: AMX only (the Bf16Ref functions below)
 };
 
-uint16_t Fp32ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7f800000u) == 0) return (uint16_t)((u >> 16) & 0x8000u);  // denormals to zero
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
-  return (uint16_t)(u >> 16);
-}
-
-float Bf16ToFp32(uint16_t b) {
-  const uint32_t u = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 void QuantizeRowBf16Ref(const float* x, int64_t k, uint16_t* dst) {
   for (int64_t i = 0; i < Bf16RowElements(k); ++i) dst[i] = i < k ? Fp32ToBf16(x[i]) : 0;
 }
