@@ -253,9 +253,8 @@ TEST_F(ServingTest, PdqBenchAndPdqStatusAgainstARealDeployment) {
   std::ifstream status_in(dir + "/status.txt");
   std::stringstream st;
   st << status_in.rdbuf();
-  for (const char* want :
-       {"2 live workers", "prefill  fp16   serving", "decode   fp16   serving", "2048/2048",
-        "MiB weights/KV/ws/RSS"}) {
+  for (const char* want : {"KV cache fp16, 2 live workers", "prefill  fp16   serving",
+                           "decode   fp16   serving", "2048/2048", "MiB weights/KV/ws/RSS"}) {
     EXPECT_NE(st.str().find(want), std::string::npos) << want << " in\n" << st.str();
   }
   std::filesystem::remove_all(dir);

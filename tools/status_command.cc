@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/kv_layout.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "tools/commands.h"
 
@@ -69,10 +70,13 @@ int StatusCommand(int argc, char** argv) {
                 absl::UnavailableError(absl::StrCat("router ", router, ": ", s.error_message(),
                                                     " (", s.error_code(), ")")));
   }
+  // The KV cache's element type every worker shares (--kv-dtype).
+  const absl::StatusOr<KvLayout> layout = KvLayout::Deserialize(info.kv_layout());
+  const std::string kv = layout.ok() ? absl::StrCat(", KV cache ", KvDtypeName(layout->dtype)) : "";
   std::printf(
-      "router %s: %s, vocabulary %d, context %d, %d live workers (load as of each one's last "
+      "router %s: %s, vocabulary %d, context %d%s, %d live workers (load as of each one's last "
       "heartbeat; health asked now)\n",
-      router.c_str(), info.name().c_str(), info.vocab_size(), info.max_context(),
+      router.c_str(), info.name().c_str(), info.vocab_size(), info.max_context(), kv.c_str(),
       info.live_workers());
   std::printf("%-22s %-8s %-6s %-9s %8s %15s %7s %25s  %-21s %s\n", "worker", "role", "prec",
               "health", "queued", "KV free/total", "active", "MiB weights/KV/ws/RSS", "address",
