@@ -715,17 +715,14 @@ inline void ScoreKey1(const float* q, const fp16_t* k, int d, float scale, float
 template <bool kBf16, int G, int C>
 inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
                         const int32_t* block_table, int64_t block_stride, int64_t n, int d, int c0,
-                        float* out) {
+                        float* out, const KvRowPrefetch& prefetch) {
   __m256 acc[G][C];
   for (int h = 0; h < G; ++h)
     for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
-  const int64_t blocks = (n + 15) / 16;
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
     const int64_t b = j0 / 16;
     // The first slice's pass brings each block in; the later ones find it.
-    if (c0 == 0 && b + kPrefetchBlocks < blocks) {
-      PrefetchKv(vbase + block_table[b + kPrefetchBlocks] * block_stride, 16 * d);
-    }
+    if (c0 == 0) prefetch.ValuesAhead(b);
     const fp16_t* block = vbase + block_table[b] * block_stride + 8 * c0;
     const int64_t nj = std::min<int64_t>(16, n - j0);
     for (int64_t j = 0; j < nj; ++j) {
@@ -746,15 +743,15 @@ inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
 template <bool kBf16, int G, int C>
 inline void WeighValueSlice(int cn, const float* p, int64_t p_stride, const fp16_t* vbase,
                             const int32_t* block_table, int64_t block_stride, int64_t n, int d,
-                            int c0, float* out) {
+                            int c0, float* out, const KvRowPrefetch& prefetch) {
   if constexpr (C > 1) {
     if (cn < C) {
       WeighValueSlice<kBf16, G, C - 1>(cn, p, p_stride, vbase, block_table, block_stride, n, d, c0,
-                                       out);
+                                       out, prefetch);
       return;
     }
   }
-  WeighValues<kBf16, G, C>(p, p_stride, vbase, block_table, block_stride, n, d, c0, out);
+  WeighValues<kBf16, G, C>(p, p_stride, vbase, block_table, block_stride, n, d, c0, out, prefetch);
 }
 
 // One decode row: G <= kTileHeads heads (q, out rows d apart) over n_pos
@@ -768,18 +765,11 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
   const int64_t block_stride = head_stride * layer.kv_heads;
   const fp16_t* kbase = layer.k + kv_head * head_stride;
   const fp16_t* vbase = layer.v + kv_head * head_stride;
-  const int64_t blocks = (n_pos + 15) / 16;
-  for (int64_t b = 0; b < std::min(blocks, kPrefetchBlocks); ++b) {
-    PrefetchKv(kbase + block_table[b] * block_stride, 16 * d);
-  }
+  const KvRowPrefetch prefetch(layer, block_table, n_pos, kv_head);
+  prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     const int64_t b = j0 / 16;
-    if (b + kPrefetchBlocks < blocks) {
-      PrefetchKv(kbase + block_table[b + kPrefetchBlocks] * block_stride, 16 * d);
-    } else if (b + kPrefetchBlocks - blocks < blocks) {
-      // The scores' last blocks bring in the values' first.
-      PrefetchKv(vbase + block_table[b + kPrefetchBlocks - blocks] * block_stride, 16 * d);
-    }
+    prefetch.KeysAhead(b);
     const fp16_t* block = kbase + block_table[b] * block_stride;
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     int64_t j = 0;
@@ -804,7 +794,7 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
   const int dv = d / 8;
   for (int c0 = 0; c0 < dv; c0 += C) {
     WeighValueSlice<kBf16, G, C>(std::min(C, dv - c0), p, p_stride, vbase, block_table,
-                                 block_stride, n_pos, d, c0, out);
+                                 block_stride, n_pos, d, c0, out, prefetch);
   }
   for (int h = 0; h < G; ++h) {
     const __m256 inv = _mm256_set1_ps(inv_sum[h]);

@@ -22,12 +22,6 @@ inline __m512 LoadF16x16(const fp16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-// Whether this CPU has AVX512_BF16's dot products (vdpbf16ps).
-inline bool Avx512Bf16() {
-  static const bool has = GetCpuFeatures().avx512bf16;
-  return has;
-}
-
 // 16 cached K or V elements as fp32: fp16, or bf16 (KvLayerView::bf16:
 // the upper half of an fp32, widened and shifted).
 template <bool kBf16>
@@ -1189,28 +1183,6 @@ struct AttendRows {
   const float* Q(int h) const { return q + (h / group) * q_stride + (h % group) * d; }
   float* Out(int h) const { return out + (h / group) * out_stride + (h % group) * d; }
   int64_t Visible(int h) const { return n_pos + h / group; }
-  // A decode row reads every K block, then every V block, once: the blocks
-  // kPrefetchBlocks ahead are fetched while one is computed (PrefetchKv),
-  // and the scores' last blocks bring in the values' first.
-  int64_t Blocks() const { return (n_pos + 15) / 16; }
-  void PrefetchFirstKeys(const KvLayerView& layer) const {
-    for (int64_t b = 0; b < std::min(Blocks(), kPrefetchBlocks); ++b) {
-      PrefetchKv(Block(layer.k, 16 * b), 16 * d);
-    }
-  }
-  void PrefetchKeysAhead(const KvLayerView& layer, int64_t j0) const {
-    const int64_t ahead = j0 / 16 + kPrefetchBlocks;
-    if (ahead < Blocks()) {
-      PrefetchKv(Block(layer.k, 16 * ahead), 16 * d);
-    } else if (ahead - Blocks() < Blocks()) {
-      PrefetchKv(Block(layer.v, 16 * (ahead - Blocks())), 16 * d);
-    }
-  }
-  void PrefetchValuesAhead(const KvLayerView& layer, int64_t j0) const {
-    if (j0 / 16 + kPrefetchBlocks < Blocks()) {
-      PrefetchKv(Block(layer.v, j0 + 16 * kPrefetchBlocks), 16 * d);
-    }
-  }
 };
 
 // One decode row (rows == 1) of NQ = 3 or 4 queries (a GQA group) over
@@ -1312,10 +1284,11 @@ __attribute__((target("avx512bf16"))) void AttendDecodeRowBf16Avx512(const KvLay
   const __m512 vscale = _mm512_set1_ps(scale);
   __m512 vmax[NQ];
   for (int h = 0; h < NQ; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
-  at.PrefetchFirstKeys(layer);
+  const KvRowPrefetch prefetch(layer, block_table, n_pos, kv_head);
+  prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
-    at.PrefetchKeysAhead(layer, j0);
+    prefetch.KeysAhead(j0 / 16);
     const fp16_t* src = at.Block(layer.k, j0);
     __m512 half[NQ][2][2];
     for (int part = 0; part < 2; ++part) {
@@ -1362,7 +1335,7 @@ __attribute__((target("avx512bf16"))) void AttendDecodeRowBf16Avx512(const KvLay
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
-    at.PrefetchValuesAhead(layer, j0);
+    prefetch.ValuesAhead(j0 / 16);
     const fp16_t* src = at.Block(layer.v, j0);
     for (int64_t t = 0; t < nj; t += 2) {
       __m512bh pair[NQ];
@@ -1434,7 +1407,7 @@ void AttendAvx512Body(const KvLayerView& layer, const int32_t* block_table, int6
   // (head_dim 32 or 64, as the fp32 decode row: wider heads of 4 queries
   // would hold more accumulators and queries than there are registers.)
   if (kShortcuts && kBf16 && rows == 1 && (nq == 3 || nq == 4) && (d == 32 || d == 64) &&
-      Avx512Bf16()) {
+      GetCpuFeatures().avx512bf16) {
     static constexpr DecodeRow kDecodeRows[2][2] = {
         {AttendDecodeRowBf16Avx512<3, 1>, AttendDecodeRowBf16Avx512<3, 2>},
         {AttendDecodeRowBf16Avx512<4, 1>, AttendDecodeRowBf16Avx512<4, 2>}};

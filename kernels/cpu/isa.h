@@ -165,6 +165,42 @@ inline void PrefetchKv(const fp16_t* p, int64_t elements) {
   const char* c = reinterpret_cast<const char*>(p);
   for (int64_t i = 0; i < elements * (int64_t)sizeof(fp16_t); i += 64) __builtin_prefetch(c + i);
 }
+// That schedule for one decode row of one kv head, which reads every K
+// block, then every V block, once: FirstKeys before the scores, KeysAhead(b)
+// while block b's keys are scored (the keys' last blocks bring in the
+// values' first), ValuesAhead(b) while block b's values are weighed.
+struct KvRowPrefetch {
+  KvRowPrefetch(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head)
+      : table(block_table),
+        run((int64_t)layer.block_tokens * layer.head_dim),
+        block_stride(run * layer.kv_heads),
+        blocks((n_pos + layer.block_tokens - 1) / layer.block_tokens),
+        k(layer.k + kv_head * run),
+        v(layer.v + kv_head * run) {}
+  void FirstKeys() const {
+    for (int64_t b = 0; b < std::min(blocks, kPrefetchBlocks); ++b) {
+      PrefetchKv(k + table[b] * block_stride, run);
+    }
+  }
+  void KeysAhead(int64_t b) const {
+    const int64_t ahead = b + kPrefetchBlocks;
+    if (ahead < blocks) {
+      PrefetchKv(k + table[ahead] * block_stride, run);
+    } else if (ahead - blocks < blocks) {
+      PrefetchKv(v + table[ahead - blocks] * block_stride, run);
+    }
+  }
+  void ValuesAhead(int64_t b) const {
+    if (b + kPrefetchBlocks < blocks)
+      PrefetchKv(v + table[b + kPrefetchBlocks] * block_stride, run);
+  }
+  const int32_t* table;
+  int64_t run;           // elements of one kv head's rows in a block
+  int64_t block_stride;  // elements between blocks
+  int64_t blocks;
+  const fp16_t* k;  // this kv head's rows in block 0
+  const fp16_t* v;
+};
 
 extern const KernelTable kScalarKernels;
 extern const KernelTable kAvx2Kernels;  // only valid where the CPU has AVX2+FMA+F16C
