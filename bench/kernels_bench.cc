@@ -8,6 +8,7 @@
 // (38 MB) is larger than this machine's 32 MB L3, so it streams from DRAM.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -229,8 +230,7 @@ void BM_AttendDecodeRow(benchmark::State& state) {
   const std::vector<int32_t>& table = kv.table;
   std::vector<float> q(group * d), out(group * d);
   for (auto& x : q) x = u(rng);
-  std::vector<float> scratch(getenv("OLDSZ") ? group * (n_pos + 16) + 2 * 16 * d + 8
-                                             : cpu::AttendScratch(n_pos, group, d));
+  std::vector<float> scratch(cpu::AttendScratch(n_pos, group, d));
   const auto& kt = state.range(2) == 0 ? cpu::kAvx2Kernels : cpu::ActiveKernels();
   if (state.range(2) == 0 && !GetCpuFeatures().avx2) {
     state.SkipWithError("no AVX2 on this CPU");
@@ -323,6 +323,54 @@ BENCHMARK(BM_GemmW8A8)
     ->Args({512, 3072, 576})
     ->Args({512, 576, 1536})
     ->UseRealTime();
+
+// Decode rows over a cache that lives in memory, not in the caches: 120
+// sequence-layers of 1,024 positions, 3 kv heads of head_dim 64 (SmolLM2-135M
+// at 1,024 tokens of context for 4 sequences, 94 MB), one decode row per kv
+// head of each, one thread, on the active path. Args: block order (0: each
+// sequence's blocks consecutive in the pool, 1: shuffled over the pool);
+// layout (0: the cache's, each block all kv heads' 16 rows, so a kv head's
+// rows are 2 KB runs 6 KB apart; 1: what a head-major pool would give,
+// each kv head's blocks on their own, so consecutive blocks are one run).
+// GBps: K and V bytes read a second. The question it answers: how much of
+// a decode step's attention time is the layout's, not the kernel's.
+void BM_AttendDecodeFromMemory(benchmark::State& state) {
+  constexpr int64_t kPositions = 1024, kSeqLayers = 120;
+  constexpr int d = 64, kv_heads = 3, group = 3;
+  const bool shuffled = state.range(0) == 1, head_major = state.range(1) == 1;
+  const int64_t blocks = kPositions / 16;                      // a kv head's, per sequence-layer
+  const int64_t pool_blocks = blocks * kSeqLayers * kv_heads;  // 2 KB blocks of one kv head
+  std::vector<fp16_t> k(pool_blocks * 16 * d), v(k.size());
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : k) x = Fp32ToFp16(u(rng));
+  for (auto& x : v) x = Fp32ToFp16(u(rng));
+  // Head-major: every (sequence-layer, kv head) its own table over 2 KB
+  // blocks; else a table per sequence-layer over 6 KB blocks of 3 heads.
+  const int64_t tables = head_major ? kSeqLayers * kv_heads : kSeqLayers;
+  std::vector<int32_t> ids(tables * blocks);
+  for (int64_t i = 0; i < (int64_t)ids.size(); ++i) ids[i] = (int32_t)i;
+  if (shuffled) std::shuffle(ids.begin(), ids.end(), rng);
+  const KvLayerView layer{k.data(), v.data(), head_major ? 1 : kv_heads, d, 16, false};
+  std::vector<float> q(group * d), out(group * d);
+  for (auto& x : q) x = u(rng);
+  std::vector<float> scratch(cpu::AttendScratch(kPositions, group, d));
+  const auto& kt = cpu::ActiveKernels();
+  for (auto _ : state) {
+    for (int64_t s = 0; s < kSeqLayers; ++s) {
+      for (int h = 0; h < kv_heads; ++h) {
+        const int32_t* table = ids.data() + (head_major ? s * kv_heads + h : s) * blocks;
+        kt.attend(layer, table, kPositions, 1, head_major ? 0 : h, group, q.data(), group * d,
+                  0.125f, out.data(), group * d, scratch.data());
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GBps"] = benchmark::Counter(2.0 * k.size() * sizeof(fp16_t) * state.iterations(),
+                                              benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_AttendDecodeFromMemory)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace pdq
