@@ -326,18 +326,26 @@ BENCHMARK(BM_GemmW8A8)
 
 // Decode rows over a cache that lives in memory, not in the caches: 120
 // sequence-layers of 1,024 positions, 3 kv heads of head_dim 64 (SmolLM2-135M
-// at 1,024 tokens of context for 4 sequences, 94 MB), one decode row per kv
-// head of each, one thread, on the active path. Args: block order (0: each
-// sequence's blocks consecutive in the pool, 1: shuffled over the pool);
-// layout (0: the cache's, each block all kv heads' 16 rows, so a kv head's
-// rows are 2 KB runs 6 KB apart; 1: what a head-major pool would give,
-// each kv head's blocks on their own, so consecutive blocks are one run).
-// GBps: K and V bytes read a second. The question it answers: how much of
-// a decode step's attention time is the layout's, not the kernel's.
+// at 1,024 tokens of context for 4 sequences, 94 MB), one decode row of each
+// for every kv head, one thread, on the active path. Args: block order (0:
+// each sequence's blocks consecutive in the pool, 1: shuffled over the
+// pool); how (0: attend for each kv head on the cache's layout, where each
+// block holds all kv heads' 16 rows, so a kv head's rows are 2 KB runs 6 KB
+// apart; 1: attend_decode_heads, the kv heads of each block together, where
+// the path has it; 2: attend for each kv head on what a head-major pool
+// would give, each kv head's blocks on their own). GBps: K and V bytes
+// read a second. The question it answers: how much of a decode step's
+// attention time is the memory layout's, not the arithmetic's.
 void BM_AttendDecodeFromMemory(benchmark::State& state) {
   constexpr int64_t kPositions = 1024, kSeqLayers = 120;
   constexpr int d = 64, kv_heads = 3, group = 3;
-  const bool shuffled = state.range(0) == 1, head_major = state.range(1) == 1;
+  const bool shuffled = state.range(0) == 1, head_major = state.range(1) == 2;
+  const auto& kt = cpu::ActiveKernels();
+  const bool heads_together = state.range(1) == 1;
+  if (heads_together && kt.attend_decode_heads == nullptr) {
+    state.SkipWithError("this path has no attend_decode_heads");
+    return;
+  }
   const int64_t blocks = kPositions / 16;                      // a kv head's, per sequence-layer
   const int64_t pool_blocks = blocks * kSeqLayers * kv_heads;  // 2 KB blocks of one kv head
   std::vector<fp16_t> k(pool_blocks * 16 * d), v(k.size());
@@ -352,16 +360,20 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
   for (int64_t i = 0; i < (int64_t)ids.size(); ++i) ids[i] = (int32_t)i;
   if (shuffled) std::shuffle(ids.begin(), ids.end(), rng);
   const KvLayerView layer{k.data(), v.data(), head_major ? 1 : kv_heads, d, 16, false};
-  std::vector<float> q(group * d), out(group * d);
+  std::vector<float> q(kv_heads * group * d), out(q.size());
   for (auto& x : q) x = u(rng);
-  std::vector<float> scratch(cpu::AttendScratch(kPositions, group, d));
-  const auto& kt = cpu::ActiveKernels();
+  std::vector<float> scratch(cpu::AttendScratch(kPositions, kv_heads * group, d));
   for (auto _ : state) {
     for (int64_t s = 0; s < kSeqLayers; ++s) {
+      if (heads_together) {
+        kt.attend_decode_heads(layer, ids.data() + s * blocks, kPositions, group, q.data(), 0.125f,
+                               out.data(), scratch.data());
+        continue;
+      }
       for (int h = 0; h < kv_heads; ++h) {
         const int32_t* table = ids.data() + (head_major ? s * kv_heads + h : s) * blocks;
-        kt.attend(layer, table, kPositions, 1, head_major ? 0 : h, group, q.data(), group * d,
-                  0.125f, out.data(), group * d, scratch.data());
+        kt.attend(layer, table, kPositions, 1, head_major ? 0 : h, group, q.data() + h * group * d,
+                  group * d, 0.125f, out.data() + h * group * d, group * d, scratch.data());
       }
     }
     benchmark::DoNotOptimize(out.data());
@@ -370,7 +382,9 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
                                               benchmark::Counter::kIsRate);
 }
 
-BENCHMARK(BM_AttendDecodeFromMemory)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttendDecodeFromMemory)
+    ->ArgsProduct({{0, 1}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace pdq

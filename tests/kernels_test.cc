@@ -359,6 +359,50 @@ TEST(KernelsTest, AttendMatchesReference) {
   }
 }
 
+// attend_decode_heads (a decode row for every kv head, the kv heads' rows
+// of each block read together): bit for bit what attend gives for each kv
+// head in turn, on both caches, for the shapes its own kernel takes (groups
+// of 3 and 4, head_dim 16 to 64) and those it hands to attend; and every
+// output written (out starts as NaN).
+TEST(KernelsTest, AttendDecodeHeadsMatchesAttendPerKvHead) {
+  SKIP_WITHOUT_FAST_PATHS();
+  std::mt19937 rng(26);
+  int tables = 0;
+  for (const KernelTable* kt : FastTables()) {
+    if (kt->attend_decode_heads == nullptr) continue;
+    ++tables;
+    for (bool bf16 : {false, true}) {
+      for (int kv_heads : {1, 2, 3, 4}) {
+        for (int head_dim : {16, 32, 48, 64, 96}) {
+          for (int group : {1, 3, 4, 8}) {
+            for (int64_t n_pos : {1, 7, 16, 17, 100, 333}) {
+              auto layer = MakeLayer(kv_heads, head_dim, n_pos, rng, bf16);
+              const int64_t row = (int64_t)group * head_dim, width = kv_heads * row;
+              auto q = Random(width, rng);
+              std::vector<float> want(width), got(width, NAN);
+              const int heads = kv_heads * group;
+              std::vector<float> scratch(cpu::AttendScratch(n_pos, heads, head_dim));
+              const float scale = 1.0f / std::sqrt((float)head_dim);
+              for (int h = 0; h < kv_heads; ++h) {
+                kt->attend(layer.view, layer.table.data(), n_pos, 1, h, group, q.data() + h * row,
+                           row, scale, want.data() + h * row, row, scratch.data());
+              }
+              kt->attend_decode_heads(layer.view, layer.table.data(), n_pos, group, q.data(), scale,
+                                      got.data(), scratch.data());
+              for (int64_t i = 0; i < width; ++i) {
+                ASSERT_EQ(got[i], want[i])
+                    << kt->name << (bf16 ? " bf16" : " fp16") << " kv_heads=" << kv_heads
+                    << " d=" << head_dim << " group=" << group << " n=" << n_pos << " i=" << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (tables == 0) GTEST_SKIP() << "no path here has attend_decode_heads (AVX-512 only)";
+}
+
 // Prompt attention on AMX-BF16 tiles (attend_bf16): within the rounding of
 // the softmax weights and V to bf16 (about 2^-8 of the largest |v|) of
 // attention computed in double (Q and K are split in two bf16 parts each,
@@ -496,14 +540,16 @@ TEST(KernelsTest, CausalGqaAttentionMatchesDenseComputation) {
 
 // Several sequences in one Attention call (a batched step: decode rows and
 // prompt chunks of different lengths over their own blocks of one cache)
-// give each sequence exactly what a call of its own gives.
+// give each sequence exactly what a call of its own gives. (Four decode rows
+// on two threads: on a path with attend_decode_heads the batched call reads
+// each sequence's kv heads together, the calls of their own one at a time.)
 TEST(KernelsTest, BatchedAttentionEqualsOneCallPerSequence) {
   std::mt19937 rng(8);
   const int heads = 6, kv_heads = 2, d = 64, bt = 16;
   struct Shape {
     int64_t first, m;
   };
-  const std::vector<Shape> shapes = {{40, 1}, {0, 20}, {300, 1}, {100, 7}, {15, 1}};
+  const std::vector<Shape> shapes = {{40, 1}, {0, 20}, {300, 1}, {100, 7}, {15, 1}, {211, 1}};
   int64_t blocks = 0;
   for (const Shape& s : shapes) blocks += (s.first + s.m + bt - 1) / bt;
   std::vector<fp16_t> kc(blocks * kv_heads * bt * d), vc(kc.size());

@@ -1193,6 +1193,83 @@ struct AttendRows {
 // transposing K through memory; P V: the NQ outputs stay in registers over
 // all positions. K and V blocks are prefetched as the AVX2 tiles' are
 // (KvRowPrefetch). Same contract as AttendAvx512.
+// The scores of one 16-key block (rows src, nj of them in the cache) for
+// NQ queries (q rows 16 DV apart): query h's into scores[h * stride + j0,
+// + 16) (zeros past nj), their running maximum into vmax[h].
+template <bool kBf16, int NQ, int DV>
+__attribute__((always_inline)) inline void ScoreBlockRow(const fp16_t* src, int64_t nj,
+                                                         const float* q, __m512 vscale,
+                                                         float* scores, int64_t stride, int64_t j0,
+                                                         __m512* vmax) {
+  constexpr int d = 16 * DV;
+  // A full 8-key part takes the query vectors outside the key loop, loaded
+  // once per 8 keys, where NQ x 8 accumulators, the NQ queries and a K
+  // vector fit the 32 registers (NQ 3): with the queries as memory operands
+  // of every FMA, the loads outnumbered the FMAs.
+  constexpr bool kQueriesOuter = NQ * 8 + NQ + 1 <= 32;
+  __m512 half[NQ][2][2];  // [query][keys 0-7, 8-15][Sum8 halves]
+  for (int part = 0; part < 2; ++part) {
+    __m512 acc[NQ][8];
+    // (Unrolled in full, so that the accumulators live in registers.)
+#pragma GCC unroll 8
+    for (int h = 0; h < NQ; ++h)
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) acc[h][t] = _mm512_setzero_ps();
+    const fp16_t* rows = src + 8 * part * d;
+    if (kQueriesOuter && 8 * part + 8 <= nj) {
+#pragma GCC unroll 8
+      for (int c = 0; c < DV; ++c) {
+        __m512 qc[NQ];
+#pragma GCC unroll 8
+        for (int h = 0; h < NQ; ++h) qc[h] = _mm512_loadu_ps(q + h * d + 16 * c);
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; ++t) {
+          const __m512 k = LoadKv16<kBf16>(rows + t * d + 16 * c);
+#pragma GCC unroll 8
+          for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_fmadd_ps(k, qc[h], acc[h][t]);
+        }
+      }
+    } else {
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) {
+        if (8 * part + t >= nj) continue;  // past the cache: zero scores, masked below
+#pragma GCC unroll 8
+        for (int c = 0; c < DV; ++c) {
+          const __m512 k = LoadKv16<kBf16>(rows + t * d + 16 * c);
+#pragma GCC unroll 8
+          for (int h = 0; h < NQ; ++h) {
+            acc[h][t] = _mm512_fmadd_ps(k, _mm512_loadu_ps(q + h * d + 16 * c), acc[h][t]);
+          }
+        }
+      }
+    }
+    for (int h = 0; h < NQ; ++h) Sum8(acc[h], half[h][part]);
+  }
+  const __mmask16 valid = (__mmask16)((1u << nj) - 1);
+  for (int h = 0; h < NQ; ++h) {
+    const __m512 sc = _mm512_mul_ps(Sum16Of(half[h][0], half[h][1]), vscale);
+    _mm512_storeu_ps(scores + h * stride + j0, sc);  // the row has 16 floats of slack
+    vmax[h] = _mm512_mask_max_ps(vmax[h], valid, vmax[h], sc);
+  }
+}
+
+// o[h] += the softmax weights p[h * stride + t] times V row t of the block
+// at src, for its nj rows in order.
+template <bool kBf16, int NQ, int DV>
+__attribute__((always_inline)) inline void WeighBlockRow(const fp16_t* src, int64_t nj,
+                                                         const float* p, int64_t stride,
+                                                         __m512 (*o)[DV]) {
+  constexpr int d = 16 * DV;
+  for (int64_t t = 0; t < nj; ++t) {
+    __m512 v[DV];
+    for (int c = 0; c < DV; ++c) v[c] = LoadKv16<kBf16>(src + t * d + 16 * c);
+    for (int h = 0; h < NQ; ++h) {
+      const __m512 pt = _mm512_set1_ps(p[h * stride + t]);
+      for (int c = 0; c < DV; ++c) o[h][c] = _mm512_fmadd_ps(pt, v[c], o[h][c]);
+    }
+  }
+}
+
 template <bool kBf16, int NQ, int DV>
 void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
                            int kv_head, const float* q, float scale, float* out, float* scratch) {
@@ -1201,63 +1278,14 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
   float* scores = scratch;  // [NQ][stride]
   const AttendRows at(layer, block_table, n_pos, kv_head, NQ, q, 0, out, 0);
   const __m512 vscale = _mm512_set1_ps(scale);
-  // A full 8-key part takes the query vectors outside the key loop, loaded
-  // once per 8 keys, where NQ x 8 accumulators, the NQ queries and a K
-  // vector fit the 32 registers (NQ 3): with the queries as memory operands
-  // of every FMA, the loads outnumbered the FMAs.
-  constexpr bool kQueriesOuter = NQ * 8 + NQ + 1 <= 32;
   __m512 vmax[NQ];
   for (int h = 0; h < NQ; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
   const KvRowPrefetch prefetch(layer, block_table, n_pos, kv_head);
   prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     prefetch.KeysAhead(j0 / 16);
-    const fp16_t* src = at.Block(layer.k, j0);
-    __m512 half[NQ][2][2];  // [query][keys 0-7, 8-15][Sum8 halves]
-    for (int part = 0; part < 2; ++part) {
-      __m512 acc[NQ][8];
-      // (Unrolled in full, so that the accumulators live in registers.)
-#pragma GCC unroll 8
-      for (int h = 0; h < NQ; ++h)
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) acc[h][t] = _mm512_setzero_ps();
-      const fp16_t* rows = src + 8 * part * d;
-      if (kQueriesOuter && 8 * part + 8 <= nj) {
-#pragma GCC unroll 8
-        for (int c = 0; c < DV; ++c) {
-          __m512 qc[NQ];
-#pragma GCC unroll 8
-          for (int h = 0; h < NQ; ++h) qc[h] = _mm512_loadu_ps(q + h * d + 16 * c);
-#pragma GCC unroll 8
-          for (int t = 0; t < 8; ++t) {
-            const __m512 k = LoadKv16<kBf16>(rows + t * d + 16 * c);
-#pragma GCC unroll 8
-            for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_fmadd_ps(k, qc[h], acc[h][t]);
-          }
-        }
-      } else {
-#pragma GCC unroll 8
-        for (int t = 0; t < 8; ++t) {
-          if (8 * part + t >= nj) continue;  // past the cache: zero scores, masked below
-#pragma GCC unroll 8
-          for (int c = 0; c < DV; ++c) {
-            const __m512 k = LoadKv16<kBf16>(rows + t * d + 16 * c);
-#pragma GCC unroll 8
-            for (int h = 0; h < NQ; ++h) {
-              acc[h][t] = _mm512_fmadd_ps(k, _mm512_loadu_ps(q + h * d + 16 * c), acc[h][t]);
-            }
-          }
-        }
-      }
-      for (int h = 0; h < NQ; ++h) Sum8(acc[h], half[h][part]);
-    }
-    const __mmask16 valid = (__mmask16)((1u << nj) - 1);
-    for (int h = 0; h < NQ; ++h) {
-      const __m512 sc = _mm512_mul_ps(Sum16Of(half[h][0], half[h][1]), vscale);
-      _mm512_storeu_ps(scores + h * stride + j0, sc);  // the row has 16 floats of slack
-      vmax[h] = _mm512_mask_max_ps(vmax[h], valid, vmax[h], sc);
-    }
+    ScoreBlockRow<kBf16, NQ, DV>(at.Block(layer.k, j0), std::min<int64_t>(16, n_pos - j0), q,
+                                 vscale, scores, stride, j0, vmax);
   }
   float inv_sum[NQ];
   for (int h = 0; h < NQ; ++h) inv_sum[h] = ExpScores(scores + h * stride, n_pos, vmax[h]);
@@ -1266,22 +1294,72 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
     for (int c = 0; c < DV; ++c) o[h][c] = _mm512_setzero_ps();
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     prefetch.ValuesAhead(j0 / 16);
-    const fp16_t* src = at.Block(layer.v, j0);
-    for (int64_t t = 0; t < nj; ++t) {
-      __m512 v[DV];
-      for (int c = 0; c < DV; ++c) v[c] = LoadKv16<kBf16>(src + t * d + 16 * c);
-      for (int h = 0; h < NQ; ++h) {
-        const __m512 p = _mm512_set1_ps(scores[h * stride + j0 + t]);
-        for (int c = 0; c < DV; ++c) o[h][c] = _mm512_fmadd_ps(p, v[c], o[h][c]);
-      }
-    }
+    WeighBlockRow<kBf16, NQ, DV>(at.Block(layer.v, j0), std::min<int64_t>(16, n_pos - j0),
+                                 scores + j0, stride, o);
   }
   for (int h = 0; h < NQ; ++h) {
     const __m512 inv = _mm512_set1_ps(inv_sum[h]);
     for (int c = 0; c < DV; ++c)
       _mm512_storeu_ps(out + h * d + 16 * c, _mm512_mul_ps(o[h][c], inv));
+  }
+}
+
+// AttendDecodeRowAvx512 for every kv head of the layer at once, with the
+// same numbers: block by block, each kv head's rows in turn, so that a
+// block's rows of all kv heads (one run in the cache) are read together
+// and consecutive blocks stream; read one kv head at a time, a kv head's
+// rows are runs of 16 rows far apart, which the hardware prefetchers lose
+// (kernels_bench BM_AttendDecodeFromMemory). The outputs accumulate in
+// scratch between blocks (kv_heads x NQ x DV vectors do not fit the
+// registers). q and out: the kv heads' NQ query rows each, in order.
+// Needs kv_heads * NQ <= kDecodeHeadsMaxQueries.
+constexpr int kDecodeHeadsMaxQueries = 16;
+template <bool kBf16, int NQ, int DV>
+void AttendDecodeHeadsAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                             const float* q, float scale, float* out, float* scratch) {
+  constexpr int d = 16 * DV;
+  const int heads = layer.kv_heads;
+  const int64_t stride = n_pos + 16;
+  const int64_t run = 16 * (int64_t)d;  // a kv head's rows in a block
+  float* scores = scratch;              // [heads * NQ][stride]
+  auto* o = reinterpret_cast<__m512(*)[DV]>(Align64(scratch + heads * NQ * stride));
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax[kDecodeHeadsMaxQueries];
+  for (int r = 0; r < heads * NQ; ++r) vmax[r] = _mm512_set1_ps(-INFINITY);
+  const KvRowPrefetch prefetch(layer, block_table, n_pos, 0, heads);
+  prefetch.FirstKeys();
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    prefetch.KeysAhead(j0 / 16);
+    const fp16_t* block = layer.k + block_table[j0 / 16] * prefetch.block_stride;
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    for (int h = 0; h < heads; ++h) {
+      ScoreBlockRow<kBf16, NQ, DV>(block + h * run, nj, q + h * NQ * d, vscale,
+                                   scores + h * NQ * stride, stride, j0, vmax + h * NQ);
+    }
+  }
+  float inv_sum[kDecodeHeadsMaxQueries];
+  for (int r = 0; r < heads * NQ; ++r) {
+    inv_sum[r] = ExpScores(scores + r * stride, n_pos, vmax[r]);
+    for (int c = 0; c < DV; ++c) o[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    prefetch.ValuesAhead(j0 / 16);
+    const fp16_t* block = layer.v + block_table[j0 / 16] * prefetch.block_stride;
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    for (int h = 0; h < heads; ++h) {
+      __m512 oh[NQ][DV];
+      for (int i = 0; i < NQ; ++i)
+        for (int c = 0; c < DV; ++c) oh[i][c] = o[h * NQ + i][c];
+      WeighBlockRow<kBf16, NQ, DV>(block + h * run, nj, scores + h * NQ * stride + j0, stride, oh);
+      for (int i = 0; i < NQ; ++i)
+        for (int c = 0; c < DV; ++c) o[h * NQ + i][c] = oh[i][c];
+    }
+  }
+  for (int r = 0; r < heads * NQ; ++r) {
+    const __m512 inv = _mm512_set1_ps(inv_sum[r]);
+    for (int c = 0; c < DV; ++c)
+      _mm512_storeu_ps(out + r * d + 16 * c, _mm512_mul_ps(o[r][c], inv));
   }
 }
 
@@ -1295,6 +1373,114 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
 // pairs (v[t][i], v[t+1][i])) against the broadcast pair (p[t], p[t+1]);
 // the interleave leaves the dimensions of each 128-bit lane in two halves,
 // put back in order once at the end. Same contract as AttendAvx512.
+// AttendDecodeRowBf16Avx512's steps, each for one 16-key block (rows src,
+// nj of them in the cache) or one query row. Scores: query h's into
+// scores[h * stride + j0, + 16) (zeros past nj), their running maximum into
+// vmax[h].
+template <int NQ, int D32>
+__attribute__((target("avx512bf16"), always_inline)) inline void ScoreBlockBf16(
+    const fp16_t* src, int64_t nj, const __m512bh (*qb)[D32], __m512 vscale, float* scores,
+    int64_t stride, int64_t j0, __m512* vmax) {
+  constexpr int d = 32 * D32;
+  __m512 half[NQ][2][2];
+  for (int part = 0; part < 2; ++part) {
+    __m512 acc[NQ][8];
+    for (int t = 0; t < 8; ++t) {
+      for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_setzero_ps();
+      if (8 * part + t >= nj) continue;
+      const fp16_t* row = src + (8 * part + t) * d;
+      for (int c = 0; c < D32; ++c) {
+        const __m512bh k = (__m512bh)_mm512_loadu_si512(row + 32 * c);
+        for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_dpbf16_ps(acc[h][t], k, qb[h][c]);
+      }
+    }
+    for (int h = 0; h < NQ; ++h) Sum8(acc[h], half[h][part]);
+  }
+  const __mmask16 valid = (__mmask16)((1u << nj) - 1);
+  for (int h = 0; h < NQ; ++h) {
+    const __m512 sc = _mm512_mul_ps(Sum16Of(half[h][0], half[h][1]), vscale);
+    _mm512_storeu_ps(scores + h * stride + j0, sc);
+    vmax[h] = _mm512_mask_max_ps(vmax[h], valid, vmax[h], sc);
+  }
+}
+
+// exp(s - max) of the scores sh[0, n) rounded to bf16 in place (bf16 j at
+// byte 2 j: written behind the floats still to read), zero past n; returns
+// 1 / the rounded sum.
+__attribute__((target("avx512bf16"))) inline float ExpScoresBf16(float* sh, int64_t n,
+                                                                 __m512 vmax) {
+  const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 valid = n - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - j)) - 1);
+    const __m512 e = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(_mm512_loadu_ps(sh + j), m)));
+    const __m256bh eb = _mm512_cvtneps_pbh(e);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(reinterpret_cast<uint16_t*>(sh) + j),
+                        (__m256i)eb);
+    vsum = _mm512_add_ps(vsum, _mm512_cvtpbh_ps(eb));
+  }
+  return 1.0f / _mm512_reduce_add_ps(vsum);
+}
+
+// P V for one block: lo/hi[h] += the bf16 weights of query h (row h of
+// scores, stride floats apart, as ExpScoresBf16 left them; block j0's from
+// bf16 j0 on) times the block's V rows, two rows a step, interleaved.
+template <int NQ, int D32>
+__attribute__((target("avx512bf16"), always_inline)) inline void WeighBlockBf16(
+    const fp16_t* src, int64_t nj, const float* scores, int64_t stride, int64_t j0,
+    __m512 (*lo)[D32], __m512 (*hi)[D32]) {
+  constexpr int d = 32 * D32;
+  for (int64_t t = 0; t < nj; t += 2) {
+    __m512bh pair[NQ];
+    for (int h = 0; h < NQ; ++h) {
+      int32_t w;  // p[t] and p[t + 1] (zero past n_pos)
+      std::memcpy(&w, reinterpret_cast<const uint16_t*>(scores + h * stride) + j0 + t, 4);
+      pair[h] = (__m512bh)_mm512_set1_epi32(w);
+    }
+    for (int c = 0; c < D32; ++c) {
+      const __m512i r0 = _mm512_loadu_si512(src + t * d + 32 * c);
+      // An odd count's last row pairs with zeros (the slot past it may
+      // hold anything, NaN included).
+      const __m512i r1 =
+          t + 1 < nj ? _mm512_loadu_si512(src + (t + 1) * d + 32 * c) : _mm512_setzero_si512();
+      const __m512bh vlo = (__m512bh)_mm512_unpacklo_epi16(r0, r1);
+      const __m512bh vhi = (__m512bh)_mm512_unpackhi_epi16(r0, r1);
+      for (int h = 0; h < NQ; ++h) {
+        lo[h][c] = _mm512_dpbf16_ps(lo[h][c], vlo, pair[h]);
+        hi[h][c] = _mm512_dpbf16_ps(hi[h][c], vhi, pair[h]);
+      }
+    }
+  }
+}
+
+// out[0, 32 D32) = the sums in lo and hi, in order, times inv: lane 4 L + i
+// of lo holds dimension 8 L + i, of hi 8 L + 4 + i (L the 128-bit lane); the
+// first 16 dimensions are lanes 0-1's, the next 2-3's.
+template <int D32>
+__attribute__((target("avx512bf16"), always_inline)) inline void StoreWeighedBf16(const __m512* lo,
+                                                                                  const __m512* hi,
+                                                                                  float inv_sum,
+                                                                                  float* out) {
+  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+  const __m512i second =
+      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+  const __m512 inv = _mm512_set1_ps(inv_sum);
+  for (int c = 0; c < D32; ++c) {
+    float* o = out + 32 * c;
+    _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_permutex2var_ps(lo[c], first, hi[c]), inv));
+    _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_permutex2var_ps(lo[c], second, hi[c]), inv));
+  }
+}
+
+// The queries rounded to bf16, 32 dimensions a vector.
+template <int D32>
+__attribute__((target("avx512bf16"), always_inline)) inline void QueryBf16(const float* q,
+                                                                           __m512bh* qb) {
+  for (int c = 0; c < D32; ++c) {
+    qb[c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + 32 * c + 16), _mm512_loadu_ps(q + 32 * c));
+  }
+}
+
 template <int NQ, int D32>
 __attribute__((target("avx512bf16"))) void AttendDecodeRowBf16Avx512(const KvLayerView& layer,
                                                                      const int32_t* block_table,
@@ -1306,104 +1492,91 @@ __attribute__((target("avx512bf16"))) void AttendDecodeRowBf16Avx512(const KvLay
   float* scores = scratch;  // [NQ][stride]; each row later its bf16 weights
   const AttendRows at(layer, block_table, n_pos, kv_head, NQ, q, 0, out, 0);
   __m512bh qb[NQ][D32];
-  for (int h = 0; h < NQ; ++h) {
-    for (int c = 0; c < D32; ++c) {
-      qb[h][c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + h * d + 32 * c + 16),
-                                     _mm512_loadu_ps(q + h * d + 32 * c));
-    }
-  }
+  for (int h = 0; h < NQ; ++h) QueryBf16<D32>(q + h * d, qb[h]);
   const __m512 vscale = _mm512_set1_ps(scale);
   __m512 vmax[NQ];
   for (int h = 0; h < NQ; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
   const KvRowPrefetch prefetch(layer, block_table, n_pos, kv_head);
   prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     prefetch.KeysAhead(j0 / 16);
-    const fp16_t* src = at.Block(layer.k, j0);
-    __m512 half[NQ][2][2];
-    for (int part = 0; part < 2; ++part) {
-      __m512 acc[NQ][8];
-      for (int t = 0; t < 8; ++t) {
-        for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_setzero_ps();
-        if (8 * part + t >= nj) continue;
-        const fp16_t* row = src + (8 * part + t) * d;
-        for (int c = 0; c < D32; ++c) {
-          const __m512bh k = (__m512bh)_mm512_loadu_si512(row + 32 * c);
-          for (int h = 0; h < NQ; ++h) acc[h][t] = _mm512_dpbf16_ps(acc[h][t], k, qb[h][c]);
-        }
-      }
-      for (int h = 0; h < NQ; ++h) Sum8(acc[h], half[h][part]);
-    }
-    const __mmask16 valid = (__mmask16)((1u << nj) - 1);
-    for (int h = 0; h < NQ; ++h) {
-      const __m512 sc = _mm512_mul_ps(Sum16Of(half[h][0], half[h][1]), vscale);
-      _mm512_storeu_ps(scores + h * stride + j0, sc);
-      vmax[h] = _mm512_mask_max_ps(vmax[h], valid, vmax[h], sc);
-    }
+    ScoreBlockBf16<NQ, D32>(at.Block(layer.k, j0), std::min<int64_t>(16, n_pos - j0), qb, vscale,
+                            scores, stride, j0, vmax);
   }
-  // exp(s - max) rounded to bf16 in place (bf16 j at byte 2 j: written
-  // behind the floats still to read), zero past n_pos; 1 / the rounded sum.
   float inv_sum[NQ];
-  for (int h = 0; h < NQ; ++h) {
-    float* sh = scores + h * stride;
-    const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[h]));
-    __m512 vsum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n_pos; j += 16) {
-      const __mmask16 valid =
-          n_pos - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n_pos - j)) - 1);
-      const __m512 e = _mm512_maskz_mov_ps(valid, Exp(_mm512_sub_ps(_mm512_loadu_ps(sh + j), m)));
-      const __m256bh eb = _mm512_cvtneps_pbh(e);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(reinterpret_cast<uint16_t*>(sh) + j),
-                          (__m256i)eb);
-      vsum = _mm512_add_ps(vsum, _mm512_cvtpbh_ps(eb));
-    }
-    inv_sum[h] = 1.0f / _mm512_reduce_add_ps(vsum);
-  }
+  for (int h = 0; h < NQ; ++h) inv_sum[h] = ExpScoresBf16(scores + h * stride, n_pos, vmax[h]);
   __m512 lo[NQ][D32], hi[NQ][D32];
   for (int h = 0; h < NQ; ++h) {
     for (int c = 0; c < D32; ++c) lo[h][c] = hi[h][c] = _mm512_setzero_ps();
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     prefetch.ValuesAhead(j0 / 16);
-    const fp16_t* src = at.Block(layer.v, j0);
-    for (int64_t t = 0; t < nj; t += 2) {
-      __m512bh pair[NQ];
-      for (int h = 0; h < NQ; ++h) {
-        int32_t w;  // p[t] and p[t + 1] (zero past n_pos)
-        std::memcpy(&w, reinterpret_cast<const uint16_t*>(scores + h * stride) + j0 + t, 4);
-        pair[h] = (__m512bh)_mm512_set1_epi32(w);
+    WeighBlockBf16<NQ, D32>(at.Block(layer.v, j0), std::min<int64_t>(16, n_pos - j0), scores,
+                            stride, j0, lo, hi);
+  }
+  for (int h = 0; h < NQ; ++h) StoreWeighedBf16<D32>(lo[h], hi[h], inv_sum[h], out + h * d);
+}
+
+// AttendDecodeRowBf16Avx512 for every kv head at once, as
+// AttendDecodeHeadsAvx512 is AttendDecodeRowAvx512's: the same numbers, a
+// block's kv heads read together, the sums kept in scratch between blocks.
+template <int NQ, int D32>
+__attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvLayerView& layer,
+                                                                       const int32_t* block_table,
+                                                                       int64_t n_pos,
+                                                                       const float* q, float scale,
+                                                                       float* out, float* scratch) {
+  constexpr int d = 32 * D32;
+  const int heads = layer.kv_heads;
+  const int64_t stride = n_pos + 16;
+  const int64_t run = 16 * (int64_t)d;  // a kv head's rows in a block
+  float* scores = scratch;              // [heads * NQ][stride]
+  // [heads * NQ][D32] each: the queries, then the two halves of the sums.
+  auto* qb = reinterpret_cast<__m512bh(*)[D32]>(Align64(scratch + heads * NQ * stride));
+  auto* lo = reinterpret_cast<__m512(*)[D32]>(qb + heads * NQ);
+  auto* hi = lo + heads * NQ;
+  for (int r = 0; r < heads * NQ; ++r) QueryBf16<D32>(q + r * d, qb[r]);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  __m512 vmax[kDecodeHeadsMaxQueries];
+  for (int r = 0; r < heads * NQ; ++r) vmax[r] = _mm512_set1_ps(-INFINITY);
+  const KvRowPrefetch prefetch(layer, block_table, n_pos, 0, heads);
+  prefetch.FirstKeys();
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    prefetch.KeysAhead(j0 / 16);
+    const fp16_t* block = layer.k + block_table[j0 / 16] * prefetch.block_stride;
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    for (int h = 0; h < heads; ++h) {
+      ScoreBlockBf16<NQ, D32>(block + h * run, nj, qb + h * NQ, vscale, scores + h * NQ * stride,
+                              stride, j0, vmax + h * NQ);
+    }
+  }
+  float inv_sum[kDecodeHeadsMaxQueries];
+  for (int r = 0; r < heads * NQ; ++r) {
+    inv_sum[r] = ExpScoresBf16(scores + r * stride, n_pos, vmax[r]);
+    for (int c = 0; c < D32; ++c) lo[r][c] = hi[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+    prefetch.ValuesAhead(j0 / 16);
+    const fp16_t* block = layer.v + block_table[j0 / 16] * prefetch.block_stride;
+    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    for (int h = 0; h < heads; ++h) {
+      __m512 lh[NQ][D32], hh[NQ][D32];
+      for (int i = 0; i < NQ; ++i) {
+        for (int c = 0; c < D32; ++c) {
+          lh[i][c] = lo[h * NQ + i][c];
+          hh[i][c] = hi[h * NQ + i][c];
+        }
       }
-      for (int c = 0; c < D32; ++c) {
-        const __m512i r0 = _mm512_loadu_si512(src + t * d + 32 * c);
-        // An odd count's last row pairs with zeros (the slot past it may
-        // hold anything, NaN included).
-        const __m512i r1 =
-            t + 1 < nj ? _mm512_loadu_si512(src + (t + 1) * d + 32 * c) : _mm512_setzero_si512();
-        const __m512bh vlo = (__m512bh)_mm512_unpacklo_epi16(r0, r1);
-        const __m512bh vhi = (__m512bh)_mm512_unpackhi_epi16(r0, r1);
-        for (int h = 0; h < NQ; ++h) {
-          lo[h][c] = _mm512_dpbf16_ps(lo[h][c], vlo, pair[h]);
-          hi[h][c] = _mm512_dpbf16_ps(hi[h][c], vhi, pair[h]);
+      WeighBlockBf16<NQ, D32>(block + h * run, nj, scores + h * NQ * stride, stride, j0, lh, hh);
+      for (int i = 0; i < NQ; ++i) {
+        for (int c = 0; c < D32; ++c) {
+          lo[h * NQ + i][c] = lh[i][c];
+          hi[h * NQ + i][c] = hh[i][c];
         }
       }
     }
   }
-  // Lane 4 L + i of lo: dimension 8 L + i, of hi: 8 L + 4 + i (L the
-  // 128-bit lane); the first 16 dimensions are lanes 0-1's, the next 2-3's.
-  const __m512i first = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-  const __m512i second =
-      _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
-  for (int h = 0; h < NQ; ++h) {
-    const __m512 inv = _mm512_set1_ps(inv_sum[h]);
-    for (int c = 0; c < D32; ++c) {
-      float* o = out + h * d + 32 * c;
-      _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_permutex2var_ps(lo[h][c], first, hi[h][c]), inv));
-      _mm512_storeu_ps(o + 16,
-                       _mm512_mul_ps(_mm512_permutex2var_ps(lo[h][c], second, hi[h][c]), inv));
-    }
-  }
+  for (int r = 0; r < heads * NQ; ++r) StoreWeighedBf16<D32>(lo[r], hi[r], inv_sum[r], out + r * d);
 }
 
 // The prefill attention (AttendAvx2's contract): each 16-key K block is
@@ -1542,6 +1715,41 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
       layer.bf16 ? AttendAvx512Body<kShortcuts, true> : AttendAvx512Body<kShortcuts, false>;
   body(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out, out_stride,
        scratch);
+}
+
+// KernelTable::attend_decode_heads: AttendDecodeHeadsAvx512 or
+// AttendDecodeHeadsBf16Avx512 where attend(rows 1) would take their row
+// kernels for each kv head (groups of 3 or 4; head_dim 16 to 64 on an fp16
+// cache, 32 or 64 on a bf16 one with AVX512_BF16), else attend for each.
+void AttendDecodeHeadsAvx512Any(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                                int group, const float* q, float scale, float* out,
+                                float* scratch) {
+  const int d = layer.head_dim;
+  const bool shape = (group == 3 || group == 4) && layer.block_tokens == 16 &&
+                     layer.kv_heads * group <= kDecodeHeadsMaxQueries;
+  using Heads =
+      void (*)(const KvLayerView&, const int32_t*, int64_t, const float*, float, float*, float*);
+  if (shape && layer.bf16 && (d == 32 || d == 64) && GetCpuFeatures().avx512bf16) {
+    static constexpr Heads kHeads[2][2] = {
+        {AttendDecodeHeadsBf16Avx512<3, 1>, AttendDecodeHeadsBf16Avx512<3, 2>},
+        {AttendDecodeHeadsBf16Avx512<4, 1>, AttendDecodeHeadsBf16Avx512<4, 2>}};
+    kHeads[group - 3][d / 32 - 1](layer, block_table, n_pos, q, scale, out, scratch);
+    return;
+  }
+  if (shape && !layer.bf16 && d % 16 == 0 && d <= 64) {
+    static constexpr Heads kHeads[2][4] = {
+        {AttendDecodeHeadsAvx512<false, 3, 1>, AttendDecodeHeadsAvx512<false, 3, 2>,
+         AttendDecodeHeadsAvx512<false, 3, 3>, AttendDecodeHeadsAvx512<false, 3, 4>},
+        {AttendDecodeHeadsAvx512<false, 4, 1>, AttendDecodeHeadsAvx512<false, 4, 2>,
+         AttendDecodeHeadsAvx512<false, 4, 3>, AttendDecodeHeadsAvx512<false, 4, 4>}};
+    kHeads[group - 3][d / 16 - 1](layer, block_table, n_pos, q, scale, out, scratch);
+    return;
+  }
+  const int64_t row = (int64_t)group * d;
+  for (int h = 0; h < layer.kv_heads; ++h) {
+    AttendAvx512<true>(layer, block_table, n_pos, 1, h, group, q + h * row, row, scale,
+                       out + h * row, row, scratch);
+  }
 }
 
 // ---- Prompt attention on AMX-BF16 tiles -----------------------------------------
@@ -1781,6 +1989,7 @@ constexpr KernelTable kAvx512Kernels = {
     nullptr,
     nullptr,  // bf16 tiles need AMX
     AttendAvx512<false>,
+    AttendDecodeHeadsAvx512Any,
 };
 
 // The AVX-512 table with AMX where it has tiles: the W8A8 GEMM on int8

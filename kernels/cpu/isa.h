@@ -89,6 +89,16 @@ struct KernelTable {
   void (*attend_prompt)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
                         int rows, int kv_head, int group, const float* q, int64_t q_stride,
                         float scale, float* out, int64_t out_stride, float* scratch) = nullptr;
+  // One decode row (n_pos positions) of a sequence for every kv head of the
+  // layer: attend(layer, block_table, n_pos, 1, h, group, q + h * group *
+  // head_dim, ...) for each kv head h, the same numbers, with q and out the
+  // row's kv_heads * group query vectors in order; reads a block's kv heads
+  // together where it can (one run in the cache). scratch:
+  // AttendScratch(n_pos, kv_heads * group, head_dim) floats. Null where the
+  // path has none (attend per kv head then).
+  void (*attend_decode_heads)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                              int group, const float* q, float scale, float* out,
+                              float* scratch) = nullptr;
 };
 
 // bf16 activation rows: k padded to whole 32-input tiles, rows to whole
@@ -169,14 +179,16 @@ inline void PrefetchKv(const fp16_t* p, int64_t elements) {
 // block, then every V block, once: FirstKeys before the scores, KeysAhead(b)
 // while block b's keys are scored (the keys' last blocks bring in the
 // values' first), ValuesAhead(b) while block b's values are weighed.
+// (heads: kv heads from kv_head on read together, their rows one run.)
 struct KvRowPrefetch {
-  KvRowPrefetch(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head)
+  KvRowPrefetch(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
+                int heads = 1)
       : table(block_table),
-        run((int64_t)layer.block_tokens * layer.head_dim),
-        block_stride(run * layer.kv_heads),
+        run((int64_t)layer.block_tokens * layer.head_dim * heads),
+        block_stride((int64_t)layer.block_tokens * layer.head_dim * layer.kv_heads),
         blocks((n_pos + layer.block_tokens - 1) / layer.block_tokens),
-        k(layer.k + kv_head * run),
-        v(layer.v + kv_head * run) {}
+        k(layer.k + kv_head * (int64_t)layer.block_tokens * layer.head_dim),
+        v(layer.v + kv_head * (int64_t)layer.block_tokens * layer.head_dim) {}
   void FirstKeys() const {
     for (int64_t b = 0; b < std::min(blocks, kPrefetchBlocks); ++b) {
       PrefetchKv(k + table[b] * block_stride, run);
@@ -195,7 +207,7 @@ struct KvRowPrefetch {
       PrefetchKv(v + table[b + kPrefetchBlocks] * block_stride, run);
   }
   const int32_t* table;
-  int64_t run;           // elements of one kv head's rows in a block
+  int64_t run;           // elements of the kv heads' rows in a block
   int64_t block_stride;  // elements between blocks
   int64_t blocks;
   const fp16_t* k;  // this kv head's rows in block 0

@@ -348,8 +348,20 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   // (The tiles' kernel splits fp16 K and V into bf16 parts: fp16 caches only.)
   const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr && !layer.bf16 &&
                     layer.head_dim == 64 && layer.block_tokens == 16 && group <= 32;
+  // Decode rows read every kv head's blocks together (attend_decode_heads:
+  // the cache's runs stream, where one kv head's rows are short runs far
+  // apart), one item a sequence, where there are enough of them to keep the
+  // threads busy; else an item per kv head.
+  int64_t decode_rows = 0;
+  for (int64_t si = 0; si < num_seqs; ++si) decode_rows += !seqs[si].prompt && seqs[si].m == 1;
+  const bool heads_together = kt.attend_decode_heads != nullptr && layer.kv_heads > 1 &&
+                              decode_rows >= 2 * std::max(1, ctx.num_threads());
   for (int64_t si = 0; si < num_seqs; ++si) {
     const AttentionSeq& s = seqs[si];
+    if (heads_together && !s.prompt && s.m == 1) {
+      items.push_back({(s.first_pos + 1) * layer.kv_heads, (int32_t)si, 1, 0, -1});
+      continue;
+    }
     int rows_per_item = cpu::AttendRowsFor(s.first_pos + s.m, group);
     // Prompt kernels take up to 64 queries (rows times the group) a call.
     if (s.prompt) rows_per_item = std::max(1, std::min(rows_per_item, 64 / group));
@@ -364,6 +376,11 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   auto item_fn = [&](int64_t index, int t) {
     const Item& it = items[index];
     const AttentionSeq& s = seqs[it.seq];
+    if (it.kv_head < 0) {
+      kt.attend_decode_heads(layer, s.block_table, s.first_pos + 1, group, s.q, scale, s.out,
+                             scratch + t * per_thread);
+      return;
+    }
     const int64_t head_off = (int64_t)it.kv_head * group * layer.head_dim;
     const auto attend = !s.prompt                     ? kt.attend
                         : bf16                        ? kt.attend_bf16
