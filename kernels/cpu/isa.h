@@ -93,8 +93,9 @@ struct KernelTable {
   // layer: attend(layer, block_table, n_pos, 1, h, group, q + h * group *
   // head_dim, ...) for each kv head h, the same numbers, with q and out the
   // row's kv_heads * group query vectors in order; reads a block's kv heads
-  // together where it can (one run in the cache). scratch:
-  // AttendScratch(n_pos, kv_heads * group, head_dim) floats. Null where the
+  // together where it can (one run in the cache). scratch: kv_heads * group
+  // * (n_pos + 16) + AttendWorkFloats(n_pos, 0, head_dim, false) floats (the
+  // scores of every query, then the fp32 kernels' work area). Null where the
   // path has none (attend per kv head then).
   void (*attend_decode_heads)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
                               int group, const float* q, float scale, float* out,
