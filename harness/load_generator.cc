@@ -664,9 +664,19 @@ absl::StatusOr<UserMessages> MakeUserMessages(const Tokenize& tokenize, const st
   const size_t count = (size_t)o.sessions * o.turns + 1;
   // Half a spacing in: no message starts where the text does, as a sweep's
   // first prompt (pdq bench --prompt-seed 0) does, which a deployment's
-  // prefix cache would then answer.
+  // prefix cache would then answer. Another seed moves every start on by a
+  // quarter to three quarters of a spacing (the golden ratio's fractional
+  // multiples), so no message of it starts where one of seed 0's does.
+  const double shift = o.prompt_seed > 0
+                           ? 0.25 + 0.5 * std::fmod((double)o.prompt_seed * 0.6180339887498949, 1.0)
+                           : 0.0;
   auto cut = [&](size_t i, int64_t tokens) {
-    return CutChunk(tokenize, *leading, text, (2 * i + 1) * text.size() / (2 * count), tokens);
+    const size_t at =
+        o.prompt_seed > 0
+            ? (size_t)(((double)i + 0.5 + shift) * (double)text.size() / (double)count) %
+                  text.size()
+            : (2 * i + 1) * text.size() / (2 * count);
+    return CutChunk(tokenize, *leading, text, at, tokens);
   };
   UserMessages m;
   m.by_session.resize(o.sessions);

@@ -120,6 +120,11 @@ struct ConversationOptions {
   int sessions = 4, turns = 8;
   int64_t first_tokens = 512, turn_tokens = 64, output_tokens = 64, timeout_s = 600;
   bool warmup = true;  // one untimed request before the sessions
+  // Where in the text the messages start (pdq bench --prompt-seed): another
+  // seed cuts every message a quarter to three quarters of the spacing
+  // between messages away from seed 0's, so a second run against the same
+  // server does not find its conversations in the prefix cache.
+  int64_t prompt_seed = 0;
 };
 // --sessions conversations at once: turn 1 sends a first message cut from
 // `text`; every later turn the previous prompt, its answer and a new message.

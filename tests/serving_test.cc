@@ -323,6 +323,31 @@ TEST_F(ServingTest, PdqBenchConversationResendsTheGrowingConversation) {
     EXPECT_EQ(t["requests_ok"], 2) << t.dump();
     EXPECT_GT(t["ttft_s"]["p50"].get<double>(), 0.0);
   }
+  // Run again on the same server: with --prompt-seed 0 (the first run's
+  // messages) the first turns are found in the prefix cache; with another
+  // seed the messages start elsewhere in the text, and they are not.
+  auto first_turns_cached = [&](int seed) {
+    const std::string again = std::string(PDQ_BIN_DIR) + "/pdq bench --router " +
+                              split.router.address +
+                              " --workload conversation --sessions 2 --turns 3 --first-tokens 40"
+                              " --turn-tokens 16 --output-tokens 4 --warmup 0 --text " +
+                              text + " --prompt-seed " + std::to_string(seed) + " --json " + json +
+                              " >" + dir + "/out.txt 2>&1";
+    EXPECT_EQ(std::system(again.c_str()), 0) << again;
+    std::ifstream in(json);
+    const nlohmann::json r = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    int cached = 0;
+    if (r.is_discarded()) return -1;
+    for (const nlohmann::json& q : r["requests"]) {
+      if (q["turn"] == 1) cached += q["cached_tokens"].get<int>();
+    }
+    EXPECT_EQ(r.value("prompt_seed", 0), seed) << r.dump();
+    return cached;
+  };
+  const int same = first_turns_cached(0), other = first_turns_cached(1);
+  EXPECT_GE(same, 2 * 32) << "two 40-token first turns, two full 16-token blocks each";
+  EXPECT_LT(other, same);
+  EXPECT_GE(other, 0);
   std::filesystem::remove_all(dir);
   ExpectRecovered(split);
 }

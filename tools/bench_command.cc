@@ -81,9 +81,10 @@ void BenchFlags::Register(FlagParser& flags) {
             "request's own: a chat service's load, which a prefix cache serves from the shared "
             "blocks (0: every prompt its own)");
   flags.Int("prompt-seed", &prompt_seed, 0, 1 << 30,
-            "where in --text the prompts start: another seed gives prompts that start apart "
-            "from those of this one, so a second run against the same server is not answered "
-            "from its prefix cache (0: the same places every run)");
+            "where in --text the prompts (conversation: the messages) start: another seed "
+            "gives prompts that start apart from those of this one, so a second run against "
+            "the same server is not answered from its prefix cache (0: the same places every "
+            "run)");
   flags.Int("output-tokens", &output_tokens, 1, 1 << 20,
             "custom and conversation: tokens generated per request (conversation: per turn, "
             "64 unless given)");
@@ -134,9 +135,8 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
       return absl::InvalidArgumentError(absl::StrCat("--", f, " needs --workload conversation"));
     }
   }
-  for (const char* f :
-       {"input-tokens", "concurrency", "rate", "requests", "requests-per-client", "pattern",
-        "ttft-target-ms", "tpot-target-ms", "shared-prefix-tokens", "prompt-seed"}) {
+  for (const char* f : {"input-tokens", "concurrency", "rate", "requests", "requests-per-client",
+                        "pattern", "ttft-target-ms", "tpot-target-ms", "shared-prefix-tokens"}) {
     if (conversation() && flags.Given(f)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", f,
@@ -287,6 +287,7 @@ int BenchCommand(int argc, char** argv) {
   out.target = f.openai_url.empty() ? "pdq" : "openai";
   out.workload = f.workload;
   out.output_tokens = f.output_tokens;
+  out.prompt_seed = f.prompt_seed;
   bool all_ok = true;
   if (f.conversation()) {
     out.sessions = (int)f.sessions;
@@ -294,7 +295,7 @@ int BenchCommand(int argc, char** argv) {
     out.first_tokens = f.first_tokens;
     out.turn_tokens = f.turn_tokens;
     const ConversationOptions o{(int)f.sessions, (int)f.turns, f.first_tokens, f.turn_tokens,
-                                f.output_tokens, f.timeout_s,  f.warmup > 0};
+                                f.output_tokens, f.timeout_s,  f.warmup > 0,   f.prompt_seed};
     absl::StatusOr<bool> ok =
         RunConversationBench(*c->target, c->tokenize, c->stub.get(), *text, o, &out);
     if (!ok.ok()) return Fail("bench", ok.status());
@@ -302,7 +303,6 @@ int BenchCommand(int argc, char** argv) {
   } else {
     out.input_tokens = f.input_tokens;
     out.shared_prefix_tokens = f.shared_prefix_tokens;
-    out.prompt_seed = f.prompt_seed;
     out.rate = f.rate;
     out.ttft_target_ms = f.ttft_target_ms;
     out.tpot_target_ms = f.tpot_target_ms;
