@@ -540,9 +540,7 @@ TEST(KernelsTest, CausalGqaAttentionMatchesDenseComputation) {
 
 // Several sequences in one Attention call (a batched step: decode rows and
 // prompt chunks of different lengths over their own blocks of one cache)
-// give each sequence exactly what a call of its own gives. (Four decode rows
-// on two threads: on a path with attend_decode_heads the batched call reads
-// each sequence's kv heads together, the calls of their own one at a time.)
+// give each sequence exactly what a call of its own gives.
 TEST(KernelsTest, BatchedAttentionEqualsOneCallPerSequence) {
   std::mt19937 rng(8);
   const int heads = 6, kv_heads = 2, d = 64, bt = 16;

@@ -348,14 +348,20 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   // (The tiles' kernel splits fp16 K and V into bf16 parts: fp16 caches only.)
   const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr && !layer.bf16 &&
                     layer.head_dim == 64 && layer.block_tokens == 16 && group <= 32;
-  // Decode rows read every kv head's blocks together (attend_decode_heads:
-  // the cache's runs stream, where one kv head's rows are short runs far
-  // apart), one item a sequence, where there are enough of them to keep the
-  // threads busy; else an item per kv head.
+  // Decode rows read every kv head's blocks together where the path can
+  // (attend_decode_heads: the cache's runs stream, where one kv head's rows
+  // are short runs far apart), one item a sequence, unless items per kv head
+  // would keep more than twice as many threads busy: from memory a sequence
+  // read that way goes about 2.5x as fast (kernels_bench
+  // BM_AttendDecodeFromMemory). On 2 threads that is every step: bench-engine
+  // W4A16, one sequence at 1,000 tokens of context, 143-146 -> 171-192
+  // tokens/s on a Zen 4 (no change measured at 0 or 256 tokens).
   int64_t decode_rows = 0;
   for (int64_t si = 0; si < num_seqs; ++si) decode_rows += !seqs[si].prompt && seqs[si].m == 1;
-  const bool heads_together = kt.attend_decode_heads != nullptr && layer.kv_heads > 1 &&
-                              decode_rows >= 2 * std::max(1, ctx.num_threads());
+  const int64_t threads = std::max(1, ctx.num_threads());
+  const bool heads_together =
+      kt.attend_decode_heads != nullptr && layer.kv_heads > 1 &&
+      2 * std::min(threads, decode_rows) >= std::min(threads, decode_rows * layer.kv_heads);
   for (int64_t si = 0; si < num_seqs; ++si) {
     const AttentionSeq& s = seqs[si];
     if (heads_together && !s.prompt && s.m == 1) {
