@@ -1328,10 +1328,12 @@ void AttendDecodeHeadsAvx512(const KvLayerView& layer, const int32_t* block_tabl
   __m512 vmax[kDecodeHeadsMaxQueries];
   for (int r = 0; r < heads * NQ; ++r) vmax[r] = _mm512_set1_ps(-INFINITY);
   const KvRowPrefetch prefetch(layer, block_table, n_pos, 0, heads);
+  // Block j0 of kv head 0: the kv heads' rows follow it, run elements each.
+  const AttendRows at(layer, block_table, n_pos, 0, NQ, q, 0, out, 0);
   prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     prefetch.KeysAhead(j0 / 16);
-    const fp16_t* block = layer.k + block_table[j0 / 16] * prefetch.block_stride;
+    const fp16_t* block = at.Block(layer.k, j0);
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     for (int h = 0; h < heads; ++h) {
       ScoreBlockRow<kBf16, NQ, DV>(block + h * run, nj, q + h * NQ * d, vscale,
@@ -1345,7 +1347,7 @@ void AttendDecodeHeadsAvx512(const KvLayerView& layer, const int32_t* block_tabl
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     prefetch.ValuesAhead(j0 / 16);
-    const fp16_t* block = layer.v + block_table[j0 / 16] * prefetch.block_stride;
+    const fp16_t* block = at.Block(layer.v, j0);
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     for (int h = 0; h < heads; ++h) {
       __m512 oh[NQ][DV];
@@ -1540,10 +1542,12 @@ __attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvL
   __m512 vmax[kDecodeHeadsMaxQueries];
   for (int r = 0; r < heads * NQ; ++r) vmax[r] = _mm512_set1_ps(-INFINITY);
   const KvRowPrefetch prefetch(layer, block_table, n_pos, 0, heads);
+  // Block j0 of kv head 0: the kv heads' rows follow it, run elements each.
+  const AttendRows at(layer, block_table, n_pos, 0, NQ, q, 0, out, 0);
   prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     prefetch.KeysAhead(j0 / 16);
-    const fp16_t* block = layer.k + block_table[j0 / 16] * prefetch.block_stride;
+    const fp16_t* block = at.Block(layer.k, j0);
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     for (int h = 0; h < heads; ++h) {
       ScoreBlockBf16<NQ, D32>(block + h * run, nj, qb + h * NQ, vscale, scores + h * NQ * stride,
@@ -1557,7 +1561,7 @@ __attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvL
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     prefetch.ValuesAhead(j0 / 16);
-    const fp16_t* block = layer.v + block_table[j0 / 16] * prefetch.block_stride;
+    const fp16_t* block = at.Block(layer.v, j0);
     const int64_t nj = std::min<int64_t>(16, n_pos - j0);
     for (int h = 0; h < heads; ++h) {
       __m512 lh[NQ][D32], hh[NQ][D32];
