@@ -238,36 +238,12 @@ void GemmF16PanelsAvx512(const PackedF16& w, int64_t p_begin, int64_t p_end, con
 
 // ---- W4A16 --------------------------------------------------------------------
 
-// Two input pairs of a panel (32 bytes, see PackedW4), widened to 16 bits and
-// interleaved so that int32 lane 2i + e holds row i's inputs (2t + 2e,
-// 2t + 2e + 1): `lo` for rows 0-7, `hi` for rows 8-15. The activations are
-// then one 8-byte broadcast (x[2t .. 2t + 3]) for every lane, shared by both
-// halves, and the one permute per load is shared by every activation row.
+// A panel's codes for W4A8's vpdpbusd (LoadW4Codes4, below): int32 lane
+// 2i + h of `lo` holds panel row i's codes, of `hi` row 8 + i's, so each
+// row's sum is split over two lanes (FoldRows).
 struct W4Codes2 {
   __m512i lo, hi;
 };
-inline W4Codes2 SplitW4Codes(__m512i widened) {
-  const __m512i interleave =
-      _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
-  const __m512i v = _mm512_permutexvar_epi32(interleave, widened);
-  return {_mm512_and_si512(v, _mm512_set1_epi16(0x0f)), _mm512_srli_epi16(v, 4)};
-}
-inline W4Codes2 LoadW4Codes2(const uint8_t* p) {
-  return SplitW4Codes(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
-}
-// One input pair (the last of an odd run): the odd lanes' codes are zero.
-inline W4Codes2 LoadW4Codes1(const uint8_t* p) {
-  return SplitW4Codes(_mm512_cvtepu8_epi16(
-      _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
-}
-
-// x[0 .. 2 pairs) broadcast to every 8-byte lane (a missing second pair reads
-// as zero and meets zero codes).
-inline __m512i ActivationPairs(const int16_t* x, int pairs) {
-  int64_t v = 0;
-  std::memcpy(&v, x, pairs * 4);
-  return _mm512_set1_epi64(v);
-}
 
 // Sums the two lanes of each row (2i, 2i + 1) of lo (rows 0-7) and hi (rows
 // 8-15) into one int32 per panel row.
@@ -299,59 +275,116 @@ inline void ForEachTile(int64_t m, const Tile& tile) {
   }(std::make_integer_sequence<int, kMax - 1>{});
 }
 
-// W4A16's int16 activation rows (`stride` values apart): per group, exact
-// int32 dot products with vpdpwssd (16 rows x 4 inputs a pair of
-// instructions), as the AVX2 and scalar kernels.
-struct Int16Rows {
-  const int16_t* x;
-  int64_t stride;
-  Int16Rows At(int64_t r) const { return {x + r * stride, stride}; }
-  // Adds input pairs [t0, t1) of a panel's codes q into lo and hi.
-  template <int MR>
-  void Accumulate(const uint8_t* q, int64_t t0, int64_t t1, __m512i* lo, __m512i* hi) const {
-    int64_t t = t0;
-    for (; t + 2 <= t1; t += 2) {
-      const W4Codes2 c = LoadW4Codes2(q + t * kPanelRows);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        const __m512i a = ActivationPairs(x + r * stride + 2 * t, 2);
-        lo[r] = Dpwssd(lo[r], c.lo, a);
-        hi[r] = Dpwssd(hi[r], c.hi, a);
-      }
-    }
-    if (t < t1) {
-      const W4Codes2 c = LoadW4Codes1(q + t * kPanelRows);
-      for (int r = 0; r < MR; ++r) {
-        const __m512i a = ActivationPairs(x + r * stride + 2 * t, 1);
-        lo[r] = Dpwssd(lo[r], c.lo, a);
-        hi[r] = Dpwssd(hi[r], c.hi, a);
-      }
-    }
-  }
+// One panel of a PackedW4: its codes, and per group the input pairs it
+// spans and its 16 scales and mins.
+struct W4Panel {
+  W4Panel(const PackedW4& w, int64_t p)
+      : w(w),
+        groups(PackedW4Groups(w.k, w.group)),
+        q(w.q + p * (w.k / 2) * kPanelRows),
+        scale(w.scale + p * groups * kPanelRows),
+        min(w.min + p * groups * kPanelRows) {}
+  int64_t PairsBegin(int64_t g) const { return g * w.group / 2; }
+  int64_t PairsEnd(int64_t g) const { return std::min<int64_t>(w.k, (g + 1) * w.group) / 2; }
+  __m512 Scale(int64_t g) const { return LoadF16x16(scale + g * kPanelRows); }
+  __m512 Min(int64_t g) const { return LoadF16x16(min + g * kPanelRows); }
+  const PackedW4& w;
+  int64_t groups;
+  const uint8_t* q;
+  const fp16_t* scale;
+  const fp16_t* min;
 };
 
-// Rows [0, MR) of `rows` (Int16Rows, or W4A8's Int8Rows below) against one
-// panel: per group the rows' exact int32 sums, then one scale per group.
+// Rows [0, MR) of W4A8's Int8Rows (below) against one panel: per group the
+// rows' exact int32 sums, then one scale per group.
 template <int MR, typename Rows>
 void W4Tile(const PackedW4& w, int64_t p, const Rows& rows, const float* xs, const float* xsum,
             float* y, int64_t ldy, int cols) {
-  const int64_t groups = PackedW4Groups(w.k, w.group);
-  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
-  const fp16_t* sp = w.scale + p * groups * kPanelRows;
-  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  const W4Panel panel(w, p);
+  const int64_t groups = panel.groups;
   __m512 out[MR];
   for (int r = 0; r < MR; ++r) out[r] = _mm512_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
     __m512i lo[MR], hi[MR];
     for (int r = 0; r < MR; ++r) lo[r] = hi[r] = _mm512_setzero_si512();
-    rows.template Accumulate<MR>(q, t0, t1, lo, hi);
-    const __m512 s = LoadF16x16(sp + g * kPanelRows), mn = LoadF16x16(mp + g * kPanelRows);
+    rows.template Accumulate<MR>(panel.q, panel.PairsBegin(g), panel.PairsEnd(g), lo, hi);
+    const __m512 s = panel.Scale(g), mn = panel.Min(g);
     for (int r = 0; r < MR; ++r) {
       out[r] = AddGroup(out[r], s, mn, lo[r], hi[r], xs[r * groups + g], xsum[r * groups + g]);
     }
   }
   for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
+}
+
+// One input pair t of a panel (16 bytes at q + 16t; see PackedW4) as the 16
+// rows' two codes in int16, panel row i in int32 lane i: the 16 bytes
+// widened twice over, the upper copy shifted to its high nibbles. A 32-bit
+// broadcast of an activation row's pair then meets every panel row in one
+// vpdpwssd, and the sums need no folding across lanes.
+inline __m512i LoadW4Pair(const uint8_t* p) {
+  const __m512i shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  const __m256i b =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_and_si512(_mm512_srlv_epi16(_mm512_cvtepu8_epi16(b), shifts),
+                          _mm512_set1_epi16(0x0f));
+}
+
+// W4A16's int16 activation rows [0, MR) (`stride` values apart) against one
+// panel: per group, exact int32 dot products with vpdpwssd (one input pair of
+// 16 panel rows an instruction, as the W8 tile's), then the group's scale and
+// min as the reference applies them. Up to 12 rows: 12 sums and 12 outputs in
+// registers. (The tile this replaced paired two input pairs in alternate
+// lanes: 8 rows, and a fold across lanes per row and group that cost about a
+// third of its instructions at groups of 32.)
+template <int MR>
+void W4PairTile(const PackedW4& w, int64_t p, const int16_t* x, int64_t stride, const float* xs,
+                const float* xsum, float* y, int64_t ldy, int cols) {
+  const W4Panel panel(w, p);
+  const int64_t groups = panel.groups;
+  const uint8_t* q = panel.q;
+  __m512 out[MR];
+  for (int r = 0; r < MR; ++r) out[r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i acc[MR];
+    for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
+    for (int64_t t = panel.PairsBegin(g); t < panel.PairsEnd(g); ++t) {
+      // A 64-byte line (4 pairs) 32 pairs ahead, as the W8 tile's.
+      if ((t & 3) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(q + (t + 32) * kPanelRows), _MM_HINT_T0);
+      }
+      const __m512i c = LoadW4Pair(q + t * kPanelRows);
+#pragma GCC unroll 12
+      for (int r = 0; r < MR; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, x + r * stride + 2 * t, 4);
+        acc[r] = Dpwssd(acc[r], c, _mm512_set1_epi32(pair));
+      }
+    }
+    const __m512 s = panel.Scale(g), mn = panel.Min(g);
+    for (int r = 0; r < MR; ++r) {
+      out[r] = _mm512_fmadd_ps(mn, _mm512_set1_ps(xsum[r * groups + g]), out[r]);
+      out[r] = _mm512_fmadd_ps(_mm512_mul_ps(s, _mm512_set1_ps(xs[r * groups + g])),
+                               _mm512_cvtepi32_ps(acc[r]), out[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) StoreCols(y + r * ldy, out[r], cols);
+}
+
+// Calls tile(std::integral_constant<int, MR>{}, r) over rows [0, m) in the
+// fewest tiles of at most kMax rows, their sizes as even as can be (16 rows
+// at kMax 12: 8 + 8, not 12 + 4).
+template <int kMax, typename Tile>
+inline void ForEvenTiles(int64_t m, const Tile& tile) {
+  const int64_t tiles = (m + kMax - 1) / kMax;
+  int64_t r = 0;
+  for (int64_t i = 0; i < tiles; ++i) {
+    const int64_t rows = m / tiles + (i < m % tiles ? 1 : 0);
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+      ((rows == I + 1 ? tile(std::integral_constant<int, I + 1>{}, r) : void()), ...);
+    }
+    (std::make_integer_sequence<int, kMax>{});
+    r += rows;
+  }
 }
 
 inline __m256i Dpwssd256(__m256i acc, __m256i a, __m256i b) {
@@ -360,7 +393,7 @@ inline __m256i Dpwssd256(__m256i acc, __m256i a, __m256i b) {
 }
 
 // One activation row (decode) against one panel in 256-bit registers
-// (kernels/cpu/w4_row.h, with AVX-512 VL's vpdpwssd): W4Tile<1>'s sums and
+// (kernels/cpu/w4_row.h, with AVX-512 VL's vpdpwssd): W4PairTile<1>'s sums and
 // rounding in the AVX2 kernel's layout (input pair t: 16 bytes widened to
 // rows 0-7's and rows 8-15's pairs, no permute), on four independent pairs
 // of accumulators, since one pair's chain (latency 5, one step per input
@@ -382,17 +415,16 @@ void W4IntRowAvx512(const PackedW4& w, int64_t p, const int16_t* xq, const float
 void GemmW4PanelsAvx512(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                         const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
   const int64_t groups = PackedW4Groups(w.k, w.group);
-  const Int16Rows rows{xq, w.k};
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    // Tiles of 8 rows; a single row (decode, or a batch's last) on W4IntRowAvx512.
-    ForEachTile<8>(m, [&](auto mr, int64_t r) {
+    // Tiles of up to 12 rows; a single row (decode) on W4IntRowAvx512.
+    ForEvenTiles<12>(m, [&](auto mr, int64_t r) {
       if constexpr (decltype(mr)::value == 1) {
         W4IntRowAvx512(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
       } else {
-        W4Tile<decltype(mr)::value>(w, p, rows.At(r), xs + r * groups, xsum + r * groups,
-                                    yp + r * ldy, ldy, cols);
+        W4PairTile<decltype(mr)::value>(w, p, xq + r * w.k, w.k, xs + r * groups, xsum + r * groups,
+                                        yp + r * ldy, ldy, cols);
       }
     });
   }
