@@ -361,9 +361,9 @@ TEST(KernelsTest, AttendMatchesReference) {
 
 // attend_decode_heads (a decode row for every kv head, the kv heads' rows
 // of each block read together): bit for bit what attend gives for each kv
-// head in turn, on both caches, for the shapes its own kernel takes (groups
-// of 3 and 4, head_dim 16 to 64) and those it hands to attend; and every
-// output written (out starts as NaN).
+// head in turn, on both caches, for the shapes its own kernels take (AVX-512:
+// groups of 3 and 4, head_dim 16 to 64; AVX2: up to 16 queries a row) and
+// those they hand to attend; and every output written (out starts as NaN).
 TEST(KernelsTest, AttendDecodeHeadsMatchesAttendPerKvHead) {
   SKIP_WITHOUT_FAST_PATHS();
   std::mt19937 rng(26);
@@ -400,7 +400,7 @@ TEST(KernelsTest, AttendDecodeHeadsMatchesAttendPerKvHead) {
       }
     }
   }
-  if (tables == 0) GTEST_SKIP() << "no path here has attend_decode_heads (AVX-512 only)";
+  if (tables == 0) GTEST_SKIP() << "no path here has attend_decode_heads (AVX2 or AVX-512)";
 }
 
 // Prompt attention on AMX-BF16 tiles (attend_bf16): within the rounding of

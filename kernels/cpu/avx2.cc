@@ -656,6 +656,19 @@ inline float ExpInPlace(float* s, int64_t n, float max) {
   return sum;
 }
 
+// A query's n scores s[0, n) become exp(s[j] - their max); returns 1 / the
+// sum of those, the factor that makes them softmax weights.
+inline float SoftmaxWeights(float* s, int64_t n) {
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, vmax);
+  float max = *std::max_element(lanes, lanes + 8);
+  for (; j < n; ++j) max = std::max(max, s[j]);
+  return 1.0f / ExpInPlace(s, n, max);
+}
+
 // Lane t of the result: the sum of a[t]'s lanes.
 inline __m128 Reduce4(const __m256 a[4]) {
   const __m256 x = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
@@ -706,6 +719,16 @@ inline void ScoreKey1(const float* q, const fp16_t* k, int d, float scale, float
       acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * d + i), kv, acc[h]);
   }
   for (int h = 0; h < G; ++h) s[h * s_stride] = HorizontalSum(acc[h]) * scale;
+}
+
+// The scores of G heads (q rows d apart) for the nj keys of a block (rows d
+// apart from k): p[h * p_stride + j], j < nj.
+template <bool kBf16, int G>
+inline void ScoreBlock(const float* q, const fp16_t* k, int64_t nj, int d, float scale, float* p,
+                       int64_t p_stride) {
+  int64_t j = 0;
+  for (; j + 4 <= nj; j += 4) ScoreKeys4<kBf16, G>(q, k + j * d, d, scale, p + j, p_stride);
+  for (; j < nj; ++j) ScoreKey1<kBf16, G>(q, k + j * d, d, scale, p + j, p_stride);
 }
 
 // out[h][8 c0, 8 (c0 + C)) = sum over the n positions j of p[h][j] v[j][..]
@@ -770,25 +793,11 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
     const int64_t b = j0 / 16;
     prefetch.KeysAhead(b);
-    const fp16_t* block = kbase + block_table[b] * block_stride;
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
-    int64_t j = 0;
-    for (; j + 4 <= nj; j += 4)
-      ScoreKeys4<kBf16, G>(q, block + j * d, d, scale, p + j0 + j, p_stride);
-    for (; j < nj; ++j) ScoreKey1<kBf16, G>(q, block + j * d, d, scale, p + j0 + j, p_stride);
+    ScoreBlock<kBf16, G>(q, kbase + block_table[b] * block_stride,
+                         std::min<int64_t>(16, n_pos - j0), d, scale, p + j0, p_stride);
   }
   float inv_sum[G];
-  for (int h = 0; h < G; ++h) {
-    float* ph = p + h * p_stride;
-    __m256 vmax = _mm256_set1_ps(-INFINITY);
-    int64_t j = 0;
-    for (; j + 8 <= n_pos; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(ph + j));
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
-    float max = *std::max_element(lanes, lanes + 8);
-    for (; j < n_pos; ++j) max = std::max(max, ph[j]);
-    inv_sum[h] = 1.0f / ExpInPlace(ph, n_pos, max);
-  }
+  for (int h = 0; h < G; ++h) inv_sum[h] = SoftmaxWeights(p + h * p_stride, n_pos);
   // Slices of C value vectors: as many accumulators as the registers hold.
   constexpr int C = G == 1 ? 8 : G == 2 ? 6 : 4;
   const int dv = d / 8;
@@ -800,6 +809,129 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
     const __m256 inv = _mm256_set1_ps(inv_sum[h]);
     for (int i = 0; i < d; i += 8) {
       _mm256_storeu_ps(out + h * d + i, _mm256_mul_ps(_mm256_loadu_ps(out + h * d + i), inv));
+    }
+  }
+}
+
+// acc[h][8 c0, 8 (c0 + C)) += p[h][j] v[j][..] for the nj rows of one V
+// block (rows d apart from v) and G heads (p rows p_stride apart, acc rows d
+// apart): WeighValues' steps for one block, its sums kept in memory between
+// blocks (the same numbers: each float goes out and comes back unchanged).
+template <bool kBf16, int G, int C>
+inline void WeighBlock(const float* p, int64_t p_stride, const fp16_t* v, int64_t nj, int d, int c0,
+                       float* acc) {
+  __m256 a[G][C];
+  for (int h = 0; h < G; ++h)
+    for (int c = 0; c < C; ++c) a[h][c] = _mm256_loadu_ps(acc + h * d + 8 * (c0 + c));
+  for (int64_t j = 0; j < nj; ++j) {
+    __m256 pj[G];
+    for (int h = 0; h < G; ++h) pj[h] = _mm256_broadcast_ss(p + h * p_stride + j);
+    for (int c = 0; c < C; ++c) {
+      const __m256 vv = LoadKv8<kBf16>(v + j * d + 8 * (c0 + c));
+      for (int h = 0; h < G; ++h) a[h][c] = _mm256_fmadd_ps(pj[h], vv, a[h][c]);
+    }
+  }
+  for (int h = 0; h < G; ++h)
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(acc + h * d + 8 * (c0 + c), a[h][c]);
+}
+
+// WeighBlock for the last cn < C vectors of a head dimension, from c0.
+template <bool kBf16, int G, int C>
+inline void WeighBlockTail(int cn, const float* p, int64_t p_stride, const fp16_t* v, int64_t nj,
+                           int d, int c0, float* acc) {
+  if constexpr (C > 0) {
+    if (cn == C) {
+      WeighBlock<kBf16, G, C>(p, p_stride, v, nj, d, c0, acc);
+    } else {
+      WeighBlockTail<kBf16, G, C - 1>(cn, p, p_stride, v, nj, d, c0, acc);
+    }
+  }
+}
+
+// WeighBlock over a head dimension's slices of C vectors (the last may be
+// narrower), as AttendRowTiles slices it.
+template <bool kBf16, int G, int C>
+inline void WeighBlockSlices(const float* p, int64_t p_stride, const fp16_t* v, int64_t nj, int d,
+                             float* acc) {
+  const int dv = d / 8;
+  int c0 = 0;
+  for (; c0 + C <= dv; c0 += C) WeighBlock<kBf16, G, C>(p, p_stride, v, nj, d, c0, acc);
+  WeighBlockTail<kBf16, G, C - 1>(dv - c0, p, p_stride, v, nj, d, c0, acc);
+}
+
+// The query heads of a kv head in tiles of up to kTileHeads: fn(tile's
+// first head, std::integral_constant<int, G>) for each.
+template <typename Fn>
+inline void ForHeadTiles(int group, const Fn& fn) {
+  for (int h0 = 0; h0 < group; h0 += kTileHeads) {
+    switch (std::min(kTileHeads, group - h0)) {
+      case 3:
+        fn(h0, std::integral_constant<int, 3>{});
+        break;
+      case 2:
+        fn(h0, std::integral_constant<int, 2>{});
+        break;
+      default:
+        fn(h0, std::integral_constant<int, 1>{});
+        break;
+    }
+  }
+}
+
+// KernelTable::attend_decode_heads: AttendRowTiles for every kv head of the
+// layer at once, with the same numbers: block by block, each kv head's rows
+// in turn, so that a block's rows of all kv heads (one run in the cache)
+// are read together and consecutive blocks stream, as the AVX-512 kernel
+// does. The value sums wait in scratch between blocks. Needs kv_heads *
+// group <= 16 (scratch: the scores, then kv_heads * group * head_dim sums in
+// AttendWorkFloats' 32 head_dim rows).
+template <bool kBf16>
+void AttendDecodeHeadsAvx2Body(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                               int group, const float* q, float scale, float* out, float* scratch) {
+  const int d = layer.head_dim;
+  const int heads = layer.kv_heads;
+  const int nq = heads * group;
+  const int64_t head_stride = (int64_t)layer.block_tokens * d;
+  const int64_t block_stride = head_stride * heads;
+  const int64_t p_stride = n_pos + 16;
+  float* p = scratch;              // [nq][p_stride]
+  float* acc = p + nq * p_stride;  // [nq][d]
+  const KvRowPrefetch prefetch(layer, block_table, n_pos, 0, heads);
+  // fn(query row r, its tile's width G, the kv head's rows of the block,
+  // the block's first position, its rows) for every block of `base` (K or
+  // V) in order, and in each every kv head's tiles of query heads.
+  auto for_blocks = [&](const fp16_t* base, bool keys, const auto& fn) {
+    for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
+      const int64_t b = j0 / 16;
+      keys ? prefetch.KeysAhead(b) : prefetch.ValuesAhead(b);
+      const fp16_t* block = base + block_table[b] * block_stride;
+      const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+      for (int h = 0; h < heads; ++h) {
+        ForHeadTiles(
+            group, [&](int h0, auto g) { fn(h * group + h0, g, block + h * head_stride, j0, nj); });
+      }
+    }
+  };
+  prefetch.FirstKeys();
+  for_blocks(layer.k, true, [&](int r, auto g, const fp16_t* rows, int64_t j0, int64_t nj) {
+    ScoreBlock<kBf16, decltype(g)::value>(q + r * d, rows, nj, d, scale, p + r * p_stride + j0,
+                                          p_stride);
+  });
+  float inv_sum[16];
+  for (int r = 0; r < nq; ++r) {
+    inv_sum[r] = SoftmaxWeights(p + r * p_stride, n_pos);
+    std::fill(acc + r * d, acc + (r + 1) * d, 0.0f);
+  }
+  for_blocks(layer.v, false, [&](int r, auto g, const fp16_t* rows, int64_t j0, int64_t nj) {
+    constexpr int G = decltype(g)::value;
+    // As AttendRowTiles: as many accumulators as the registers hold.
+    constexpr int C = G == 1 ? 8 : G == 2 ? 6 : 4;
+    WeighBlockSlices<kBf16, G, C>(p + r * p_stride + j0, p_stride, rows, nj, d, acc + r * d);
+  });
+  for (int r = 0; r < nq; ++r) {
+    const __m256 inv = _mm256_set1_ps(inv_sum[r]);
+    for (int i = 0; i < d; i += 8) {
+      _mm256_storeu_ps(out + r * d + i, _mm256_mul_ps(_mm256_loadu_ps(acc + r * d + i), inv));
     }
   }
 }
@@ -956,6 +1088,25 @@ template void AttendAvx2<true>(const KvLayerView&, const int32_t*, int64_t, int,
 template void AttendAvx2<false>(const KvLayerView&, const int32_t*, int64_t, int, int, int,
                                 const float*, int64_t, float, float*, int64_t, float*);
 
+// KernelTable::attend_decode_heads: AttendDecodeHeadsAvx2Body where attend
+// (rows 1) would take its register tiles for each kv head and the sums fit
+// the scratch (kv_heads * group <= 16), else attend for each kv head.
+void AttendDecodeHeadsAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                           int group, const float* q, float scale, float* out, float* scratch) {
+  const int d = layer.head_dim;
+  if (d % 8 == 0 && d <= 256 && layer.block_tokens == 16 && layer.kv_heads * group <= 16) {
+    const auto body =
+        layer.bf16 ? AttendDecodeHeadsAvx2Body<true> : AttendDecodeHeadsAvx2Body<false>;
+    body(layer, block_table, n_pos, group, q, scale, out, scratch);
+    return;
+  }
+  const int64_t row = (int64_t)group * d;
+  for (int h = 0; h < layer.kv_heads; ++h) {
+    AttendAvx2<true>(layer, block_table, n_pos, 1, h, group, q + h * row, row, scale, out + h * row,
+                     row, scratch);
+  }
+}
+
 const KernelTable kAvx2Kernels = {
     "avx2",
     GemmF16PanelsAvx2,
@@ -977,6 +1128,7 @@ const KernelTable kAvx2Kernels = {
     nullptr,  // no bf16 tiles
     nullptr,
     AttendAvx2<false>,
+    AttendDecodeHeadsAvx2,
 };
 
 }  // namespace pdq::cpu
