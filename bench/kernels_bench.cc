@@ -327,15 +327,17 @@ BENCHMARK(BM_GemmW8A8)
 // Decode rows over a cache that lives in memory, not in the caches: 120
 // sequence-layers of 1,024 positions, 3 kv heads of head_dim 64 (SmolLM2-135M
 // at 1,024 tokens of context for 4 sequences, 94 MB), one decode row of each
-// for every kv head, one thread, on the active path. Args: block order (0:
-// each sequence's blocks consecutive in the pool, 1: shuffled over the
-// pool); how (0: attend for each kv head on the cache's layout, where each
-// block holds all kv heads' 16 rows, so a kv head's rows are 2 KB runs 6 KB
-// apart; 1: attend_decode_heads, the kv heads of each block together, where
-// the path has it; 2: attend for each kv head on what a head-major pool
-// would give, each kv head's blocks on their own). GBps: K and V bytes
-// read a second. The question it answers: how much of a decode step's
-// attention time is the memory layout's, not the arithmetic's.
+// for every kv head, one thread, on the active path. Args: block order (0: each
+// sequence's blocks consecutive in the pool, 1: shuffled over the pool, 2:
+// consecutive but in descending order, as blocks evicted from the prefix
+// cache's LRU would come without KvCache::Reserve's sort); how (0: attend for
+// each kv head on the cache's layout, where each block holds all kv heads' 16
+// rows, so a kv head's rows are 2 KB runs 6 KB apart; 1: attend_decode_heads,
+// the kv heads of each block together, where the path has it; 2: attend for
+// each kv head on what a head-major pool would give, each kv head's blocks on
+// their own). GBps: K and V bytes read a second. The question it answers: how
+// much of a decode step's attention time is the memory layout's, not the
+// arithmetic's.
 void BM_AttendDecodeFromMemory(benchmark::State& state) {
   constexpr int64_t kPositions = 1024, kSeqLayers = 120;
   constexpr int d = 64, kv_heads = 3, group = 3;
@@ -359,6 +361,10 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
   std::vector<int32_t> ids(tables * blocks);
   for (int64_t i = 0; i < (int64_t)ids.size(); ++i) ids[i] = (int32_t)i;
   if (shuffled) std::shuffle(ids.begin(), ids.end(), rng);
+  if (state.range(0) == 2) {
+    for (int64_t t = 0; t < tables; ++t)
+      std::reverse(ids.begin() + t * blocks, ids.begin() + (t + 1) * blocks);
+  }
   const KvLayerView layer{k.data(), v.data(), head_major ? 1 : kv_heads, d, 16, false};
   std::vector<float> q(kv_heads * group * d), out(q.size());
   for (auto& x : q) x = u(rng);
@@ -383,7 +389,7 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
 }
 
 BENCHMARK(BM_AttendDecodeFromMemory)
-    ->ArgsProduct({{0, 1}, {0, 1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

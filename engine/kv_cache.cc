@@ -109,7 +109,14 @@ absl::Status KvCache::Reserve(SeqId seq, int64_t tokens) {
         "KV cache full: ", tokens, " tokens need ", more, " more blocks of ", bt,
         " tokens but only ", num_free_blocks(), " of ", config_.num_blocks, " are free"));
   }
+  const size_t first = s.blocks.size();
   for (int64_t i = 0; i < more; ++i) s.blocks.push_back(TakeBlock());
+  // New blocks hold nothing yet, so their order is free: ascending ids, so
+  // that a run the free stack or the LRU hands back (the LRU returns a freed
+  // sequence's blocks last first) is consecutive in the pool again, and a
+  // decode row reading the sequence streams it (kernels_bench
+  // BM_AttendDecodeFromMemory: 21 GB/s ascending, 7 descending).
+  std::sort(s.blocks.begin() + first, s.blocks.end());
   return absl::OkStatus();
 }
 

@@ -138,6 +138,30 @@ TEST(PrefixCacheTest, EvictsLeastRecentlyUsedUnreferencedBlocksOnly) {
   EXPECT_EQ(kv->num_free_blocks(), 6);
 }
 
+// A freed sequence's cached blocks go back to the LRU last first (so a
+// prefix loses its tail before its head); a reservation that evicts them
+// still gets its new blocks in ascending order, consecutive where they were
+// (decode attention streams consecutive blocks: KvCache::Reserve).
+TEST(PrefixCacheTest, BlocksTakenFromTheLruComeInAscendingOrder) {
+  auto kv = MakeCache(8);
+  Serve(*kv, Tokens(8 * kBlock, 1));  // the whole pool, cached, in the LRU
+  EXPECT_EQ(kv->prefix_stats().cached_blocks, 8);
+  ASSERT_EQ(kv->num_free_blocks(), 8);
+  const SeqId s = kv->AddSequence();
+  ASSERT_TRUE(kv->Reserve(s, 5 * kBlock).ok());
+  EXPECT_EQ(kv->prefix_stats().evictions, 5);
+  const std::span<const int32_t> t5 = *kv->BlockTable(s);
+  const std::vector<int32_t> table(t5.begin(), t5.end());
+  ASSERT_EQ(table.size(), 5u);
+  for (size_t i = 1; i < table.size(); ++i) EXPECT_EQ(table[i], table[i - 1] + 1) << i;
+  // Growing it takes the next ones after those it holds.
+  ASSERT_TRUE(kv->Reserve(s, 8 * kBlock).ok());
+  const std::span<const int32_t> grown = *kv->BlockTable(s);
+  EXPECT_TRUE(std::is_sorted(grown.begin() + 5, grown.end()));
+  ASSERT_TRUE(kv->RemoveSequence(s).ok());
+  EXPECT_EQ(kv->num_free_blocks(), 8);
+}
+
 TEST(PrefixCacheTest, ForcedHashCollisionsStillServeTheRightBlocks) {
   // Every block hashes to the same index slot: only the stored tokens and
   // the parent tell them apart.
