@@ -960,22 +960,11 @@ static void AttendAvx2Body(const KvLayerView& layer, const int32_t* block_table,
     // The group's heads in tiles of up to kTileHeads; scratch holds
     // group * (n_pos + 16) score floats (AttendScratch).
     const int64_t p_stride = n_pos + 16;
-    for (int h0 = 0; h0 < group; h0 += kTileHeads) {
-      const float* qh = q + h0 * d;
-      float* oh = out + h0 * d;
-      float* ph = scratch + h0 * p_stride;
-      switch (std::min(kTileHeads, group - h0)) {
-        case 3:
-          AttendRowTiles<kBf16, 3>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
-          break;
-        case 2:
-          AttendRowTiles<kBf16, 2>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
-          break;
-        default:
-          AttendRowTiles<kBf16, 1>(layer, block_table, n_pos, kv_head, qh, scale, oh, ph, p_stride);
-          break;
-      }
-    }
+    ForHeadTiles(group, [&](int h0, auto g) {
+      AttendRowTiles<kBf16, decltype(g)::value>(layer, block_table, n_pos, kv_head, q + h0 * d,
+                                                scale, out + h0 * d, scratch + h0 * p_stride,
+                                                p_stride);
+    });
     return;
   }
   const int dv = d / 8;
