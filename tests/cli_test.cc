@@ -280,6 +280,18 @@ TEST(CliTest, PerplexityJsonOnAShortText) {
   r = RunPdq("perplexity --model synthetic:tiny --text " + path + " --ctx 4096");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("--ctx"), std::string::npos) << r.out;
+
+  // --w4a8-rows where no step could take W4A8 is refused, not ignored; one-row
+  // decode steps (--decode-precision) with --w4a8-rows 1 are what scores it.
+  for (const char* flags :
+       {" --precision w4a16 --w4a8-rows 1", " --decode-precision w4a16 --w4a8-rows 8"}) {
+    r = RunPdq("perplexity --model synthetic:tiny --text " + path + " --ctx 64 --chunks 1" + flags);
+    EXPECT_EQ(r.exit_code, 1) << flags;
+    EXPECT_NE(r.out.find("changes nothing here"), std::string::npos) << flags << "\n" << r.out;
+  }
+  r = RunPdq("perplexity --model synthetic:tiny --text " + path +
+             " --ctx 64 --chunks 1 --decode-precision w4a16 --w4a8-rows 1");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
 }
 
 TEST(CliTest, DriftJsonReportsEveryPosition) {

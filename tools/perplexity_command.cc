@@ -36,6 +36,17 @@ int PerplexityCommand(int argc, char** argv) {
   if (decode_precision.empty()) decode_precision = mf.precision;
   if (text_path.empty())
     return Fail("perplexity", absl::InvalidArgumentError("--text is required"));
+  // W4A8 takes decode steps of --w4a8-rows rows or more, never prompt rows:
+  // windows scored in one pass would measure W4A16 while the flag says W4A8.
+  if (mf.w4a8_rows > 1 || (mf.w4a8_rows == 1 && !disaggregated)) {
+    return Fail("perplexity",
+                absl::InvalidArgumentError(absl::StrCat(
+                    "--w4a8-rows ", mf.w4a8_rows,
+                    " changes nothing here: W4A8 takes decode steps of that many rows, and this "
+                    "command scores windows as prompt rows, or token by token (one-row steps) "
+                    "with --decode-precision; to score W4A8 use --decode-precision w4a16 "
+                    "--w4a8-rows 1")));
+  }
   auto text = ReadTextFile(text_path, "text file");
   if (!text.ok()) return Fail("perplexity", text.status());
 
