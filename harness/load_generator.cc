@@ -92,6 +92,12 @@ absl::StatusOr<std::vector<std::vector<int32_t>>> CutTokenRuns(const Tokenize& t
 
 absl::StatusOr<size_t> LeadingTokens(const Tokenize& tokenize);  // below
 
+// Where --prompt-seed puts a seed in [0, 1): the golden ratio's fractional
+// multiples, well apart for any few seeds; 0 for seed 0.
+double SeedFraction(int64_t seed) {
+  return seed > 0 ? std::fmod((double)seed * 0.6180339887498949, 1.0) : 0.0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
@@ -114,12 +120,11 @@ absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
     prefix = std::move(one[0]);
     PDQ_ASSIGN_OR_RETURN(leading, LeadingTokens(tokenize));
   }
-  // The golden ratio's fractional multiples: well apart for any few seeds.
   // Seed 0 spaces its prompts room / (count - 1) apart and the others room /
   // count, so seed 0's starts are shift = k / (count - 1) for the others: a
   // shift within a quarter of that spacing of one moves half of it on, and no
   // prompt of a seed starts where one of seed 0's does.
-  double shift = seed > 0 ? std::fmod((double)seed * 0.6180339887498949, 1.0) : 0.0;
+  double shift = SeedFraction(seed);
   if (seed > 0 && count > 1) {
     const double k = shift * (count - 1);
     if (std::abs(k - std::round(k)) < 0.25) shift = std::fmod(shift + 0.5 / (count - 1), 1.0);
@@ -665,11 +670,9 @@ absl::StatusOr<UserMessages> MakeUserMessages(const Tokenize& tokenize, const st
   // Half a spacing in: no message starts where the text does, as a sweep's
   // first prompt (pdq bench --prompt-seed 0) does, which a deployment's
   // prefix cache would then answer. Another seed moves every start on by a
-  // quarter to three quarters of a spacing (the golden ratio's fractional
-  // multiples), so no message of it starts where one of seed 0's does.
-  const double shift = o.prompt_seed > 0
-                           ? 0.25 + 0.5 * std::fmod((double)o.prompt_seed * 0.6180339887498949, 1.0)
-                           : 0.0;
+  // quarter to three quarters of a spacing, so no message of it starts where
+  // one of seed 0's does.
+  const double shift = o.prompt_seed > 0 ? 0.25 + 0.5 * SeedFraction(o.prompt_seed) : 0.0;
   auto cut = [&](size_t i, int64_t tokens) {
     const size_t at =
         o.prompt_seed > 0
