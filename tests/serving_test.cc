@@ -278,7 +278,7 @@ TEST_F(ServingTest, PdqBenchConversationResendsTheGrowingConversation) {
   }
   const std::string cmd = std::string(PDQ_BIN_DIR) + "/pdq bench --router " + split.router.address +
                           " --workload conversation --sessions 2 --turns 3 --first-tokens 40"
-                          " --turn-tokens 16 --output-tokens 4 --text " +
+                          " --turn-tokens 16 --output-tokens 4 --timeout 120 --text " +
                           text + " --json " + json + " >" + dir + "/out.txt 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream out_in(dir + "/out.txt");
@@ -330,7 +330,8 @@ TEST_F(ServingTest, PdqBenchConversationResendsTheGrowingConversation) {
     const std::string again = std::string(PDQ_BIN_DIR) + "/pdq bench --router " +
                               split.router.address +
                               " --workload conversation --sessions 2 --turns 3 --first-tokens 40"
-                              " --turn-tokens 16 --output-tokens 4 --warmup 0 --text " +
+                              " --turn-tokens 16 --output-tokens 4 --warmup 0 --timeout 120"
+                              " --text " +
                               text + " --prompt-seed " + std::to_string(seed) + " --json " + json +
                               " >" + dir + "/out.txt 2>&1";
     EXPECT_EQ(std::system(again.c_str()), 0) << again;
