@@ -25,7 +25,8 @@ class Sampler {
   // params must have passed ValidateSamplingParams.
   explicit Sampler(const SamplingParams& params);
   // Picks a token from `vocab` logits. Deterministic for a given seed and
-  // sequence of calls: a sampled (not greedy) pick takes exactly one draw.
+  // sequence of calls (on one kernel path: the weights come from its
+  // vector exp): a sampled (not greedy) pick takes exactly one draw.
   int32_t Sample(const float* logits, int vocab);
   // Continues a stream whose first `n` picks another Sampler with the same
   // parameters made (a prefill worker samples the first token, the decode
@@ -33,9 +34,15 @@ class Sampler {
   void SkipSamples(int n);
 
  private:
+  static constexpr int kChunk = 1024;  // logits whose weights are summed together
+  int32_t SampleTopK(const float* logits, int vocab, float max_logit, double u);
+  int32_t SampleNucleus(const float* logits, int vocab, float max_logit, double total, double u);
+
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<std::pair<float, int32_t>> candidates_;  // top-k's
+  std::vector<float> weights_, chunk_sums_;            // every token's
+  std::vector<int32_t> order_;                         // the nucleus's candidates
 };
 
 // Index of the largest logit (the lowest index on ties).

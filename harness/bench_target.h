@@ -60,11 +60,10 @@ class BenchTarget {
 // timings.cache_n) where the server reports them. `model` empty: the first of
 // GET {base_url}/models. `api_key`, when given, goes in the Authorization
 // header; over https the server's certificate is checked against `ca_path`
-// (empty: the system's CAs).
-absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(const std::string& base_url,
-                                                               const std::string& model,
-                                                               const std::string& api_key,
-                                                               const std::string& ca_path,
-                                                               std::string* model_used);
+// (empty: the system's CAs). Answers are sampled at `temperature` (0:
+// greedy; an OpenAI client that sends none gets the API's default of 1).
+absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(
+    const std::string& base_url, const std::string& model, const std::string& api_key,
+    const std::string& ca_path, std::string* model_used, double temperature = 0);
 
 }  // namespace pdq

@@ -150,7 +150,7 @@ namespace {
 // pdq's own API: token-id prompts over gRPC.
 class PdqTarget : public BenchTarget {
  public:
-  explicit PdqTarget(v1::Pdq::Stub& stub) : stub_(stub) {}
+  PdqTarget(v1::Pdq::Stub& stub, double temperature) : stub_(stub), temperature_(temperature) {}
   Record Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
              const std::string& id) override {
     Record r;
@@ -161,6 +161,7 @@ class PdqTarget : public BenchTarget {
     for (int32_t t : prompt.ids) req.mutable_tokens()->add_ids(t);
     req.set_max_tokens((int32_t)output_tokens);
     req.set_ignore_eos(true);
+    if (temperature_ > 0) req.mutable_sampling()->set_temperature((float)temperature_);
     const Clock::time_point start = Clock::now();
     auto reader = stub_.Generate(&ctx, req);
     v1::GenerateResponse m;
@@ -198,6 +199,7 @@ class PdqTarget : public BenchTarget {
 
  private:
   v1::Pdq::Stub& stub_;
+  const double temperature_;
 };
 
 // The level's figures; with `per_pool`, also each A/B pool's.
@@ -271,8 +273,8 @@ void PrintSummary(const LevelResult& s) {
 
 }  // namespace
 
-std::unique_ptr<BenchTarget> PdqBenchTarget(v1::Pdq::Stub& stub) {
-  return std::make_unique<PdqTarget>(stub);
+std::unique_ptr<BenchTarget> PdqBenchTarget(v1::Pdq::Stub& stub, double temperature) {
+  return std::make_unique<PdqTarget>(stub, temperature);
 }
 
 // The evaluation's three standard shapes; "custom" takes the flags.

@@ -53,8 +53,9 @@ absl::StatusOr<std::vector<BenchPrompt>> MakePrompts(const Tokenize& tokenize,
                                                      int count, int64_t shared_prefix = 0,
                                                      int64_t seed = 0);
 
-// pdq's own API as a target: token-id prompts over gRPC (`stub` outlives it).
-std::unique_ptr<BenchTarget> PdqBenchTarget(v1::Pdq::Stub& stub);
+// pdq's own API as a target: token-id prompts over gRPC (`stub` outlives
+// it), answers sampled at `temperature` (0: greedy).
+std::unique_ptr<BenchTarget> PdqBenchTarget(v1::Pdq::Stub& stub, double temperature = 0);
 
 // Requests against one target, the prompts taken in turn.
 class Driver {

@@ -96,11 +96,13 @@ std::optional<int> CachedTokens(const json& event) {
 
 class OpenAiTarget : public BenchTarget {
  public:
-  OpenAiTarget(Url url, std::string model, std::string api_key, std::string ca_path)
+  OpenAiTarget(Url url, std::string model, std::string api_key, std::string ca_path,
+               double temperature)
       : url_(std::move(url)),
         model_(std::move(model)),
         api_key_(std::move(api_key)),
-        ca_path_(std::move(ca_path)) {}
+        ca_path_(std::move(ca_path)),
+        temperature_(temperature) {}
 
   BenchRecord Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
                   const std::string& request_id) override {
@@ -117,7 +119,7 @@ class OpenAiTarget : public BenchTarget {
     req.body = json({{"model", model_},
                      {"prompt", prompt.text},
                      {"max_tokens", output_tokens},
-                     {"temperature", 0},
+                     {"temperature", temperature_},
                      {"stream", true},
                      {"ignore_eos", true},
                      {"stream_options", {{"include_usage", true}}}})
@@ -204,15 +206,14 @@ class OpenAiTarget : public BenchTarget {
  private:
   const Url url_;
   const std::string model_, api_key_, ca_path_;
+  const double temperature_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(const std::string& base_url,
-                                                               const std::string& model,
-                                                               const std::string& api_key,
-                                                               const std::string& ca_path,
-                                                               std::string* model_used) {
+absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(
+    const std::string& base_url, const std::string& model, const std::string& api_key,
+    const std::string& ca_path, std::string* model_used, double temperature) {
   absl::StatusOr<Url> url = ParseUrl(base_url);
   if (!url.ok()) return url.status();
   // Reach the server once: an unreachable one fails here, not 100 times.
@@ -250,7 +251,7 @@ absl::StatusOr<std::unique_ptr<BenchTarget>> OpenAiBenchTarget(const std::string
     chosen = j["data"][0]["id"].get<std::string>();
   }
   *model_used = chosen;
-  return std::make_unique<OpenAiTarget>(*url, chosen, api_key, ca_path);
+  return std::make_unique<OpenAiTarget>(*url, chosen, api_key, ca_path, temperature);
 }
 
 }  // namespace pdq

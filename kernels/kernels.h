@@ -255,6 +255,15 @@ void SiluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, 
 // (g + 0.044715 g^3))): GeGLU (Gemma).
 void GeluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, float* out);
 
+// ---- One row, on the calling thread (sampling) --------------------------------
+// The index of the largest of x[0, n) (n > 0), the lowest on ties; a NaN is
+// never larger than anything.
+int64_t ArgmaxRow(const float* x, int64_t n);
+// out[i] = exp((x[i] - max) * scale) for i < n, to about 2 ulp (0 where
+// the argument is below about -87); returns their sum. max is at least every
+// x[i] and scale > 0, so each is at most 1.
+float ExpRow(const float* x, int64_t n, float max, float scale, float* out);
+
 // Rotary position embedding, in place, on `heads` heads of head_dim per row.
 // Rows are `stride` floats apart. inv_freq has head_dim/2 entries.
 enum class RopeStyle { kInterleaved, kHalfSplit };  // ggml's NORM and NEOX

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -237,6 +238,57 @@ TEST(KernelsTest, RmsNormSiluAndGeluMatchReference) {
       cpu::kScalarKernels.gelu_mul_row(x.data(), up.data(), d, want.data());
       kt->gelu_mul_row(x.data(), up.data(), d, got.data());
       for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::abs(want[i])));
+    }
+  }
+}
+
+TEST(KernelsTest, ArgmaxRowMatchesReferenceOnTiesInfinitiesAndNans) {
+  SKIP_WITHOUT_FAST_PATHS();
+  std::mt19937 rng(5);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (const KernelTable* kt : FastTables()) {
+    for (int64_t n : {1, 5, 8, 15, 16, 17, 33, 1000, 49152}) {
+      for (int trial = 0; trial < 6; ++trial) {
+        auto x = Random(n, rng);
+        // Ties: the maximum again at a later index (in another lane, and in
+        // the same lane), which must not win.
+        const int64_t first = std::uniform_int_distribution<int64_t>(0, n - 1)(rng);
+        x[first] = 9.0f;
+        for (int64_t later : {first + 3, first + 16, first + 35}) {
+          if (later < n && trial % 2 == 1) x[later] = 9.0f;
+        }
+        if (trial == 2) x[std::uniform_int_distribution<int64_t>(0, n - 1)(rng)] = nan;
+        if (trial == 3) x[0] = nan;
+        if (trial == 4) std::fill(x.begin(), x.end(), -inf);
+        if (trial == 5) std::fill(x.begin(), x.end(), nan);
+        const int64_t want = cpu::kScalarKernels.argmax_row(x.data(), n);
+        ASSERT_EQ(kt->argmax_row(x.data(), n), want)
+            << kt->name << " n=" << n << " trial " << trial;
+        if (trial < 4 && x[first] == 9.0f) {
+          ASSERT_EQ(want, first) << "n=" << n << " trial " << trial;
+        }
+      }
+    }
+  }
+}
+
+TEST(KernelsTest, ExpRowMatchesReference) {
+  SKIP_WITHOUT_FAST_PATHS();
+  std::mt19937 rng(6);
+  for (const KernelTable* kt : FastTables()) {
+    for (int64_t n : {1, 7, 8, 16, 17, 1001, 49152}) {
+      auto x = Random(n, rng, 8.0f);
+      x[0] = -200.0f;  // underflows to 0
+      const float max = *std::max_element(x.begin(), x.end());
+      for (float scale : {1.0f, 1.0f / 0.7f, 10.0f}) {
+        std::vector<float> want(n), got(n);
+        const float want_sum = cpu::kScalarKernels.exp_row(x.data(), n, max, scale, want.data());
+        const float got_sum = kt->exp_row(x.data(), n, max, scale, got.data());
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_NEAR(got[i], want[i], 4e-7f * want[i] + 1e-37f) << kt->name;
+        if (n > 1) EXPECT_EQ(got[0], 0.0f);
+        EXPECT_NEAR(got_sum, want_sum, 1e-5f * want_sum) << kt->name << " n=" << n;
+      }
     }
   }
 }

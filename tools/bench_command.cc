@@ -45,7 +45,8 @@ struct BenchFlags {
   int64_t input_tokens = 128, output_tokens = 128, requests = 0, per_client = 0, warmup = 1,
           timeout_s = 600, cycles = 3, high = 8, low = 1, sessions = 4, turns = 8,
           first_tokens = 512, turn_tokens = 64, shared_prefix_tokens = 0, prompt_seed = 0;
-  double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256;
+  double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256,
+         temperature = 0;
 
   void Register(FlagParser& flags);
   // Checks the combination given and fills in the workload's lengths; the
@@ -85,6 +86,9 @@ void BenchFlags::Register(FlagParser& flags) {
             "gives prompts that start apart from those of this one, so a second run against "
             "the same server is not answered from its prefix cache (0: the same places every "
             "run)");
+  flags.Float("temperature", &temperature, 0, 2,
+              "sampling temperature of the answers; 0 is greedy (an OpenAI client that sends "
+              "none gets the API's default, 1)");
   flags.Int("output-tokens", &output_tokens, 1, 1 << 20,
             "custom and conversation: tokens generated per request (conversation: per turn, "
             "64 unless given)");
@@ -177,16 +181,17 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
 }
 
 std::string BenchFlags::Shape() const {
-  return conversation() ? absl::StrFormat(
-                              "conversation: %d sessions x %d turns, %d then %d more tokens in "
-                              "per turn, %d out",
-                              sessions, turns, first_tokens, turn_tokens, output_tokens)
-                        : absl::StrFormat("%s: %d in%s, %d out", workload, input_tokens,
-                                          shared_prefix_tokens > 0
-                                              ? absl::StrFormat(" (the first %d shared by all)",
-                                                                shared_prefix_tokens)
-                                              : "",
-                                          output_tokens);
+  return (temperature > 0 ? absl::StrFormat("temperature %g, ", temperature) : std::string()) +
+         (conversation()
+              ? absl::StrFormat("conversation: %d sessions x %d turns, %d then %d more tokens in "
+                                "per turn, %d out",
+                                sessions, turns, first_tokens, turn_tokens, output_tokens)
+              : absl::StrFormat(
+                    "%s: %d in%s, %d out", workload, input_tokens,
+                    shared_prefix_tokens > 0
+                        ? absl::StrFormat(" (the first %d shared by all)", shared_prefix_tokens)
+                        : "",
+                    output_tokens));
 }
 
 int64_t BenchFlags::Longest() const {
@@ -209,7 +214,7 @@ absl::StatusOr<Connected> ConnectOpenAi(const BenchFlags& f) {
   std::string model_used;
   PDQ_ASSIGN_OR_RETURN(c.target,
                        OpenAiBenchTarget(f.openai_url, f.openai_model, f.connection.api_key,
-                                         f.connection.tls.ca, &model_used));
+                                         f.connection.tls.ca, &model_used, f.temperature));
   absl::StatusOr<std::unique_ptr<GgufFile>> file = GgufFile::Open(f.model);
   if (!file.ok()) return WithFlagNames(file.status(), {{"path", "--model"}});
   PDQ_ASSIGN_OR_RETURN(c.tokenizer, Tokenizer::FromGguf(**file));
@@ -259,7 +264,7 @@ absl::StatusOr<Connected> ConnectRouter(const BenchFlags& f) {
   c.detokenize = [](const std::vector<int32_t>&) -> absl::StatusOr<std::string> {
     return std::string();  // pdq takes the ids
   };
-  c.target = PdqBenchTarget(*stub);
+  c.target = PdqBenchTarget(*stub, f.temperature);
   return c;
 }
 

@@ -43,6 +43,56 @@ inline __m256 Exp(__m256 x) {
   return _mm256_andnot_ps(underflow, result);
 }
 
+// ---- Sampling rows ---------------------------------------------------------------
+
+// ArgmaxRowAvx512's lanes, 8 wide; the last n % 8 values after the lanes
+// are reduced (their indices are larger, so only a larger value wins).
+int64_t ArgmaxRowAvx2(const float* x, int64_t n) {
+  __m256 best = _mm256_set1_ps(-INFINITY);
+  __m256i where = _mm256_set1_epi32(-1), at = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 larger = _mm256_cmp_ps(v, best, _CMP_GT_OQ);
+    best = _mm256_blendv_ps(best, v, larger);
+    where = _mm256_castps_si256(
+        _mm256_blendv_ps(_mm256_castsi256_ps(where), _mm256_castsi256_ps(at), larger));
+    at = _mm256_add_epi32(at, _mm256_set1_epi32(8));
+  }
+  alignas(32) float bv[8];
+  alignas(32) int32_t bw[8];
+  _mm256_store_ps(bv, best);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(bw), where);
+  int64_t arg = -1;
+  for (int l = 0; l < 8; ++l) {
+    if (bw[l] >= 0 && (arg < 0 || bv[l] > x[arg] || (bv[l] == x[arg] && bw[l] < arg))) arg = bw[l];
+  }
+  if (arg < 0) return kScalarKernels.argmax_row(x, n);  // nothing above -inf in the lanes
+  for (; i < n; ++i) {
+    if (x[i] > x[arg]) arg = i;
+  }
+  return arg;
+}
+
+float ExpRowAvx2(const float* x, int64_t n, float max, float scale, float* out) {
+  const __m256 vmax = _mm256_set1_ps(max), vscale = _mm256_set1_ps(scale);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax), vscale));
+    _mm256_storeu_ps(out + i, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  float sum = HorizontalSum(vsum);
+  if (i < n) {
+    alignas(32) float in[8] = {}, e[8];
+    std::copy(x + i, x + n, in);
+    _mm256_store_ps(e, Exp(_mm256_mul_ps(_mm256_sub_ps(_mm256_load_ps(in), vmax), vscale)));
+    for (int64_t j = 0; j < n - i; ++j) sum += out[i + j] = e[j];
+  }
+  return sum;
+}
+
 // ---- GEMM ------------------------------------------------------------------
 
 // Rows [0, MR) of x against one fp16 panel, converting weights in registers.
@@ -1118,6 +1168,8 @@ const KernelTable kAvx2Kernels = {
     nullptr,
     AttendAvx2<false>,
     AttendDecodeHeadsAvx2,
+    ArgmaxRowAvx2,
+    ExpRowAvx2,
 };
 
 }  // namespace pdq::cpu

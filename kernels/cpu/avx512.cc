@@ -1101,6 +1101,44 @@ void ToF16Avx512(const float* src, int64_t n, fp16_t* dst) {
   }
 }
 
+// ---- Sampling rows ---------------------------------------------------------------
+
+// Each lane keeps the largest value it saw and where (strictly larger only,
+// so the lowest index among equals; NaN never compares larger); then the
+// lowest index among the lanes holding the maximum.
+int64_t ArgmaxRowAvx512(const float* x, int64_t n) {
+  __m512 best = _mm512_set1_ps(-INFINITY);
+  __m512i where = _mm512_set1_epi32(-1),
+          at = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 valid = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(valid, x + i);
+    const __mmask16 larger = _mm512_mask_cmp_ps_mask(valid, v, best, _CMP_GT_OQ);
+    best = _mm512_mask_mov_ps(best, larger, v);
+    where = _mm512_mask_mov_epi32(where, larger, at);
+    at = _mm512_add_epi32(at, _mm512_set1_epi32(16));
+  }
+  const __mmask16 seen = _mm512_cmpge_epi32_mask(where, _mm512_setzero_si512());
+  // Nothing above -inf (every value -inf or NaN): the reference's answer.
+  if (seen == 0) return kScalarKernels.argmax_row(x, n);
+  const float top = _mm512_mask_reduce_max_ps(seen, best);
+  const __mmask16 holders = _mm512_mask_cmp_ps_mask(seen, best, _mm512_set1_ps(top), _CMP_EQ_OQ);
+  return _mm512_mask_reduce_min_epi32(holders, where);
+}
+
+float ExpRowAvx512(const float* x, int64_t n, float max, float scale, float* out) {
+  const __m512 vmax = _mm512_set1_ps(max), vscale = _mm512_set1_ps(scale);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 valid = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(valid, x + i);
+    const __m512 e = _mm512_maskz_mov_ps(valid, Exp(_mm512_mul_ps(_mm512_sub_ps(v, vmax), vscale)));
+    _mm512_mask_storeu_ps(out + i, valid, e);
+    sum = _mm512_add_ps(sum, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
 // ---- Attention ----------------------------------------------------------------
 
 // Transposes a 16 x 16 block of floats: rows r[0..16) in, columns out.
@@ -2026,6 +2064,8 @@ constexpr KernelTable kAvx512Kernels = {
     nullptr,  // bf16 tiles need AMX
     AttendAvx512<false>,
     AttendDecodeHeadsAvx512Any,
+    ArgmaxRowAvx512,
+    ExpRowAvx512,
 };
 
 // The AVX-512 table with AMX where it has tiles: the W8A8 GEMM on int8

@@ -100,6 +100,9 @@ struct KernelTable {
   void (*attend_decode_heads)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
                               int group, const float* q, float scale, float* out,
                               float* scratch) = nullptr;
+  // ArgmaxRow and ExpRow (kernels.h), one row each.
+  int64_t (*argmax_row)(const float* x, int64_t n) = nullptr;
+  float (*exp_row)(const float* x, int64_t n, float max, float scale, float* out) = nullptr;
 };
 
 // bf16 activation rows: k padded to whole 32-input tiles, rows to whole

@@ -31,6 +31,12 @@ const KernelTable& ActiveKernels() {
 
 }  // namespace cpu
 
+int64_t ArgmaxRow(const float* x, int64_t n) { return cpu::ActiveKernels().argmax_row(x, n); }
+
+float ExpRow(const float* x, int64_t n, float max, float scale, float* out) {
+  return cpu::ActiveKernels().exp_row(x, n, max, scale, out);
+}
+
 bool W4A8Supported() { return cpu::ActiveKernels().gemm_w4a8_panels != nullptr; }
 // The tables set the bf16 GEMMs and their row conversion together.
 bool Bf16TilesSupported() { return cpu::ActiveKernels().gemm_w4_panels_bf16 != nullptr; }

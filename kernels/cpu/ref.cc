@@ -229,12 +229,44 @@ void ToF16Ref(const float* src, int64_t n, fp16_t* dst) {
 
 }  // namespace
 
+int64_t ArgmaxRowRef(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > x[best] || (x[best] != x[best] && x[i] == x[i])) best = i;
+  }
+  return best;
+}
+
+float ExpRowRef(const float* x, int64_t n, float max, float scale, float* out) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += out[i] = std::exp((x[i] - max) * scale);
+  return sum;
+}
+
 const KernelTable kScalarKernels = {
-    "scalar",          GemmF16PanelsRef,       GemmW4PanelsRef,  GemmW4PanelsF32Ref,
-    GemmI8PanelsRef,   QuantizeRowI8Ref,       GemmW4A8PanelsRef, QuantizeRowGroupsRef<int8_t>,
-    QuantizeRowGroupsRef<int16_t>, RmsNormRowRef,          SiluMulRowRef,    GeluMulRowRef,
-    AttendRef,         ToF16Ref,               GemmW8PanelsRef,
-    nullptr,           nullptr,  nullptr,  // bf16 tiles: AMX only (the Bf16Ref functions below)
+    "scalar",
+    GemmF16PanelsRef,
+    GemmW4PanelsRef,
+    GemmW4PanelsF32Ref,
+    GemmI8PanelsRef,
+    QuantizeRowI8Ref,
+    GemmW4A8PanelsRef,
+    QuantizeRowGroupsRef<int8_t>,
+    QuantizeRowGroupsRef<int16_t>,
+    RmsNormRowRef,
+    SiluMulRowRef,
+    GeluMulRowRef,
+    AttendRef,
+    ToF16Ref,
+    GemmW8PanelsRef,
+    nullptr,
+    nullptr,
+    nullptr,  // bf16 tiles: AMX only (the Bf16Ref functions below)
+    nullptr,
+    nullptr,
+    nullptr,  // no bf16 prompt attention, no decode shortcuts
+    ArgmaxRowRef,
+    ExpRowRef,
 };
 
 void QuantizeRowBf16Ref(const float* x, int64_t k, uint16_t* dst) {
