@@ -78,79 +78,85 @@ int32_t Sampler::Sample(const float* logits, int vocab) {
   return top;  // u * total rounded up to the total
 }
 
-int32_t Sampler::SampleTopK(const float* logits, int vocab, float max_logit, double u) {
-  candidates_.resize(vocab);
-  for (int i = 0; i < vocab; ++i) candidates_[i] = {logits[i], i};
-  auto by_logit = [](const auto& a, const auto& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  size_t n = params_.top_k;
-  std::partial_sort(candidates_.begin(), candidates_.begin() + n, candidates_.end(), by_logit);
-  double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    candidates_[i].first = std::exp((candidates_[i].first - max_logit) / params_.temperature);
-    sum += candidates_[i].first;
+namespace {
+
+// Likelihood order: the larger logit first, the lower index among equals.
+struct Likelier {
+  const float* logits;
+  bool operator()(int32_t a, int32_t b) const {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   }
-  // The nucleus: the fewest most-likely tokens whose mass reaches top_p.
+};
+
+}  // namespace
+
+void Sampler::GatherAtLeast(const float* logits, int vocab, float floor) {
+  order_.clear();
+  for (int i = 0; i < vocab; ++i) {
+    if (logits[i] >= floor) order_.push_back(i);
+  }
+}
+
+// Top-k's candidates are the k likeliest tokens, which lie within any set
+// of every token above a floor that holds at least k: gather those within a
+// widening span of the largest logit and order only them.
+int32_t Sampler::SampleTopK(const float* logits, int vocab, float max_logit, double u) {
+  const size_t k = params_.top_k;
+  for (float span : {4.0f, 16.0f, 64.0f, 256.0f, INFINITY}) {
+    GatherAtLeast(logits, vocab, max_logit - span);
+    if (order_.size() >= k) break;
+  }
+  const size_t n = std::min(k, order_.size());  // fewer only where the rest are NaN
+  std::partial_sort(order_.begin(), order_.begin() + n, order_.end(), Likelier{logits});
+  candidate_weights_.resize(n);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    total += candidate_weights_[i] =
+        std::exp((logits[order_[i]] - max_logit) / params_.temperature);
+  }
+  return DrawFromCandidates(n, total, u);
+}
+
+// The nucleus, the fewest most likely tokens whose mass reaches top_p, is a
+// prefix of the tokens in likelihood order, so it lies within any set of
+// every token above a floor whose mass reaches top_p: gather those within a
+// widening span of the largest logit (weights_ holds every token's) and
+// order only them.
+int32_t Sampler::SampleNucleus(const float* logits, int vocab, float max_logit, double total,
+                               double u) {
+  const double need = params_.top_p * total;
+  for (float span : {4.0f, 16.0f, 64.0f, 256.0f, INFINITY}) {
+    GatherAtLeast(logits, vocab, max_logit - span * params_.temperature);
+    double mass = 0.0;
+    for (int32_t i : order_) mass += weights_[i];
+    if (mass >= need) break;
+  }
+  std::sort(order_.begin(), order_.end(), Likelier{logits});
+  candidate_weights_.resize(order_.size());
+  for (size_t i = 0; i < order_.size(); ++i) candidate_weights_[i] = weights_[order_[i]];
+  return DrawFromCandidates(order_.size(), total, u);
+}
+
+// order_[0, n) in likelihood order, candidate_weights_ theirs (of `total`
+// in all): cut to top-p's nucleus, then draw.
+int32_t Sampler::DrawFromCandidates(size_t n, double total, double u) {
   if (params_.top_p < 1.0f) {
+    const double need = params_.top_p * total;
     double mass = 0.0;
     for (size_t i = 0; i < n; ++i) {
-      mass += candidates_[i].first / sum;
-      if (mass >= params_.top_p) {
+      mass += candidate_weights_[i];
+      if (mass >= need) {
         n = i + 1;
         break;
       }
     }
-    sum = 0.0;
-    for (size_t i = 0; i < n; ++i) sum += candidates_[i].first;
-  }
-  const double r = u * sum;
-  double acc = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    acc += candidates_[i].first;
-    if (r < acc) return candidates_[i].second;
-  }
-  return candidates_[n - 1].second;
-}
-
-int32_t Sampler::SampleNucleus(const float* logits, int vocab, float max_logit, double total,
-                               double u) {
-  // The nucleus, the fewest most likely tokens whose mass reaches top_p, is
-  // a prefix of the tokens in order of likelihood, so it lies within any
-  // set of every token above a floor whose mass reaches top_p: gather those
-  // within `span` of the largest logit, widening it until they do, and
-  // sort only them.
-  const double need = params_.top_p * total;
-  for (float span = 4.0f * params_.temperature;; span *= 4.0f) {
-    const float floor = max_logit - span;
-    order_.clear();
-    double mass = 0.0;
-    for (int i = 0; i < vocab; ++i) {
-      if (logits[i] >= floor) {
-        order_.push_back(i);
-        mass += weights_[i];
-      }
-    }
-    if (mass >= need || (int)order_.size() == vocab || !std::isfinite(floor)) break;
-  }
-  std::sort(order_.begin(), order_.end(), [logits](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  size_t n = order_.size();
-  double mass = 0.0;
-  for (size_t i = 0; i < order_.size(); ++i) {
-    mass += weights_[order_[i]];
-    if (mass >= need) {
-      n = i + 1;
-      break;
-    }
   }
   double sum = 0.0;
-  for (size_t i = 0; i < n; ++i) sum += weights_[order_[i]];
+  for (size_t i = 0; i < n; ++i) sum += candidate_weights_[i];
   const double r = u * sum;
   double acc = 0.0;
   for (size_t i = 0; i < n; ++i) {
-    acc += weights_[order_[i]];
+    acc += candidate_weights_[i];
     if (r < acc) return order_[i];
   }
   return order_[n - 1];

@@ -37,12 +37,15 @@ class Sampler {
   static constexpr int kChunk = 1024;  // logits whose weights are summed together
   int32_t SampleTopK(const float* logits, int vocab, float max_logit, double u);
   int32_t SampleNucleus(const float* logits, int vocab, float max_logit, double total, double u);
+  // order_: the indices of every logit at least `floor`.
+  void GatherAtLeast(const float* logits, int vocab, float floor);
+  int32_t DrawFromCandidates(size_t n, double total, double u);
 
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // top-k's
-  std::vector<float> weights_, chunk_sums_;            // every token's
-  std::vector<int32_t> order_;                         // the nucleus's candidates
+  std::vector<float> weights_, chunk_sums_;  // every token's weight, per 1,024 tokens
+  std::vector<int32_t> order_;               // candidates, in likelihood order once drawn from
+  std::vector<double> candidate_weights_;    // theirs
 };
 
 // Index of the largest logit (the lowest index on ties).
