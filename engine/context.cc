@@ -19,6 +19,7 @@ absl::Status Logits::FirstError() const {
 
 struct Context::Workspace {
   std::vector<float> x, h, qkv, attn, gate_up, act, tmp, rows, scratch;
+  std::vector<float> rope;  // every row's rotations (RopeAngles), for every layer
   std::vector<int32_t> positions;
   std::vector<AttentionSeq> attention;  // one per sequence of the step
 };
@@ -38,7 +39,7 @@ int64_t Context::workspace_bytes() const {
   const Workspace& w = *ws_;
   size_t floats = 0;
   for (const std::vector<float>* v :
-       {&w.x, &w.h, &w.qkv, &w.attn, &w.gate_up, &w.act, &w.tmp, &w.rows, &w.scratch}) {
+       {&w.x, &w.h, &w.qkv, &w.attn, &w.gate_up, &w.act, &w.tmp, &w.rows, &w.scratch, &w.rope}) {
     floats += v->capacity();
   }
   return (int64_t)(floats * sizeof(float) + w.positions.capacity() * sizeof(int32_t));
@@ -231,6 +232,8 @@ void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const For
       w.positions[row] = (int32_t)(start[run[i]] + (int64_t)t);
     }
   }
+  fit(w.rope, total * c.head_dim);
+  RopeAngles(cpu_, w.positions.data(), total, m.inv_freq_.data(), c.head_dim, w.rope.data());
 
   // Decode rows [0, decode) and prompt rows after them through `L`: one
   // call where its kernels treat both alike, else one for each, the prompt
@@ -255,10 +258,9 @@ void Context::RunOnCpu(KvCache& kv, std::span<const BatchEntry> batch, const For
     RmsNorm(cpu_, w.x.data(), L.attn_norm.data(), total, d, c.norm_eps, w.h.data());
     if (observer_) observer_(absl::StrCat("blk.", li, ".qkv"), w.h.data(), total, d);
     linear(*L.qkv, w.h.data(), total, decode_rows, d, w.qkv.data(), qkvd);
-    Rope(cpu_, w.qkv.data(), total, qkvd, c.num_heads, c.head_dim, w.positions.data(),
-         m.inv_freq_.data(), c.rope_style);
-    Rope(cpu_, w.qkv.data() + c.q_dim(), total, qkvd, c.num_kv_heads, c.head_dim,
-         w.positions.data(), m.inv_freq_.data(), c.rope_style);
+    // Q's heads and K's, which follow them in each row, in one pass.
+    Rope(cpu_, w.qkv.data(), total, qkvd, c.num_heads + c.num_kv_heads, c.head_dim, w.rope.data(),
+         c.rope_style);
     for (size_t i = 0; i < run.size(); ++i) {
       const int64_t n = (int64_t)batch[run[i]].tokens.size();
       const float* qkv = w.qkv.data() + offset[i] * qkvd;

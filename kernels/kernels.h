@@ -269,6 +269,13 @@ float ExpRow(const float* x, int64_t n, float max, float scale, float* out);
 enum class RopeStyle { kInterleaved, kHalfSplit };  // ggml's NORM and NEOX
 void Rope(const CpuContext& ctx, float* x, int64_t m, int64_t stride, int heads, int head_dim,
           const int32_t* positions, const float* inv_freq, RopeStyle style);
+// The same from the rows' rotations, which RopeAngles computes once for
+// every layer of a forward pass: cos_sin holds head_dim/2 (cos, sin) pairs
+// per row, the same numbers Rope above computes for each call.
+void RopeAngles(const CpuContext& ctx, const int32_t* positions, int64_t m, const float* inv_freq,
+                int head_dim, float* cos_sin);
+void Rope(const CpuContext& ctx, float* x, int64_t m, int64_t stride, int heads, int head_dim,
+          const float* cos_sin, RopeStyle style);
 
 // ---- Paged attention -----------------------------------------------------
 // One layer's KV storage: blocks of block_tokens tokens, each holding

@@ -658,6 +658,28 @@ TEST(KernelsTest, RopeStylesRotateTheDocumentedPairs) {
   EXPECT_NEAR(b[3], 2 * s1 + 4 * c1, 1e-6);
 }
 
+// A forward pass computes each row's rotations once for all its layers:
+// Rope from RopeAngles' table gives Rope's numbers, bit for bit.
+TEST(KernelsTest, RopeFromPrecomputedAnglesEqualsRope) {
+  std::mt19937 rng(8);
+  ThreadPool pool(2);
+  const CpuContext ctx{&pool};
+  for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalfSplit}) {
+    const int64_t m = 37, heads = 12, d = 64, stride = heads * d + 5;
+    std::vector<float> inv_freq(d / 2);
+    for (int t = 0; t < d / 2; ++t) inv_freq[t] = std::pow(10000.0f, -2.0f * t / d);
+    std::vector<int32_t> pos(m);
+    for (int64_t i = 0; i < m; ++i) pos[i] = (int32_t)(i * 977 % 8192);
+    const std::vector<float> x = Random(m * stride, rng);
+    std::vector<float> want = x, got = x, table(m * d);
+    Rope(ctx, want.data(), m, stride, heads, d, pos.data(), inv_freq.data(), style);
+    RopeAngles(ctx, pos.data(), m, inv_freq.data(), d, table.data());
+    Rope(ctx, got.data(), m, stride, heads, d, table.data(), style);
+    EXPECT_EQ(got, want);
+    EXPECT_NE(got, x);
+  }
+}
+
 TEST(KernelsTest, DispatchPicksTheFastestPathTheCpuHas) {
   if (std::getenv("PDQ_ISA") != nullptr) GTEST_SKIP() << "PDQ_ISA overrides dispatch";
   if (!GetCpuFeatures().avx2) GTEST_SKIP() << "CPU has no AVX2; scalar path in use";

@@ -256,29 +256,61 @@ void GeluMul(const CpuContext& ctx, const float* gate_up, int64_t m, int64_t f, 
   });
 }
 
+namespace {
+
+// One row's head_dim/2 (cos, sin) pairs.
+void RowAngles(int32_t position, const float* inv_freq, int half, float* cos_sin) {
+  for (int t = 0; t < half; ++t) {
+    const double angle = (double)position * (double)inv_freq[t];
+    cos_sin[2 * t] = (float)std::cos(angle);
+    cos_sin[2 * t + 1] = (float)std::sin(angle);
+  }
+}
+
+// One row's heads rotated by its (cos, sin) pairs: interleaved rotates
+// (2t, 2t+1), half-split (t, t+half).
+void RotateRow(float* row, int heads, int head_dim, const float* cos_sin, RopeStyle style) {
+  const int half = head_dim / 2;
+  for (int h = 0; h < heads; ++h) {
+    float* v = row + (int64_t)h * head_dim;
+    for (int t = 0; t < half; ++t) {
+      const int a = style == RopeStyle::kInterleaved ? 2 * t : t;
+      const int c = style == RopeStyle::kInterleaved ? 2 * t + 1 : t + half;
+      const float x0 = v[a], x1 = v[c], cs = cos_sin[2 * t], sn = cos_sin[2 * t + 1];
+      v[a] = x0 * cs - x1 * sn;
+      v[c] = x0 * sn + x1 * cs;
+    }
+  }
+}
+
+}  // namespace
+
 void Rope(const CpuContext& ctx, float* x, int64_t m, int64_t stride, int heads, int head_dim,
           const int32_t* positions, const float* inv_freq, RopeStyle style) {
   const int half = head_dim / 2;
+  PDQ_CHECK(half <= 512);
   ForRows(ctx, m, [&](int64_t b, int64_t e) {
-    float cs[512], sn[512];
-    PDQ_CHECK(half <= 512);
+    float cos_sin[1024];
     for (int64_t i = b; i < e; ++i) {
-      for (int t = 0; t < half; ++t) {
-        const double angle = (double)positions[i] * (double)inv_freq[t];
-        cs[t] = (float)std::cos(angle);
-        sn[t] = (float)std::sin(angle);
-      }
-      for (int h = 0; h < heads; ++h) {
-        float* v = x + i * stride + (int64_t)h * head_dim;
-        for (int t = 0; t < half; ++t) {
-          // Interleaved rotates (2t, 2t+1); half-split rotates (t, t+half).
-          const int a = style == RopeStyle::kInterleaved ? 2 * t : t;
-          const int c = style == RopeStyle::kInterleaved ? 2 * t + 1 : t + half;
-          const float x0 = v[a], x1 = v[c];
-          v[a] = x0 * cs[t] - x1 * sn[t];
-          v[c] = x0 * sn[t] + x1 * cs[t];
-        }
-      }
+      RowAngles(positions[i], inv_freq, half, cos_sin);
+      RotateRow(x + i * stride, heads, head_dim, cos_sin, style);
+    }
+  });
+}
+
+void RopeAngles(const CpuContext& ctx, const int32_t* positions, int64_t m, const float* inv_freq,
+                int head_dim, float* cos_sin) {
+  const int half = head_dim / 2;
+  ForRows(ctx, m, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) RowAngles(positions[i], inv_freq, half, cos_sin + i * 2 * half);
+  });
+}
+
+void Rope(const CpuContext& ctx, float* x, int64_t m, int64_t stride, int heads, int head_dim,
+          const float* cos_sin, RopeStyle style) {
+  ForRows(ctx, m, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      RotateRow(x + i * stride, heads, head_dim, cos_sin + i * head_dim, style);
     }
   });
 }
