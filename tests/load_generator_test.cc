@@ -4,14 +4,20 @@
 // prompts: each its own, or sharing a system prompt's tokens.
 #include "harness/load_generator.h"
 
+#include <httplib.h>
+
 #include <algorithm>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "harness/bench_target.h"
+#include "nlohmann/json.hpp"
 
 namespace pdq {
 namespace {
@@ -121,6 +127,48 @@ TEST(LoadGeneratorTest, PromptsAreTheirOwnOrShareAPrefixOfExactlyTheTokensAsked)
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MakePrompts(tokenize, detokenize, "w1 w2 w3", 40, 2).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// pdq bench --temperature reaches an OpenAI-compatible server: the
+// target's request carries it (0, greedy, unless asked), and the streamed
+// answer is timed and counted.
+TEST(OpenAiBenchTargetTest, SendsTheTemperatureAskedFor) {
+  httplib::Server server;
+  std::mutex mu;
+  std::vector<nlohmann::json> bodies;
+  server.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"object": "list", "data": [{"id": "m"}]})", "application/json");
+  });
+  server.Post("/v1/completions", [&](const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      bodies.push_back(nlohmann::json::parse(req.body, nullptr, false));
+    }
+    res.set_content(
+        "data: {\"choices\": [{\"text\": \"a\"}]}\n\n"
+        "data: {\"choices\": [{\"text\": \"b\"}]}\n\ndata: [DONE]\n\n",
+        "text/event-stream");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  for (double temperature : {0.0, 0.7}) {
+    std::string used;
+    absl::StatusOr<std::unique_ptr<BenchTarget>> target = OpenAiBenchTarget(
+        absl::StrCat("http://127.0.0.1:", port, "/v1"), "", "", "", &used, temperature);
+    ASSERT_TRUE(target.ok()) << target.status();
+    EXPECT_EQ(used, "m");
+    const BenchRecord r = (*target)->Run(BenchPrompt{{1, 2}, "hello"}, 2, 10, "req-1");
+    EXPECT_TRUE(r.ok) << r.error;
+    EXPECT_EQ(r.output_tokens, 2);
+    EXPECT_EQ(r.output_text, "ab");
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_FALSE(bodies.empty());
+    ASSERT_TRUE(bodies.back().contains("temperature")) << bodies.back().dump();
+    EXPECT_DOUBLE_EQ(bodies.back()["temperature"].get<double>(), temperature);
+  }
+  server.stop();
+  serving.join();
 }
 
 }  // namespace
