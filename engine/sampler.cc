@@ -43,6 +43,9 @@ int32_t Sampler::Sample(const float* logits, int vocab) {
   // One 64-bit draw per pick whatever the path (generate_canonical needs
   // ceil(53 / 64) of them; SkipSamples relies on the count).
   const double u = std::generate_canonical<double, 53>(rng_);
+  // An infinite largest logit is certain; all -inf or NaN leave no
+  // distribution to draw from: the argmax either way.
+  if (!std::isfinite(max_logit)) return top;
   if (params_.top_k > 0 && params_.top_k < vocab) return SampleTopK(logits, vocab, max_logit, u);
   const float scale = 1.0f / params_.temperature;
   weights_.resize(vocab);

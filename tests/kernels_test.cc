@@ -286,7 +286,9 @@ TEST(KernelsTest, ExpRowMatchesReference) {
         const float got_sum = kt->exp_row(x.data(), n, max, scale, got.data());
         for (int64_t i = 0; i < n; ++i)
           ASSERT_NEAR(got[i], want[i], 4e-7f * want[i] + 1e-37f) << kt->name;
-        if (n > 1) EXPECT_EQ(got[0], 0.0f);
+        if (n > 1) {
+          EXPECT_EQ(got[0], 0.0f);
+        }
         EXPECT_NEAR(got_sum, want_sum, 1e-5f * want_sum) << kt->name << " n=" << n;
       }
     }

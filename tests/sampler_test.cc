@@ -163,5 +163,21 @@ TEST(SamplerTest, MaskedTokensAreNeverDrawn) {
   }
 }
 
+// Logits with no distribution to draw from give the argmax on every path,
+// never a crash: an infinite logit is certain; all -inf or all NaN give 0.
+TEST(SamplerTest, InfiniteOrNanLogitsGiveTheArgmax) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  std::vector<float> certain(100, 1.0f), none(100, -inf), broken(100, nan);
+  certain[42] = inf;
+  for (const SamplingParams& p :
+       {SamplingParams{1.0f, 0, 1.0f, 1}, SamplingParams{1.0f, 0, 0.9f, 1},
+        SamplingParams{0.7f, 40, 0.9f, 1}}) {
+    Sampler s(p);
+    EXPECT_EQ(s.Sample(certain.data(), 100), 42);
+    EXPECT_EQ(s.Sample(none.data(), 100), 0);
+    EXPECT_EQ(s.Sample(broken.data(), 100), 0);
+  }
+}
+
 }  // namespace
 }  // namespace pdq

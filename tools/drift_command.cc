@@ -160,7 +160,8 @@ int DriftCommand(int argc, char** argv) {
                              decode_precision, reference_precision,
                              {.turn_tokens = (int)turn_tokens,
                               .reuse_kv = reuse_kv,
-                              .follow_ups_at_decode = follow_ups_at_decode},
+                              .follow_ups_at_decode = follow_ups_at_decode,
+                              .progress = nullptr},
                              json);
   }
   const Tokenizer& tok = reference->model->tokenizer();
