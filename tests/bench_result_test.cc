@@ -19,6 +19,7 @@ BenchResult Sample() {
   b.input_tokens = 128;
   b.output_tokens = 64;
   b.ttft_target_ms = 1500;
+  b.temperature = 0.7;
   LevelResult l;
   l.concurrency = 4;
   l.requests_ok = 7;
@@ -65,6 +66,7 @@ TEST(BenchResultTest, WhatIsWrittenReadsBackTheSame) {
   EXPECT_EQ(l.pools.at("a").requests_ok, 3);
   EXPECT_EQ(back->requests[0].gaps_s, (std::vector<double>{0.01, 0.02}));
   EXPECT_DOUBLE_EQ(back->router_pools.at("a").at("requests_ok"), 3);
+  EXPECT_DOUBLE_EQ(back->temperature, 0.7);
   EXPECT_EQ(BestLevel(*back), &back->levels[0]);
   EXPECT_EQ(LevelAt(*back, 8), nullptr);
 }

@@ -293,6 +293,7 @@ int BenchCommand(int argc, char** argv) {
   out.workload = f.workload;
   out.output_tokens = f.output_tokens;
   out.prompt_seed = f.prompt_seed;
+  out.temperature = f.temperature;
   bool all_ok = true;
   if (f.conversation()) {
     out.sessions = (int)f.sessions;
