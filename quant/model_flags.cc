@@ -176,6 +176,10 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
       detail = lo.smooth_alpha > 0 ? absl::StrCat(", SmoothQuant ", lo.smooth_alpha)
                                    : ", no SmoothQuant";
     }
+    if (out.model->precision() != Precision::kW4A16 && lo.w4_a8_min_rows > 0) {
+      absl::StrAppend(&detail, ", --w4a8-rows ", lo.w4_a8_min_rows,
+                      " not taken (W4A8 is for W4A16 layers)");
+    }
     if (out.model->precision() != Precision::kFp16) {
       detail += lo.fp16_layers.empty()
                     ? ", no FP16 layers"
