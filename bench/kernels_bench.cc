@@ -331,16 +331,18 @@ BENCHMARK(BM_GemmW8A8)
 // sequence's blocks consecutive in the pool, 1: shuffled over the pool, 2:
 // consecutive but in descending order, as blocks evicted from the prefix
 // cache's LRU would come without KvCache::Reserve's sort); how (0: attend for
-// each kv head on the cache's layout, where each block holds all kv heads' 16
-// rows, so a kv head's rows are 2 KB runs 6 KB apart; 1: attend_decode_heads,
+// each kv head on the cache's layout, where each block holds all kv heads'
+// rows, so at 16 tokens a kv head's rows are 2 KB runs 6 KB apart; 1: attend_decode_heads,
 // the kv heads of each block together, where the path has it; 2: attend for
 // each kv head on what a head-major pool would give, each kv head's blocks on
-// their own). GBps: K and V bytes read a second. The question it answers: how
+// their own); block_tokens (16, the default, or 64: runs four times as
+// long). GBps: K and V bytes read a second. The question it answers: how
 // much of a decode step's attention time is the memory layout's, not the
 // arithmetic's.
 void BM_AttendDecodeFromMemory(benchmark::State& state) {
   constexpr int64_t kPositions = 1024, kSeqLayers = 120;
   constexpr int d = 64, kv_heads = 3, group = 3;
+  const int bt = (int)state.range(2);
   const bool shuffled = state.range(0) == 1, head_major = state.range(1) == 2;
   const auto& kt = cpu::ActiveKernels();
   const bool heads_together = state.range(1) == 1;
@@ -348,15 +350,16 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
     state.SkipWithError("this path has no attend_decode_heads");
     return;
   }
-  const int64_t blocks = kPositions / 16;                      // a kv head's, per sequence-layer
-  const int64_t pool_blocks = blocks * kSeqLayers * kv_heads;  // 2 KB blocks of one kv head
-  std::vector<fp16_t> k(pool_blocks * 16 * d), v(k.size());
+  const int64_t blocks = kPositions / bt;                      // a kv head's, per sequence-layer
+  const int64_t pool_blocks = blocks * kSeqLayers * kv_heads;  // bt rows of one kv head
+  std::vector<fp16_t> k(pool_blocks * bt * d), v(k.size());
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   for (auto& x : k) x = Fp32ToFp16(u(rng));
   for (auto& x : v) x = Fp32ToFp16(u(rng));
-  // Head-major: every (sequence-layer, kv head) its own table over 2 KB
-  // blocks; else a table per sequence-layer over 6 KB blocks of 3 heads.
+  // Head-major: every (sequence-layer, kv head) its own table over blocks of
+  // one kv head (2 KB at 16 tokens); else a table per sequence-layer over
+  // blocks of 3 heads (6 KB).
   const int64_t tables = head_major ? kSeqLayers * kv_heads : kSeqLayers;
   std::vector<int32_t> ids(tables * blocks);
   for (int64_t i = 0; i < (int64_t)ids.size(); ++i) ids[i] = (int32_t)i;
@@ -365,7 +368,7 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
     for (int64_t t = 0; t < tables; ++t)
       std::reverse(ids.begin() + t * blocks, ids.begin() + (t + 1) * blocks);
   }
-  const KvLayerView layer{k.data(), v.data(), head_major ? 1 : kv_heads, d, 16, false};
+  const KvLayerView layer{k.data(), v.data(), head_major ? 1 : kv_heads, d, bt, false};
   std::vector<float> q(kv_heads * group * d), out(q.size());
   for (auto& x : q) x = u(rng);
   std::vector<float> scratch(cpu::AttendScratch(kPositions, kv_heads * group, d));
@@ -389,7 +392,7 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
 }
 
 BENCHMARK(BM_AttendDecodeFromMemory)
-    ->ArgsProduct({{0, 1, 2}, {0, 1, 2}})
+    ->ArgsProduct({{0, 1, 2}, {0, 1, 2}, {16, 64}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <thread>
@@ -335,7 +336,8 @@ TEST(KernelsTest, HalfConversionRoundTripsEveryHalf) {
   EXPECT_EQ(Fp32ToFp16(65520.0f), 0x7c00);
 }
 
-// A paged layer with a scrambled block table, so logical order != storage.
+// A paged layer with a scrambled block table, so logical order != storage:
+// blocks of `bt` tokens (the content depends only on rng, not on bt).
 struct PagedLayer {
   std::vector<fp16_t> k, v;
   std::vector<int32_t> table;
@@ -343,17 +345,19 @@ struct PagedLayer {
 };
 
 PagedLayer MakeLayer(int kv_heads, int head_dim, int64_t positions, std::mt19937& rng,
-                     bool bf16 = false) {
+                     bool bf16 = false, int bt = 16) {
   PagedLayer l;
-  const int bt = 16;
   const int64_t blocks = (positions + bt - 1) / bt + 3;
+  // A stride coprime with the storage's blocks, so no two logical blocks share one.
+  int64_t step = 7;
+  while (std::gcd(step, blocks) != 1) step += 2;
   // Slots past the written positions hold NaN (a block's free slots hold
   // whatever was there): no kernel may let them into a result.
   const fp16_t nan = bf16 ? 0x7fc0 : 0x7e00;
   l.k.assign(blocks * kv_heads * bt * head_dim, nan);
   l.v.assign(l.k.size(), nan);
   l.view = {l.k.data(), l.v.data(), kv_heads, head_dim, bt, bf16};
-  for (int64_t b = 0; b < blocks - 3; ++b) l.table.push_back((int32_t)((b * 7 + 2) % blocks));
+  for (int64_t b = 0; b < blocks - 3; ++b) l.table.push_back((int32_t)((b * step + 2) % blocks));
   auto k = Random(positions * kv_heads * head_dim, rng);
   auto v = Random(positions * kv_heads * head_dim, rng);
   std::vector<int32_t> pos(positions);
@@ -455,6 +459,82 @@ TEST(KernelsTest, AttendDecodeHeadsMatchesAttendPerKvHead) {
     }
   }
   if (tables == 0) GTEST_SKIP() << "no path here has attend_decode_heads (AVX2 or AVX-512)";
+}
+
+// Blocks of 32, 48 or 64 tokens change where the vector kernels find a
+// chunk of 16 positions, nothing else: attend and attend_decode_heads give
+// bit for bit what they give on 16-token blocks of the same rows (the
+// scalar reference, which other sizes took until 2026-12-05, differs in the
+// last bits), hence within AttendMatchesReference's bounds of it. A size
+// that is not a multiple of 16 still takes the reference.
+TEST(KernelsTest, AttentionOnLargerBlocksIsTheSameArithmetic) {
+  SKIP_WITHOUT_FAST_PATHS();
+  int compared = 0, differing_from_reference = 0;
+  for (const KernelTable* kt : FastTables()) {
+    for (bool bf16 : {false, true}) {
+      for (int head_dim : {32, 64, 96}) {
+        for (int group : {1, 3, 4, 8}) {
+          for (int rows : {1, 3}) {
+            for (int64_t n_pos : {1, 17, 100, 333}) {
+              const int64_t n_max = n_pos + rows - 1;
+              const int64_t stride = group * head_dim + 5;
+              std::mt19937 rng(n_pos * 131 + head_dim * 7 + group);
+              // (Also the two kv heads' query rows of attend_decode_heads.)
+              auto q = Random(std::max<int64_t>(rows * stride, 2 * group * head_dim), rng);
+              const std::mt19937 content = rng;
+              const float scale = 1.0f / std::sqrt((float)head_dim);
+              std::vector<float> scratch(cpu::AttendScratch(n_max, 2 * rows * group, head_dim));
+              auto attend = [&](const KernelTable& table, int bt) {
+                std::mt19937 r = content;
+                auto layer = MakeLayer(2, head_dim, n_max, r, bf16, bt);
+                std::vector<float> out(rows * stride, 0.0f);
+                table.attend(layer.view, layer.table.data(), n_pos, rows, 1, group, q.data(),
+                             stride, scale, out.data(), stride, scratch.data());
+                return out;
+              };
+              const std::vector<float> want = attend(*kt, 16);
+              const std::vector<float> reference = attend(cpu::kScalarKernels, 16);
+              differing_from_reference += want != reference;
+              for (int bt : {32, 48, 64}) {
+                const std::vector<float> got = attend(*kt, bt);
+                for (int64_t i = 0; i < rows * stride; ++i) {
+                  ASSERT_EQ(got[i], want[i])
+                      << kt->name << (bf16 ? " bf16" : " fp16") << " block_tokens=" << bt
+                      << " d=" << head_dim << " group=" << group << " rows=" << rows
+                      << " n=" << n_pos << " i=" << i;
+                }
+                ++compared;
+              }
+              // Not a multiple of 16: the reference's numbers exactly.
+              EXPECT_EQ(attend(*kt, 24), attend(cpu::kScalarKernels, 24)) << kt->name;
+              if (kt->attend_decode_heads == nullptr || rows != 1) continue;
+              auto heads = [&](int bt) {
+                std::mt19937 r = content;
+                auto layer = MakeLayer(2, head_dim, n_pos, r, bf16, bt);
+                std::vector<float> out(2 * group * head_dim, NAN);
+                kt->attend_decode_heads(layer.view, layer.table.data(), n_pos, group, q.data(),
+                                        scale, out.data(), scratch.data());
+                return out;
+              };
+              const std::vector<float> heads16 = heads(16);
+              for (int bt : {32, 48, 64}) {
+                const std::vector<float> got = heads(bt);
+                for (size_t i = 0; i < got.size(); ++i) {
+                  ASSERT_EQ(got[i], heads16[i])
+                      << kt->name << (bf16 ? " bf16" : " fp16") << " heads, block_tokens=" << bt
+                      << " d=" << head_dim << " group=" << group << " n=" << n_pos << " i=" << i;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 0);
+  // Were larger blocks still on the reference, they could not match the
+  // vector kernels wherever those differ from it.
+  EXPECT_GT(differing_from_reference, 0);
 }
 
 // Prompt attention on AMX-BF16 tiles (attend_bf16): within the rounding of

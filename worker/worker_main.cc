@@ -126,7 +126,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   flags.Int("kv-tokens", &kv_tokens, 16, int64_t{1} << 30,
             "KV cache size in tokens, shared by all sequences");
   flags.Int("block-tokens", &block_tokens, 1, 1024,
-            "tokens per KV block; the CPU attention kernels read 16-token blocks, other sizes "
+            "tokens per KV block; the CPU attention kernels take multiples of 16, other sizes "
             "take the scalar attention (decode several times slower)");
   flags.Int("prefill-budget", &budget, 1, 1 << 20,
             "prompt tokens per prefill step; longer prompts run in chunks");
@@ -357,9 +357,9 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
       transport ? absl::StrCat(", KV over ", transport->name(), " at ", transport->address())
                 : std::string(),
       ", ", blocks, " KV blocks of ", block_tokens, " tokens",
-      block_tokens != 16 && main_model->ctx->device() == "cpu"
-          ? " (the CPU attention kernels read 16-token blocks: this size takes the scalar "
-            "attention, several times slower)"
+      block_tokens % 16 != 0 && main_model->ctx->device() == "cpu"
+          ? " (the CPU attention kernels take multiples of 16 tokens: this size takes the "
+            "scalar attention, several times slower)"
           : "",
       tls->has_value() ? ", mutual TLS" : ", plaintext", ", metrics at http://",
       (*metrics)->address(), "/metrics"));

@@ -663,7 +663,7 @@ inline __m256 Reduce8(const __m256 v[8]) {
   return _mm256_add_ps(lo, hi);
 }
 
-// The heads of one GQA group share every K and V row, so each block of 16
+// The heads of one GQA group share every K and V row, so each chunk of 16
 // keys is converted to fp32 once and reused by all of them; scores for 8 keys
 // are reduced together instead of one horizontal sum per key.
 // head_dim must be a multiple of 8 (up to 256); other sizes use the reference.
@@ -783,20 +783,19 @@ inline void ScoreBlock(const float* q, const fp16_t* k, int64_t nj, int d, float
 
 // out[h][8 c0, 8 (c0 + C)) = sum over the n positions j of p[h][j] v[j][..]
 // for G heads (p rows p_stride apart, out rows d apart); v rows are found
-// through the block table (16 a block, blocks block_stride apart from
-// vbase).
+// through the block table (chunks: their places from vbase, this kv head's
+// rows).
 template <bool kBf16, int G, int C>
 inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
-                        const int32_t* block_table, int64_t block_stride, int64_t n, int d, int c0,
-                        float* out, const KvRowPrefetch& prefetch) {
+                        const KvChunks& chunks, int64_t n, int d, int c0, float* out,
+                        const KvRowPrefetch& prefetch) {
   __m256 acc[G][C];
   for (int h = 0; h < G; ++h)
     for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
   for (int64_t j0 = 0; j0 < n; j0 += 16) {
-    const int64_t b = j0 / 16;
     // The first slice's pass brings each block in; the later ones find it.
-    if (c0 == 0) prefetch.ValuesAhead(b);
-    const fp16_t* block = vbase + block_table[b] * block_stride + 8 * c0;
+    if (c0 == 0) prefetch.ValuesAt(j0);
+    const fp16_t* block = vbase + chunks.Offset(j0) + 8 * c0;
     const int64_t nj = std::min<int64_t>(16, n - j0);
     for (int64_t j = 0; j < nj; ++j) {
       __m256 pj[G];
@@ -815,16 +814,15 @@ inline void WeighValues(const float* p, int64_t p_stride, const fp16_t* vbase,
 // last slice may be narrower), called directly so it inlines.
 template <bool kBf16, int G, int C>
 inline void WeighValueSlice(int cn, const float* p, int64_t p_stride, const fp16_t* vbase,
-                            const int32_t* block_table, int64_t block_stride, int64_t n, int d,
-                            int c0, float* out, const KvRowPrefetch& prefetch) {
+                            const KvChunks& chunks, int64_t n, int d, int c0, float* out,
+                            const KvRowPrefetch& prefetch) {
   if constexpr (C > 1) {
     if (cn < C) {
-      WeighValueSlice<kBf16, G, C - 1>(cn, p, p_stride, vbase, block_table, block_stride, n, d, c0,
-                                       out, prefetch);
+      WeighValueSlice<kBf16, G, C - 1>(cn, p, p_stride, vbase, chunks, n, d, c0, out, prefetch);
       return;
     }
   }
-  WeighValues<kBf16, G, C>(p, p_stride, vbase, block_table, block_stride, n, d, c0, out, prefetch);
+  WeighValues<kBf16, G, C>(p, p_stride, vbase, chunks, n, d, c0, out, prefetch);
 }
 
 // One decode row: G <= kTileHeads heads (q, out rows d apart) over n_pos
@@ -834,17 +832,15 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
                     int kv_head, const float* q, float scale, float* out, float* p,
                     int64_t p_stride) {
   const int d = layer.head_dim;
-  const int64_t head_stride = (int64_t)layer.block_tokens * d;
-  const int64_t block_stride = head_stride * layer.kv_heads;
-  const fp16_t* kbase = layer.k + kv_head * head_stride;
-  const fp16_t* vbase = layer.v + kv_head * head_stride;
+  const KvChunks chunks(layer, block_table);
+  const fp16_t* kbase = layer.k + kv_head * chunks.head_stride;
+  const fp16_t* vbase = layer.v + kv_head * chunks.head_stride;
   const KvRowPrefetch prefetch(layer, block_table, n_pos, kv_head);
   prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    const int64_t b = j0 / 16;
-    prefetch.KeysAhead(b);
-    ScoreBlock<kBf16, G>(q, kbase + block_table[b] * block_stride,
-                         std::min<int64_t>(16, n_pos - j0), d, scale, p + j0, p_stride);
+    prefetch.KeysAt(j0);
+    ScoreBlock<kBf16, G>(q, kbase + chunks.Offset(j0), std::min<int64_t>(16, n_pos - j0), d, scale,
+                         p + j0, p_stride);
   }
   float inv_sum[G];
   for (int h = 0; h < G; ++h) inv_sum[h] = SoftmaxWeights(p + h * p_stride, n_pos);
@@ -852,8 +848,8 @@ void AttendRowTiles(const KvLayerView& layer, const int32_t* block_table, int64_
   constexpr int C = G == 1 ? 8 : G == 2 ? 6 : 4;
   const int dv = d / 8;
   for (int c0 = 0; c0 < dv; c0 += C) {
-    WeighValueSlice<kBf16, G, C>(std::min(C, dv - c0), p, p_stride, vbase, block_table,
-                                 block_stride, n_pos, d, c0, out, prefetch);
+    WeighValueSlice<kBf16, G, C>(std::min(C, dv - c0), p, p_stride, vbase, chunks, n_pos, d, c0,
+                                 out, prefetch);
   }
   for (int h = 0; h < G; ++h) {
     const __m256 inv = _mm256_set1_ps(inv_sum[h]);
@@ -941,24 +937,28 @@ void AttendDecodeHeadsAvx2Body(const KvLayerView& layer, const int32_t* block_ta
   const int d = layer.head_dim;
   const int heads = layer.kv_heads;
   const int nq = heads * group;
-  const int64_t head_stride = (int64_t)layer.block_tokens * d;
-  const int64_t block_stride = head_stride * heads;
+  const KvChunks chunks(layer, block_table);
   const int64_t p_stride = n_pos + 16;
   float* p = scratch;              // [nq][p_stride]
   float* acc = p + nq * p_stride;  // [nq][d]
   const KvRowPrefetch prefetch(layer, block_table, n_pos, 0, heads);
-  // fn(query row r, its tile's width G, the kv head's rows of the block,
-  // the block's first position, its rows) for every block of `base` (K or
-  // V) in order, and in each every kv head's tiles of query heads.
+  // fn(query row r, its tile's width G, the kv head's rows of the chunk,
+  // the chunk's first position, its rows) for every block of `base` (K or
+  // V) in order, in each every kv head in turn, and for each its 16-position
+  // chunks in order (its rows in the block one run: blocks of more than 16
+  // tokens read in order too) and every tile of its query heads.
+  const int64_t bt = layer.block_tokens;
   auto for_blocks = [&](const fp16_t* base, bool keys, const auto& fn) {
-    for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-      const int64_t b = j0 / 16;
-      keys ? prefetch.KeysAhead(b) : prefetch.ValuesAhead(b);
-      const fp16_t* block = base + block_table[b] * block_stride;
-      const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+    for (int64_t b0 = 0; b0 < n_pos; b0 += bt) {
+      keys ? prefetch.KeysAt(b0) : prefetch.ValuesAt(b0);
+      const int64_t end = std::min(b0 + bt, n_pos);
+      const fp16_t* block = base + chunks.Offset(b0);
       for (int h = 0; h < heads; ++h) {
-        ForHeadTiles(
-            group, [&](int h0, auto g) { fn(h * group + h0, g, block + h * head_stride, j0, nj); });
+        for (int64_t j0 = b0; j0 < end; j0 += 16) {
+          const fp16_t* chunk = block + h * chunks.head_stride + (j0 - b0) * d;
+          const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+          ForHeadTiles(group, [&](int h0, auto g) { fn(h * group + h0, g, chunk, j0, nj); });
+        }
       }
     }
   };
@@ -1001,7 +1001,7 @@ static void AttendAvx2Body(const KvLayerView& layer, const int32_t* block_table,
   const int d = layer.head_dim;
   const int nq = rows * group;
   constexpr int kMaxQ = 64;
-  if (d % 8 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ) {
+  if (d % 8 != 0 || d > 256 || !KvChunks::Fit(layer) || nq > kMaxQ) {
     kScalarKernels.attend(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
                           out_stride, scratch);
     return;
@@ -1024,11 +1024,10 @@ static void AttendAvx2Body(const KvLayerView& layer, const int32_t* block_table,
   // 16 x d fp32 rows (K, then V), 32-byte aligned for the vector loads.
   float* kv_rows = reinterpret_cast<float*>(
       (reinterpret_cast<uintptr_t>(scratch + nq * stride) + 31) & ~uintptr_t{31});
-  const int64_t head_stride = (int64_t)layer.block_tokens * d;
-  const int64_t block_stride = head_stride * layer.kv_heads;
+  const KvChunks chunks(layer, block_table);
   const __m256 vscale = _mm256_set1_ps(scale);
   auto convert_block = [&](const fp16_t* base, int64_t j0, int64_t nj) {
-    const fp16_t* src = base + block_table[j0 / 16] * block_stride + kv_head * head_stride;
+    const fp16_t* src = base + chunks.Offset(j0) + kv_head * chunks.head_stride;
     for (int64_t i = 0; i < nj * d; i += 8) _mm256_store_ps(kv_rows + i, LoadKv8<kBf16>(src + i));
   };
   auto q_of = [&](int h) { return q + (h / group) * q_stride + (h % group) * d; };
@@ -1133,7 +1132,7 @@ template void AttendAvx2<false>(const KvLayerView&, const int32_t*, int64_t, int
 void AttendDecodeHeadsAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
                            int group, const float* q, float scale, float* out, float* scratch) {
   const int d = layer.head_dim;
-  if (d % 8 == 0 && d <= 256 && layer.block_tokens == 16 && layer.kv_heads * group <= 16) {
+  if (d % 8 == 0 && d <= 256 && KvChunks::Fit(layer) && layer.kv_heads * group <= 16) {
     const auto body =
         layer.bf16 ? AttendDecodeHeadsAvx2Body<true> : AttendDecodeHeadsAvx2Body<false>;
     body(layer, block_table, n_pos, group, q, scale, out, scratch);

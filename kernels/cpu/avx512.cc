@@ -1223,12 +1223,13 @@ inline __m512 Sum16Of(const __m512 lo[2], const __m512 hi[2]) {
                        _mm512_shuffle_f32x4(y01, y23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Where an attend call's rows live: the 16-token block of K or V holding
-// position j0 for this kv head, query h's q and out rows (the `group` query
-// heads of a row contiguous), and how many positions query h sees.
+// Where an attend call's rows live: this kv head's chunk of 16 K or V rows
+// from position j0 (a multiple of 16; KvChunks), query h's q and out rows
+// (the `group` query heads of a row contiguous), and how many positions
+// query h sees.
 struct AttendRows {
-  const int32_t* block_table;
-  int64_t block_stride, head_offset;
+  KvChunks chunks;
+  int64_t head_offset;
   int64_t n_pos;
   int group, d;
   const float* q;
@@ -1237,9 +1238,8 @@ struct AttendRows {
   int64_t out_stride;
   AttendRows(const KvLayerView& layer, const int32_t* table, int64_t n_pos, int kv_head, int group,
              const float* q, int64_t q_stride, float* out, int64_t out_stride)
-      : block_table(table),
-        block_stride((int64_t)layer.block_tokens * layer.head_dim * layer.kv_heads),
-        head_offset((int64_t)kv_head * layer.block_tokens * layer.head_dim),
+      : chunks(layer, table),
+        head_offset(kv_head * chunks.head_stride),
         n_pos(n_pos),
         group(group),
         d(layer.head_dim),
@@ -1248,7 +1248,7 @@ struct AttendRows {
         out(out),
         out_stride(out_stride) {}
   const fp16_t* Block(const fp16_t* base, int64_t j0) const {
-    return base + block_table[j0 / 16] * block_stride + head_offset;
+    return base + chunks.Offset(j0) + head_offset;
   }
   const float* Q(int h) const { return q + (h / group) * q_stride + (h % group) * d; }
   float* Out(int h) const { return out + (h / group) * out_stride + (h % group) * d; }
@@ -1353,7 +1353,7 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
   const KvRowPrefetch prefetch(layer, block_table, n_pos, kv_head);
   prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    prefetch.KeysAhead(j0 / 16);
+    prefetch.KeysAt(j0);
     ScoreBlockRow<kBf16, NQ, DV>(at.Block(layer.k, j0), std::min<int64_t>(16, n_pos - j0), q,
                                  vscale, scores, stride, j0, vmax);
   }
@@ -1364,7 +1364,7 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
     for (int c = 0; c < DV; ++c) o[h][c] = _mm512_setzero_ps();
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    prefetch.ValuesAhead(j0 / 16);
+    prefetch.ValuesAt(j0);
     WeighBlockRow<kBf16, NQ, DV>(at.Block(layer.v, j0), std::min<int64_t>(16, n_pos - j0),
                                  scores + j0, stride, o);
   }
@@ -1379,7 +1379,8 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
 // same numbers: block by block, each kv head's rows in turn, so that a
 // block's rows of all kv heads (one run in the cache) are read together
 // and consecutive blocks stream; read one kv head at a time, a kv head's
-// rows are runs of 16 rows far apart, which the hardware prefetchers lose
+// rows are runs of block_tokens rows far apart, which the hardware
+// prefetchers lose
 // (kernels_bench BM_AttendDecodeFromMemory). The outputs accumulate in
 // scratch between blocks (kv_heads x NQ x DV vectors do not fit the
 // registers). q and out: the kv heads' NQ query rows each, in order.
@@ -1391,23 +1392,29 @@ void AttendDecodeHeadsAvx512(const KvLayerView& layer, const int32_t* block_tabl
   constexpr int d = 16 * DV;
   const int heads = layer.kv_heads;
   const int64_t stride = n_pos + 16;
-  const int64_t run = 16 * (int64_t)d;  // a kv head's rows in a block
-  float* scores = scratch;              // [heads * NQ][stride]
+  const int64_t run = (int64_t)layer.block_tokens * d;  // a kv head's rows in a block
+  float* scores = scratch;                              // [heads * NQ][stride]
   auto* o = reinterpret_cast<__m512(*)[DV]>(Align64(scratch + heads * NQ * stride));
   const __m512 vscale = _mm512_set1_ps(scale);
   __m512 vmax[kDecodeHeadsMaxQueries];
   for (int r = 0; r < heads * NQ; ++r) vmax[r] = _mm512_set1_ps(-INFINITY);
   const KvRowPrefetch prefetch(layer, block_table, n_pos, 0, heads);
-  // Block j0 of kv head 0: the kv heads' rows follow it, run elements each.
+  // Kv head 0's chunk at j0: the other kv heads' follow it, run elements apart.
   const AttendRows at(layer, block_table, n_pos, 0, NQ, q, 0, out, 0);
+  const int64_t bt = layer.block_tokens;
+  // Block by block, each kv head's chunks of it in order (its rows in the
+  // block are one run, read in order at any block size).
   prefetch.FirstKeys();
-  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    prefetch.KeysAhead(j0 / 16);
-    const fp16_t* block = at.Block(layer.k, j0);
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+  for (int64_t b0 = 0; b0 < n_pos; b0 += bt) {
+    prefetch.KeysAt(b0);
+    const int64_t end = std::min(b0 + bt, n_pos);
+    const fp16_t* block = at.Block(layer.k, b0);
     for (int h = 0; h < heads; ++h) {
-      ScoreBlockRow<kBf16, NQ, DV>(block + h * run, nj, q + h * NQ * d, vscale,
-                                   scores + h * NQ * stride, stride, j0, vmax + h * NQ);
+      for (int64_t j0 = b0; j0 < end; j0 += 16) {
+        ScoreBlockRow<kBf16, NQ, DV>(block + h * run + (j0 - b0) * d,
+                                     std::min<int64_t>(16, n_pos - j0), q + h * NQ * d, vscale,
+                                     scores + h * NQ * stride, stride, j0, vmax + h * NQ);
+      }
     }
   }
   float inv_sum[kDecodeHeadsMaxQueries];
@@ -1415,15 +1422,19 @@ void AttendDecodeHeadsAvx512(const KvLayerView& layer, const int32_t* block_tabl
     inv_sum[r] = ExpScores(scores + r * stride, n_pos, vmax[r]);
     for (int c = 0; c < DV; ++c) o[r][c] = _mm512_setzero_ps();
   }
-  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    prefetch.ValuesAhead(j0 / 16);
-    const fp16_t* block = at.Block(layer.v, j0);
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+  for (int64_t b0 = 0; b0 < n_pos; b0 += bt) {
+    prefetch.ValuesAt(b0);
+    const int64_t end = std::min(b0 + bt, n_pos);
+    const fp16_t* block = at.Block(layer.v, b0);
     for (int h = 0; h < heads; ++h) {
       __m512 oh[NQ][DV];
       for (int i = 0; i < NQ; ++i)
         for (int c = 0; c < DV; ++c) oh[i][c] = o[h * NQ + i][c];
-      WeighBlockRow<kBf16, NQ, DV>(block + h * run, nj, scores + h * NQ * stride + j0, stride, oh);
+      for (int64_t j0 = b0; j0 < end; j0 += 16) {
+        WeighBlockRow<kBf16, NQ, DV>(block + h * run + (j0 - b0) * d,
+                                     std::min<int64_t>(16, n_pos - j0),
+                                     scores + h * NQ * stride + j0, stride, oh);
+      }
       for (int i = 0; i < NQ; ++i)
         for (int c = 0; c < DV; ++c) o[h * NQ + i][c] = oh[i][c];
     }
@@ -1571,7 +1582,7 @@ __attribute__((target("avx512bf16"))) void AttendDecodeRowBf16Avx512(const KvLay
   const KvRowPrefetch prefetch(layer, block_table, n_pos, kv_head);
   prefetch.FirstKeys();
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    prefetch.KeysAhead(j0 / 16);
+    prefetch.KeysAt(j0);
     ScoreBlockBf16<NQ, D32>(at.Block(layer.k, j0), std::min<int64_t>(16, n_pos - j0), qb, vscale,
                             scores, stride, j0, vmax);
   }
@@ -1582,7 +1593,7 @@ __attribute__((target("avx512bf16"))) void AttendDecodeRowBf16Avx512(const KvLay
     for (int c = 0; c < D32; ++c) lo[h][c] = hi[h][c] = _mm512_setzero_ps();
   }
   for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    prefetch.ValuesAhead(j0 / 16);
+    prefetch.ValuesAt(j0);
     WeighBlockBf16<NQ, D32>(at.Block(layer.v, j0), std::min<int64_t>(16, n_pos - j0), scores,
                             stride, j0, lo, hi);
   }
@@ -1601,8 +1612,8 @@ __attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvL
   constexpr int d = 32 * D32;
   const int heads = layer.kv_heads;
   const int64_t stride = n_pos + 16;
-  const int64_t run = 16 * (int64_t)d;  // a kv head's rows in a block
-  float* scores = scratch;              // [heads * NQ][stride]
+  const int64_t run = (int64_t)layer.block_tokens * d;  // a kv head's rows in a block
+  float* scores = scratch;                              // [heads * NQ][stride]
   // [heads * NQ][D32] each: the queries, then the two halves of the sums.
   auto* qb = reinterpret_cast<__m512bh(*)[D32]>(Align64(scratch + heads * NQ * stride));
   auto* lo = reinterpret_cast<__m512(*)[D32]>(qb + heads * NQ);
@@ -1612,16 +1623,21 @@ __attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvL
   __m512 vmax[kDecodeHeadsMaxQueries];
   for (int r = 0; r < heads * NQ; ++r) vmax[r] = _mm512_set1_ps(-INFINITY);
   const KvRowPrefetch prefetch(layer, block_table, n_pos, 0, heads);
-  // Block j0 of kv head 0: the kv heads' rows follow it, run elements each.
+  // Kv head 0's chunk at j0: the other kv heads' follow it, run elements apart.
   const AttendRows at(layer, block_table, n_pos, 0, NQ, q, 0, out, 0);
+  const int64_t bt = layer.block_tokens;
+  // Block by block, each kv head's chunks of it in order.
   prefetch.FirstKeys();
-  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    prefetch.KeysAhead(j0 / 16);
-    const fp16_t* block = at.Block(layer.k, j0);
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+  for (int64_t b0 = 0; b0 < n_pos; b0 += bt) {
+    prefetch.KeysAt(b0);
+    const int64_t end = std::min(b0 + bt, n_pos);
+    const fp16_t* block = at.Block(layer.k, b0);
     for (int h = 0; h < heads; ++h) {
-      ScoreBlockBf16<NQ, D32>(block + h * run, nj, qb + h * NQ, vscale, scores + h * NQ * stride,
-                              stride, j0, vmax + h * NQ);
+      for (int64_t j0 = b0; j0 < end; j0 += 16) {
+        ScoreBlockBf16<NQ, D32>(block + h * run + (j0 - b0) * d, std::min<int64_t>(16, n_pos - j0),
+                                qb + h * NQ, vscale, scores + h * NQ * stride, stride, j0,
+                                vmax + h * NQ);
+      }
     }
   }
   float inv_sum[kDecodeHeadsMaxQueries];
@@ -1629,10 +1645,10 @@ __attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvL
     inv_sum[r] = ExpScoresBf16(scores + r * stride, n_pos, vmax[r]);
     for (int c = 0; c < D32; ++c) lo[r][c] = hi[r][c] = _mm512_setzero_ps();
   }
-  for (int64_t j0 = 0; j0 < n_pos; j0 += 16) {
-    prefetch.ValuesAhead(j0 / 16);
-    const fp16_t* block = at.Block(layer.v, j0);
-    const int64_t nj = std::min<int64_t>(16, n_pos - j0);
+  for (int64_t b0 = 0; b0 < n_pos; b0 += bt) {
+    prefetch.ValuesAt(b0);
+    const int64_t end = std::min(b0 + bt, n_pos);
+    const fp16_t* block = at.Block(layer.v, b0);
     for (int h = 0; h < heads; ++h) {
       __m512 lh[NQ][D32], hh[NQ][D32];
       for (int i = 0; i < NQ; ++i) {
@@ -1641,7 +1657,10 @@ __attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvL
           hh[i][c] = hi[h * NQ + i][c];
         }
       }
-      WeighBlockBf16<NQ, D32>(block + h * run, nj, scores + h * NQ * stride, stride, j0, lh, hh);
+      for (int64_t j0 = b0; j0 < end; j0 += 16) {
+        WeighBlockBf16<NQ, D32>(block + h * run + (j0 - b0) * d, std::min<int64_t>(16, n_pos - j0),
+                                scores + h * NQ * stride, stride, j0, lh, hh);
+      }
       for (int i = 0; i < NQ; ++i) {
         for (int c = 0; c < D32; ++c) {
           lo[h * NQ + i][c] = lh[i][c];
@@ -1675,7 +1694,7 @@ void AttendAvx512Body(const KvLayerView& layer, const int32_t* block_table, int6
   const int d = layer.head_dim;
   const int nq = rows * group;
   constexpr int kMaxQ = 64;
-  if (d % 16 != 0 || d > 256 || layer.block_tokens != 16 || nq > kMaxQ || (kShortcuts && nq < 3)) {
+  if (d % 16 != 0 || d > 256 || !KvChunks::Fit(layer) || nq > kMaxQ || (kShortcuts && nq < 3)) {
     AttendAvx2<kShortcuts>(layer, block_table, n_pos, rows, kv_head, group, q, q_stride, scale, out,
                            out_stride, scratch);
     return;
@@ -1799,7 +1818,7 @@ void AttendDecodeHeadsAvx512Any(const KvLayerView& layer, const int32_t* block_t
                                 int group, const float* q, float scale, float* out,
                                 float* scratch) {
   const int d = layer.head_dim;
-  const bool shape = (group == 3 || group == 4) && layer.block_tokens == 16 &&
+  const bool shape = (group == 3 || group == 4) && KvChunks::Fit(layer) &&
                      layer.kv_heads * group <= kDecodeHeadsMaxQueries;
   using Heads =
       void (*)(const KvLayerView&, const int32_t*, int64_t, const float*, float, float*, float*);

@@ -169,11 +169,49 @@ inline int AttendRowsFor(int64_t n_pos, int group) {
   return (int)std::clamp<int64_t>(rows, 1, kAttendRows);
 }
 
-// K/V blocks are 16 rows of one kv head, far apart in the cache (other
-// heads' and sequences' blocks between them), so the hardware prefetchers
-// lose the stream at every block: decode attention fetches the block this
-// many ahead while it computes one (a decode row reads the whole cache
-// once, from memory rather than cache at long context).
+// Where the attention kernels' chunks of 16 positions lie in a paged layer:
+// a block holds block_tokens positions (a multiple of 16 for the vector
+// kernels: Fit; other sizes take the scalar reference), its kv heads' rows
+// one run after another. Offset(j0), j0 a multiple of 16: elements from the
+// layer's K or V base to kv head 0's row of position j0; kv head h's row is
+// h * head_stride further, and the chunk's rows follow it head_dim apart.
+// (Positions below 2^32; a power-of-two block size shifts and masks, any
+// other divides in 32 bits.)
+inline int BlockShift(int block_tokens) {
+  return block_tokens > 0 && (block_tokens & (block_tokens - 1)) == 0
+             ? __builtin_ctz((unsigned)block_tokens)
+             : -1;
+}
+struct KvChunks {
+  KvChunks(const KvLayerView& layer, const int32_t* block_table)
+      : table(block_table),
+        block_tokens((uint32_t)layer.block_tokens),
+        shift(BlockShift(layer.block_tokens)),
+        head_dim(layer.head_dim),
+        head_stride((int64_t)layer.block_tokens * layer.head_dim),
+        block_stride(head_stride * layer.kv_heads) {}
+  static bool Fit(const KvLayerView& layer) {
+    return layer.block_tokens > 0 && layer.block_tokens % 16 == 0;
+  }
+  int64_t Offset(int64_t j0) const {
+    const uint32_t j = (uint32_t)j0;
+    if (shift >= 0) {
+      return table[j >> shift] * block_stride + (int64_t)(j & (block_tokens - 1)) * head_dim;
+    }
+    return table[j / block_tokens] * block_stride + (int64_t)(j % block_tokens) * head_dim;
+  }
+  const int32_t* table;
+  uint32_t block_tokens;
+  int shift;  // log2(block_tokens), or -1
+  int64_t head_dim, head_stride, block_stride;
+};
+
+// K/V blocks are block_tokens rows (16 by default) of one kv head, far
+// apart in the cache (other heads' and sequences' blocks between them), so
+// the hardware prefetchers lose the stream at every block: decode attention
+// fetches the block this many ahead while it computes one (a decode row
+// reads the whole cache once, from memory rather than cache at long
+// context).
 constexpr int64_t kPrefetchBlocks = 2;
 inline void PrefetchKv(const fp16_t* p, int64_t elements) {
   const char* c = reinterpret_cast<const char*>(p);
@@ -184,10 +222,14 @@ inline void PrefetchKv(const fp16_t* p, int64_t elements) {
 // while block b's keys are scored (the keys' last blocks bring in the
 // values' first), ValuesAhead(b) while block b's values are weighed.
 // (heads: kv heads from kv_head on read together, their rows one run.)
+// KeysAt / ValuesAt(j0) are the same at a kernel's chunk of 16 positions
+// from j0: the schedule's step on a block's first chunk, nothing on others.
 struct KvRowPrefetch {
   KvRowPrefetch(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
                 int heads = 1)
       : table(block_table),
+        block_tokens((uint32_t)layer.block_tokens),
+        shift(BlockShift(layer.block_tokens)),
         run((int64_t)layer.block_tokens * layer.head_dim * heads),
         block_stride((int64_t)layer.block_tokens * layer.head_dim * layer.kv_heads),
         blocks((n_pos + layer.block_tokens - 1) / layer.block_tokens),
@@ -210,7 +252,21 @@ struct KvRowPrefetch {
     if (b + kPrefetchBlocks < blocks)
       PrefetchKv(v + table[b + kPrefetchBlocks] * block_stride, run);
   }
+  void KeysAt(int64_t j0) const {
+    if (const int64_t b = BlockStarting(j0); b >= 0) KeysAhead(b);
+  }
+  void ValuesAt(int64_t j0) const {
+    if (const int64_t b = BlockStarting(j0); b >= 0) ValuesAhead(b);
+  }
+  // The block position j0 starts, or -1 inside one.
+  int64_t BlockStarting(int64_t j0) const {
+    const uint32_t j = (uint32_t)j0;
+    if (shift >= 0) return (j & (block_tokens - 1)) == 0 ? (int64_t)(j >> shift) : -1;
+    return j % block_tokens == 0 ? (int64_t)(j / block_tokens) : -1;
+  }
   const int32_t* table;
+  uint32_t block_tokens;
+  int shift;             // log2(block_tokens), or -1
   int64_t run;           // elements of the kv heads' rows in a block
   int64_t block_stride;  // elements between blocks
   int64_t blocks;
