@@ -60,7 +60,10 @@ std::string ClusterSection(const EvalConfig& config, const std::string& raw, Plo
       "(`pdq sim`: the workers' batching and the router's routing are pdq's own policy code, "
       "the passes timed by a fitted model) on a profile of ",
       machine.value("cpu", std::string("an unnamed CPU")), " (", machine.value("isa", "?"), ", ",
-      machine.value("cores", 0), " cores; `raw/cluster/profile.json`, `pdq profile`), where ",
+      machine.value("cores", 0), " cores, ",
+      // (A profile from before the cache's type was recorded ran on fp16.)
+      profile.value("model", json::object()).value("kv_dtype", std::string("fp16")),
+      " KV cache; `raw/cluster/profile.json`, `pdq profile`), where ",
       "each node is one worker of ", first.value("cores_per_node", 0),
       " cores. For each workload at its targets above, each precision pair as n monolithic "
       "workers (M) and as prefill:decode splits of n nodes: the most requests a second it serves "
@@ -189,6 +192,7 @@ std::string ClusterSection(const EvalConfig& config, const std::string& raw, Plo
                   " output tokens/s per core within the targets, by P:D split'\n"
                   "set xlabel 'prefill : decode nodes (all M: every node monolithic, not joined)'\n"
                   "set ylabel 'tokens/s per core'\nset yrange [0:*]\n"
+                  "set offsets graph 0.03, graph 0.03, graph 0.06, 0\n"  // points off the frame
                   "set xtics (",
                   xtics, ")\nplot ", absl::StrJoin(curves, ", "), "\n"),
               absl::StrCat("projected goodput per core of ", name, " by P:D split")),

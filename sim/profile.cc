@@ -160,7 +160,8 @@ std::string ProfileToJson(const Profile& p) {
                 {"num_layers", p.num_layers},
                 {"kv_bytes_per_token", p.kv_bytes_per_token},
                 {"block_tokens", p.block_tokens},
-                {"max_context", p.max_context}};
+                {"max_context", p.max_context},
+                {"kv_dtype", p.kv_dtype}};
   j["passes"] = json::array();
   for (const PassProfile& s : p.passes) {
     j["passes"].push_back({{"precision", s.precision},
@@ -241,6 +242,13 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
   PDQ_GET(model, "model", "kv_bytes_per_token", &p.kv_bytes_per_token);
   PDQ_GET(model, "model", "block_tokens", &p.block_tokens);
   PDQ_GET(model, "model", "max_context", &p.max_context);
+  if (model.contains("kv_dtype")) {
+    PDQ_GET(model, "model", "kv_dtype", &p.kv_dtype);
+    if (p.kv_dtype != "fp16" && p.kv_dtype != "bf16") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile: model.kv_dtype is '", p.kv_dtype, "', not fp16 or bf16"));
+    }
+  }
   if (!j.contains("passes") || !j["passes"].is_array() || j["passes"].empty()) {
     return absl::InvalidArgumentError("profile: passes must be a non-empty array");
   }

@@ -7,7 +7,7 @@
 //   {"pdq_profile": 1,
 //    "machine": {"cpu": "...", "isa": "avx2", "cores": 2, "hostname": "..."},
 //    "model": {"path": "...", "num_layers": 30, "kv_bytes_per_token": 92160,
-//              "block_tokens": 16, "max_context": 8192},
+//              "block_tokens": 16, "max_context": 8192, "kv_dtype": "fp16"},
 //    "passes": [{"precision": "fp16", "threads": 2, "fixed": 0.004, "per_row": ...,
 //                "per_token": ..., "per_pair": ..., "points": 24, "held_out": 8,
 //                "held_out_median_error": 0.03, "held_out_max_error": 0.08}, ...],
@@ -60,6 +60,10 @@ struct Profile {
   std::string model_path;
   int num_layers = 0;
   int64_t kv_bytes_per_token = 0, block_tokens = 16, max_context = 0;
+  // The KV cache's element type the passes ran on (`pdq profile --kv-dtype`):
+  // decode attention reads it, so a bf16 deployment wants a bf16 profile.
+  // Profiles written before it was recorded read as fp16 (all they could run).
+  std::string kv_dtype = "fp16";
   std::vector<PassProfile> passes;
   std::vector<LinkProfile> links;
   double router_seconds = 0;

@@ -707,7 +707,22 @@ TEST(SimPlanTest, AProfileRoundTripsAndBadOnesAreRefusedByField) {
   EXPECT_EQ(q.passes[0].time.per_row, p.passes[0].time.per_row);
   EXPECT_EQ(q.links[0].link.bytes_per_second, 1e10);
   EXPECT_EQ(q.kv_bytes_per_token, 10000);
+  EXPECT_EQ(q.kv_dtype, "fp16");
   EXPECT_FALSE(q.Pass("w8a8").ok());
+  // The cache's element type: kept, checked, and fp16 where a profile from
+  // before it was recorded says nothing.
+  Profile b = p;
+  b.kv_dtype = "bf16";
+  EXPECT_EQ(ProfileFromJson(ProfileToJson(b))->kv_dtype, "bf16");
+  std::string dtype = ProfileToJson(b);
+  dtype.replace(dtype.find("\"bf16\""), 6, "\"int8\"");
+  EXPECT_NE(ProfileFromJson(dtype).status().message().find("model.kv_dtype is 'int8'"),
+            std::string::npos);
+  std::string old = ProfileToJson(b);
+  old.erase(old.find(",\n    \"kv_dtype\": \"bf16\""),
+            std::string(",\n    \"kv_dtype\": \"bf16\"").size());
+  ASSERT_EQ(old.find("kv_dtype"), std::string::npos) << old;
+  EXPECT_EQ(ProfileFromJson(old)->kv_dtype, "fp16");
   EXPECT_NE(ProfileFromJson("[1]").status().message().find("not a JSON object"), std::string::npos);
   std::string text = ProfileToJson(p);
   text.replace(text.find("\"per_row\""), 9, "\"per_rows\"");

@@ -147,14 +147,16 @@ int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_t
   const int cores = sim::ClusterCoresPerNode(profile, wo);
   const sim::Workload& w = cq.plan.workload;
   std::printf(
-      "projected from %s (%s, %d cores, %s), not measured: the most requests/s of %lld tokens "
+      "projected from %s (%s, %d cores, %s, %s KV), not measured: the most requests/s of %lld "
+      "tokens "
       "in and %lld out served with %.0f%% within TTFT %.0f ms and TPOT %.0f ms (none refused, "
       "at steady state, %d seeds; rates within %.0f%%); a node is one worker of %d core%s, "
       "priced %g an hour\n",
       f.profile.c_str(), profile.cpu.c_str(), profile.cores, profile.isa.c_str(),
-      (long long)w.prompt_tokens, (long long)w.output_tokens, cq.plan.attainment * 100,
-      cq.plan.targets.ttft_seconds * 1e3, cq.plan.targets.tpot_seconds * 1e3, cq.plan.seeds,
-      cq.tolerance * 100, cores, cores == 1 ? "" : "s", cq.plan.worker_hour_price);
+      profile.kv_dtype.c_str(), (long long)w.prompt_tokens, (long long)w.output_tokens,
+      cq.plan.attainment * 100, cq.plan.targets.ttft_seconds * 1e3,
+      cq.plan.targets.tpot_seconds * 1e3, cq.plan.seeds, cq.tolerance * 100, cores,
+      cores == 1 ? "" : "s", cq.plan.worker_hour_price);
   absl::StatusOr<std::vector<sim::ClusterPoint>> points =
       sim::SweepCluster(profile, cq, wo, [](const sim::ClusterPoint& p, int i, int n) {
         std::fprintf(stderr, "pdq plan: [%d/%d] %s %s/%s: %.4g requests/s (%d runs)\n", i, n,
@@ -196,6 +198,7 @@ int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_t
                         {"cpu", profile.cpu},
                         {"cores", profile.cores},
                         {"isa", profile.isa},
+                        {"kv_dtype", profile.kv_dtype},
                         {"cores_per_node", cores},
                         {"prompt_tokens", w.prompt_tokens},
                         {"output_tokens", w.output_tokens},
@@ -251,12 +254,12 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
   absl::StatusOr<sim::SimPlan> plan = sim::PlanBySimulation(*profile, q, wo);
   if (!plan.ok()) return fail(plan.status());
   std::printf(
-      "projected from %s (%s, %d cores, %s), not measured: %.3g requests/s of %lld tokens in "
-      "and %lld out; targets TTFT %.0f ms, TPOT %.0f ms for %.0f%% of requests; %d seeds; "
-      "workers of %s\n",
-      f.profile.c_str(), profile->cpu.c_str(), profile->cores, profile->isa.c_str(), rate,
-      (long long)input_tokens, (long long)output_tokens, q.targets.ttft_seconds * 1e3,
-      q.targets.tpot_seconds * 1e3, q.attainment * 100, q.seeds,
+      "projected from %s (%s, %d cores, %s, %s KV), not measured: %.3g requests/s of %lld "
+      "tokens in and %lld out; targets TTFT %.0f ms, TPOT %.0f ms for %.0f%% of requests; %d "
+      "seeds; workers of %s\n",
+      f.profile.c_str(), profile->cpu.c_str(), profile->cores, profile->isa.c_str(),
+      profile->kv_dtype.c_str(), rate, (long long)input_tokens, (long long)output_tokens,
+      q.targets.ttft_seconds * 1e3, q.targets.tpot_seconds * 1e3, q.attainment * 100, q.seeds,
       f.threads > 0 ? absl::StrCat(f.threads, " thread", f.threads == 1 ? "" : "s").c_str()
                     : "the profile's most threads");
   std::printf("deployments of %d worker%s:\n", plan->workers, plan->workers == 1 ? "" : "s");

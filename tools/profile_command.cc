@@ -364,6 +364,7 @@ int ProfileCommand(int argc, char** argv) {
         profile.block_tokens = layout->block_tokens;
         profile.kv_bytes_per_token = layout->bytes_per_token();
         profile.max_context = c.max_context;
+        profile.kv_dtype = KvDtypeName(layout->dtype);
       }
       const auto t0 = Clock::now();
       absl::StatusOr<std::vector<Point>> points =

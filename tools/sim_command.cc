@@ -183,16 +183,18 @@ int SimCommand(int argc, char** argv) {
   const sim::Targets targets{ttft_ms / 1e3, tpot_ms / 1e3};
   absl::StatusOr<sim::SeedSummary> r = sim::RunSeeds(d, w, targets, (int)seeds);
   if (!r.ok()) return fail(r.status());
-  std::printf("projected from %s (%s, %d cores, %s): %s serving %lld tokens in, %lld out, %s\n",
-              profile_path.c_str(), profile->cpu.c_str(), profile->cores, profile->isa.c_str(),
-              d.Name().c_str(), (long long)prompt_tokens, (long long)output_tokens,
-              concurrency > 0 ? absl::StrCat(concurrency, " clients back to back").c_str()
-              : !phases.empty()
-                  ? absl::StrCat("requests/s in phases ", rate_phases, " (s:rate)").c_str()
-                  : absl::StrFormat("%.3g requests/s%s", rate,
-                                    burstiness == 1 ? " (Poisson)"
-                                                    : absl::StrFormat(" (gap CV %.2g)", burstiness))
-                        .c_str());
+  std::printf(
+      "projected from %s (%s, %d cores, %s, %s KV): %s serving %lld tokens in, %lld out, %s\n",
+      profile_path.c_str(), profile->cpu.c_str(), profile->cores, profile->isa.c_str(),
+      profile->kv_dtype.c_str(), d.Name().c_str(), (long long)prompt_tokens,
+      (long long)output_tokens,
+      concurrency > 0 ? absl::StrCat(concurrency, " clients back to back").c_str()
+      : !phases.empty()
+          ? absl::StrCat("requests/s in phases ", rate_phases, " (s:rate)").c_str()
+          : absl::StrFormat(
+                "%.3g requests/s%s", rate,
+                burstiness == 1 ? " (Poisson)" : absl::StrFormat(" (gap CV %.2g)", burstiness))
+                .c_str());
   std::printf("  %d seeds x %lld requests; 95%% confidence intervals\n", r->seeds,
               (long long)requests);
   if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0) {
