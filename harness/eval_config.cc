@@ -1,7 +1,9 @@
 // Reading and checking a `pdq eval` config (harness/eval_config.h).
 #include "harness/eval_config.h"
 
+#include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -25,7 +27,7 @@ static void Fields(auto& f, EvalDeployment& v) {
 
 static void Fields(auto& f, EvalWorkload& v) {
   PDQ_JSON_EACH(requests_per_client, requests, warmup, ttft_target_ms, tpot_target_ms, input_tokens,
-                output_tokens)
+                output_tokens, until_flat)
 }
 
 static void Fields(auto& f, EvalStability& v) {
@@ -152,6 +154,16 @@ absl::StatusOr<std::vector<EvalWorkload>> ParseWorkloads(const json& c) {
         return Invalid(absl::StrCat("workload ", name, ": ", k, " must be an integer >= 1"));
       }
     }
+    if (w.until_flat != 0) {
+      const int top = w.concurrency.back();
+      if (top != *std::max_element(w.concurrency.begin(), w.concurrency.end()) ||
+          w.until_flat < 2 * top) {
+        return Invalid(absl::StrCat("workload ", name, ": until_flat (", w.until_flat,
+                                    ") doubles the top concurrency level: the levels must end at "
+                                    "their highest and until_flat be at least twice it (",
+                                    2 * top, "), or 0"));
+      }
+    }
     out.push_back(std::move(w));
   }
   return out;
@@ -271,13 +283,30 @@ absl::StatusOr<EvalConfig> ParseEvalConfig(const json& c) {
 }
 
 absl::StatusOr<EvalConfig> ReadEvalConfig(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read the config '", path, "'"));
-  const json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Invalid(absl::StrCat(path, " is not JSON"));
   absl::StatusOr<EvalConfig> config = ParseEvalConfig(j);
   if (!config.ok()) return Invalid(absl::StrCat(path, ": ", config.status().message()));
+  config->source_text = std::move(text);
   return config;
+}
+
+absl::Status WriteEvalConfigCopy(const EvalConfig& config, const std::string& path) {
+  const std::string text =
+      config.source_text.empty() ? config.source.dump(2) + "\n" : config.source_text;
+  std::ifstream old(path, std::ios::binary);
+  if (old) {
+    std::string had((std::istreambuf_iterator<char>(old)), std::istreambuf_iterator<char>());
+    if (had == text) return absl::OkStatus();  // the config read from this file
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
 }
 
 }  // namespace pdq

@@ -24,6 +24,11 @@ struct EvalWorkload {
   double ttft_target_ms = 0, tpot_target_ms = 0;  // goodput's targets
   // Other lengths than the workload's own (a short demo); 0: its own.
   int64_t input_tokens = 0, output_tokens = 0;
+  // > 0: past `concurrency`, each deployment's sweep doubles its top level
+  // while output tokens/s still rises, up to this many streams (pdq bench
+  // --until-flat), so every deployment gets a level past saturation without
+  // the fast ones running levels only the slow ones need.
+  int until_flat = 0;
 };
 
 // A deployment started with `pdq up`.
@@ -106,6 +111,9 @@ struct EvalConfig {
   std::optional<EvalLowbit> lowbit;
   std::optional<EvalCluster> cluster;
   nlohmann::json source;  // as given: written beside the results
+  // The file's own text when read from one (ReadEvalConfig), so the copy
+  // written beside the results keeps its layout; empty otherwise.
+  std::string source_text;
 
   const EvalDeployment* Deployment(const std::string& name) const;
 };
@@ -115,5 +123,9 @@ struct EvalConfig {
 absl::StatusOr<EvalConfig> ParseEvalConfig(const nlohmann::json& j);
 // ParseEvalConfig of a file; errors start with its path.
 absl::StatusOr<EvalConfig> ReadEvalConfig(const std::string& path);
+// Writes the config beside the results: its own text when it has one (a
+// config read from OUT/config.json rewrites that file unchanged), else its
+// JSON with two-space indents.
+absl::Status WriteEvalConfigCopy(const EvalConfig& config, const std::string& path);
 
 }  // namespace pdq

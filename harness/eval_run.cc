@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/check.h"
 #include "harness/bench_result.h"
 #include "harness/local_run.h"
 #include "server/metrics.h"
@@ -271,7 +272,10 @@ void EvalRunner::RunWorkload(const LocalDeployment& dep, const EvalDeployment& d
   }
   std::vector<std::string> levels;
   for (int l : w.concurrency) levels.push_back(std::to_string(l));
-  Progress(absl::StrCat(d.name, ": ", w.name, " at concurrency ", absl::StrJoin(levels, ",")));
+  Progress(absl::StrCat(
+      d.name, ": ", w.name, " at concurrency ", absl::StrJoin(levels, ","),
+      w.until_flat > 0 ? absl::StrCat(", then doubling while still rising, up to ", w.until_flat)
+                       : ""));
   // The workload's name, or "custom" with other lengths (a short demo).
   const bool custom = w.input_tokens > 0 || w.output_tokens > 0;
   Flags flags = {{"--workload", custom ? "custom" : w.name},
@@ -285,6 +289,7 @@ void EvalRunner::RunWorkload(const LocalDeployment& dep, const EvalDeployment& d
     flags.push_back(
         {"--output-tokens", std::to_string(w.output_tokens > 0 ? w.output_tokens : 128)});
   }
+  if (w.until_flat > 0) flags.push_back({"--until-flat", std::to_string(w.until_flat)});
   if (w.requests_per_client > 0) {
     flags.push_back({"--requests-per-client", std::to_string(w.requests_per_client)});
   } else if (w.requests > 0) {
@@ -603,7 +608,7 @@ absl::StatusOr<EvalRunOutcome> RunEvaluation(const EvalConfig& config, const Eva
   if (ec) {
     return absl::UnavailableError(absl::StrCat("cannot create ", raw, ": ", ec.message()));
   }
-  std::ofstream(o.out_dir + "/config.json") << config.source.dump(1) << "\n";
+  PDQ_RETURN_IF_ERROR(WriteEvalConfigCopy(config, o.out_dir + "/config.json"));
   CatchInterrupts();
   EvalRunner runner(config, o);
   runner.CountSteps();

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -902,10 +903,31 @@ int CountedAt(const SweepOptions& o, int level) {
 }
 
 std::vector<int> SweepLevels(const SweepOptions& o) {
-  return o.rate > 0 ? std::vector<int>{0} : o.levels;
+  if (o.rate > 0) return {0};
+  std::vector<int> levels = o.levels;
+  if (o.until_flat > 0 && !levels.empty()) {
+    for (int64_t l = 2 * (int64_t)levels.back(); l <= o.until_flat; l *= 2) {
+      levels.push_back((int)l);
+    }
+  }
+  return levels;
 }
 
 }  // namespace
+
+int FlatLevelAfter(const BenchResult& so_far, int until_flat) {
+  const LevelResult* top = nullptr;
+  if (so_far.levels.size() == 1) {
+    top = &so_far.levels[0];  // nothing to judge yet: one level more
+    if (!(top->output_tokens_per_s > 0)) return 0;
+  } else {
+    const std::optional<Saturation> s = FindSaturation(so_far, 0.95);
+    if (!s || s->at != s->top) return 0;  // past the point already (or no tokens at all)
+    top = s->top;
+  }
+  const int64_t next = 2 * (int64_t)top->concurrency;
+  return next <= until_flat ? (int)next : 0;
+}
 
 int64_t SweepRequests(const SweepOptions& o) {
   int64_t total = 0;
@@ -915,7 +937,9 @@ int64_t SweepRequests(const SweepOptions& o) {
 
 bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchResult* out) {
   bool all_ok = true;
-  for (int level : SweepLevels(o)) {
+  std::vector<int> levels = o.rate > 0 ? std::vector<int>{0} : o.levels;
+  for (size_t i = 0; i < levels.size(); ++i) {
+    const int level = levels[i];
     const int counted = CountedAt(o, level);
     const std::string label =
         o.rate > 0 ? absl::StrCat("rate ", o.rate, "/s") : absl::StrCat("concurrency ", level);
@@ -966,6 +990,15 @@ bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchR
           s.refusal_s.p99 * 1e3);
     }
     out->levels.push_back(std::move(s));
+    if (i + 1 == levels.size() && o.rate <= 0 && o.until_flat > 0) {
+      if (const int next = FlatLevelAfter(*out, o.until_flat); next > 0) {
+        std::fprintf(stderr,
+                     "pdq bench: output tokens/s still rising at concurrency %d: concurrency %d "
+                     "next (--until-flat %d)\n",
+                     level, next, o.until_flat);
+        levels.push_back(next);
+      }
+    }
   }
   return all_ok;
 }

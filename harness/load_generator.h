@@ -94,9 +94,20 @@ struct SweepOptions {
   int64_t per_client = 0;   // instead of `requests`: this many per concurrent client
   int64_t warmup = 1;       // per level, run first and not counted
   LatencyTargets targets;
+  // > 0: after `levels`, twice the top level in turn while output tokens/s
+  // has not stopped rising (FlatLevelAfter), up to this many clients.
+  int until_flat = 0;
 };
-// The requests RunSweep sends, counted and warm-up, over every level.
+// The requests RunSweep sends, counted and warm-up, over every level (with
+// until_flat, the most it may send).
 int64_t SweepRequests(const SweepOptions& o);
+// The level a sweep with `until_flat` runs after those in `so_far`: twice
+// its top level while that top is still where output tokens/s saturates
+// (FindSaturation at 0.95: the lowest level within 5% of the most, the
+// evaluation report's rule), so the sweep ends one level past that point;
+// 0 when it has gone past it, or twice the top would exceed until_flat, or
+// no level has output tokens. One level is not yet a judgement: twice it.
+int FlatLevelAfter(const BenchResult& so_far, int until_flat);
 // The table's header for RunSweep's and Alternate's rows.
 void PrintLevelHeader();
 // Each level in turn, appended to `out` (its summary and every request's

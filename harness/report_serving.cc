@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "harness/report_internal.h"
 
 namespace pdq::report {
@@ -357,19 +358,18 @@ std::string WorkloadSection(const ReportInput& in, Plotter& plot, const std::str
                                       " using 1:2 with steps title ", Quote(d.name)));
   }
   std::string lines = absl::StrJoin(curves, ", ");
-  auto col = [&](int c) {
-    std::string s = lines;
-    for (size_t at; (at = s.find("COL")) != std::string::npos;) s.replace(at, 3, std::to_string(c));
-    return s;
-  };
+  auto col = [&](int c) { return absl::StrReplaceAll(lines, {{"COL", std::to_string(c)}}); };
   absl::StrAppend(
       &md, "\n",
       plot.Draw(w + "-latency-throughput", data,
                 SideBySide(absl::StrCat("Workload ", w,
                                         ": latency against throughput (points: concurrency "
                                         "levels)"),
-                           absl::StrCat("set xlabel 'output tokens/s'\nset ylabel 'TTFT p50 "
-                                        "(ms)'\nplot ",
+                           // Room around the points, so the top level is not drawn
+                           // on the frame (both panels: set once, before the first).
+                           absl::StrCat("set offsets graph 0.03, graph 0.03, graph 0.06, "
+                                        "0\nset yrange [0:*]\nset xlabel 'output tokens/s'\n"
+                                        "set ylabel 'TTFT p50 (ms)'\nplot ",
                                         col(3)),
                            absl::StrCat("set ylabel 'TPOT p50 (ms)'\nplot ", col(4))),
                 absl::StrCat(w, ": latency against throughput"), 960, 520),

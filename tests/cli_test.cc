@@ -111,6 +111,20 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   EXPECT_NE(r.out.find("/nonexistent/words.txt"), std::string::npos) << r.out;
   r = RunPdq("bench --pattern zigzag --text README.md");
   EXPECT_NE(r.out.find("--pattern must be alternate"), std::string::npos) << r.out;
+  r = RunPdq("bench --concurrency 1,8 --until-flat 12 --text README.md");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--until-flat 12 extends the sweep from its top level by doubling: the "
+                       "levels must end at their highest and --until-flat be at least twice it "
+                       "(16)"),
+            std::string::npos)
+      << r.out;
+  r = RunPdq("bench --rate 2 --until-flat 64 --text README.md");
+  EXPECT_NE(r.out.find("--until-flat extends a concurrency sweep: not with --rate"),
+            std::string::npos)
+      << r.out;
+  r = RunPdq("bench --workload conversation --until-flat 64 --text README.md");
+  EXPECT_NE(r.out.find("--until-flat does not apply to --workload conversation"), std::string::npos)
+      << r.out;
   // The OpenAI-compatible target.
   r = RunPdq("bench --openai http://127.0.0.1:1/v1 --text README.md");
   EXPECT_EQ(r.exit_code, 1);

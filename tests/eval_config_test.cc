@@ -3,7 +3,10 @@
 // error that names where it is.
 #include "harness/eval_config.h"
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 
 #include "gtest/gtest.h"
 
@@ -57,6 +60,39 @@ TEST(EvalConfigTest, TheCommittedConfigsReadWhole) {
   EXPECT_EQ(c->cluster->workloads.size(), c->workloads.size());  // every workload, by default
 }
 
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// `pdq eval --config OUT/config.json --out OUT` used to rewrite the committed
+// file with one-space indents; the copy beside the results is now the text
+// that was read.
+TEST(EvalConfigTest, TheCopyBesideTheResultsKeepsTheFilesLayout) {
+  const std::string dir = ::testing::TempDir() + "/eval_config_copy";
+  std::filesystem::create_directories(dir);
+  const std::string text =
+      "{\n   \"deployments\": [ {\"name\": \"mono\", \"prefill_precision\": \"fp16\",\n"
+      "      \"decode_precision\": \"fp16\", \"workers\": [{\"role\": \"both\"}]} ],\n"
+      "   \"notes\": [\"kept as written\"]\n}\n";
+  const std::string in = dir + "/config.json";
+  std::ofstream(in, std::ios::binary) << text;
+  absl::StatusOr<EvalConfig> c = ReadEvalConfig(in);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(WriteEvalConfigCopy(*c, in).ok());  // onto itself: unchanged
+  EXPECT_EQ(Slurp(in), text);
+  const std::string other = dir + "/copy.json";
+  std::ofstream(other) << "stale";
+  ASSERT_TRUE(WriteEvalConfigCopy(*c, other).ok());
+  EXPECT_EQ(Slurp(other), text);
+  // Parsed from JSON in memory: no text of its own, so two-space indents.
+  absl::StatusOr<EvalConfig> m = ParseEvalConfig(Minimal());
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE(WriteEvalConfigCopy(*m, other).ok());
+  EXPECT_EQ(Slurp(other), Minimal().dump(2) + "\n");
+  EXPECT_FALSE(WriteEvalConfigCopy(*m, dir + "/no/such/dir/config.json").ok());
+}
+
 TEST(EvalConfigTest, EachMistakeIsAnErrorNamingWhereItIs) {
   struct Case {
     std::function<void(json&)> mutate;
@@ -83,6 +119,14 @@ TEST(EvalConfigTest, EachMistakeIsAnErrorNamingWhereItIs) {
          c["workloads"] = {{"chat", {{"concurrency", {1}}, {"input_tokens", 0}}}};
        },
        "input_tokens must be an integer >= 1"},
+      {[](json& c) {
+         c["workloads"] = {{"chat", {{"concurrency", {1, 16}}, {"until_flat", 24}}}};
+       },
+       "until_flat (24) doubles the top concurrency level"},
+      {[](json& c) {
+         c["workloads"] = {{"chat", {{"concurrency", {16, 1}}, {"until_flat", 64}}}};
+       },
+       "the levels must end at their highest"},
       {[](json& c) {
          c["lowbit"] = {{"threads", {1.5}}};
        },

@@ -41,6 +41,38 @@ TEST(LoadGeneratorTest, SweepRequestsCountsEveryLevelAndItsWarmup) {
   EXPECT_EQ(SweepRequests(open), 22);
 }
 
+// A sweep told --until-flat doubles its top level while output tokens/s is
+// still rising by the report's rule (the lowest level within 5% of the most
+// is the top), so it ends one level past where it saturates; never past
+// until_flat. The request count covers the most it may run.
+TEST(LoadGeneratorTest, UntilFlatDoublesTheTopLevelUntilOnePastSaturation) {
+  auto sweep = [](std::vector<std::pair<int, double>> levels) {
+    BenchResult b;
+    for (const auto& [c, tps] : levels) {
+      LevelResult l;
+      l.concurrency = c;
+      l.output_tokens_per_s = tps;
+      b.levels.push_back(l);
+    }
+    return b;
+  };
+  EXPECT_EQ(FlatLevelAfter(sweep({{1, 100}, {4, 200}, {16, 300}}), 64), 32);  // still rising
+  EXPECT_EQ(FlatLevelAfter(sweep({{1, 100}, {4, 200}, {16, 300}, {32, 330}}), 64), 64);
+  // 320 is within 5% of 330: 32 was the point, 64 is past it.
+  EXPECT_EQ(FlatLevelAfter(sweep({{16, 300}, {32, 330}, {64, 320}}), 256), 0);
+  EXPECT_EQ(FlatLevelAfter(sweep({{16, 300}, {32, 330}, {64, 250}}), 256), 0);  // a fall
+  EXPECT_EQ(FlatLevelAfter(sweep({{16, 300}, {32, 330}}), 63), 0);  // 64 is past the cap
+  EXPECT_EQ(FlatLevelAfter(sweep({{8, 100}}), 64), 16);             // one level judges nothing
+  EXPECT_EQ(FlatLevelAfter(sweep({{8, 0}}), 64), 0);                // nothing came back
+  EXPECT_EQ(FlatLevelAfter(sweep({}), 64), 0);
+  SweepOptions o;
+  o.levels = {1, 4};
+  o.per_client = 2;
+  o.warmup = 1;
+  o.until_flat = 20;  // 8 and 16 may follow
+  EXPECT_EQ(SweepRequests(o), 2 * (1 + 4 + 8 + 16) + 4);
+}
+
 // A tokenizer of one token per word: word "wN" is token N (a piece cut
 // from a word's end, without its "w", is no token).
 std::vector<int32_t> Words(const std::string& t) {

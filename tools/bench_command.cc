@@ -44,7 +44,8 @@ struct BenchFlags {
   ConnectionFlags connection;
   int64_t input_tokens = 128, output_tokens = 128, requests = 0, per_client = 0, warmup = 1,
           timeout_s = 600, cycles = 3, high = 8, low = 1, sessions = 4, turns = 8,
-          first_tokens = 512, turn_tokens = 64, shared_prefix_tokens = 0, prompt_seed = 0;
+          first_tokens = 512, turn_tokens = 64, shared_prefix_tokens = 0, prompt_seed = 0,
+          until_flat = 0;
   double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256,
          temperature = 0;
 
@@ -99,6 +100,11 @@ void BenchFlags::Register(FlagParser& flags) {
   flags.Int("turn-tokens", &turn_tokens, 1, 1 << 20,
             "conversation: tokens of each later user message");
   flags.String("concurrency", &levels, "concurrency levels, comma-separated (1,2,4,8)");
+  flags.Int("until-flat", &until_flat, 0, 4096,
+            "after the --concurrency levels, double the top one while output tokens/s still "
+            "rises (the lowest level within 5% of the most is the top: where it saturates not "
+            "yet passed), up to this many clients, so the sweep ends one level past saturation; "
+            "0: only the levels given");
   flags.Float("rate", &rate, 0, 1e6,
               "requests per second arriving as a Poisson process, instead of --concurrency");
   flags.Int("requests", &requests, 0, 1 << 20,
@@ -139,8 +145,9 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
       return absl::InvalidArgumentError(absl::StrCat("--", f, " needs --workload conversation"));
     }
   }
-  for (const char* f : {"input-tokens", "concurrency", "rate", "requests", "requests-per-client",
-                        "pattern", "ttft-target-ms", "tpot-target-ms", "shared-prefix-tokens"}) {
+  for (const char* f :
+       {"input-tokens", "concurrency", "rate", "requests", "requests-per-client", "pattern",
+        "ttft-target-ms", "tpot-target-ms", "shared-prefix-tokens", "until-flat"}) {
     if (conversation() && flags.Given(f)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", f,
@@ -177,6 +184,21 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
   absl::StatusOr<std::vector<int64_t>> parsed = IntList("concurrency", levels, 1, 4096);
   if (!parsed.ok()) return parsed.status();
   for (int64_t n : *parsed) levels_out->push_back((int)n);
+  if (until_flat > 0) {
+    if (rate > 0 || !pattern.empty()) {
+      return absl::InvalidArgumentError(
+          "--until-flat extends a concurrency sweep: not with --rate "
+          "or --pattern");
+    }
+    const int top = *std::max_element(levels_out->begin(), levels_out->end());
+    if (until_flat < 2 * top || levels_out->back() != top) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--until-flat ", until_flat,
+                       " extends the sweep from its top level by doubling: the "
+                       "levels must end at their highest and --until-flat be at least twice it (",
+                       2 * top, ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -313,7 +335,8 @@ int BenchCommand(int argc, char** argv) {
     out.ttft_target_ms = f.ttft_target_ms;
     out.tpot_target_ms = f.tpot_target_ms;
     const LatencyTargets targets{f.ttft_target_ms / 1e3, f.tpot_target_ms / 1e3};
-    const SweepOptions sweep{levels, f.rate, f.requests, f.per_client, f.warmup, targets};
+    SweepOptions sweep{levels, f.rate, f.requests, f.per_client, f.warmup, targets};
+    sweep.until_flat = (int)f.until_flat;
     // A text of its own for every request of a sweep (the driver cycles
     // through them): a repeated one would be answered from the server's
     // prefix cache. The alternating pattern repeats its 64 on purpose:
