@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/check.h"
 #include "harness/json_fields.h"
+#include "harness/load_generator.h"
 
 namespace pdq {
 
@@ -154,15 +155,12 @@ absl::StatusOr<std::vector<EvalWorkload>> ParseWorkloads(const json& c) {
         return Invalid(absl::StrCat("workload ", name, ": ", k, " must be an integer >= 1"));
       }
     }
-    if (w.until_flat != 0) {
-      const int top = w.concurrency.back();
-      if (top != *std::max_element(w.concurrency.begin(), w.concurrency.end()) ||
-          w.until_flat < 2 * top) {
-        return Invalid(absl::StrCat("workload ", name, ": until_flat (", w.until_flat,
-                                    ") doubles the top concurrency level: the levels must end at "
-                                    "their highest and until_flat be at least twice it (",
-                                    2 * top, "), or 0"));
-      }
+    if (w.until_flat != 0 && !UntilFlatExtends(w.concurrency, w.until_flat)) {
+      const int top = *std::max_element(w.concurrency.begin(), w.concurrency.end());
+      return Invalid(absl::StrCat("workload ", name, ": until_flat (", w.until_flat,
+                                  ") doubles the top concurrency level: the levels must end at "
+                                  "their highest and until_flat be at least twice it (",
+                                  2 * top, "), or 0"));
     }
     out.push_back(std::move(w));
   }

@@ -929,6 +929,11 @@ int FlatLevelAfter(const BenchResult& so_far, int until_flat) {
   return next <= until_flat ? (int)next : 0;
 }
 
+bool UntilFlatExtends(const std::vector<int>& levels, int until_flat) {
+  const int top = *std::max_element(levels.begin(), levels.end());
+  return levels.back() == top && (int64_t)until_flat >= 2 * (int64_t)top;
+}
+
 int64_t SweepRequests(const SweepOptions& o) {
   int64_t total = 0;
   for (int level : SweepLevels(o)) total += CountedAt(o, level) + o.warmup;

@@ -108,6 +108,10 @@ int64_t SweepRequests(const SweepOptions& o);
 // 0 when it has gone past it, or twice the top would exceed until_flat, or
 // no level has output tokens. One level is not yet a judgement: twice it.
 int FlatLevelAfter(const BenchResult& so_far, int until_flat);
+// Whether until_flat can extend `levels` (non-empty): they end at their
+// highest and until_flat is at least twice it (pdq bench --until-flat and an
+// eval workload's until_flat both require it).
+bool UntilFlatExtends(const std::vector<int>& levels, int until_flat);
 // The table's header for RunSweep's and Alternate's rows.
 void PrintLevelHeader();
 // Each level in turn, appended to `out` (its summary and every request's

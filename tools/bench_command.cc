@@ -190,8 +190,8 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
           "--until-flat extends a concurrency sweep: not with --rate "
           "or --pattern");
     }
-    const int top = *std::max_element(levels_out->begin(), levels_out->end());
-    if (until_flat < 2 * top || levels_out->back() != top) {
+    if (!UntilFlatExtends(*levels_out, (int)until_flat)) {
+      const int top = *std::max_element(levels_out->begin(), levels_out->end());
       return absl::InvalidArgumentError(
           absl::StrCat("--until-flat ", until_flat,
                        " extends the sweep from its top level by doubling: the "

@@ -193,12 +193,19 @@ struct KvChunks {
   static bool Fit(const KvLayerView& layer) {
     return layer.block_tokens > 0 && layer.block_tokens % 16 == 0;
   }
+  // Position j's block (its index in the table) and its row in the block.
+  uint32_t BlockOf(uint32_t j) const { return shift >= 0 ? j >> shift : j / block_tokens; }
+  uint32_t RowOf(uint32_t j) const {
+    return shift >= 0 ? j & (block_tokens - 1) : j % block_tokens;
+  }
   int64_t Offset(int64_t j0) const {
     const uint32_t j = (uint32_t)j0;
-    if (shift >= 0) {
-      return table[j >> shift] * block_stride + (int64_t)(j & (block_tokens - 1)) * head_dim;
-    }
-    return table[j / block_tokens] * block_stride + (int64_t)(j % block_tokens) * head_dim;
+    return table[BlockOf(j)] * block_stride + (int64_t)RowOf(j) * head_dim;
+  }
+  // The block position j0 starts, or -1 inside one.
+  int64_t BlockStarting(int64_t j0) const {
+    const uint32_t j = (uint32_t)j0;
+    return RowOf(j) == 0 ? (int64_t)BlockOf(j) : -1;
   }
   const int32_t* table;
   uint32_t block_tokens;
@@ -227,48 +234,35 @@ inline void PrefetchKv(const fp16_t* p, int64_t elements) {
 struct KvRowPrefetch {
   KvRowPrefetch(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int kv_head,
                 int heads = 1)
-      : table(block_table),
-        block_tokens((uint32_t)layer.block_tokens),
-        shift(BlockShift(layer.block_tokens)),
-        run((int64_t)layer.block_tokens * layer.head_dim * heads),
-        block_stride((int64_t)layer.block_tokens * layer.head_dim * layer.kv_heads),
+      : chunks(layer, block_table),
+        run(chunks.head_stride * heads),
         blocks((n_pos + layer.block_tokens - 1) / layer.block_tokens),
-        k(layer.k + kv_head * (int64_t)layer.block_tokens * layer.head_dim),
-        v(layer.v + kv_head * (int64_t)layer.block_tokens * layer.head_dim) {}
+        k(layer.k + kv_head * chunks.head_stride),
+        v(layer.v + kv_head * chunks.head_stride) {}
   void FirstKeys() const {
-    for (int64_t b = 0; b < std::min(blocks, kPrefetchBlocks); ++b) {
-      PrefetchKv(k + table[b] * block_stride, run);
-    }
+    for (int64_t b = 0; b < std::min(blocks, kPrefetchBlocks); ++b) PrefetchKv(k + Start(b), run);
   }
   void KeysAhead(int64_t b) const {
     const int64_t ahead = b + kPrefetchBlocks;
     if (ahead < blocks) {
-      PrefetchKv(k + table[ahead] * block_stride, run);
+      PrefetchKv(k + Start(ahead), run);
     } else if (ahead - blocks < blocks) {
-      PrefetchKv(v + table[ahead - blocks] * block_stride, run);
+      PrefetchKv(v + Start(ahead - blocks), run);
     }
   }
   void ValuesAhead(int64_t b) const {
-    if (b + kPrefetchBlocks < blocks)
-      PrefetchKv(v + table[b + kPrefetchBlocks] * block_stride, run);
+    if (b + kPrefetchBlocks < blocks) PrefetchKv(v + Start(b + kPrefetchBlocks), run);
   }
   void KeysAt(int64_t j0) const {
-    if (const int64_t b = BlockStarting(j0); b >= 0) KeysAhead(b);
+    if (const int64_t b = chunks.BlockStarting(j0); b >= 0) KeysAhead(b);
   }
   void ValuesAt(int64_t j0) const {
-    if (const int64_t b = BlockStarting(j0); b >= 0) ValuesAhead(b);
+    if (const int64_t b = chunks.BlockStarting(j0); b >= 0) ValuesAhead(b);
   }
-  // The block position j0 starts, or -1 inside one.
-  int64_t BlockStarting(int64_t j0) const {
-    const uint32_t j = (uint32_t)j0;
-    if (shift >= 0) return (j & (block_tokens - 1)) == 0 ? (int64_t)(j >> shift) : -1;
-    return j % block_tokens == 0 ? (int64_t)(j / block_tokens) : -1;
-  }
-  const int32_t* table;
-  uint32_t block_tokens;
-  int shift;             // log2(block_tokens), or -1
-  int64_t run;           // elements of the kv heads' rows in a block
-  int64_t block_stride;  // elements between blocks
+  // Elements from block 0 to the sequence's b-th block.
+  int64_t Start(int64_t b) const { return chunks.table[b] * chunks.block_stride; }
+  KvChunks chunks;  // the layer's blocks (the table, their sizes)
+  int64_t run;      // elements of the kv heads' rows in a block
   int64_t blocks;
   const fp16_t* k;  // this kv head's rows in block 0
   const fp16_t* v;
