@@ -18,16 +18,22 @@ inline std::string& LogProcessName() {
   return name;
 }
 
-inline void LogLine(std::string_view message) {
+// "2026-11-30T17:20:01.123Z": now, UTC, to the millisecond.
+inline std::string LogStamp() {
   timeval tv;
   gettimeofday(&tv, nullptr);
   tm utc;
   gmtime_r(&tv.tv_sec, &utc);
   char stamp[64];
-  std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ ", utc.tm_year + 1900,
+  std::snprintf(stamp, sizeof stamp, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", utc.tm_year + 1900,
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec,
                 (int)(tv.tv_usec / 1000));
-  std::string line = stamp;
+  return stamp;
+}
+
+inline void LogLine(std::string_view message) {
+  std::string line = LogStamp();
+  line += ' ';
   line += LogProcessName();
   line += ": ";
   line += message;

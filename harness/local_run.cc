@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace pdq {
 namespace {
@@ -57,7 +58,9 @@ int Spawn(const std::vector<std::string>& args, const SpawnOptions& options) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);
   if (getppid() != parent) _exit(127);  // the parent died before the line above
   if (!options.stdout_path.empty()) {
-    if (std::freopen(options.stdout_path.c_str(), "w", stdout) == nullptr) _exit(127);
+    if (std::freopen(options.stdout_path.c_str(), options.append ? "a" : "w", stdout) == nullptr) {
+      _exit(127);
+    }
     if (options.stderr_too) dup2(fileno(stdout), fileno(stderr));
   }
   if (!options.cpus.empty()) {
@@ -100,6 +103,9 @@ absl::Status LocalDeployment::Start(const nlohmann::json& config, const std::str
   SpawnOptions options;
   options.stdout_path = dir + "/up.log";
   options.stderr_too = true;
+  options.append = true;  // a resumed evaluation keeps the earlier sittings' log
+  std::ofstream(options.stdout_path, std::ios::app)
+      << LogStamp() << " pdq eval: starts this deployment (pdq up --config " << cfg << ")\n";
   pid_ = Spawn({SelfPath(), "up", "--config", cfg, "--address-file", addr, "--metrics-address-file",
                 metrics},
                options);

@@ -21,6 +21,7 @@ std::string SelfPath();
 struct SpawnOptions {
   std::string stdout_path;  // empty: this process's stdout
   bool stderr_too = false;  // stderr to stdout_path as well
+  bool append = false;      // add to stdout_path rather than replace it
   std::vector<int> cpus;    // pinned to these; empty: not pinned
 };
 // Starts `args` (args[0]: the program) with default signal handling and no
@@ -36,7 +37,8 @@ bool interrupted();
 // when given; its exit status, or -1 when it was signalled or could not run.
 int RunChild(const std::vector<std::string>& args, const std::string& stdout_path = "");
 
-// A `pdq up` of `config` (its JSON), logging to DIR/up.log; stopped (SIGTERM,
+// A `pdq up` of `config` (its JSON), logging to DIR/up.log (added after a
+// line that marks this start: earlier runs' lines stay above it); stopped (SIGTERM,
 // then SIGKILL after 60 s) by Stop or the destructor.
 class LocalDeployment {
  public:
