@@ -68,6 +68,12 @@ std::optional<Saturation> FindSaturation(const BenchResult& bench, double within
       break;
     }
   }
+  for (const LevelResult* l : levels) {
+    if (l->requests_refused > 0) {
+      s.refused = l;
+      break;
+    }
+  }
   s.top = levels.back();
   s.below_top = levels[levels.size() - 2];
   return s;
@@ -95,7 +101,8 @@ static void Fields(auto& f, WorkerUsage& v) {
   PDQ_JSON_EACH(worker_id, role, precision, wall_seconds, prefill_tokens, prefill_busy_seconds,
                 generated_tokens, decode_step_seconds, kv_blocks_total, peak_resident_bytes,
                 cpu_cores_busy, prefill_compute_utilization, decode_bandwidth_utilization,
-                weight_bytes, kv_used_peak_bytes, workspace_bytes)
+                weight_bytes, kv_used_peak_bytes, workspace_bytes, decode_steps, decode_rows,
+                decode_step_prompt_tokens, prefills, prefill_seconds)
 }
 
 static void Fields(auto& f, LevelFigures& v) {

@@ -36,6 +36,12 @@ struct WorkerUsage {
   double wall_seconds = NAN;
   double prefill_tokens = NAN, prefill_busy_seconds = NAN;
   double generated_tokens = NAN, decode_step_seconds = NAN;
+  // The decode steps' composition: steps, the rows they advanced, the prompt
+  // tokens computed within them; and the prompts prefilled on their own
+  // (pdq_prefill_seconds: count, summed seconds). NaN from workers (or
+  // files) without them.
+  double decode_steps = NAN, decode_rows = NAN, decode_step_prompt_tokens = NAN;
+  double prefills = NAN, prefill_seconds = NAN;
   double kv_blocks_total = NAN, peak_resident_bytes = NAN, cpu_cores_busy = NAN;
   // What the worker reports it holds (/metrics), at the level's end: its
   // weights, the most KV bytes that held data at once since start (blocks
@@ -147,12 +153,15 @@ const LevelResult* LevelAt(const BenchResult& bench, int concurrency);
 // lowest level within `within` (a fraction) of the `most` any level reached;
 // past it clients only queue. `top` is the highest level and `below_top` the
 // one under it. When `at` is `top` the sweep has not shown the point (still
-// rising); a `top` below `within` of `most` is a fall. Nullopt with fewer
-// than two levels or no output tokens.
+// rising); a `top` below `within` of `most` is a fall. `refused` is the
+// lowest level where admission control refused requests: the deployment's
+// bound reached, whatever its output did (past it more clients are refused,
+// not served). Nullopt with fewer than two levels or no output tokens.
 struct Saturation {
   const LevelResult* at = nullptr;
   const LevelResult* top = nullptr;
   const LevelResult* below_top = nullptr;
+  const LevelResult* refused = nullptr;
   double most = 0;  // output tokens/s
 };
 std::optional<Saturation> FindSaturation(const BenchResult& bench, double within = 0.95);

@@ -442,6 +442,11 @@ std::vector<WorkerUsage> Resources(const Snapshot& a, const Snapshot& b) {
     w.prefill_busy_seconds = delta("pdq_prefill_busy_seconds_total");
     w.generated_tokens = delta("pdq_generated_tokens_total");
     w.decode_step_seconds = delta("pdq_decode_step_seconds_sum");
+    w.decode_steps = delta("pdq_decode_steps_total");
+    w.decode_rows = delta("pdq_decode_step_sequences_total");
+    w.decode_step_prompt_tokens = delta("pdq_decode_step_prompt_tokens_sum");
+    w.prefills = delta("pdq_prefill_seconds_count");
+    w.prefill_seconds = delta("pdq_prefill_seconds_sum");
     w.kv_blocks_total = get(after, "pdq_kv_blocks_total");
     w.worker_id = b.workers[j].worker_id();
     w.role = b.workers[j].role();
@@ -919,10 +924,11 @@ int FlatLevelAfter(const BenchResult& so_far, int until_flat) {
   const LevelResult* top = nullptr;
   if (so_far.levels.size() == 1) {
     top = &so_far.levels[0];  // nothing to judge yet: one level more
-    if (!(top->output_tokens_per_s > 0)) return 0;
+    if (!(top->output_tokens_per_s > 0) || top->requests_refused > 0) return 0;
   } else {
     const std::optional<Saturation> s = FindSaturation(so_far, 0.95);
-    if (!s || s->at != s->top) return 0;  // past the point already (or no tokens at all)
+    // Past the point already, at the admission bound, or no tokens at all.
+    if (!s || s->at != s->top || s->refused != nullptr) return 0;
     top = s->top;
   }
   const int64_t next = 2 * (int64_t)top->concurrency;

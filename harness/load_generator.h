@@ -105,8 +105,10 @@ int64_t SweepRequests(const SweepOptions& o);
 // its top level while that top is still where output tokens/s saturates
 // (FindSaturation at 0.95: the lowest level within 5% of the most, the
 // evaluation report's rule), so the sweep ends one level past that point;
-// 0 when it has gone past it, or twice the top would exceed until_flat, or
-// no level has output tokens. One level is not yet a judgement: twice it.
+// 0 when it has gone past it, or a level had requests refused (the
+// deployment's admission bound: more clients would only be refused), or
+// twice the top would exceed until_flat, or no level has output tokens. One
+// level is not yet a judgement: twice it (unless it refused requests).
 int FlatLevelAfter(const BenchResult& so_far, int until_flat);
 // Whether until_flat can extend `levels` (non-empty): they end at their
 // highest and until_flat is at least twice it (pdq bench --until-flat and an

@@ -87,15 +87,31 @@ std::string SaturationTable(const std::vector<Dep>& deps, const std::string& w) 
     if (!s) continue;
     const double top = s->top->output_tokens_per_s;
     std::string tokens;
-    if (s->at == s->top) {
-      const double below = s->below_top->output_tokens_per_s;
+    const double below = s->below_top->output_tokens_per_s;
+    if (s->at == s->top && s->refused != nullptr) {
+      // Output still rose, but admission control was already refusing:
+      // the deployment's bound, where more clients are turned away.
+      const LevelResult& r = *s->refused;
+      tokens = absl::StrFormat(
+          "| its admission bound: c=%d refused %lld of %lld requests (output ×%.2f c=%d for the "
+          "rest) | c=%d: %.1f tok/s, the most |",
+          r.concurrency, (long long)r.requests_refused,
+          (long long)(r.requests_ok + r.requests_failed), below > 0 ? top / below : INFINITY,
+          s->below_top->concurrency, s->top->concurrency, top);
+    } else if (s->at == s->top) {
       tokens = absl::StrFormat("| not reached: still rising at c=%d (×%.2f c=%d) | – |",
                                s->top->concurrency, below > 0 ? top / below : INFINITY,
                                s->below_top->concurrency);
     } else {
-      tokens = absl::StrFormat("| c=%d, %.1f tok/s | c=%d: %.1f tok/s, ×%.2f the most%s |",
-                               s->at->concurrency, s->at->output_tokens_per_s, s->top->concurrency,
-                               top, top / s->most, top < kWithin * s->most ? " (fell)" : "");
+      const LevelResult& t = *s->top;
+      tokens = absl::StrFormat(
+          "| c=%d, %.1f tok/s | c=%d: %.1f tok/s, ×%.2f the most%s%s |", s->at->concurrency,
+          s->at->output_tokens_per_s, t.concurrency, top, top / s->most,
+          top < kWithin * s->most ? " (fell)" : "",
+          t.requests_refused > 0
+              ? absl::StrFormat("; %lld of %lld refused", (long long)t.requests_refused,
+                                (long long)(t.requests_ok + t.requests_failed))
+              : "");
     }
     std::string goodput = "none met the targets";
     if (const LevelResult* g = MostGoodput(*bench)) {
@@ -110,7 +126,9 @@ std::string SaturationTable(const std::vector<Dep>& deps, const std::string& w) 
   if (rows.empty()) return "";
   return absl::StrCat(
       "\nWhere output tokens/s stops rising with concurrency (the lowest level within 5% of the "
-      "most the deployment reached: past it clients only queue), the highest level against that "
+      "most the deployment reached: past it clients only queue; or, where output still rose, the "
+      "first level at which admission control refused requests: past it clients are turned "
+      "away), the highest level against that "
       "most, and the level of the most goodput (requests/s meeting the workload's TTFT and TPOT "
       "targets) against the highest level's:\n\n| deployment | output tokens/s saturates at | "
       "highest level | goodput peaks at |\n| --- | --- | --- | --- |\n",

@@ -116,6 +116,17 @@ TEST(BenchResultTest, SaturationIsTheLowestLevelNearTheMostAndAFallShows) {
   s = FindSaturation(Sweep({{1, 50}, {4, 150}, {8, 220}}));
   ASSERT_TRUE(s.has_value());
   EXPECT_EQ(s->at, s->top);
+  EXPECT_EQ(s->refused, nullptr);
+  // Still rising, but admission control refused requests from 8 on: that
+  // is the deployment's bound.
+  BenchResult shed = Sweep({{1, 50}, {4, 150}, {8, 220}, {16, 240}});
+  shed.levels[2].requests_refused = 3;
+  shed.levels[3].requests_refused = 20;
+  s = FindSaturation(shed);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->at, s->top);
+  ASSERT_NE(s->refused, nullptr);
+  EXPECT_EQ(s->refused->concurrency, 8);
   // One level, or no tokens: nothing to say.
   EXPECT_FALSE(FindSaturation(Sweep({{4, 150}})).has_value());
   EXPECT_FALSE(FindSaturation(Sweep({{1, 0}, {4, 0}})).has_value());

@@ -63,6 +63,14 @@ TEST(LoadGeneratorTest, UntilFlatDoublesTheTopLevelUntilOnePastSaturation) {
   EXPECT_EQ(FlatLevelAfter(sweep({{16, 300}, {32, 330}, {64, 250}}), 256), 0);  // a fall
   EXPECT_EQ(FlatLevelAfter(sweep({{16, 300}, {32, 330}}), 63), 0);  // 64 is past the cap
   EXPECT_EQ(FlatLevelAfter(sweep({{8, 100}}), 64), 16);             // one level judges nothing
+  // Still rising, but the top level had requests refused: the admission
+  // bound, so no more clients.
+  BenchResult refused = sweep({{1, 100}, {4, 200}, {16, 300}});
+  refused.levels.back().requests_refused = 5;
+  EXPECT_EQ(FlatLevelAfter(refused, 64), 0);
+  refused = sweep({{8, 100}});
+  refused.levels.back().requests_refused = 1;
+  EXPECT_EQ(FlatLevelAfter(refused, 64), 0);
   EXPECT_EQ(FlatLevelAfter(sweep({{8, 0}}), 64), 0);                // nothing came back
   EXPECT_EQ(FlatLevelAfter(sweep({}), 64), 0);
   SweepOptions o;
