@@ -5,9 +5,11 @@
 # runs they are checked against, and are committed before those runs.
 #
 # Usage:
-#   bench/sim_validation.sh predict BUILD DIR
+#   bench/sim_validation.sh predict BUILD DIR [NAMES]
 #       pdq sim on DIR/profile.json (`pdq profile --thread-counts 1,2`) for
-#       every configuration and level -> DIR/predicted/NAME-cLEVEL.json
+#       every configuration (or those of NAMES, comma-separated) and level
+#       -> DIR/predicted/NAME-cLEVEL.json; SIM_FLAGS adds pdq sim flags
+#       (e.g. --idle-passes, with PREDICTED=predicted-idle)
 #   bench/sim_validation.sh measure BUILD DIR [RUNS] [NAMES]
 #       the real deployments (pdq up + pdq bench, closed loop), RUNS times
 #       each (3), the configurations alternating within each round
@@ -100,12 +102,13 @@ esac
 predict() {
   [[ -f $dir/profile.json ]] || { echo "no $dir/profile.json (pdq profile --thread-counts 1,2 --out ...)" >&2; exit 1; }
   mkdir -p "$dir/$predicted"
-  local c name flags level
+  local c name flags level only="${4:-}"
   for c in "${configs[@]}"; do
     IFS='|' read -r name _ flags <<<"$c"
+    [[ -z $only || ",$only," == *",$name,"* ]] || continue
     for level in "${levels[@]}"; do
       # shellcheck disable=SC2086  # flags are words
-      "$build/bin/pdq" sim --profile "$dir/profile.json" $flags \
+      "$build/bin/pdq" sim --profile "$dir/profile.json" $flags ${SIM_FLAGS:-} \
         --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
         --concurrency "$level" --requests $((level * per_client)) --warmup 1 --seeds 1 \
         --json "$dir/$predicted/$name-c$level.json" | sed "s/^/$name c=$level: /"
@@ -214,6 +217,9 @@ for q in p["passes"]:
     for f in ("fixed", "per_row", "per_token", "per_pair"):
         q[f] *= k
     q.pop("samples", None)
+    # Emulated workers take their passes' time exactly: not served ones.
+    q.pop("served_factor", None)
+    q.pop("served", None)
 json.dump(p, sys.stdout, indent=1)
 PY
   echo "time scale $emulate_time_scale" >"$out/rates.txt"

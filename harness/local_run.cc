@@ -81,9 +81,11 @@ void CatchInterrupts() {
 
 bool interrupted() { return g_interrupted; }
 
-int RunChild(const std::vector<std::string>& args, const std::string& stdout_path) {
+int RunChild(const std::vector<std::string>& args, const std::string& stdout_path,
+             bool stderr_too) {
   SpawnOptions options;
   options.stdout_path = stdout_path;
+  options.stderr_too = stderr_too && !stdout_path.empty();
   const pid_t pid = Spawn(args, options);
   if (pid < 0) return -1;
   g_child = pid;

@@ -33,9 +33,11 @@ int Spawn(const std::vector<std::string>& args, const SpawnOptions& options = {}
 void CatchInterrupts();
 bool interrupted();
 
-// Runs `args` (args[0]: the program) to its end, stdout to `stdout_path`
-// when given; its exit status, or -1 when it was signalled or could not run.
-int RunChild(const std::vector<std::string>& args, const std::string& stdout_path = "");
+// Runs `args` (args[0]: the program) to its end, stdout (and with
+// `stderr_too` stderr) to `stdout_path` when given; its exit status, or -1
+// when it was signalled or could not run.
+int RunChild(const std::vector<std::string>& args, const std::string& stdout_path = "",
+             bool stderr_too = false);
 
 // A `pdq up` of `config` (its JSON), logging to DIR/up.log (added after a
 // line that marks this start: earlier runs' lines stay above it); stopped (SIGTERM,

@@ -94,6 +94,33 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
   flags.Int("threads", &threads, 0, 1024, "worker threads; 0 means every core");
 }
 
+std::vector<std::string> ModelFlags::Args() const {
+  const ModelFlags defaults;
+  std::vector<std::string> args;
+  auto text = [&](const char* flag, const std::string& v, const std::string& d) {
+    if (v != d) args.insert(args.end(), {absl::StrCat("--", flag), v});
+  };
+  auto number = [&](const char* flag, auto v, auto d) {
+    if (v != d) args.insert(args.end(), {absl::StrCat("--", flag), absl::StrCat(v)});
+  };
+  auto boolean = [&](const char* flag, bool v, bool d) {
+    if (v != d) args.push_back(absl::StrCat("--", flag, v ? "=true" : "=false"));
+  };
+  number("group-size", group_size, defaults.group_size);
+  boolean("fp16-output", fp16_output, defaults.fp16_output);
+  text("fp16-layers", fp16_layers, defaults.fp16_layers);
+  text("w8-layers", w8_layers, defaults.w8_layers);
+  text("calib", calib, defaults.calib);
+  number("smooth-alpha", smooth_alpha, defaults.smooth_alpha);
+  text("w4-method", w4_method, defaults.w4_method);
+  number("w4a8-rows", w4a8_rows, defaults.w4a8_rows);
+  number("bf16-rows", bf16_rows, defaults.bf16_rows);
+  boolean("bf16-attention", bf16_attention, defaults.bf16_attention);
+  text("kv-dtype", kv_dtype, defaults.kv_dtype);
+  text("weights", weights, defaults.weights);
+  return args;
+}
+
 ThreadPool& ModelFlags::pool() const {
   if (!pool_) pool_ = std::make_shared<ThreadPool>((int)threads);
   return *pool_;

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/context.h"
@@ -48,6 +49,10 @@ struct ModelFlags {
   // threads, one model at a time.
   absl::StatusOr<LoadedModel> Load(bool quiet, const std::string& precision_override = "") const;
   ThreadPool& pool() const;
+  // The flags that differ from their defaults, as a worker's command line
+  // takes them (--model, --precision, --threads and --device left out): what
+  // a worker needs to load the model these flags load.
+  std::vector<std::string> Args() const;
 
  private:
   mutable std::shared_ptr<ThreadPool> pool_;

@@ -66,16 +66,25 @@ absl::Status ParseDeployment(const std::string& text, Deployment* d) {
 
 namespace {
 
+// A pass's time as the simulated worker takes it: served (times the
+// profile's served_factor, where measured) unless the options say alone.
+PassTime Served(const PassProfile& pass, const WorkerOptions& o) {
+  PassTime t = pass.time;
+  if (o.idle_passes || !(pass.served_factor > 0)) return t;
+  const double f = pass.served_factor;
+  return {t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * f};
+}
+
 absl::Status Spec(const Profile& p, const std::string& precision,
                   const std::string& prompt_precision, const WorkerOptions& o, WorkerSpec* w) {
   absl::StatusOr<PassProfile> pass = p.Pass(precision, o.threads);
   if (!pass.ok()) return pass.status();
-  w->pass = pass->time;
+  w->pass = Served(*pass, o);
   w->fused = true;
   if (!prompt_precision.empty() && prompt_precision != precision) {
     absl::StatusOr<PassProfile> prompt = p.Pass(prompt_precision, o.threads);
     if (!prompt.ok()) return prompt.status();
-    w->prompt_pass = prompt->time;
+    w->prompt_pass = Served(*prompt, o);
     w->fused = false;
   }
   w->batch.max_decode_batch = o.max_decode_batch;
@@ -183,6 +192,19 @@ std::string ProfileToJson(const Profile& p) {
                                                {"seconds", x.seconds},
                                                {"held_out", x.held_out}});
     }
+    if (s.served_factor > 0) {
+      json& e = j["passes"].back();
+      e["served_factor"] = s.served_factor;
+      e["served"] = json::array();
+      for (const ServedLevel& l : s.served) {
+        e["served"].push_back({{"clients", l.clients},
+                               {"steps", l.steps},
+                               {"rows_per_step", l.rows_per_step},
+                               {"prompt_tokens_per_step", l.prompt_tokens_per_step},
+                               {"step_seconds", l.step_seconds},
+                               {"model_seconds", l.model_seconds}});
+      }
+    }
   }
   j["links"] = json::array();
   for (const LinkProfile& l : p.links) {
@@ -281,6 +303,25 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       PDQ_GET(samples[k], at, "seconds", &x.seconds);
       x.held_out = samples[k].value("held_out", false);
       s.samples.push_back(x);
+    }
+    if (e.contains("served_factor")) {
+      PDQ_GET(e, path, "served_factor", &s.served_factor);
+      if (!(s.served_factor > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("profile: ", path, ".served_factor must be > 0"));
+      }
+    }
+    const json& served = e.value("served", json::array());
+    for (size_t k = 0; k < served.size(); ++k) {
+      const std::string at = absl::StrCat(path, ".served[", k, "]");
+      ServedLevel l;
+      PDQ_GET(served[k], at, "clients", &l.clients);
+      PDQ_GET(served[k], at, "steps", &l.steps);
+      PDQ_GET(served[k], at, "rows_per_step", &l.rows_per_step);
+      PDQ_GET(served[k], at, "prompt_tokens_per_step", &l.prompt_tokens_per_step);
+      PDQ_GET(served[k], at, "step_seconds", &l.step_seconds);
+      PDQ_GET(served[k], at, "model_seconds", &l.model_seconds);
+      s.served.push_back(l);
     }
     for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair}) {
       if (!(v >= 0)) {

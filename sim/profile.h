@@ -10,7 +10,8 @@
 //              "block_tokens": 16, "max_context": 8192, "kv_dtype": "fp16"},
 //    "passes": [{"precision": "fp16", "threads": 2, "fixed": 0.004, "per_row": ...,
 //                "per_token": ..., "per_pair": ..., "points": 24, "held_out": 8,
-//                "held_out_median_error": 0.03, "held_out_max_error": 0.08}, ...],
+//                "held_out_median_error": 0.03, "held_out_max_error": 0.08,
+//                "served_factor": 1.12, "served": [{"clients": 4, ...}, ...]}, ...],
 //    "links": [{"transport": "tcp", "bytes_per_second": 2.1e9, "latency_seconds": 8e-5}],
 //    "router_seconds": 0.0004}
 #pragma once
@@ -33,6 +34,18 @@ struct PassSample {
   bool held_out = false;  // not used by the fit
 };
 
+// A level of the served probe (`pdq profile --served-clients`): one
+// worker of the pass's precision and thread count behind the router, with
+// closed-loop clients on the same machine, read from its own /metrics.
+struct ServedLevel {
+  int clients = 0;
+  int64_t steps = 0;                  // decode steps in the level
+  double rows_per_step = 0;           // their mean decode rows
+  double prompt_tokens_per_step = 0;  // prompt tokens computed within them
+  double step_seconds = 0;            // their mean time, served
+  double model_seconds = 0;           // the pass model's time for the same mean work
+};
+
 struct PassProfile {
   std::string precision;
   int threads = 0;
@@ -46,6 +59,13 @@ struct PassProfile {
   // 0: not measured (a profile from before it was).
   double load_seconds = 0;
   std::vector<PassSample> samples;  // what was fitted and held out (optional in files)
+  // How much longer this pass takes served than alone: the served levels'
+  // step time over the pass model's for the same work (steps weighted by
+  // their count). The router, the gRPC threads and the clients share the
+  // machine's cores with the worker. 0: not measured; `pdq sim` then runs
+  // the passes as timed alone.
+  double served_factor = 0;
+  std::vector<ServedLevel> served;
 };
 
 struct LinkProfile {
@@ -66,6 +86,9 @@ struct Profile {
   std::string kv_dtype = "fp16";
   std::vector<PassProfile> passes;
   std::vector<LinkProfile> links;
+  // From a request's arrival at the router to its first token, less the
+  // worker's compute of its prompt (the served probe at one client: parse,
+  // tokenize, pick, gRPC both ways); 0: not measured.
   double router_seconds = 0;
 
   // The pass of `precision` at `threads` (0: the most threads measured).
@@ -84,6 +107,9 @@ struct WorkerOptions {
   double prompt_share = 0;         // --tpot-target-ms auto --prompt-share (0: off)
   int64_t kv_blocks = 1 << 20;     // per decode or monolithic worker
   double noise = 0;                // WorkerSpec::noise
+  // The passes as timed alone, without the profile's served_factor (the
+  // emulation tier times its passes so).
+  bool idle_passes = false;
 };
 
 // The precision of each kind of worker. A monolithic worker computes

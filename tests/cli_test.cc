@@ -526,6 +526,39 @@ TEST(CliTest, BenchEngineBaselineReportsSpeedups) {
   EXPECT_NE(r.out.find("unknown precision 'fp8'"), std::string::npos) << r.out;
 }
 
+// The served probe: the shipped model's W4A16 passes served by one worker
+// behind the router to 1 and 2 clients; the worker's steps against the
+// passes' model give served_factor, the one-client level the router's time.
+TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
+  const std::string model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::ifstream(model)) GTEST_SKIP() << model << " not found (make model)";
+  const std::string profile = ::testing::TempDir() + "/cli_test_served_profile.json";
+  Result r = RunPdq("profile --model " + model +
+                    " --precisions w4a16 --threads 2 --reps 1 --transports '' "
+                    "--served-clients 1,2 --out " +
+                    profile);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("w4a16 at 2 threads served: steps x"), std::string::npos) << r.out;
+  std::ifstream in(profile);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const nlohmann::json& pass = j["passes"][0];
+  ASSERT_TRUE(pass.contains("served_factor")) << pass.dump();
+  // Served steps are never many times the passes' own time, nor a fraction.
+  EXPECT_GT(pass["served_factor"].get<double>(), 0.5);
+  EXPECT_LT(pass["served_factor"].get<double>(), 5);
+  ASSERT_EQ(pass["served"].size(), 2u) << pass.dump();
+  EXPECT_EQ(pass["served"][0]["clients"], 1);
+  EXPECT_NEAR(pass["served"][0]["rows_per_step"].get<double>(), 1, 0.05);
+  EXPECT_GT(pass["served"][1]["rows_per_step"].get<double>(), 1.2);
+  EXPECT_GT(j["router_seconds"].get<double>(), 0);
+  EXPECT_LT(j["router_seconds"].get<double>(), 1);
+  // The same served-probe flag, wrong.
+  r = RunPdq("profile --model " + model + " --precisions w4a16 --served-clients 1,x --out " +
+             profile);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--served-clients"), std::string::npos) << r.out;
+}
+
 // pdq profile measures a (synthetic) model and a KV link; pdq sim runs a
 // deployment on that profile. Bad arguments are one clear line each.
 TEST(CliTest, ProfileThenSimulateADeployment) {
@@ -538,6 +571,8 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("held out"), std::string::npos) << r.out;  // the fit's error
   EXPECT_NE(r.out.find("KV over tcp"), std::string::npos) << r.out;
+  // No router serves a synthetic model (it reads the GGUF's tokenizer).
+  EXPECT_NE(r.out.find("served probe skipped"), std::string::npos) << r.out;
   r = RunPdq("sim --profile " + profile +
              " --deployment 1P+2D --prefill-precision w8a8 --decode-precision fp16 "
              "--prompt-tokens 200 --output-tokens 100 --rate 20 --requests 60 --warmup 5 --seeds 3 "

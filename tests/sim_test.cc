@@ -700,6 +700,58 @@ TEST(SimPlanTest, APodStartsInItsModelLoadAndStartUpProbe) {
   EXPECT_EQ(ProfileFromJson(ProfileToJson(p))->Pass("w4a16")->load_seconds, 4);
 }
 
+// A pass measured served (pdq profile's served probe) runs in the simulator
+// at its served time, all four parts scaled, unless the options ask for the
+// passes as timed alone; both models of a two-precision monolithic worker
+// take their own factor. The factor and its levels survive the file; a
+// factor of 0 or less is refused by field.
+TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
+  Profile p = DecodeBoundProfile();
+  PassProfile w8 = p.passes[0];
+  w8.precision = "w8a8";
+  p.passes.push_back(w8);
+  p.passes[0].served_factor = 1.25;
+  p.passes[0].served = {{4, 500, 3.9, 0.5, 0.0131, 0.0105}};
+  Deployment d;
+  ASSERT_TRUE(ParseDeployment("1M", &d).ok());
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", "w8a8"}, {}, &d).ok());
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.fixed, 5e-3 * 1.25);
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_row, 2e-3 * 1.25);
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_token, 2e-5 * 1.25);
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.prompt_pass.fixed, 5e-3);  // w8a8: not measured served
+  WorkerOptions alone;
+  alone.idle_passes = true;
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", "w8a8"}, alone, &d).ok());
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.fixed, 5e-3);
+  // A request's decoding takes the served steps' time.
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = 1;
+  w.prompt_tokens = 100;
+  w.output_tokens = 20;
+  w.requests = 2;
+  w.warmup = 0;
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, {}, &d).ok());
+  const RunResult served = *Simulate(d, w);
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, alone, &d).ok());
+  const RunResult idle = *Simulate(d, w);
+  const RequestRecord &a = served.requests[0], &b = idle.requests[0];
+  EXPECT_NEAR((a.finish - a.first_token) / (b.finish - b.first_token), 1.25, 1e-9);
+
+  const Profile q = *ProfileFromJson(ProfileToJson(p));
+  EXPECT_EQ(q.passes[0].served_factor, 1.25);
+  ASSERT_EQ(q.passes[0].served.size(), 1u);
+  EXPECT_EQ(q.passes[0].served[0].clients, 4);
+  EXPECT_EQ(q.passes[0].served[0].steps, 500);
+  EXPECT_EQ(q.passes[0].served[0].model_seconds, 0.0105);
+  EXPECT_EQ(q.passes[1].served_factor, 0);  // written without one, read without one
+  std::string bad = ProfileToJson(p);
+  bad.replace(bad.find("\"served_factor\": 1.25"), 21, "\"served_factor\": -1.0");
+  EXPECT_NE(ProfileFromJson(bad).status().message().find("passes[0].served_factor must be > 0"),
+            std::string::npos)
+      << bad;
+}
+
 TEST(SimPlanTest, AProfileRoundTripsAndBadOnesAreRefusedByField) {
   const Profile p = DecodeBoundProfile();
   const Profile q = *ProfileFromJson(ProfileToJson(p));

@@ -32,6 +32,7 @@ struct SimPlanFlags {
   int64_t kv_blocks = 1 << 20;
   double attainment = 0.9, price = 1, core_price = 0, sensitivity = 0.2, pod_start_seconds = -1;
   bool price_given = false, core_price_given = false;  // on the command line
+  bool idle_passes = false;
   void Register(FlagParser& flags) {
     flags.String("sim", &profile,
                  "plan by simulation on this pdq profile (pdq sim) instead of from --bench");
@@ -42,6 +43,9 @@ struct SimPlanFlags {
                  "(xP+yD)");
     flags.Int("threads", &threads, 0, 1024,
               "--sim: each worker's threads, as measured in the profile (0: the most measured)");
+    flags.Bool("idle-passes", &idle_passes,
+               "--sim: forward passes as the profile timed them alone, not times its measured "
+               "served_factor (the router, gRPC and clients sharing the cores)");
     flags.Int("max-workers", &max_workers, 1, 1024, "--sim: the largest deployment to try");
     flags.Int("seeds", &seeds, 1, 100, "--sim: runs per deployment");
     flags.Int("requests", &requests, 10, 1 << 20, "--sim: measured requests per run");
@@ -98,6 +102,7 @@ absl::Status SimQuery(const SimPlanFlags& f, double rate, int64_t input_tokens,
   }
   sim::WorkerOptions wo;
   wo.threads = (int)f.threads;
+  wo.idle_passes = f.idle_passes;
   q->worker_hour_price =
       f.core_price_given ? f.core_price * sim::ClusterCoresPerNode(*profile, wo) : f.price;
   q->workload.rate = rate;
@@ -144,6 +149,7 @@ int ClusterCommand(const SimPlanFlags& f, int64_t input_tokens, int64_t output_t
   sim::WorkerOptions wo;
   wo.kv_blocks = f.kv_blocks;
   wo.threads = (int)f.threads;
+  wo.idle_passes = f.idle_passes;
   const int cores = sim::ClusterCoresPerNode(profile, wo);
   const sim::Workload& w = cq.plan.workload;
   std::printf(
@@ -251,6 +257,7 @@ int SimPlanCommand(const SimPlanFlags& f, double rate, int64_t input_tokens, int
   sim::WorkerOptions wo;
   wo.kv_blocks = f.kv_blocks;
   wo.threads = (int)f.threads;
+  wo.idle_passes = f.idle_passes;
   absl::StatusOr<sim::SimPlan> plan = sim::PlanBySimulation(*profile, q, wo);
   if (!plan.ok()) return fail(plan.status());
   std::printf(

@@ -3,8 +3,12 @@
 // decode batches and mixes of the two, fitted to the step model the
 // workers' own scheduler uses (policy::StepWork: a fixed part, per decode
 // row, per prompt token, per attention pair) with its error on points held
-// out of the fit; and the KV link: transfers of several sizes over a real
+// out of the fit; the same passes served (a worker of each precision behind
+// the router, closed-loop clients on this machine: how much longer its
+// steps take than the model of the passes alone says, and the router's time
+// to a first token); and the KV link: transfers of several sizes over a real
 // transport on this machine, fitted to latency + bytes / bandwidth.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,18 +16,26 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/check.h"
 #include "common/host.h"
+#include "harness/bench_result.h"
+#include "harness/local_run.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kvtransfer/transport.h"
 #include "policy/step_plan.h"
+#include "quant/quantized_load.h"
 #include "sim/profile.h"
 #include "tools/commands.h"
 
@@ -301,12 +313,130 @@ absl::StatusOr<sim::LinkProfile> MeasureLink(const std::string& transport, const
   return l;
 }
 
+// The served probe's requests: short prompts and longer answers, so that the
+// levels are mostly decode steps (the passes a served worker runs most).
+constexpr int64_t kServedPromptTokens = 64, kServedOutputTokens = 128;
+
+// The first `n` CPUs this process may run on, as pdq up's "cpus" takes them.
+std::string FirstCpus(int n) {
+  cpu_set_t set;
+  std::vector<std::string> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE && (int)cpus.size() < n; ++c) {
+      if (CPU_ISSET(c, &set)) cpus.push_back(std::to_string(c));
+    }
+  }
+  return absl::StrJoin(cpus, ",");
+}
+
+struct ServedResult {
+  std::vector<sim::ServedLevel> levels;
+  double factor = 0;
+  double router_seconds = -1;  // < 0: not measured (no one-client level)
+};
+
+// One worker of `pass`'s precision and threads (role both, pinned to the
+// first CPUs when it has fewer threads than the machine has cores) behind
+// the router in a `pdq up`, and `pdq bench` against it at each of
+// `clients`, closed loop; the worker's own counters, level by level, against
+// what the pass model gives for the same work. Logs under `dir`.
+absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::string& model_path,
+                                           const sim::PassProfile& pass,
+                                           const std::vector<int64_t>& clients,
+                                           const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string text = dir + "/text.txt", out = dir + "/bench.json";
+  std::ofstream(text) << BuiltinCalibrationText();
+  nlohmann::json worker = {{"role", "both"},
+                           {"precision", pass.precision},
+                           {"threads", pass.threads},
+                           {"args", mf.Args()}};
+  if (pass.threads < ThreadPool::UsableCores()) worker["cpus"] = FirstCpus(pass.threads);
+  const nlohmann::json up = {{"model", model_path},
+                             {"listen", "127.0.0.1:0"},
+                             {"kv_transport", "tcp"},
+                             {"workers", nlohmann::json::array({worker})}};
+  LocalDeployment dep;
+  PDQ_RETURN_IF_ERROR(dep.Start(up, dir));
+  std::vector<std::string> levels;
+  for (int64_t c : clients) levels.push_back(std::to_string(c));
+  const int rc = RunChild({SelfPath(),
+                           "bench",
+                           "--router",
+                           dep.address(),
+                           "--text",
+                           text,
+                           "--json",
+                           out,
+                           "--workload",
+                           "custom",
+                           "--input-tokens",
+                           std::to_string(kServedPromptTokens),
+                           "--output-tokens",
+                           std::to_string(kServedOutputTokens),
+                           "--concurrency",
+                           absl::StrJoin(levels, ","),
+                           "--requests-per-client",
+                           "2",
+                           "--warmup",
+                           "1"},
+                          dir + "/bench.log", /*stderr_too=*/true);
+  dep.Stop();
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("pdq bench against the served worker exited with ", rc,
+                                            "; its log: ", dir,
+                                            "/bench.log, the deployment's: ", dir, "/up.log"));
+  }
+  PDQ_ASSIGN_OR_RETURN(const BenchResult bench, ReadBenchResult(out));
+  ServedResult r;
+  double served = 0, modelled = 0;
+  for (const LevelResult& l : bench.levels) {
+    if (l.workers.size() != 1) continue;
+    const WorkerUsage& w = l.workers[0];
+    // A level with too few steps says little (and a worker of an older
+    // build reports no composition).
+    if (!(w.decode_steps >= 8) || !(w.decode_rows > 0) || !(w.decode_step_seconds > 0)) continue;
+    sim::ServedLevel s;
+    s.clients = l.concurrency;
+    s.steps = (int64_t)w.decode_steps;
+    s.rows_per_step = w.decode_rows / w.decode_steps;
+    s.prompt_tokens_per_step = std::isfinite(w.decode_step_prompt_tokens)
+                                   ? w.decode_step_prompt_tokens / w.decode_steps
+                                   : 0;
+    s.step_seconds = w.decode_step_seconds / w.decode_steps;
+    // The mean step's work: rows over contexts from the prompt's length to
+    // the answer's end, prompt tokens each over half its prompt on average.
+    const double row_past = double(kServedPromptTokens) + double(kServedOutputTokens - 1) / 2;
+    const double pairs =
+        s.rows_per_step * row_past + s.prompt_tokens_per_step * double(kServedPromptTokens) / 2;
+    s.model_seconds = pass.time.fixed + pass.time.per_row * s.rows_per_step +
+                      pass.time.per_token * s.prompt_tokens_per_step + pass.time.per_pair * pairs;
+    served += s.step_seconds * double(s.steps);
+    modelled += s.model_seconds * double(s.steps);
+    r.levels.push_back(s);
+    // One client: nothing else runs while a prompt computes, so its first
+    // token's wait beyond the prompt's compute is the router's and gRPC's.
+    if (l.concurrency == 1 && w.prefills > 0 && std::isfinite(w.prefill_seconds) &&
+        l.ttft_s.mean > 0) {
+      r.router_seconds = std::max(0.0, l.ttft_s.mean - w.prefill_seconds / w.prefills);
+    }
+  }
+  if (r.levels.empty() || !(modelled > 0)) {
+    return absl::InternalError(absl::StrCat(
+        "the served worker reported no decode steps to compare (its log: ", dir, "/up.log)"));
+  }
+  r.factor = served / modelled;
+  return r;
+}
+
 }  // namespace
 
 int ProfileCommand(int argc, char** argv) {
   ModelFlags mf;
   std::string out_path = "profile.json", precisions = "fp16,w8a8,w4a16", transports = "tcp",
-              thread_counts;
+              thread_counts, served_clients = "1,4,16";
   int64_t reps = 3;
   double router_seconds = 0;
   FlagParser flags("profile",
@@ -319,13 +449,26 @@ int ProfileCommand(int argc, char** argv) {
   flags.String("transports", &transports, "comma-separated KV transports to measure ('' for none)");
   flags.Int("reps", &reps, 1, 100, "timings of each point (their median counts)");
   flags.Float("router-seconds", &router_seconds, 0, 10,
-              "the router's time per request (not measured by this command yet; 0 leaves it out)");
+              "the router's time per request; 0: measured by the served probe (the median of "
+              "its one-client levels), or left out without one");
+  flags.String("served-clients", &served_clients,
+               "closed-loop client counts of the served probe: each precision and thread count "
+               "served by one worker behind the router, 64 tokens in and 128 out, its steps' "
+               "time against the passes' model (served_factor); '' skips it");
   flags.String("thread-counts", &thread_counts,
                "comma-separated thread counts to measure the passes at (a 1P+1D deployment on 2 "
                "cores runs each worker on 1; pdq sim --threads picks); default: --threads");
   flags.String("out", &out_path, "where to write the profile");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   auto fail = [](const absl::Status& s) { return Fail("profile", s); };
+  // The served probe's levels (none: skipped), checked before any work.
+  std::optional<std::vector<int64_t>> clients;
+  if (!served_clients.empty()) {
+    absl::StatusOr<std::vector<int64_t>> levels =
+        IntList("served-clients", served_clients, 1, 1024);
+    if (!levels.ok()) return fail(levels.status());
+    clients = *std::move(levels);
+  }
   // Each count runs on its own pool: a copy of the flags made before any
   // pool exists gets its own (ModelFlags::pool).
   std::vector<ModelFlags> runs;
@@ -386,6 +529,56 @@ int ProfileCommand(int argc, char** argv) {
     }
   }
   if (!layout) return fail(absl::InvalidArgumentError("--precisions names none"));
+  if (clients && absl::StartsWith(profile.model_path, "synthetic:")) {
+    std::fprintf(stderr,
+                 "pdq profile: served probe skipped: no router serves a synthetic model (it "
+                 "reads the GGUF's tokenizer)\n");
+  } else if (clients) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/pdq-profile-XXXXXX");
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    if (mkdtemp(buf.data()) == nullptr) {
+      return fail(absl::UnavailableError(absl::StrCat("cannot make a directory like ", pattern)));
+    }
+    const std::string scratch = buf.data();
+    std::vector<double> routers;
+    for (size_t i = 0; i < profile.passes.size(); ++i) {
+      sim::PassProfile& p = profile.passes[i];
+      const auto t0 = Clock::now();
+      std::fprintf(stderr, "pdq profile: %s at %d threads, served to %s clients ...\n",
+                   p.precision.c_str(), p.threads, served_clients.c_str());
+      const std::string dir = absl::StrCat(scratch, "/", p.precision, "-t", p.threads);
+      absl::StatusOr<ServedResult> r = MeasureServed(mf, profile.model_path, p, *clients, dir);
+      if (!r.ok()) {
+        std::fprintf(stderr, "pdq profile: the served probe's files are kept in %s\n",
+                     scratch.c_str());
+        return fail(r.status());
+      }
+      p.served = r->levels;
+      p.served_factor = r->factor;
+      std::string each;
+      for (const sim::ServedLevel& l : r->levels) {
+        absl::StrAppendFormat(&each, "%s%d clients %.1f rows %.2f/%.2f ms",
+                              each.empty() ? "" : "; ", l.clients, l.rows_per_step,
+                              l.step_seconds * 1e3, l.model_seconds * 1e3);
+      }
+      std::fprintf(stderr,
+                   "pdq profile: %s at %d threads served: steps x%.2f the passes' model (%s: "
+                   "served/model)%s; %.0f s\n",
+                   p.precision.c_str(), p.threads, r->factor, each.c_str(),
+                   r->router_seconds >= 0
+                       ? absl::StrFormat("; first token %.1f ms after the prompt's compute",
+                                         r->router_seconds * 1e3)
+                             .c_str()
+                       : "",
+                   std::chrono::duration<double>(Clock::now() - t0).count());
+      if (r->router_seconds >= 0) routers.push_back(r->router_seconds);
+    }
+    std::filesystem::remove_all(scratch);
+    if (router_seconds == 0 && !routers.empty()) profile.router_seconds = Median(routers);
+  }
   for (absl::string_view transport : absl::StrSplit(transports, ',', absl::SkipEmpty())) {
     absl::StatusOr<sim::LinkProfile> l = MeasureLink(std::string(transport), *layout, (int)reps);
     if (!l.ok()) return fail(l.status());

@@ -2,6 +2,7 @@
 // measured profile (`pdq profile`) with the workers' own batching and the
 // router's own routing (sim/sim.h). Every figure it prints is a projection
 // from the profile, over several seeds with 95% confidence intervals.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -42,6 +43,7 @@ int SimCommand(int argc, char** argv) {
   double rate = 0, burstiness = 1, spread = 0, ttft_ms = 2000, tpot_ms = 200, step_target_ms = 0,
          prompt_share = 0, noise = 0, pod_start_seconds = -1, hpa_sync_seconds = 15,
          heartbeat_ms = 500;
+  bool idle_passes = false;
   FlagParser flags(
       "sim",
       "Simulates a deployment serving a workload from a measured profile (pdq profile): the "
@@ -82,6 +84,9 @@ int SimCommand(int argc, char** argv) {
               "--step-target-ms; 0: workers with --tpot-target-ms off)");
   flags.Int("kv-blocks", &kv_blocks, 1, 1LL << 40, "KV blocks per decode or monolithic worker");
   flags.Float("noise", &noise, 0, 2, "relative spread of step times (log-normal sigma)");
+  flags.Bool("idle-passes", &idle_passes,
+             "forward passes as the profile timed them alone, not times its measured "
+             "served_factor (the router, gRPC and clients sharing the cores)");
   flags.String("rate-phases", &rate_phases,
                "open loop: the rate in phases SECONDS:RATE,... repeated (e.g. 90:10,400:0.2), "
                "instead of --rate");
@@ -150,6 +155,7 @@ int SimCommand(int argc, char** argv) {
   wo.prompt_share = prompt_share;
   wo.kv_blocks = kv_blocks;
   wo.noise = noise;
+  wo.idle_passes = idle_passes;
   if (absl::Status s = sim::SpecsFromProfile(*profile, precisions, wo, &d); !s.ok()) return fail(s);
   for (sim::PoolHpa& h : hpas) {
     h.spec.sync_seconds = hpa_sync_seconds;
@@ -197,6 +203,26 @@ int SimCommand(int argc, char** argv) {
                 .c_str());
   std::printf("  %d seeds x %lld requests; 95%% confidence intervals\n", r->seeds,
               (long long)requests);
+  {
+    // Whether the passes are served ones (sim::WorkerOptions::idle_passes).
+    std::vector<std::string> used;
+    if (d.monolithic > 0) used.insert(used.end(), {mono_precision, mono_prefill_precision});
+    if (d.prefill > 0) used.push_back(prefill_precision);
+    if (d.decode > 0) used.push_back(decode_precision);
+    std::vector<std::string> factors;
+    for (const std::string& precision : used) {
+      absl::StatusOr<sim::PassProfile> pass = profile->Pass(precision, wo.threads);
+      if (precision.empty() || !pass.ok() || !(pass->served_factor > 0)) continue;
+      const std::string f = absl::StrFormat("%s x%.2f", precision, pass->served_factor);
+      if (std::find(factors.begin(), factors.end(), f) == factors.end()) factors.push_back(f);
+    }
+    std::printf("  passes: %s\n",
+                factors.empty() ? "as timed alone (the profile has no served_factor for them)"
+                : idle_passes   ? "as timed alone (--idle-passes)"
+                                : absl::StrCat("served, ", absl::StrJoin(factors, ", "),
+                                               " the time alone (the profile's served_factor)")
+                                    .c_str());
+  }
   if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0) {
     // Nothing in such a run draws from the seed.
     std::printf(
