@@ -72,7 +72,8 @@ PassTime Served(const PassProfile& pass, const WorkerOptions& o) {
   PassTime t = pass.time;
   if (o.idle_passes || !(pass.served_factor > 0)) return t;
   const double f = pass.served_factor;
-  return {t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * f};
+  const double pair = pass.served_pair_factor > 0 ? pass.served_pair_factor : f;
+  return {t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * pair};
 }
 
 absl::Status Spec(const Profile& p, const std::string& precision,
@@ -195,9 +196,13 @@ std::string ProfileToJson(const Profile& p) {
     if (s.served_factor > 0) {
       json& e = j["passes"].back();
       e["served_factor"] = s.served_factor;
+      if (s.served_pair_factor > 0) e["served_pair_factor"] = s.served_pair_factor;
       e["served"] = json::array();
       for (const ServedLevel& l : s.served) {
         e["served"].push_back({{"clients", l.clients},
+                               {"prompt_tokens", l.prompt_tokens},
+                               {"output_tokens", l.output_tokens},
+                               {"model_pair_seconds", l.model_pair_seconds},
                                {"steps", l.steps},
                                {"rows_per_step", l.rows_per_step},
                                {"prompt_tokens_per_step", l.prompt_tokens_per_step},
@@ -311,6 +316,13 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
             absl::StrCat("profile: ", path, ".served_factor must be > 0"));
       }
     }
+    if (e.contains("served_pair_factor")) {
+      PDQ_GET(e, path, "served_pair_factor", &s.served_pair_factor);
+      if (!(s.served_pair_factor > 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("profile: ", path, ".served_pair_factor must be > 0"));
+      }
+    }
     const json& served = e.value("served", json::array());
     for (size_t k = 0; k < served.size(); ++k) {
       const std::string at = absl::StrCat(path, ".served[", k, "]");
@@ -321,6 +333,10 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       PDQ_GET(served[k], at, "prompt_tokens_per_step", &l.prompt_tokens_per_step);
       PDQ_GET(served[k], at, "step_seconds", &l.step_seconds);
       PDQ_GET(served[k], at, "model_seconds", &l.model_seconds);
+      // Recorded since the probe ran two request shapes.
+      l.prompt_tokens = served[k].value("prompt_tokens", int64_t{0});
+      l.output_tokens = served[k].value("output_tokens", int64_t{0});
+      l.model_pair_seconds = served[k].value("model_pair_seconds", 0.0);
       s.served.push_back(l);
     }
     for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair}) {

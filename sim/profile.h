@@ -39,11 +39,13 @@ struct PassSample {
 // closed-loop clients on the same machine, read from its own /metrics.
 struct ServedLevel {
   int clients = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0;  // each request's (0: not recorded)
   int64_t steps = 0;                  // decode steps in the level
   double rows_per_step = 0;           // their mean decode rows
   double prompt_tokens_per_step = 0;  // prompt tokens computed within them
   double step_seconds = 0;            // their mean time, served
   double model_seconds = 0;           // the pass model's time for the same mean work
+  double model_pair_seconds = 0;      // of it, the attention's (per_pair's) part
 };
 
 struct PassProfile {
@@ -60,11 +62,13 @@ struct PassProfile {
   double load_seconds = 0;
   std::vector<PassSample> samples;  // what was fitted and held out (optional in files)
   // How much longer this pass takes served than alone: the served levels'
-  // step time over the pass model's for the same work (steps weighted by
-  // their count). The router, the gRPC threads and the clients share the
-  // machine's cores with the worker. 0: not measured; `pdq sim` then runs
-  // the passes as timed alone.
-  double served_factor = 0;
+  // step time fitted as served_factor x the pass model's time without
+  // attention + served_pair_factor x its attention's (served KV lies in
+  // blocks scattered over the pool, the profile's passes in fresh ones; and
+  // the router, the gRPC threads and the clients share the cores). 0: not
+  // measured; `pdq sim` then runs the passes as timed alone. A profile with
+  // no served_pair_factor takes served_factor for both.
+  double served_factor = 0, served_pair_factor = 0;
   std::vector<ServedLevel> served;
 };
 

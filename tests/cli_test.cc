@@ -527,8 +527,9 @@ TEST(CliTest, BenchEngineBaselineReportsSpeedups) {
 }
 
 // The served probe: the shipped model's W4A16 passes served by one worker
-// behind the router to 1 and 2 clients; the worker's steps against the
-// passes' model give served_factor, the one-client level the router's time.
+// behind the router to 1 and 2 clients, at a short and a long context; the
+// worker's steps against the passes' model give served_factor (and
+// served_pair_factor for attention), the one-client level the router's time.
 TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   const std::string model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::ifstream(model)) GTEST_SKIP() << model << " not found (make model)";
@@ -539,6 +540,7 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
                     profile);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("w4a16 at 2 threads served: steps x"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("its attention (64+128 tokens, 1 clients"), std::string::npos) << r.out;
   std::ifstream in(profile);
   const nlohmann::json j = nlohmann::json::parse(in);
   const nlohmann::json& pass = j["passes"][0];
@@ -546,8 +548,12 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   // Served steps are never many times the passes' own time, nor a fraction.
   EXPECT_GT(pass["served_factor"].get<double>(), 0.5);
   EXPECT_LT(pass["served_factor"].get<double>(), 5);
-  ASSERT_EQ(pass["served"].size(), 2u) << pass.dump();
+  EXPECT_GT(pass["served_pair_factor"].get<double>(), 0);
+  // Two request shapes at 1 and 2 clients each.
+  ASSERT_EQ(pass["served"].size(), 4u) << pass.dump();
   EXPECT_EQ(pass["served"][0]["clients"], 1);
+  EXPECT_EQ(pass["served"][0]["prompt_tokens"], 64);
+  EXPECT_EQ(pass["served"][3]["prompt_tokens"], 512);
   EXPECT_NEAR(pass["served"][0]["rows_per_step"].get<double>(), 1, 0.05);
   EXPECT_GT(pass["served"][1]["rows_per_step"].get<double>(), 1.2);
   EXPECT_GT(j["router_seconds"].get<double>(), 0);

@@ -711,13 +711,22 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
   w8.precision = "w8a8";
   p.passes.push_back(w8);
   p.passes[0].served_factor = 1.25;
-  p.passes[0].served = {{4, 500, 3.9, 0.5, 0.0131, 0.0105}};
+  p.passes[0].served = {{4, 128, 512, 500, 3.9, 0.5, 0.0131, 0.0105, 0.001}};
   Deployment d;
   ASSERT_TRUE(ParseDeployment("1M", &d).ok());
   ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", "w8a8"}, {}, &d).ok());
   EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.fixed, 5e-3 * 1.25);
   EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_row, 2e-3 * 1.25);
   EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_token, 2e-5 * 1.25);
+  // Attention takes its own factor where the profile has one.
+  p.passes[0].time.per_pair = 1e-7;
+  p.passes[0].served_pair_factor = 3;
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", "w8a8"}, {}, &d).ok());
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_pair, 3e-7);
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_row, 2e-3 * 1.25);
+  EXPECT_EQ(ProfileFromJson(ProfileToJson(p))->passes[0].served_pair_factor, 3);
+  p.passes[0].time.per_pair = 0;
+  p.passes[0].served_pair_factor = 0;
   EXPECT_DOUBLE_EQ(d.monolithic_worker.prompt_pass.fixed, 5e-3);  // w8a8: not measured served
   WorkerOptions alone;
   alone.idle_passes = true;

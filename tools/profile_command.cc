@@ -313,9 +313,13 @@ absl::StatusOr<sim::LinkProfile> MeasureLink(const std::string& transport, const
   return l;
 }
 
-// The served probe's requests: short prompts and longer answers, so that the
-// levels are mostly decode steps (the passes a served worker runs most).
-constexpr int64_t kServedPromptTokens = 64, kServedOutputTokens = 128;
+// The served probe's requests: mostly decode steps (what a served worker
+// runs most), at a short and a long context, so that the attention's part
+// of a served step can be told from the rest.
+struct ServedShape {
+  int64_t prompt_tokens, output_tokens;
+};
+constexpr ServedShape kServedShapes[] = {{64, 128}, {512, 256}};
 
 // The first `n` CPUs this process may run on, as pdq up's "cpus" takes them.
 std::string FirstCpus(int n) {
@@ -331,15 +335,41 @@ std::string FirstCpus(int n) {
 
 struct ServedResult {
   std::vector<sim::ServedLevel> levels;
-  double factor = 0;
+  double factor = 0, pair_factor = 0;
   double router_seconds = -1;  // < 0: not measured (no one-client level)
 };
+
+// The served levels' step time as a * (the model's time without attention)
+// + b * (its attention's time), least squares on relative error, each level
+// weighted by its steps; a and b both >= 0 (else one factor for both).
+void FitServed(ServedResult* r) {
+  double nn = 0, nt = 0, tt = 0, ns = 0, ts = 0, served = 0, modelled = 0;
+  for (const sim::ServedLevel& l : r->levels) {
+    const double w = double(l.steps) / (l.step_seconds * l.step_seconds);
+    const double n = l.model_seconds - l.model_pair_seconds, t = l.model_pair_seconds;
+    nn += w * n * n, nt += w * n * t, tt += w * t * t;
+    ns += w * n * l.step_seconds, ts += w * t * l.step_seconds;
+    served += double(l.steps) * l.step_seconds;
+    modelled += double(l.steps) * l.model_seconds;
+  }
+  const double det = nn * tt - nt * nt;
+  if (det > 1e-12 * nn * tt) {
+    const double a = (ns * tt - ts * nt) / det, b = (nn * ts - nt * ns) / det;
+    if (a > 0 && b > 0) {
+      r->factor = a;
+      r->pair_factor = b;
+      return;
+    }
+  }
+  r->factor = r->pair_factor = modelled > 0 ? served / modelled : 0;
+}
 
 // One worker of `pass`'s precision and threads (role both, pinned to the
 // first CPUs when it has fewer threads than the machine has cores) behind
 // the router in a `pdq up`, and `pdq bench` against it at each of
-// `clients`, closed loop; the worker's own counters, level by level, against
-// what the pass model gives for the same work. Logs under `dir`.
+// `clients`, closed loop, for each of kServedShapes; the worker's own
+// counters, level by level, against what the pass model gives for the same
+// work (FitServed). Logs under `dir`.
 absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::string& model_path,
                                            const sim::PassProfile& pass,
                                            const std::vector<int64_t>& clients,
@@ -347,7 +377,7 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const std::string text = dir + "/text.txt", out = dir + "/bench.json";
+  const std::string text = dir + "/text.txt";
   std::ofstream(text) << BuiltinCalibrationText();
   nlohmann::json worker = {{"role", "both"},
                            {"precision", pass.precision},
@@ -362,72 +392,82 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
   PDQ_RETURN_IF_ERROR(dep.Start(up, dir));
   std::vector<std::string> levels;
   for (int64_t c : clients) levels.push_back(std::to_string(c));
-  const int rc = RunChild({SelfPath(),
-                           "bench",
-                           "--router",
-                           dep.address(),
-                           "--text",
-                           text,
-                           "--json",
-                           out,
-                           "--workload",
-                           "custom",
-                           "--input-tokens",
-                           std::to_string(kServedPromptTokens),
-                           "--output-tokens",
-                           std::to_string(kServedOutputTokens),
-                           "--concurrency",
-                           absl::StrJoin(levels, ","),
-                           "--requests-per-client",
-                           "2",
-                           "--warmup",
-                           "1"},
-                          dir + "/bench.log", /*stderr_too=*/true);
-  dep.Stop();
-  if (rc != 0) {
-    return absl::InternalError(absl::StrCat("pdq bench against the served worker exited with ", rc,
-                                            "; its log: ", dir,
-                                            "/bench.log, the deployment's: ", dir, "/up.log"));
-  }
-  PDQ_ASSIGN_OR_RETURN(const BenchResult bench, ReadBenchResult(out));
   ServedResult r;
-  double served = 0, modelled = 0;
-  for (const LevelResult& l : bench.levels) {
-    if (l.workers.size() != 1) continue;
-    const WorkerUsage& w = l.workers[0];
-    // A level with too few steps says little (and a worker of an older
-    // build reports no composition).
-    if (!(w.decode_steps >= 8) || !(w.decode_rows > 0) || !(w.decode_step_seconds > 0)) continue;
-    sim::ServedLevel s;
-    s.clients = l.concurrency;
-    s.steps = (int64_t)w.decode_steps;
-    s.rows_per_step = w.decode_rows / w.decode_steps;
-    s.prompt_tokens_per_step = std::isfinite(w.decode_step_prompt_tokens)
-                                   ? w.decode_step_prompt_tokens / w.decode_steps
-                                   : 0;
-    s.step_seconds = w.decode_step_seconds / w.decode_steps;
-    // The mean step's work: rows over contexts from the prompt's length to
-    // the answer's end, prompt tokens each over half its prompt on average.
-    const double row_past = double(kServedPromptTokens) + double(kServedOutputTokens - 1) / 2;
-    const double pairs =
-        s.rows_per_step * row_past + s.prompt_tokens_per_step * double(kServedPromptTokens) / 2;
-    s.model_seconds = pass.time.fixed + pass.time.per_row * s.rows_per_step +
-                      pass.time.per_token * s.prompt_tokens_per_step + pass.time.per_pair * pairs;
-    served += s.step_seconds * double(s.steps);
-    modelled += s.model_seconds * double(s.steps);
-    r.levels.push_back(s);
-    // One client: nothing else runs while a prompt computes, so its first
-    // token's wait beyond the prompt's compute is the router's and gRPC's.
-    if (l.concurrency == 1 && w.prefills > 0 && std::isfinite(w.prefill_seconds) &&
-        l.ttft_s.mean > 0) {
-      r.router_seconds = std::max(0.0, l.ttft_s.mean - w.prefill_seconds / w.prefills);
+  int shape_index = 0;
+  for (const ServedShape& shape : kServedShapes) {
+    const std::string out = absl::StrCat(dir, "/bench-", shape.prompt_tokens, ".json");
+    // Another --prompt-seed per shape: no prompt starts where an earlier
+    // one did, so none is answered from the prefix cache.
+    const int rc =
+        RunChild({SelfPath(),
+                  "bench",
+                  "--router",
+                  dep.address(),
+                  "--text",
+                  text,
+                  "--json",
+                  out,
+                  "--workload",
+                  "custom",
+                  "--input-tokens",
+                  std::to_string(shape.prompt_tokens),
+                  "--output-tokens",
+                  std::to_string(shape.output_tokens),
+                  "--concurrency",
+                  absl::StrJoin(levels, ","),
+                  "--requests-per-client",
+                  "2",
+                  "--warmup",
+                  "1",
+                  "--prompt-seed",
+                  std::to_string(++shape_index)},
+                 absl::StrCat(dir, "/bench-", shape.prompt_tokens, ".log"), /*stderr_too=*/true);
+    if (rc != 0) {
+      return absl::InternalError(
+          absl::StrCat("pdq bench against the served worker exited with ", rc, "; its log: ", dir,
+                       "/bench-", shape.prompt_tokens, ".log, the deployment's: ", dir, "/up.log"));
+    }
+    PDQ_ASSIGN_OR_RETURN(const BenchResult bench, ReadBenchResult(out));
+    for (const LevelResult& l : bench.levels) {
+      if (l.workers.size() != 1) continue;
+      const WorkerUsage& w = l.workers[0];
+      // A level with too few steps says little (and a worker of an older
+      // build reports no composition).
+      if (!(w.decode_steps >= 8) || !(w.decode_rows > 0) || !(w.decode_step_seconds > 0)) continue;
+      sim::ServedLevel s;
+      s.clients = l.concurrency;
+      s.prompt_tokens = shape.prompt_tokens;
+      s.output_tokens = shape.output_tokens;
+      s.steps = (int64_t)w.decode_steps;
+      s.rows_per_step = w.decode_rows / w.decode_steps;
+      s.prompt_tokens_per_step = std::isfinite(w.decode_step_prompt_tokens)
+                                     ? w.decode_step_prompt_tokens / w.decode_steps
+                                     : 0;
+      s.step_seconds = w.decode_step_seconds / w.decode_steps;
+      // The mean step's work: rows over contexts from the prompt's length
+      // to the answer's end, prompt tokens each over half its prompt.
+      const double row_past = double(shape.prompt_tokens) + double(shape.output_tokens - 1) / 2;
+      const double pairs =
+          s.rows_per_step * row_past + s.prompt_tokens_per_step * double(shape.prompt_tokens) / 2;
+      s.model_pair_seconds = pass.time.per_pair * pairs;
+      s.model_seconds = pass.time.fixed + pass.time.per_row * s.rows_per_step +
+                        pass.time.per_token * s.prompt_tokens_per_step + s.model_pair_seconds;
+      r.levels.push_back(s);
+      // One client of the short shape: nothing else runs while a prompt
+      // computes, so its first token's wait beyond the prompt's compute is
+      // the router's and gRPC's.
+      if (shape_index == 1 && l.concurrency == 1 && w.prefills > 0 &&
+          std::isfinite(w.prefill_seconds) && l.ttft_s.mean > 0) {
+        r.router_seconds = std::max(0.0, l.ttft_s.mean - w.prefill_seconds / w.prefills);
+      }
     }
   }
-  if (r.levels.empty() || !(modelled > 0)) {
+  dep.Stop();
+  if (r.levels.empty()) {
     return absl::InternalError(absl::StrCat(
         "the served worker reported no decode steps to compare (its log: ", dir, "/up.log)"));
   }
-  r.factor = served / modelled;
+  FitServed(&r);
   return r;
 }
 
@@ -453,8 +493,9 @@ int ProfileCommand(int argc, char** argv) {
               "its one-client levels), or left out without one");
   flags.String("served-clients", &served_clients,
                "closed-loop client counts of the served probe: each precision and thread count "
-               "served by one worker behind the router, 64 tokens in and 128 out, its steps' "
-               "time against the passes' model (served_factor); '' skips it");
+               "served by one worker behind the router (64 tokens in and 128 out, then 512 and "
+               "256), its steps' time against the passes' model (served_factor, "
+               "served_pair_factor); '' skips it");
   flags.String("thread-counts", &thread_counts,
                "comma-separated thread counts to measure the passes at (a 1P+1D deployment on 2 "
                "cores runs each worker on 1; pdq sim --threads picks); default: --threads");
@@ -558,16 +599,18 @@ int ProfileCommand(int argc, char** argv) {
       }
       p.served = r->levels;
       p.served_factor = r->factor;
+      p.served_pair_factor = r->pair_factor;
       std::string each;
       for (const sim::ServedLevel& l : r->levels) {
-        absl::StrAppendFormat(&each, "%s%d clients %.1f rows %.2f/%.2f ms",
-                              each.empty() ? "" : "; ", l.clients, l.rows_per_step,
+        absl::StrAppendFormat(&each, "%s%lld+%lld tokens, %d clients, %.1f rows: %.2f/%.2f ms",
+                              each.empty() ? "" : "; ", (long long)l.prompt_tokens,
+                              (long long)l.output_tokens, l.clients, l.rows_per_step,
                               l.step_seconds * 1e3, l.model_seconds * 1e3);
       }
       std::fprintf(stderr,
-                   "pdq profile: %s at %d threads served: steps x%.2f the passes' model (%s: "
-                   "served/model)%s; %.0f s\n",
-                   p.precision.c_str(), p.threads, r->factor, each.c_str(),
+                   "pdq profile: %s at %d threads served: steps x%.2f the passes' model without "
+                   "attention and x%.2f its attention (%s: served/model)%s; %.0f s\n",
+                   p.precision.c_str(), p.threads, r->factor, r->pair_factor, each.c_str(),
                    r->router_seconds >= 0
                        ? absl::StrFormat("; first token %.1f ms after the prompt's compute",
                                          r->router_seconds * 1e3)

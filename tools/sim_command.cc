@@ -213,7 +213,10 @@ int SimCommand(int argc, char** argv) {
     for (const std::string& precision : used) {
       absl::StatusOr<sim::PassProfile> pass = profile->Pass(precision, wo.threads);
       if (precision.empty() || !pass.ok() || !(pass->served_factor > 0)) continue;
-      const std::string f = absl::StrFormat("%s x%.2f", precision, pass->served_factor);
+      std::string f = absl::StrFormat("%s x%.2f", precision, pass->served_factor);
+      if (pass->served_pair_factor > 0 && pass->served_pair_factor != pass->served_factor) {
+        absl::StrAppendFormat(&f, " (attention x%.2f)", pass->served_pair_factor);
+      }
       if (std::find(factors.begin(), factors.end(), f) == factors.end()) factors.push_back(f);
     }
     std::printf("  passes: %s\n",
