@@ -65,10 +65,11 @@ std::string Panels(const std::string& title, const std::string& first, const cha
 }  // namespace
 
 // Where the two panels go (margins as fractions of the canvas).
+// The left margins hold six-digit tick labels (TTFT in ms) and the axis label.
 constexpr const char* kSideBySide[2] = {
-    "set lmargin at screen 0.08\nset rmargin at screen 0.47\n"
+    "set lmargin at screen 0.10\nset rmargin at screen 0.47\n"
     "set bmargin at screen 0.24\nset tmargin at screen 0.90\n",
-    "set lmargin at screen 0.58\nset rmargin at screen 0.97\n"};
+    "set lmargin at screen 0.60\nset rmargin at screen 0.97\n"};
 constexpr const char* kStacked[2] = {
     "set lmargin at screen 0.10\nset rmargin at screen 0.95\n"
     "set bmargin at screen 0.60\nset tmargin at screen 0.91\n",

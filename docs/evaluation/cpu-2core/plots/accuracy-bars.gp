@@ -11,13 +11,13 @@ set xzeroaxis lt -1
 set grid noxtics
 set multiplot title 'Change against FP16, by text and precision pair (prefill / decode)'
 unset key
-set lmargin at screen 0.08
+set lmargin at screen 0.10
 set rmargin at screen 0.47
 set bmargin at screen 0.24
 set tmargin at screen 0.90
 set ylabel 'perplexity change (%)'
 plot datafile using 2:xtic(1) title "w8a8 / w4a16", '' using 3 title "fp16 / w4a16", '' using 4 title "w4a16 / w4a16"
-set lmargin at screen 0.58
+set lmargin at screen 0.60
 set rmargin at screen 0.97
 set ylabel 'KL mean (nats, log scale)'
 set logscale y
