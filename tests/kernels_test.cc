@@ -191,7 +191,7 @@ TEST(KernelsTest, GemmF16MatchesReference) {
   SKIP_WITHOUT_FAST_PATHS();
   std::mt19937 rng(2);
   for (const KernelTable* kt : FastTables()) {
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 13, 97, 200}) {
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 97, 200}) {
       for (auto [n, k] : {std::pair<int64_t, int64_t>{16, 8}, {35, 77}, {64, 576}, {48, 600}}) {
         auto w = Random(n * k, rng);
         auto x = Random(m * k, rng);
@@ -204,6 +204,29 @@ TEST(KernelsTest, GemmF16MatchesReference) {
           ASSERT_NEAR(got[i], want[i], 1e-4f * std::sqrt((float)k) * (1 + std::abs(want[i])))
               << kt->name << " m=" << m << " n=" << n << " k=" << k << " i=" << i;
         }
+      }
+    }
+  }
+}
+
+// A row's FP16 outputs are the same bits whether its batch of 2-4 rows
+// takes the direct panel path or more take the blocked GEMM: both sum each
+// output over k in order on one chain.
+TEST(KernelsTest, GemmF16RowsAreTheSameBitsOnEitherPath) {
+  SKIP_WITHOUT_FAST_PATHS();
+  std::mt19937 rng(5);
+  const int64_t n = 48, k = 600;
+  auto w = Random(n * k, rng);
+  auto packed = Pack(w, n, k);
+  auto x = Random(24 * k, rng);
+  for (const KernelTable* kt : FastTables()) {
+    std::vector<float> blocked(24 * n);
+    kt->gemm_f16_panels(packed.view, 0, 3, x.data(), 24, k, blocked.data(), n);
+    for (int64_t m : {2, 5, 8, 9, 16}) {
+      std::vector<float> direct(m * n);
+      kt->gemm_f16_panels(packed.view, 0, 3, x.data(), m, k, direct.data(), n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_EQ(direct[i], blocked[i]) << kt->name << " m=" << m << " i=" << i;
       }
     }
   }
