@@ -17,19 +17,43 @@
 
 namespace pdq {
 
+std::string FlagParser::ValueText(Kind kind, const void* target) {
+  switch (kind) {
+    case Kind::kString:
+      return *static_cast<const std::string*>(target);
+    case Kind::kInt:
+      return absl::StrCat(*static_cast<const int64_t*>(target));
+    case Kind::kFloat:
+      return absl::StrCat(*static_cast<const double*>(target));
+    case Kind::kBool:
+      return *static_cast<const bool*>(target) ? "true" : "false";
+  }
+  return "";
+}
+
 void FlagParser::String(const std::string& name, std::string* out, const std::string& help) {
-  flags_.push_back({name, Kind::kString, out, 0, 0, help, *out});
+  flags_.push_back({name, Kind::kString, out, 0, 0, help, ValueText(Kind::kString, out)});
 }
 void FlagParser::Int(const std::string& name, int64_t* out, int64_t min, int64_t max,
                      const std::string& help) {
-  flags_.push_back({name, Kind::kInt, out, (double)min, (double)max, help, absl::StrCat(*out)});
+  flags_.push_back(
+      {name, Kind::kInt, out, (double)min, (double)max, help, ValueText(Kind::kInt, out)});
 }
 void FlagParser::Float(const std::string& name, double* out, double min, double max,
                        const std::string& help) {
-  flags_.push_back({name, Kind::kFloat, out, min, max, help, absl::StrCat(*out)});
+  flags_.push_back({name, Kind::kFloat, out, min, max, help, ValueText(Kind::kFloat, out)});
 }
 void FlagParser::Bool(const std::string& name, bool* out, const std::string& help) {
-  flags_.push_back({name, Kind::kBool, out, 0, 0, help, *out ? "true" : "false"});
+  flags_.push_back({name, Kind::kBool, out, 0, 0, help, ValueText(Kind::kBool, out)});
+}
+
+std::vector<std::string> FlagParser::Changed() const {
+  std::vector<std::string> args;
+  for (const Flag& f : flags_) {
+    const std::string now = ValueText(f.kind, f.target);
+    if (now != f.default_text) args.push_back(absl::StrCat("--", f.name, "=", now));
+  }
+  return args;
 }
 
 bool FlagParser::Given(const std::string& name) const {

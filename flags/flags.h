@@ -30,6 +30,10 @@ class FlagParser {
   bool help_requested() const { return help_; }
   // True when the flag was given on the command line.
   bool Given(const std::string& name) const;
+  // The flags whose values differ now from those they held when registered
+  // (their defaults), as "--name=value" arguments, in registration order:
+  // a command line that gives another parser of the same flags these values.
+  std::vector<std::string> Changed() const;
   std::string Help() const;
 
  private:
@@ -44,6 +48,8 @@ class FlagParser {
     bool given = false;
   };
   absl::Status Set(Flag& flag, const std::string& value);
+  // The target's value as text (--help's default, Changed's value).
+  static std::string ValueText(Kind kind, const void* target);
 
   std::string command_, summary_;
   std::vector<Flag> flags_;

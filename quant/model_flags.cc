@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -95,29 +96,19 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
 }
 
 std::vector<std::string> ModelFlags::Args() const {
-  const ModelFlags defaults;
+  // The flags as Register declares them, holding their defaults when
+  // registered, then this one's values.
+  ModelFlags current;
+  FlagParser flags("model flags", "");
+  current.Register(flags);
+  current = *this;
   std::vector<std::string> args;
-  auto text = [&](const char* flag, const std::string& v, const std::string& d) {
-    if (v != d) args.insert(args.end(), {absl::StrCat("--", flag), v});
-  };
-  auto number = [&](const char* flag, auto v, auto d) {
-    if (v != d) args.insert(args.end(), {absl::StrCat("--", flag), absl::StrCat(v)});
-  };
-  auto boolean = [&](const char* flag, bool v, bool d) {
-    if (v != d) args.push_back(absl::StrCat("--", flag, v ? "=true" : "=false"));
-  };
-  number("group-size", group_size, defaults.group_size);
-  boolean("fp16-output", fp16_output, defaults.fp16_output);
-  text("fp16-layers", fp16_layers, defaults.fp16_layers);
-  text("w8-layers", w8_layers, defaults.w8_layers);
-  text("calib", calib, defaults.calib);
-  number("smooth-alpha", smooth_alpha, defaults.smooth_alpha);
-  text("w4-method", w4_method, defaults.w4_method);
-  number("w4a8-rows", w4a8_rows, defaults.w4a8_rows);
-  number("bf16-rows", bf16_rows, defaults.bf16_rows);
-  boolean("bf16-attention", bf16_attention, defaults.bf16_attention);
-  text("kv-dtype", kv_dtype, defaults.kv_dtype);
-  text("weights", weights, defaults.weights);
+  for (std::string& arg : flags.Changed()) {
+    if (!absl::StartsWith(arg, "--model=") && !absl::StartsWith(arg, "--precision=") &&
+        !absl::StartsWith(arg, "--threads=")) {
+      args.push_back(std::move(arg));
+    }
+  }
   return args;
 }
 

@@ -49,9 +49,10 @@ struct ModelFlags {
   // threads, one model at a time.
   absl::StatusOr<LoadedModel> Load(bool quiet, const std::string& precision_override = "") const;
   ThreadPool& pool() const;
-  // The flags that differ from their defaults, as a worker's command line
-  // takes them (--model, --precision, --threads and --device left out): what
-  // a worker needs to load the model these flags load.
+  // The flags Register declares whose values differ from their defaults,
+  // as a worker's command line takes them ("--name=value"; --model,
+  // --precision and --threads left out): what a worker needs to load the
+  // model these flags load.
   std::vector<std::string> Args() const;
 
  private:

@@ -11,6 +11,7 @@
 #include "common/host.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "quant/model_flags.h"
 
 namespace {
 
@@ -524,6 +525,22 @@ TEST(CliTest, BenchEngineBaselineReportsSpeedups) {
   r = RunPdq("bench-engine --model synthetic:tiny --baseline fp8");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("unknown precision 'fp8'"), std::string::npos) << r.out;
+}
+
+// What pdq profile hands a served worker: the model flags Register
+// declares whose values differ from their defaults, never the model,
+// precision or threads (the worker's own config says those).
+TEST(CliTest, ModelFlagsArgsAreTheChangedModelFlags) {
+  pdq::ModelFlags f;
+  EXPECT_TRUE(f.Args().empty());
+  f.smooth_alpha = 0.5;
+  f.kv_dtype = "bf16";
+  f.bf16_attention = false;
+  f.threads = 2;
+  f.precision = "w8a8";
+  f.model = "other.gguf";
+  EXPECT_EQ(f.Args(), (std::vector<std::string>{"--smooth-alpha=0.5", "--bf16-attention=false",
+                                                "--kv-dtype=bf16"}));
 }
 
 // The served probe: the shipped model's W4A16 passes served by one worker

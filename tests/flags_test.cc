@@ -41,6 +41,43 @@ TEST(FlagsTest, TypedValuesAndRanges) {
   EXPECT_TRUE(on);
 }
 
+// Changed gives the flags whose values moved from their registered
+// defaults, as arguments another parser of the same flags takes back.
+TEST(FlagsTest, ChangedFlagsRoundTripThroughAnotherParser) {
+  std::string s = "a";
+  int64_t i = 3;
+  double d = 0.75;
+  bool b = true;
+  FlagParser p("x", "");
+  p.String("s", &s, "");
+  p.Int("i", &i, 0, 10, "");
+  p.Float("d", &d, 0, 1, "");
+  p.Bool("b", &b, "");
+  EXPECT_TRUE(p.Changed().empty());
+  i = 7;
+  d = 0.5;
+  b = false;
+  EXPECT_EQ(p.Changed(), (std::vector<std::string>{"--i=7", "--d=0.5", "--b=false"}));
+  s = "x=y";
+  std::string s2 = "a";
+  int64_t i2 = 3;
+  double d2 = 0.75;
+  bool b2 = true;
+  FlagParser q("x", "");
+  q.String("s", &s2, "");
+  q.Int("i", &i2, 0, 10, "");
+  q.Float("d", &d2, 0, 1, "");
+  q.Bool("b", &b2, "");
+  std::vector<std::string> args = p.Changed();
+  std::vector<char*> argv = {const_cast<char*>("x")};
+  for (std::string& a : args) argv.push_back(a.data());
+  ASSERT_TRUE(q.Parse((int)argv.size(), argv.data(), 1).ok());
+  EXPECT_EQ(s2, "x=y");
+  EXPECT_EQ(i2, 7);
+  EXPECT_EQ(d2, 0.5);
+  EXPECT_FALSE(b2);
+}
+
 TEST(FlagsTest, IntListsTakeWholeNumbersInRange) {
   absl::StatusOr<std::vector<int64_t>> l = IntList("levels", "1, 2,16", 1, 16);
   ASSERT_TRUE(l.ok()) << l.status();
