@@ -126,7 +126,28 @@ StepCoefficients NormalEquations::Fit() const {
       std::copy(g, g + 4, best);
     }
   }
-  return {best[0], best[1] * kRowScale, best[2] * kTokenScale, best[3] * kPairScale};
+  return {best[0], best[1] * kRowScale, best[2] * kTokenScale, best[3] * kPairScale, {}};
+}
+
+double StepCoefficients::RowStep(double rows) const {
+  if (row_steps.empty()) return 0;
+  if (rows <= row_steps.front().first) return row_steps.front().second;
+  for (size_t i = 1; i < row_steps.size(); ++i) {
+    const auto& [r1, s1] = row_steps[i];
+    if (rows > r1) continue;
+    const auto& [r0, s0] = row_steps[i - 1];
+    return s0 + (s1 - s0) * (rows - r0) / (r1 - r0);
+  }
+  return row_steps.back().second;
+}
+
+bool StepCoefficients::RowStepsValid() const {
+  for (size_t i = 0; i < row_steps.size(); ++i) {
+    const auto& [rows, seconds] = row_steps[i];
+    if (!std::isfinite(rows) || !std::isfinite(seconds) || rows < 1) return false;
+    if (i > 0 && !(rows > row_steps[i - 1].first)) return false;
+  }
+  return true;
 }
 
 StepCoefficients FitStepTime(const std::vector<StepSample>& samples) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pdq::policy {
@@ -45,9 +46,23 @@ struct StepCoefficients {
   double per_row = 0;    // per decode row
   double per_token = 0;  // per prompt token
   double per_pair = 0;   // per attention pair (StepWork::attention)
+  // Where measured passes leave that line by the rows their matrix products
+  // run on (decode rows + prompt tokens): (rows, seconds added) at each row
+  // count measured, rows ascending, interpolated linearly between them and
+  // held beyond the ends. A kernel whose cost changes shape with the row
+  // count makes steps a line misses (on Zen 4 an FP16 pass of 8 rows takes a
+  // fifth longer than the line through 1 to 16 rows). `pdq profile` fills
+  // it from its passes without prompt tokens; the workers' online fit has
+  // none.
+  std::vector<std::pair<double, double>> row_steps;
+  double RowStep(double rows) const;
+  // row_steps' rows are finite, >= 1 and strictly ascending, its seconds
+  // finite.
+  bool RowStepsValid() const;
   double Seconds(const StepWork& w) const {
     return fixed + per_row * double(w.decode_rows) + per_token * double(w.prefill_tokens) +
-           per_pair * w.attention;
+           per_pair * w.attention +
+           (row_steps.empty() ? 0 : RowStep(double(w.decode_rows + w.prefill_tokens)));
   }
 };
 

@@ -270,6 +270,7 @@ absl::StatusOr<std::vector<Sensitivity>> PlanSensitivity(const Profile& profile,
         } else if (std::string(term) == "decode") {
           pass.time.fixed *= factor;
           pass.time.per_row *= factor;
+          for (auto& [rows, seconds] : pass.time.row_steps) seconds *= factor;
         }
       }
       if (std::string(term) == "link") {

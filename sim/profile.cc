@@ -73,7 +73,9 @@ PassTime Served(const PassProfile& pass, const WorkerOptions& o) {
   if (o.idle_passes || !(pass.served_factor > 0)) return t;
   const double f = pass.served_factor;
   const double pair = pass.served_pair_factor > 0 ? pass.served_pair_factor : f;
-  return {t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * pair};
+  PassTime served = {t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * pair, t.row_steps};
+  for (auto& [rows, seconds] : served.row_steps) seconds *= f;
+  return served;
 }
 
 absl::Status Spec(const Profile& p, const std::string& precision,
@@ -193,6 +195,10 @@ std::string ProfileToJson(const Profile& p) {
                                                {"seconds", x.seconds},
                                                {"held_out", x.held_out}});
     }
+    if (!s.time.row_steps.empty()) {
+      json& steps = j["passes"].back()["row_steps"] = json::array();
+      for (const auto& [rows, seconds] : s.time.row_steps) steps.push_back({rows, seconds});
+    }
     if (s.served_factor > 0) {
       json& e = j["passes"].back();
       e["served_factor"] = s.served_factor;
@@ -297,6 +303,19 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
     if (!(s.load_seconds >= 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("profile: ", path, ".load_seconds must be >= 0"));
+    }
+    // Recorded since pdq profile measured where passes leave the line.
+    const json& steps = e.value("row_steps", json::array());
+    for (const json& x : steps) {
+      if (!x.is_array() || x.size() != 2 || !x[0].is_number() || !x[1].is_number()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("profile: ", path, ".row_steps must be [rows, seconds] pairs"));
+      }
+      s.time.row_steps.push_back({x[0].get<double>(), x[1].get<double>()});
+    }
+    if (!s.time.RowStepsValid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "profile: ", path, ".row_steps' rows must be >= 1 and ascending, their seconds finite"));
     }
     const json& samples = e.value("samples", json::array());
     for (size_t k = 0; k < samples.size(); ++k) {

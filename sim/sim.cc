@@ -30,6 +30,10 @@ absl::Status CheckPass(const PassTime& p, const std::string& where) {
           absl::StrCat(where, ": step time coefficients must be finite and >= 0"));
     }
   }
+  if (!p.RowStepsValid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": row_steps' rows must be >= 1 and ascending, their seconds finite"));
+  }
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <tuple>
 
@@ -596,12 +597,42 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   EXPECT_NE(r.out.find("KV over tcp"), std::string::npos) << r.out;
   // No router serves a synthetic model (it reads the GGUF's tokenizer).
   EXPECT_NE(r.out.find("served probe skipped"), std::string::npos) << r.out;
+  {
+    // Each pass's row steps: at each row count of its passes without prompt
+    // tokens, their mean departure from its line.
+    std::ifstream in(profile);
+    const nlohmann::json p = nlohmann::json::parse(in);
+    for (const nlohmann::json& pass : p["passes"]) {
+      std::map<double, std::pair<double, int>> departures;
+      for (const nlohmann::json& x : pass["samples"]) {
+        if (x["tokens"].get<int64_t>() > 0) continue;
+        const double line = pass["fixed"].get<double>() +
+                            pass["per_row"].get<double>() * x["rows"].get<double>() +
+                            pass["per_pair"].get<double>() * x["pairs"].get<double>();
+        auto& [sum, n] = departures[x["rows"].get<double>()];
+        sum += x["seconds"].get<double>() - line;
+        ++n;
+      }
+      ASSERT_EQ(pass["row_steps"].size(), departures.size()) << pass.dump();
+      ASSERT_GE(departures.size(), 3u);
+      size_t i = 0;
+      for (const auto& [rows, sum_n] : departures) {
+        EXPECT_EQ(pass["row_steps"][i][0].get<double>(), rows);
+        EXPECT_NEAR(pass["row_steps"][i][1].get<double>(), sum_n.first / sum_n.second,
+                    1e-9 + 1e-6 * std::abs(sum_n.first));
+        ++i;
+      }
+    }
+  }
+  EXPECT_NE(r.out.find("steps by rows at 5 row counts"), std::string::npos) << r.out;
   r = RunPdq("sim --profile " + profile +
              " --deployment 1P+2D --prefill-precision w8a8 --decode-precision fp16 "
              "--prompt-tokens 200 --output-tokens 100 --rate 20 --requests 60 --warmup 5 --seeds 3 "
              "--json " + out);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("projected from"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("where its passes left it by rows (w8a8, fp16)"), std::string::npos)
+      << r.out;
   std::ifstream in(out);
   const nlohmann::json j = nlohmann::json::parse(in);
   EXPECT_EQ(j["deployment"], "1P+2D");

@@ -55,7 +55,7 @@ TEST(EmulateTest, APassTakesTheProfileTimeLayerByLayerAndPredictsTheScript) {
   const ModelConfig& c = (*model)->config();
   FakeClock clock;
   TimedPassOptions o;
-  o.time = {0.010, 0.002, 0.001, 1e-6};
+  o.time = {0.010, 0.002, 0.001, 1e-6, {}};
   o.time_scale = 2;
   o.num_layers = c.num_layers;
   o.vocab_size = c.vocab_size;
@@ -125,7 +125,7 @@ sim::Profile TinyProfile(const std::string& spec) {
       sim::PassProfile pass;
       pass.precision = precision;
       pass.threads = threads;
-      pass.time = {0.004 / threads, 0.001, 0.0005, 1e-7};
+      pass.time = {0.004 / threads, 0.001, 0.0005, 1e-7, {}};
       pass.load_seconds = 3;
       p.passes.push_back(pass);
     }

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "sim/plan.h"
 #include "sim/profile.h"
 
@@ -17,7 +18,7 @@ namespace {
 Deployment OneWorker(double fixed, double per_token, double per_row) {
   Deployment d;
   d.monolithic = 1;
-  d.monolithic_worker.pass = {fixed, per_row, per_token, 0};
+  d.monolithic_worker.pass = {fixed, per_row, per_token, 0, {}};
   return d;
 }
 
@@ -166,8 +167,8 @@ TEST(SimTest, TheKvOfALongPromptIsOnTheWireAfterItsPass) {
   // 0.1 s after the pass started, plus the latency.
   Deployment d;
   d.prefill = d.decode = 1;
-  d.prefill_worker.pass = {0.01, 0, 1e-5, 0};
-  d.decode_worker.pass = {1e-3, 1e-4, 0, 0};
+  d.prefill_worker.pass = {0.01, 0, 1e-5, 0, {}};
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
   d.kv_bytes_per_token = 100000;
   d.num_layers = 10;
   d.link = {1e9, 1e-3};
@@ -192,8 +193,8 @@ TEST(SimTest, TransfersShareALink) {
   Deployment d;
   d.prefill = 2;
   d.decode = 1;
-  d.prefill_worker.pass = {0.01, 0, 0, 0};
-  d.decode_worker.pass = {1e-3, 1e-4, 0, 0};
+  d.prefill_worker.pass = {0.01, 0, 0, 0, {}};
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
   d.kv_bytes_per_token = 1000000;
   d.num_layers = 100;  // the last layer leaves 1 ms after the pass
   d.link = {1e9, 0};
@@ -221,8 +222,8 @@ TEST(SimTest, TheRouterSeesQueuedPromptsAsOfTheLastHeartbeat) {
   Deployment d;
   d.prefill = 2;
   d.decode = 1;
-  d.prefill_worker.pass = {0, 0, 1e-3, 0};  // 1 s a prompt
-  d.decode_worker.pass = {1e-3, 1e-4, 0, 0};
+  d.prefill_worker.pass = {0, 0, 1e-3, 0, {}};  // 1 s a prompt
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
   d.kv_bytes_per_token = 1;
   d.link = {1e9, 0};
   d.load_tokens = 0;
@@ -254,8 +255,8 @@ TEST(SimTest, APrefillWorkerCountsARequestUntilItsKvLanded) {
   Deployment d;
   d.prefill = 2;
   d.decode = 1;
-  d.prefill_worker.pass = {0, 0, 1e-4, 0};
-  d.decode_worker.pass = {5e-3, 1e-3, 0, 0};
+  d.prefill_worker.pass = {0, 0, 1e-4, 0, {}};
+  d.decode_worker.pass = {5e-3, 1e-3, 0, 0, {}};
   d.kv_bytes_per_token = 1;
   d.heartbeat_seconds = 0;
   Workload w;
@@ -277,8 +278,8 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   // prefill worker almost never.
   Deployment d;
   d.prefill = d.decode = 1;
-  d.prefill_worker.pass = {1e-3, 0, 0, 0};
-  d.decode_worker.pass = {0.02, 0, 0, 0};
+  d.prefill_worker.pass = {1e-3, 0, 0, 0, {}};
+  d.decode_worker.pass = {0.02, 0, 0, 0, {}};
   d.kv_bytes_per_token = 1000;
   Workload w;
   w.arrivals = Workload::Arrivals::kClosedLoop;
@@ -295,8 +296,8 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   EXPECT_EQ(NameBottleneck(s.busy, {}).rfind("the decode workers, ", 0), 0u)
       << NameBottleneck(s.busy, {});
   // The other way round: long prompts at 1 s a pass, one output token each.
-  d.prefill_worker.pass = {1.0, 0, 0, 0};
-  d.decode_worker.pass = {1e-3, 0, 0, 0};
+  d.prefill_worker.pass = {1.0, 0, 0, 0, {}};
+  d.decode_worker.pass = {1e-3, 0, 0, 0, {}};
   w.output_tokens = 2;
   s = Summarize(*Simulate(d, w), Targets{});
   EXPECT_EQ(NameBottleneck(s.busy, {}).rfind("the prefill workers, ", 0), 0u)
@@ -369,7 +370,7 @@ TEST(SimTest, BadDeploymentsAndWorkloadsAreRefusedByName) {
   EXPECT_FALSE(Validate(none, w).ok());
   Deployment only_decode = d;
   only_decode.decode = 1;
-  only_decode.decode_worker.pass = {1e-3, 1e-4, 0, 0};
+  only_decode.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
   EXPECT_FALSE(Validate(only_decode, w).ok());
   Deployment free = OneWorker(0, 0, 1e-4);
   EXPECT_NE(Validate(free, w).message().find("no time"), std::string::npos);
@@ -397,7 +398,7 @@ Profile DecodeBoundProfile() {
   PassProfile pass;
   pass.precision = "fp16";
   pass.threads = 1;
-  pass.time = {5e-3, 2e-3, 2e-5, 0};
+  pass.time = {5e-3, 2e-3, 2e-5, 0, {}};
   p.passes = {pass};
   p.links = {{"tcp", {1e10, 1e-4}}};
   return p;
@@ -747,7 +748,37 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
   const RequestRecord &a = served.requests[0], &b = idle.requests[0];
   EXPECT_NEAR((a.finish - a.first_token) / (b.finish - b.first_token), 1.25, 1e-9);
 
+  // Where the passes left their line by rows, served too.
+  p.passes[0].time.row_steps = {{1, 1e-3}, {8, 4e-3}};
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, {}, &d).ok());
+  ASSERT_EQ(d.monolithic_worker.pass.row_steps.size(), 2u);
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.row_steps[1].second, 4e-3 * 1.25);
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, alone, &d).ok());
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.row_steps[1].second, 4e-3);
+  // ... and a request's decoding takes them: one row, 1 ms more a step.
+  const RunResult stepped = *Simulate(d, w);
+  const RequestRecord& c = stepped.requests[0];
+  EXPECT_NEAR((c.finish - c.first_token) - (b.finish - b.first_token),
+              double(w.output_tokens - 1) * 1e-3, 1e-9);
+
   const Profile q = *ProfileFromJson(ProfileToJson(p));
+  ASSERT_EQ(q.passes[0].time.row_steps.size(), 2u);
+  EXPECT_EQ(q.passes[0].time.row_steps[1], std::make_pair(8.0, 4e-3));
+  {
+    Profile bad = p;
+    bad.passes[0].time.row_steps = {{8, 1e-3}, {1, 4e-3}};
+    EXPECT_NE(ProfileFromJson(ProfileToJson(bad))
+                  .status()
+                  .message()
+                  .find("passes[0].row_steps' rows must be >= 1 and ascending"),
+              std::string::npos);
+    nlohmann::json j = nlohmann::json::parse(ProfileToJson(p));
+    j["passes"][0]["row_steps"][0] = {"x", 1e-3};
+    EXPECT_NE(ProfileFromJson(j.dump()).status().message().find(
+                  "passes[0].row_steps must be [rows, seconds] pairs"),
+              std::string::npos);
+  }
+  p.passes[0].time.row_steps.clear();
   EXPECT_EQ(q.passes[0].served_factor, 1.25);
   ASSERT_EQ(q.passes[0].served.size(), 1u);
   EXPECT_EQ(q.passes[0].served[0].clients, 4);

@@ -81,6 +81,28 @@ TEST(StepCostModelTest, StaysFiniteAfterHoursOfIdenticalSteps) {
   EXPECT_NEAR(m.Predict(w), TrueCost(w), 1e-5);
 }
 
+TEST(StepCoefficientsTest, RowStepsInterpolateBetweenRowCountsAndHoldBeyond) {
+  policy::StepCoefficients c{1e-3, 1e-4, 1e-5, 0, {{1, 2e-4}, {4, -1e-4}, {8, 5e-4}}};
+  EXPECT_TRUE(c.RowStepsValid());
+  EXPECT_DOUBLE_EQ(c.RowStep(0.5), 2e-4);
+  EXPECT_DOUBLE_EQ(c.RowStep(1), 2e-4);
+  EXPECT_DOUBLE_EQ(c.RowStep(2), 1e-4);
+  EXPECT_DOUBLE_EQ(c.RowStep(6), 2e-4);
+  EXPECT_DOUBLE_EQ(c.RowStep(100), 5e-4);
+  // Decode rows and prompt tokens alike are rows of the pass's products.
+  StepWork w;
+  for (int i = 0; i < 2; ++i) w.AddDecodeRow(0);
+  w.AddChunk(0, 4);
+  EXPECT_DOUBLE_EQ(c.Seconds(w), 1e-3 + 2e-4 + 4e-5 + 2e-4 + w.attention * 0);
+  c.row_steps.clear();
+  EXPECT_DOUBLE_EQ(c.Seconds(w), 1e-3 + 2e-4 + 4e-5);
+  for (const auto& bad : std::vector<std::vector<std::pair<double, double>>>{
+           {{2, 0}, {2, 1e-3}}, {{4, 0}, {2, 0}}, {{0, 0}}, {{1, NAN}}, {{INFINITY, 0}}}) {
+    c.row_steps = bad;
+    EXPECT_FALSE(c.RowStepsValid()) << bad[0].first;
+  }
+}
+
 TEST(PlanStepTest, WithoutDecodeRowsAStepTakesTheWholeBudgetAcrossPrompts) {
   const StepCostModel m = Trained();
   StepInput in;

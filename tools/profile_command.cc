@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -59,8 +60,31 @@ double Median(std::vector<double> v) {
 sim::PassTime Fit(const std::vector<Point>& points) {
   std::vector<policy::StepSample> samples;
   for (const Point& p : points) samples.push_back({p.work, p.seconds, 1});
-  const policy::StepCoefficients c = policy::FitStepTime(samples);
-  return {c.fixed, c.per_row, c.per_token, c.per_pair};
+  return policy::FitStepTime(samples);
+}
+
+// Where the passes without prompt tokens leave `line` (a fit without row
+// steps), at each of their row counts: the mean of their departures
+// (PassTime::row_steps).
+std::vector<std::pair<double, double>> RowSteps(const sim::PassTime& line,
+                                                const std::vector<Point>& points) {
+  std::map<int64_t, std::pair<double, int>> at;
+  for (const Point& p : points) {
+    if (p.work.prefill_tokens > 0 || p.work.decode_rows < 1) continue;
+    auto& [sum, n] = at[p.work.decode_rows];
+    sum += p.seconds - line.Seconds(p.work);
+    ++n;
+  }
+  std::vector<std::pair<double, double>> steps;
+  for (const auto& [rows, sum_n] : at) steps.push_back({double(rows), sum_n.first / sum_n.second});
+  return steps;
+}
+
+// The line through the points, with its row steps.
+sim::PassTime FitWithSteps(const std::vector<Point>& points) {
+  sim::PassTime t = Fit(points);
+  t.row_steps = RowSteps(t, points);
+  return t;
 }
 
 // One precision's passes over the grid.
@@ -194,7 +218,10 @@ absl::StatusOr<std::vector<Point>> MeasurePasses(Context& ctx, const Grid& g, in
 // The error of a fit without one point in four (not the largest of each
 // series: those stay in, so the error measures interpolation), and the fit
 // over every point, which is what the profile keeps.
-sim::PassProfile FitWithHoldout(const std::vector<Point>& points) {
+// `line_median_error` (optional): the held-out median error of the fit
+// without its row steps, to say what they bought.
+sim::PassProfile FitWithHoldout(const std::vector<Point>& points,
+                                double* line_median_error = nullptr) {
   std::vector<Point> fit, held;
   sim::PassProfile p;
   for (size_t i = 0; i < points.size(); ++i) {
@@ -203,8 +230,8 @@ sim::PassProfile FitWithHoldout(const std::vector<Point>& points) {
     const policy::StepWork& w = points[i].work;
     p.samples.push_back({w.decode_rows, w.prefill_tokens, w.attention, points[i].seconds, out});
   }
-  const sim::PassTime without = Fit(fit);
-  p.time = Fit(points);
+  const sim::PassTime without = FitWithSteps(fit);
+  p.time = FitWithSteps(points);
   p.points = (int)points.size();
   p.held_out = (int)held.size();
   std::vector<double> errors;
@@ -212,6 +239,13 @@ sim::PassProfile FitWithHoldout(const std::vector<Point>& points) {
   if (!errors.empty()) {
     p.held_out_median_error = Median(errors);
     p.held_out_max_error = *std::max_element(errors.begin(), errors.end());
+  }
+  if (line_median_error != nullptr) {
+    sim::PassTime line = without;
+    line.row_steps.clear();
+    errors.clear();
+    for (const Point& h : held) errors.push_back(std::abs(line.Seconds(h.work) / h.seconds - 1));
+    *line_median_error = errors.empty() ? 0 : Median(errors);
   }
   return p;
 }
@@ -451,7 +485,8 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
           s.rows_per_step * row_past + s.prompt_tokens_per_step * double(shape.prompt_tokens) / 2;
       s.model_pair_seconds = pass.time.per_pair * pairs;
       s.model_seconds = pass.time.fixed + pass.time.per_row * s.rows_per_step +
-                        pass.time.per_token * s.prompt_tokens_per_step + s.model_pair_seconds;
+                        pass.time.per_token * s.prompt_tokens_per_step + s.model_pair_seconds +
+                        pass.time.RowStep(s.rows_per_step + s.prompt_tokens_per_step);
       r.levels.push_back(s);
       // One client of the short shape: nothing else runs while a prompt
       // computes, so its first token's wait beyond the prompt's compute is
@@ -554,17 +589,20 @@ int ProfileCommand(int argc, char** argv) {
       absl::StatusOr<std::vector<Point>> points =
           MeasurePasses(*m->ctx, grid.Within(c.max_context), (int)reps);
       if (!points.ok()) return fail(points.status());
-      sim::PassProfile p = FitWithHoldout(*points);
+      double line_error = 0;
+      sim::PassProfile p = FitWithHoldout(*points, &line_error);
       p.precision = std::string(precision);
       p.threads = (int)run.pool().size();
       p.load_seconds = load_seconds;
       std::fprintf(stderr,
                    "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
-                   "ms/M pairs (fitted to %d points; fitted without %d of them, it misses those by "
-                   "%.1f%% median, %.1f%% at most, held out; loaded in %.2f s; %.0f s)\n",
+                   "ms/M pairs, and steps by rows at %zu row counts (fitted to %d points; fitted "
+                   "without %d of them, it misses those by %.1f%% median (the line alone: %.1f%%), "
+                   "%.1f%% at most, held out; loaded in %.2f s; %.0f s)\n",
                    p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
-                   p.time.per_token * 1e3, p.time.per_pair * 1e9, p.points, p.held_out,
-                   p.held_out_median_error * 100, p.held_out_max_error * 100, load_seconds,
+                   p.time.per_token * 1e3, p.time.per_pair * 1e9, p.time.row_steps.size(), p.points,
+                   p.held_out, p.held_out_median_error * 100, line_error * 100,
+                   p.held_out_max_error * 100, load_seconds,
                    std::chrono::duration<double>(Clock::now() - t0).count());
       profile.passes.push_back(p);
     }

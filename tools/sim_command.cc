@@ -209,9 +209,13 @@ int SimCommand(int argc, char** argv) {
     if (d.monolithic > 0) used.insert(used.end(), {mono_precision, mono_prefill_precision});
     if (d.prefill > 0) used.push_back(prefill_precision);
     if (d.decode > 0) used.push_back(decode_precision);
-    std::vector<std::string> factors;
+    std::vector<std::string> factors, stepped;
     for (const std::string& precision : used) {
       absl::StatusOr<sim::PassProfile> pass = profile->Pass(precision, wo.threads);
+      if (!precision.empty() && pass.ok() && !pass->time.row_steps.empty() &&
+          std::find(stepped.begin(), stepped.end(), precision) == stepped.end()) {
+        stepped.push_back(precision);
+      }
       if (precision.empty() || !pass.ok() || !(pass->served_factor > 0)) continue;
       std::string f = absl::StrFormat("%s x%.2f", precision, pass->served_factor);
       if (pass->served_pair_factor > 0 && pass->served_pair_factor != pass->served_factor) {
@@ -225,6 +229,12 @@ int SimCommand(int argc, char** argv) {
                                 : absl::StrCat("served, ", absl::StrJoin(factors, ", "),
                                                " the time alone (the profile's served_factor)")
                                     .c_str());
+    std::printf("  step times: %s\n",
+                stepped.empty()
+                    ? "the profile's line in rows, tokens and attention"
+                    : absl::StrCat("the profile's line and where its passes left it by rows (",
+                                   absl::StrJoin(stepped, ", "), ")")
+                          .c_str());
   }
   if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0) {
     // Nothing in such a run draws from the seed.
