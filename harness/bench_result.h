@@ -41,6 +41,9 @@ struct WorkerUsage {
   // (pdq_prefill_seconds: count, summed seconds). NaN from workers (or
   // files) without them.
   double decode_steps = NAN, decode_rows = NAN, decode_step_prompt_tokens = NAN;
+  // The stepping loop's time outside the forward passes in those steps'
+  // iterations (taking requests, sampling, sending tokens), summed.
+  double decode_step_overhead_seconds = NAN;
   double prefills = NAN, prefill_seconds = NAN;
   double kv_blocks_total = NAN, peak_resident_bytes = NAN, cpu_cores_busy = NAN;
   // What the worker reports it holds (/metrics), at the level's end: its

@@ -447,6 +447,9 @@ std::vector<WorkerUsage> Resources(const Snapshot& a, const Snapshot& b) {
     w.decode_step_prompt_tokens = delta("pdq_decode_step_prompt_tokens_sum");
     w.prefills = delta("pdq_prefill_seconds_count");
     w.prefill_seconds = delta("pdq_prefill_seconds_sum");
+    w.decode_step_overhead_seconds = after.count("pdq_decode_step_overhead_seconds_total")
+                                         ? delta("pdq_decode_step_overhead_seconds_total")
+                                         : NAN;
     w.kv_blocks_total = get(after, "pdq_kv_blocks_total");
     w.worker_id = b.workers[j].worker_id();
     w.role = b.workers[j].role();

@@ -84,6 +84,8 @@ absl::Status Spec(const Profile& p, const std::string& precision,
   if (!pass.ok()) return pass.status();
   w->pass = Served(*pass, o);
   w->fused = true;
+  w->step_overhead = o.idle_passes ? 0 : pass->step_overhead;
+  w->step_overhead_per_row = o.idle_passes ? 0 : pass->step_overhead_per_row;
   if (!prompt_precision.empty() && prompt_precision != precision) {
     absl::StatusOr<PassProfile> prompt = p.Pass(prompt_precision, o.threads);
     if (!prompt.ok()) return prompt.status();
@@ -203,6 +205,10 @@ std::string ProfileToJson(const Profile& p) {
       json& e = j["passes"].back();
       e["served_factor"] = s.served_factor;
       if (s.served_pair_factor > 0) e["served_pair_factor"] = s.served_pair_factor;
+      if (s.step_overhead > 0 || s.step_overhead_per_row > 0) {
+        e["step_overhead"] = s.step_overhead;
+        e["step_overhead_per_row"] = s.step_overhead_per_row;
+      }
       e["served"] = json::array();
       for (const ServedLevel& l : s.served) {
         e["served"].push_back({{"clients", l.clients},
@@ -214,6 +220,7 @@ std::string ProfileToJson(const Profile& p) {
                                {"prompt_tokens_per_step", l.prompt_tokens_per_step},
                                {"step_seconds", l.step_seconds},
                                {"model_seconds", l.model_seconds}});
+        if (l.overhead_seconds >= 0) e["served"].back()["overhead_seconds"] = l.overhead_seconds;
       }
     }
   }
@@ -342,6 +349,13 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
             absl::StrCat("profile: ", path, ".served_pair_factor must be > 0"));
       }
     }
+    // Measured since the probe read the stepping loop's time.
+    s.step_overhead = e.value("step_overhead", 0.0);
+    s.step_overhead_per_row = e.value("step_overhead_per_row", 0.0);
+    if (!(s.step_overhead >= 0) || !(s.step_overhead_per_row >= 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "profile: ", path, ".step_overhead and .step_overhead_per_row must be >= 0"));
+    }
     const json& served = e.value("served", json::array());
     for (size_t k = 0; k < served.size(); ++k) {
       const std::string at = absl::StrCat(path, ".served[", k, "]");
@@ -356,6 +370,7 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       l.prompt_tokens = served[k].value("prompt_tokens", int64_t{0});
       l.output_tokens = served[k].value("output_tokens", int64_t{0});
       l.model_pair_seconds = served[k].value("model_pair_seconds", 0.0);
+      l.overhead_seconds = served[k].value("overhead_seconds", -1.0);
       s.served.push_back(l);
     }
     for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair}) {

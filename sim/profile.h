@@ -46,6 +46,9 @@ struct ServedLevel {
   double step_seconds = 0;            // their mean time, served
   double model_seconds = 0;           // the pass model's time for the same mean work
   double model_pair_seconds = 0;      // of it, the attention's (per_pair's) part
+  // The stepping loop's mean time outside the passes in those steps'
+  // iterations (-1: not measured).
+  double overhead_seconds = -1;
 };
 
 struct PassProfile {
@@ -69,6 +72,10 @@ struct PassProfile {
   // measured; `pdq sim` then runs the passes as timed alone. A profile with
   // no served_pair_factor takes served_factor for both.
   double served_factor = 0, served_pair_factor = 0;
+  // The served levels' loop time outside the passes a step, fitted as
+  // step_overhead + step_overhead_per_row x its decode rows (sampling and
+  // sending are per row); WorkerSpec::step_overhead. 0: not measured.
+  double step_overhead = 0, step_overhead_per_row = 0;
   std::vector<ServedLevel> served;
 };
 
@@ -111,8 +118,8 @@ struct WorkerOptions {
   double prompt_share = 0;         // --tpot-target-ms auto --prompt-share (0: off)
   int64_t kv_blocks = 1 << 20;     // per decode or monolithic worker
   double noise = 0;                // WorkerSpec::noise
-  // The passes as timed alone, without the profile's served_factor (the
-  // emulation tier times its passes so).
+  // The passes as timed alone, without the profile's served_factor and
+  // step overhead (the emulation tier times its passes so).
   bool idle_passes = false;
 };
 

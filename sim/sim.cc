@@ -51,6 +51,11 @@ absl::Status CheckWorker(const WorkerSpec& s, const std::string& where, bool pro
   if (decodes && s.pass.fixed + s.pass.per_row <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": decode steps would take no time"));
   }
+  if (!(s.step_overhead >= 0) || !(s.step_overhead_per_row >= 0) ||
+      !std::isfinite(s.step_overhead + s.step_overhead_per_row)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": step_overhead and step_overhead_per_row must be finite and >= 0"));
+  }
   if (s.batch.max_decode_batch < 1 || s.batch.token_budget < 1 || s.batch.block_tokens < 1 ||
       s.kv_blocks < 1 || s.max_context < 2 || s.batch.tpot_target < 0 || s.noise < 0) {
     return absl::InvalidArgumentError(

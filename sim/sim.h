@@ -56,6 +56,10 @@ struct WorkerSpec {
   // The worker times policy::CalibrationPasses before serving (its
   // --tpot-target-ms bounds steps): its cost models start from them.
   bool calibrate = false;
+  // The stepping loop's time outside the forward passes in a step with
+  // decode rows (taking requests, sampling, sending tokens): step_overhead
+  // + step_overhead_per_row x its rows, before its tokens go out.
+  double step_overhead = 0, step_overhead_per_row = 0;
 };
 
 // A link between two workers' hosts: each worker sends or receives one KV

@@ -107,6 +107,9 @@ StepTimes WorkerSim::ModelTimes(const SimStep& step) const {
   if (step.pass_work.decode_rows > 0 || step.pass_work.prefill_tokens > 0) {
     t.pass = spec_.pass.Seconds(step.pass_work);
   }
+  if (!step.rows.empty()) {
+    t.overhead = spec_.step_overhead + spec_.step_overhead_per_row * double(step.rows.size());
+  }
   return t;
 }
 

@@ -38,7 +38,8 @@ struct SimStep {
 // not fused (0 otherwise).
 struct StepTimes {
   double pass = 0, prompt = 0;
-  double total() const { return pass + prompt; }
+  double overhead = 0;  // WorkerSpec::step_overhead's
+  double total() const { return pass + prompt + overhead; }
 };
 
 // What ending a step did.

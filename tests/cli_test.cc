@@ -576,6 +576,15 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   EXPECT_GT(pass["served"][1]["rows_per_step"].get<double>(), 1.2);
   EXPECT_GT(j["router_seconds"].get<double>(), 0);
   EXPECT_LT(j["router_seconds"].get<double>(), 1);
+  // The stepping loop's time outside the passes: read at each level (a
+  // step samples and sends its tokens: never nothing, never a second), and
+  // fitted over them.
+  for (const nlohmann::json& l : pass["served"]) {
+    EXPECT_GT(l["overhead_seconds"].get<double>(), 0) << l.dump();
+    EXPECT_LT(l["overhead_seconds"].get<double>(), 1) << l.dump();
+  }
+  EXPECT_GT(pass["step_overhead"].get<double>() + pass["step_overhead_per_row"].get<double>(), 0);
+  EXPECT_NE(r.out.find("the loop outside the passes "), std::string::npos) << r.out;
   // The same served-probe flag, wrong.
   r = RunPdq("profile --model " + model + " --precisions w4a16 --served-clients 1,x --out " +
              profile);
@@ -597,6 +606,7 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   EXPECT_NE(r.out.find("KV over tcp"), std::string::npos) << r.out;
   // No router serves a synthetic model (it reads the GGUF's tokenizer).
   EXPECT_NE(r.out.find("served probe skipped"), std::string::npos) << r.out;
+  int stepped = 0;  // passes that kept their row steps
   {
     // Each pass's row steps: at each row count of its passes without prompt
     // tokens, their mean departure from its line.
@@ -613,6 +623,9 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
         sum += x["seconds"].get<double>() - line;
         ++n;
       }
+      // Kept only where they cut the held-out error.
+      if (!pass.contains("row_steps")) continue;
+      ++stepped;
       ASSERT_EQ(pass["row_steps"].size(), departures.size()) << pass.dump();
       ASSERT_GE(departures.size(), 3u);
       size_t i = 0;
@@ -623,15 +636,28 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
         ++i;
       }
     }
+    // Each pass says which it kept and the other's error.
+    auto count = [&](const std::string& what) {
+      int n = 0;
+      for (size_t at = r.out.find(what); at != std::string::npos; at = r.out.find(what, at + 1))
+        ++n;
+      return n;
+    };
+    EXPECT_EQ(count("with steps by rows at 5 row counts"), stepped) << r.out;
+    EXPECT_EQ(count("(the line alone: "), stepped) << r.out;
+    EXPECT_EQ(count("(with steps by rows, not kept: "), 2 - stepped) << r.out;
   }
-  EXPECT_NE(r.out.find("steps by rows at 5 row counts"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("held out"), std::string::npos) << r.out;
   r = RunPdq("sim --profile " + profile +
              " --deployment 1P+2D --prefill-precision w8a8 --decode-precision fp16 "
              "--prompt-tokens 200 --output-tokens 100 --rate 20 --requests 60 --warmup 5 --seeds 3 "
              "--json " + out);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("projected from"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("where its passes left it by rows (w8a8, fp16)"), std::string::npos)
+  EXPECT_NE(r.out.find(stepped == 0   ? "step times: the profile's line in rows"
+                       : stepped == 2 ? "where its passes left it by rows (w8a8, fp16)"
+                                      : "where its passes left it by rows ("),
+            std::string::npos)
       << r.out;
   std::ifstream in(out);
   const nlohmann::json j = nlohmann::json::parse(in);

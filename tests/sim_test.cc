@@ -712,7 +712,7 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
   w8.precision = "w8a8";
   p.passes.push_back(w8);
   p.passes[0].served_factor = 1.25;
-  p.passes[0].served = {{4, 128, 512, 500, 3.9, 0.5, 0.0131, 0.0105, 0.001}};
+  p.passes[0].served = {{4, 128, 512, 500, 3.9, 0.5, 0.0131, 0.0105, 0.001, -1}};
   Deployment d;
   ASSERT_TRUE(ParseDeployment("1M", &d).ok());
   ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", "w8a8"}, {}, &d).ok());
@@ -761,7 +761,34 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
   EXPECT_NEAR((c.finish - c.first_token) - (b.finish - b.first_token),
               double(w.output_tokens - 1) * 1e-3, 1e-9);
 
+  // The stepping loop's time outside the passes: each step with decode
+  // rows, after its pass (served only).
+  p.passes[0].step_overhead = 2e-4;
+  p.passes[0].step_overhead_per_row = 1e-4;
+  p.passes[0].served[0].overhead_seconds = 3e-4;
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, alone, &d).ok());
+  EXPECT_EQ(d.monolithic_worker.step_overhead, 0);
+  const RunResult alone_again = *Simulate(d, w);
+  ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, {}, &d).ok());
+  EXPECT_EQ(d.monolithic_worker.step_overhead, 2e-4);
+  EXPECT_EQ(d.monolithic_worker.step_overhead_per_row, 1e-4);
+  {
+    Deployment e = d;
+    ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, alone, &e).ok());
+    e.monolithic_worker.step_overhead = 2e-4;
+    e.monolithic_worker.step_overhead_per_row = 1e-4;
+    const RunResult loop = *Simulate(e, w);
+    const RequestRecord &x = loop.requests[0], &y = alone_again.requests[0];
+    EXPECT_NEAR((x.finish - x.first_token) - (y.finish - y.first_token),
+                double(w.output_tokens - 1) * 3e-4, 1e-9);
+    e.monolithic_worker.step_overhead = -1;
+    EXPECT_NE(Simulate(e, w).status().message().find("step_overhead"), std::string::npos);
+  }
+
   const Profile q = *ProfileFromJson(ProfileToJson(p));
+  EXPECT_EQ(q.passes[0].step_overhead, 2e-4);
+  EXPECT_EQ(q.passes[0].step_overhead_per_row, 1e-4);
+  EXPECT_EQ(q.passes[0].served[0].overhead_seconds, 3e-4);
   ASSERT_EQ(q.passes[0].time.row_steps.size(), 2u);
   EXPECT_EQ(q.passes[0].time.row_steps[1], std::make_pair(8.0, 4e-3));
   {

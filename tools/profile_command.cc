@@ -217,11 +217,12 @@ absl::StatusOr<std::vector<Point>> MeasurePasses(Context& ctx, const Grid& g, in
 
 // The error of a fit without one point in four (not the largest of each
 // series: those stay in, so the error measures interpolation), and the fit
-// over every point, which is what the profile keeps.
-// `line_median_error` (optional): the held-out median error of the fit
-// without its row steps, to say what they bought.
-sim::PassProfile FitWithHoldout(const std::vector<Point>& points,
-                                double* line_median_error = nullptr) {
+// over every point, which is what the profile keeps. The fit keeps its row
+// steps only where they cut the held-out median error: on a machine whose
+// passes follow the line, steps from one timing a row count would fit its
+// noise. `other_median_error`: the held-out median error of the choice not
+// kept (with the steps, or without).
+sim::PassProfile FitWithHoldout(const std::vector<Point>& points, double* other_median_error) {
   std::vector<Point> fit, held;
   sim::PassProfile p;
   for (size_t i = 0; i < points.size(); ++i) {
@@ -230,22 +231,27 @@ sim::PassProfile FitWithHoldout(const std::vector<Point>& points,
     const policy::StepWork& w = points[i].work;
     p.samples.push_back({w.decode_rows, w.prefill_tokens, w.attention, points[i].seconds, out});
   }
-  const sim::PassTime without = FitWithSteps(fit);
+  sim::PassTime without = FitWithSteps(fit);
   p.time = FitWithSteps(points);
   p.points = (int)points.size();
   p.held_out = (int)held.size();
-  std::vector<double> errors;
-  for (const Point& h : held) errors.push_back(std::abs(without.Seconds(h.work) / h.seconds - 1));
-  if (!errors.empty()) {
-    p.held_out_median_error = Median(errors);
-    p.held_out_max_error = *std::max_element(errors.begin(), errors.end());
-  }
-  if (line_median_error != nullptr) {
-    sim::PassTime line = without;
-    line.row_steps.clear();
-    errors.clear();
-    for (const Point& h : held) errors.push_back(std::abs(line.Seconds(h.work) / h.seconds - 1));
-    *line_median_error = errors.empty() ? 0 : Median(errors);
+  auto errors_of = [&](const sim::PassTime& t) {
+    std::vector<double> errors;
+    for (const Point& h : held) errors.push_back(std::abs(t.Seconds(h.work) / h.seconds - 1));
+    return errors;
+  };
+  sim::PassTime line = without;
+  line.row_steps.clear();
+  std::vector<double> stepped = errors_of(without), straight = errors_of(line);
+  *other_median_error = 0;
+  if (!held.empty()) {
+    if (Median(straight) <= Median(stepped)) {
+      std::swap(stepped, straight);
+      p.time.row_steps.clear();
+    }
+    p.held_out_median_error = Median(stepped);
+    p.held_out_max_error = *std::max_element(stepped.begin(), stepped.end());
+    *other_median_error = Median(straight);
   }
   return p;
 }
@@ -370,8 +376,34 @@ std::string FirstCpus(int n) {
 struct ServedResult {
   std::vector<sim::ServedLevel> levels;
   double factor = 0, pair_factor = 0;
+  double overhead = 0, overhead_per_row = 0;  // FitOverhead's
   double router_seconds = -1;  // < 0: not measured (no one-client level)
 };
+
+// The levels' loop time outside the passes a step as a + b x its rows,
+// least squares weighted by steps, a and b >= 0.
+void FitOverhead(ServedResult* r) {
+  double w = 0, wr = 0, wrr = 0, wo = 0, wro = 0;
+  for (const sim::ServedLevel& l : r->levels) {
+    if (l.overhead_seconds < 0) continue;
+    const double n = double(l.steps), x = l.rows_per_step, y = l.overhead_seconds;
+    w += n, wr += n * x, wrr += n * x * x, wo += n * y, wro += n * x * y;
+  }
+  if (w <= 0) return;
+  const double det = w * wrr - wr * wr;
+  double a = wo / w, b = 0;
+  if (det > 1e-12 * w * wrr) {
+    b = (w * wro - wr * wo) / det;
+    a = (wo - b * wr) / w;
+  }
+  if (b < 0) {
+    a = wo / w, b = 0;
+  } else if (a < 0) {
+    a = 0, b = wrr > 0 ? wro / wrr : 0;
+  }
+  r->overhead = std::max(0.0, a);
+  r->overhead_per_row = b;
+}
 
 // The served levels' step time as a * (the model's time without attention)
 // + b * (its attention's time), least squares on relative error, each level
@@ -478,6 +510,9 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
                                      ? w.decode_step_prompt_tokens / w.decode_steps
                                      : 0;
       s.step_seconds = w.decode_step_seconds / w.decode_steps;
+      if (std::isfinite(w.decode_step_overhead_seconds)) {
+        s.overhead_seconds = w.decode_step_overhead_seconds / w.decode_steps;
+      }
       // The mean step's work: rows over contexts from the prompt's length
       // to the answer's end, prompt tokens each over half its prompt.
       const double row_past = double(shape.prompt_tokens) + double(shape.output_tokens - 1) / 2;
@@ -503,6 +538,7 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
         "the served worker reported no decode steps to compare (its log: ", dir, "/up.log)"));
   }
   FitServed(&r);
+  FitOverhead(&r);
   return r;
 }
 
@@ -589,21 +625,27 @@ int ProfileCommand(int argc, char** argv) {
       absl::StatusOr<std::vector<Point>> points =
           MeasurePasses(*m->ctx, grid.Within(c.max_context), (int)reps);
       if (!points.ok()) return fail(points.status());
-      double line_error = 0;
-      sim::PassProfile p = FitWithHoldout(*points, &line_error);
+      double other_error = 0;
+      sim::PassProfile p = FitWithHoldout(*points, &other_error);
       p.precision = std::string(precision);
       p.threads = (int)run.pool().size();
       p.load_seconds = load_seconds;
-      std::fprintf(stderr,
-                   "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
-                   "ms/M pairs, and steps by rows at %zu row counts (fitted to %d points; fitted "
-                   "without %d of them, it misses those by %.1f%% median (the line alone: %.1f%%), "
-                   "%.1f%% at most, held out; loaded in %.2f s; %.0f s)\n",
-                   p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
-                   p.time.per_token * 1e3, p.time.per_pair * 1e9, p.time.row_steps.size(), p.points,
-                   p.held_out, p.held_out_median_error * 100, line_error * 100,
-                   p.held_out_max_error * 100, load_seconds,
-                   std::chrono::duration<double>(Clock::now() - t0).count());
+      std::fprintf(
+          stderr,
+          "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
+          "ms/M pairs%s (fitted to %d points; fitted without %d of them, it misses those "
+          "by %.1f%% median (%s: %.1f%%), %.1f%% at most, held out; loaded in %.2f s; "
+          "%.0f s)\n",
+          p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
+          p.time.per_token * 1e3, p.time.per_pair * 1e9,
+          p.time.row_steps.empty()
+              ? ""
+              : absl::StrFormat(", with steps by rows at %zu row counts", p.time.row_steps.size())
+                    .c_str(),
+          p.points, p.held_out, p.held_out_median_error * 100,
+          p.time.row_steps.empty() ? "with steps by rows, not kept" : "the line alone",
+          other_error * 100, p.held_out_max_error * 100, load_seconds,
+          std::chrono::duration<double>(Clock::now() - t0).count());
       profile.passes.push_back(p);
     }
   }
@@ -638,6 +680,8 @@ int ProfileCommand(int argc, char** argv) {
       p.served = r->levels;
       p.served_factor = r->factor;
       p.served_pair_factor = r->pair_factor;
+      p.step_overhead = r->overhead;
+      p.step_overhead_per_row = r->overhead_per_row;
       std::string each;
       for (const sim::ServedLevel& l : r->levels) {
         absl::StrAppendFormat(&each, "%s%lld+%lld tokens, %d clients, %.1f rows: %.2f/%.2f ms",
@@ -647,8 +691,10 @@ int ProfileCommand(int argc, char** argv) {
       }
       std::fprintf(stderr,
                    "pdq profile: %s at %d threads served: steps x%.2f the passes' model without "
-                   "attention and x%.2f its attention (%s: served/model)%s; %.0f s\n",
+                   "attention and x%.2f its attention (%s: served/model); the loop outside the "
+                   "passes %.2f ms + %.3f ms a row a step%s; %.0f s\n",
                    p.precision.c_str(), p.threads, r->factor, r->pair_factor, each.c_str(),
+                   r->overhead * 1e3, r->overhead_per_row * 1e3,
                    r->router_seconds >= 0
                        ? absl::StrFormat("; first token %.1f ms after the prompt's compute",
                                          r->router_seconds * 1e3)

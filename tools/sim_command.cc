@@ -221,13 +221,18 @@ int SimCommand(int argc, char** argv) {
       if (pass->served_pair_factor > 0 && pass->served_pair_factor != pass->served_factor) {
         absl::StrAppendFormat(&f, " (attention x%.2f)", pass->served_pair_factor);
       }
+      if (pass->step_overhead > 0 || pass->step_overhead_per_row > 0) {
+        absl::StrAppendFormat(&f, ", +%.2f ms +%.3f ms a row a step outside the passes",
+                              pass->step_overhead * 1e3, pass->step_overhead_per_row * 1e3);
+      }
       if (std::find(factors.begin(), factors.end(), f) == factors.end()) factors.push_back(f);
     }
     std::printf("  passes: %s\n",
                 factors.empty() ? "as timed alone (the profile has no served_factor for them)"
                 : idle_passes   ? "as timed alone (--idle-passes)"
-                                : absl::StrCat("served, ", absl::StrJoin(factors, ", "),
-                                               " the time alone (the profile's served_factor)")
+                                : absl::StrCat("served (the profile's served_factor x the time "
+                                                 "alone): ",
+                                               absl::StrJoin(factors, "; "))
                                     .c_str());
     std::printf("  step times: %s\n",
                 stepped.empty()

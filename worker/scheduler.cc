@@ -110,6 +110,11 @@ struct WorkMetrics {
                                                    "Sequences advanced, summed over decode steps.");
   server::Histogram& decode_step_seconds = m.GetHistogram(
       "pdq_decode_step_seconds", "Time of one decode step.", server::LatencyBuckets());
+  server::Counter& decode_step_overhead = m.GetCounter(
+      "pdq_decode_step_overhead_seconds_total",
+      "Time the stepping loop spent outside the forward passes in iterations that ran decode "
+      "rows (taking requests, forming the step, sampling, sending the tokens), summed: with "
+      "pdq_decode_step_seconds, what a token costs its stream.");
   server::Histogram& step_prefill_tokens = m.GetHistogram(
       "pdq_decode_step_prompt_tokens",
       "Prompt tokens computed in the same step as the decode rows (in one forward pass, or "
@@ -978,10 +983,12 @@ void Scheduler::Loop() {
       wake_ = false;
       stopping = stopping_;
     }
+    const absl::Time iteration_start = absl::Now();
     for (auto& c : commands) c();
     if (stopping) break;
     next_wake = absl::InfiniteFuture();
     Housekeeping(absl::Now(), &next_wake);
+    last_step_ = {};
     Step();
     std::erase_if(sequences_, [](const auto& s) { return s->finished; });
     busy = false;
@@ -991,6 +998,10 @@ void Scheduler::Loop() {
                !s->suspended);
     }
     UpdateLoad();
+    if (last_step_.rows > 0) {
+      WorkMetrics::Get().decode_step_overhead.Add(
+          std::max(0.0, Seconds(absl::Now() - iteration_start) - last_step_.pass_seconds));
+    }
   }
   for (;;) {
     for (auto& s : sequences_) {
@@ -1119,6 +1130,7 @@ void Scheduler::Step() {
     if (!chunks.empty()) prompt_seconds = RunPass(prefill_context(), prefill_cost_, chunks, {});
     if (!rows.empty()) pass_seconds = RunPass(decode_, decode_cost_, {}, rows);
   }
+  last_step_ = {(int64_t)rows.size(), pass_seconds + prompt_seconds};
   if (trace) {
     trace->pass_seconds = pass_seconds;
     trace->prompt_seconds = prompt_seconds;

@@ -435,6 +435,12 @@ class Scheduler {
     int64_t steps = 0, rows = 0, prompt_tokens = 0, bounded = 0;
     double predicted = 0, target = 0, seconds = 0, longest = 0;
   } step_log_;
+  // The decode rows and forward-pass seconds of the loop iteration's step
+  // (pdq_decode_step_overhead_seconds_total: the rest of the iteration).
+  struct LastStep {
+    int64_t rows = 0;
+    double pass_seconds = 0;
+  } last_step_;
 
   // The prefill rate: tokens and step time summed while prompts waited,
   // folded into the published rate every half second or so.
