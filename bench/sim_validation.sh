@@ -216,10 +216,14 @@ k = float(sys.argv[2])
 for q in p["passes"]:
     for f in ("fixed", "per_row", "per_token", "per_pair"):
         q[f] *= k
+    for step in q.get("row_steps", []):
+        step[1] *= k
     q.pop("samples", None)
-    # Emulated workers take their passes' time exactly: not served ones.
-    q.pop("served_factor", None)
-    q.pop("served", None)
+    # Emulated workers take their passes' time exactly: not served ones,
+    # and the simulator takes no loop time beside them.
+    for f in ("served_factor", "served_pair_factor", "served", "step_overhead",
+              "step_overhead_per_row"):
+        q.pop(f, None)
 json.dump(p, sys.stdout, indent=1)
 PY
   echo "time scale $emulate_time_scale" >"$out/rates.txt"

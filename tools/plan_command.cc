@@ -43,9 +43,11 @@ struct SimPlanFlags {
                  "(xP+yD)");
     flags.Int("threads", &threads, 0, 1024,
               "--sim: each worker's threads, as measured in the profile (0: the most measured)");
-    flags.Bool("idle-passes", &idle_passes,
-               "--sim: forward passes as the profile timed them alone, not times its measured "
-               "served_factor (the router, gRPC and clients sharing the cores)");
+    flags.Bool(
+        "idle-passes", &idle_passes,
+        "--sim: forward passes as the profile timed them alone, not times its measured "
+        "served_factor (the router, gRPC and clients sharing the cores), and no stepping-loop "
+        "time outside them (its step_overhead)");
     flags.Int("max-workers", &max_workers, 1, 1024, "--sim: the largest deployment to try");
     flags.Int("seeds", &seeds, 1, 100, "--sim: runs per deployment");
     flags.Int("requests", &requests, 10, 1 << 20, "--sim: measured requests per run");

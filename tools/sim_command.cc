@@ -86,7 +86,8 @@ int SimCommand(int argc, char** argv) {
   flags.Float("noise", &noise, 0, 2, "relative spread of step times (log-normal sigma)");
   flags.Bool("idle-passes", &idle_passes,
              "forward passes as the profile timed them alone, not times its measured "
-             "served_factor (the router, gRPC and clients sharing the cores)");
+             "served_factor (the router, gRPC and clients sharing the cores), and no stepping-loop "
+             "time outside them (its step_overhead)");
   flags.String("rate-phases", &rate_phases,
                "open loop: the rate in phases SECONDS:RATE,... repeated (e.g. 90:10,400:0.2), "
                "instead of --rate");
