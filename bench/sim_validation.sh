@@ -9,7 +9,8 @@
 #       pdq sim on DIR/profile.json (`pdq profile --thread-counts 1,2`) for
 #       every configuration (or those of NAMES, comma-separated) and level
 #       -> DIR/predicted/NAME-cLEVEL.json; SIM_FLAGS adds pdq sim flags
-#       (e.g. --idle-passes, with PREDICTED=predicted-idle)
+#       (e.g. --idle-passes, with PREDICTED=predicted-idle); PROFILE=FILE
+#       predicts from another profile than DIR/profile.json
 #   bench/sim_validation.sh measure BUILD DIR [RUNS] [NAMES]
 #       the real deployments (pdq up + pdq bench, closed loop), RUNS times
 #       each (3), the configurations alternating within each round
@@ -100,7 +101,8 @@ case $cmd in
 esac
 
 predict() {
-  [[ -f $dir/profile.json ]] || { echo "no $dir/profile.json (pdq profile --thread-counts 1,2 --out ...)" >&2; exit 1; }
+  local profile="${PROFILE:-$dir/profile.json}"
+  [[ -f $profile ]] || { echo "no $profile (pdq profile --thread-counts 1,2 --out ...)" >&2; exit 1; }
   mkdir -p "$dir/$predicted"
   local c name flags level only="${4:-}"
   for c in "${configs[@]}"; do
@@ -108,7 +110,7 @@ predict() {
     [[ -z $only || ",$only," == *",$name,"* ]] || continue
     for level in "${levels[@]}"; do
       # shellcheck disable=SC2086  # flags are words
-      "$build/bin/pdq" sim --profile "$dir/profile.json" $flags ${SIM_FLAGS:-} \
+      "$build/bin/pdq" sim --profile "$profile" $flags ${SIM_FLAGS:-} \
         --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
         --concurrency "$level" --requests $((level * per_client)) --warmup 1 --seeds 1 \
         --json "$dir/$predicted/$name-c$level.json" | sed "s/^/$name c=$level: /"

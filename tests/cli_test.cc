@@ -563,10 +563,11 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   const nlohmann::json j = nlohmann::json::parse(in);
   const nlohmann::json& pass = j["passes"][0];
   ASSERT_TRUE(pass.contains("served_factor")) << pass.dump();
-  // Served steps are never many times the passes' own time, nor a fraction.
-  EXPECT_GT(pass["served_factor"].get<double>(), 0.5);
+  // Serving adds to a pass, never takes from it (a factor below 1 would be
+  // the host's drift), and not many times over.
+  EXPECT_GE(pass["served_factor"].get<double>(), 1);
   EXPECT_LT(pass["served_factor"].get<double>(), 5);
-  EXPECT_GT(pass["served_pair_factor"].get<double>(), 0);
+  EXPECT_GE(pass["served_pair_factor"].get<double>(), 1);
   // Two request shapes at 1 and 2 clients each.
   ASSERT_EQ(pass["served"].size(), 4u) << pass.dump();
   EXPECT_EQ(pass["served"][0]["clients"], 1);

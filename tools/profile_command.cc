@@ -407,27 +407,42 @@ void FitOverhead(ServedResult* r) {
 
 // The served levels' step time as a * (the model's time without attention)
 // + b * (its attention's time), least squares on relative error, each level
-// weighted by its steps; a and b both >= 0 (else one factor for both).
+// weighted by its steps, a and b >= 1: serving adds to a pass (the router,
+// the gRPC threads and the clients on the same cores), it cannot take from
+// it; a factor below 1 is the host's speed drifting between the profile's
+// passes and the probe (on Zen 4 it made the predictions 11-22% short where
+// the passes as timed alone held within 10%: bench/RESULTS.md).
 void FitServed(ServedResult* r) {
-  double nn = 0, nt = 0, tt = 0, ns = 0, ts = 0, served = 0, modelled = 0;
+  double nn = 0, nt = 0, tt = 0, ns = 0, ts = 0;
   for (const sim::ServedLevel& l : r->levels) {
     const double w = double(l.steps) / (l.step_seconds * l.step_seconds);
     const double n = l.model_seconds - l.model_pair_seconds, t = l.model_pair_seconds;
     nn += w * n * n, nt += w * n * t, tt += w * t * t;
     ns += w * n * l.step_seconds, ts += w * t * l.step_seconds;
-    served += double(l.steps) * l.step_seconds;
-    modelled += double(l.steps) * l.model_seconds;
   }
+  if (!(nn > 0)) return;
+  if (!(tt > 0)) {  // no attention to tell apart: one factor for both
+    r->factor = r->pair_factor = std::max(1.0, ns / nn);
+    return;
+  }
+  // The residual's part that depends on (a, b), and the best of the
+  // candidates that keep a, b >= 1: the free optimum, or one of them at 1.
+  auto residual = [&](double a, double b) {
+    return a * a * nn + 2 * a * b * nt + b * b * tt - 2 * a * ns - 2 * b * ts;
+  };
+  std::vector<std::pair<double, double>> candidates = {{1, std::max(1.0, (ts - nt) / tt)},
+                                                       {std::max(1.0, (ns - nt) / nn), 1}};
   const double det = nn * tt - nt * nt;
   if (det > 1e-12 * nn * tt) {
     const double a = (ns * tt - ts * nt) / det, b = (nn * ts - nt * ns) / det;
-    if (a > 0 && b > 0) {
-      r->factor = a;
-      r->pair_factor = b;
-      return;
-    }
+    if (a >= 1 && b >= 1) candidates.push_back({a, b});
   }
-  r->factor = r->pair_factor = modelled > 0 ? served / modelled : 0;
+  std::pair<double, double> best = candidates[0];
+  for (const auto& c : candidates) {
+    if (residual(c.first, c.second) < residual(best.first, best.second)) best = c;
+  }
+  r->factor = best.first;
+  r->pair_factor = best.second;
 }
 
 // One worker of `pass`'s precision and threads (role both, pinned to the
