@@ -10,7 +10,7 @@
 #       every configuration (or those of NAMES, comma-separated) and level
 #       -> DIR/predicted/NAME-cLEVEL.json; SIM_FLAGS adds pdq sim flags
 #       (e.g. --idle-passes, with PREDICTED=predicted-idle); PROFILE=FILE
-#       predicts from another profile than DIR/profile.json
+#       predicts from another profile than DIR/profile.json (predict-open too)
 #   bench/sim_validation.sh measure BUILD DIR [RUNS] [NAMES]
 #       the real deployments (pdq up + pdq bench, closed loop), RUNS times
 #       each (3), the configurations alternating within each round
@@ -152,7 +152,8 @@ measure() {
 }
 
 predict_open() {
-  [[ -f $dir/profile.json ]] || { echo "no $dir/profile.json" >&2; exit 1; }
+  local profile="${PROFILE:-$dir/profile.json}"
+  [[ -f $profile ]] || { echo "no $profile" >&2; exit 1; }
   local out="$dir/predicted-open" c name flags f cap rate
   mkdir -p "$out"
   : >"$out/rates.txt"
@@ -160,7 +161,7 @@ predict_open() {
     IFS='|' read -r name _ flags <<<"$c"
     [[ ",$open_names," == *",$name,"* ]] || continue
     # shellcheck disable=SC2086  # flags are words
-    "$build/bin/pdq" sim --profile "$dir/profile.json" $flags --prompt-tokens "$prompt_tokens" \
+    "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
       --output-tokens "$output_tokens" --concurrency 16 --requests 64 --warmup 16 --seeds 1 \
       --json "$out/$name-capacity.json" >/dev/null
     cap=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["output_tokens_per_second"]["mean"] / int(sys.argv[2]))' \
@@ -169,7 +170,7 @@ predict_open() {
       rate=$(python3 -c "print(f'{$cap * $f:.3g}')")
       echo "$name $f $rate" >>"$out/rates.txt"
       # shellcheck disable=SC2086
-      "$build/bin/pdq" sim --profile "$dir/profile.json" $flags --prompt-tokens "$prompt_tokens" \
+      "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
         --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
         --warmup "$open_warmup" --seeds 5 --json "$out/$name-f$f.json" | sed "s/^/$name $rate\/s: /"
     done
