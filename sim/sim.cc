@@ -451,6 +451,7 @@ class Simulation {
       result_.steps.push_back({w, now_, seconds, step.rows, step.chunks});
     }
     const double start = now_;
+    step_end_[w] = now_ + seconds;
     At(now_ + seconds,
        [this, w, start, times, step = std::move(step)] { EndStep(w, start, step, times); });
   }
@@ -499,7 +500,10 @@ class Simulation {
       ReleasePrefill(id);  // the Prefill call answers once the KV landed
       Kick(pw);
       MaybeRetire(pw);
-      q.first_token = now_;
+      // The decode worker takes the landed KV, and sends the first token
+      // the prefill drew, between its steps (worker/scheduler.cc: the
+      // transfer's completion is a command its loop runs after the step).
+      q.first_token = busy_[dw] ? step_end_[dw] : now_;
       WorkerSim& d = workers_[dw];
       if (q.output_tokens <= 1) {
         d.Remove(id);
@@ -524,6 +528,7 @@ class Simulation {
     workers_.emplace_back(role, spec);
     state_.push_back(serving ? State::kServing : State::kStarting);
     busy_.push_back(false);
+    step_end_.push_back(0);
     in_flight_.push_back(0);
     link_free_.push_back(0);
     seen_.push_back(Look(w));
@@ -634,6 +639,7 @@ class Simulation {
   std::vector<Autoscaler> hpas_;
   int64_t ended_ = 0;  // requests done or refused
   std::vector<bool> busy_;
+  std::vector<double> step_end_;  // when each busy worker's step ends
   std::vector<int64_t> in_flight_;
   std::vector<Seen> seen_;             // by worker: as of its last heartbeat
   std::vector<bool> prefill_counted_;  // by request: counted in flight at its prefill worker

@@ -187,6 +187,34 @@ TEST(SimTest, TheKvOfALongPromptIsOnTheWireAfterItsPass) {
   EXPECT_NEAR(s.requests[0].finish - s.requests[0].first_token, 2 * 1.1e-3, 1e-12);
 }
 
+TEST(SimTest, ABusyDecodeWorkerSendsALandedPromptsFirstTokenAfterItsStep) {
+  // 1P+1D, two prompts one prefill step apart (a 100-token budget): the
+  // first's KV lands at an idle decode worker, which sends its first token
+  // and starts a 50 ms step; the second's lands during that step, and its
+  // first token goes out when the step ends (the worker takes the landed KV
+  // between steps, as worker/scheduler.cc does).
+  Deployment d;
+  d.prefill = d.decode = 1;
+  d.prefill_worker.pass = {0.01, 0, 1e-5, 0, {}};
+  d.prefill_worker.batch.token_budget = 100;
+  d.decode_worker.pass = {0.05, 1e-4, 0, 0, {}};
+  d.kv_bytes_per_token = 1000;
+  d.num_layers = 1;
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = 2;
+  w.prompt_tokens = 100;
+  w.output_tokens = 4;
+  w.requests = 2;
+  w.warmup = 0;
+  const RunResult r = *Simulate(d, w);
+  const RequestRecord &a = r.requests[0], &b = r.requests[1];
+  ASSERT_LT(a.first_token, b.first_token);
+  EXPECT_NEAR(b.first_token, a.first_token + 0.05 + 1e-4, 1e-12);
+  // Its KV landed well before: a prefill step (11 ms) after the first's.
+  EXPECT_GT(b.first_token - a.first_token, 0.03);
+}
+
 TEST(SimTest, TransfersShareALink) {
   // Two prefill workers send to one decode worker at once: its link carries
   // one KV at a time, so the second lands a transfer later.
