@@ -214,19 +214,23 @@ TEST(KernelsTest, GemmF16MatchesReference) {
 // output over k in order on one chain.
 TEST(KernelsTest, GemmF16RowsAreTheSameBitsOnEitherPath) {
   SKIP_WITHOUT_FAST_PATHS();
+  // Direct panels (2-4 rows), streamed panel pairs (AVX-512: 5-32 rows, an
+  // odd panel last, a partial one) and the blocked GEMM (more).
   std::mt19937 rng(5);
-  const int64_t n = 48, k = 600;
-  auto w = Random(n * k, rng);
-  auto packed = Pack(w, n, k);
-  auto x = Random(24 * k, rng);
-  for (const KernelTable* kt : FastTables()) {
-    std::vector<float> blocked(24 * n);
-    kt->gemm_f16_panels(packed.view, 0, 3, x.data(), 24, k, blocked.data(), n);
-    for (int64_t m : {2, 5, 8, 9, 16}) {
-      std::vector<float> direct(m * n);
-      kt->gemm_f16_panels(packed.view, 0, 3, x.data(), m, k, direct.data(), n);
-      for (int64_t i = 0; i < m * n; ++i) {
-        ASSERT_EQ(direct[i], blocked[i]) << kt->name << " m=" << m << " i=" << i;
+  const int64_t k = 600, most = 40;
+  for (int64_t n : {48, 40}) {
+    auto w = Random(n * k, rng);
+    auto packed = Pack(w, n, k);
+    auto x = Random(most * k, rng);
+    for (const KernelTable* kt : FastTables()) {
+      std::vector<float> blocked(most * n);
+      kt->gemm_f16_panels(packed.view, 0, 3, x.data(), most, k, blocked.data(), n);
+      for (int64_t m : {2, 5, 8, 9, 16, 24, 32, 33}) {
+        std::vector<float> direct(m * n);
+        kt->gemm_f16_panels(packed.view, 0, 3, x.data(), m, k, direct.data(), n);
+        for (int64_t i = 0; i < m * n; ++i) {
+          ASSERT_EQ(direct[i], blocked[i]) << kt->name << " n=" << n << " m=" << m << " i=" << i;
+        }
       }
     }
   }
