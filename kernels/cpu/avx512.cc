@@ -211,6 +211,19 @@ void BlockedGemm(int64_t n, int64_t k, int64_t p_begin, int64_t p_end, const flo
   }
 }
 
+// Calls tile(std::integral_constant<int, MR>{}, r) over rows [0, m): tiles
+// of kMax rows, then one of the rows left.
+template <int kMax, typename Tile>
+inline void ForEachTile(int64_t m, const Tile& tile) {
+  int64_t r = 0;
+  for (; r + kMax <= m; r += kMax) tile(std::integral_constant<int, kMax>{}, r);
+  const int64_t left = m - r;
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((left == I + 1 ? tile(std::integral_constant<int, I + 1>{}, r) : void()), ...);
+  }
+  (std::make_integer_sequence<int, kMax - 1>{});
+}
+
 // Rows [0, MR) of x against NP fp16 panels (`panel`, w.k x 16 each, one
 // after the other), converting the weights in registers over the whole k:
 // for a decode batch of a few rows the weights stream from memory while the
@@ -218,7 +231,6 @@ void BlockedGemm(int64_t n, int64_t k, int64_t p_begin, int64_t p_end, const flo
 // fill, which waited on memory: 36% of a batch-8 decode's samples in perf).
 // Each output sums over k in order on one chain, as the other paths do, so
 // a row's bits do not depend on the path.
-constexpr int64_t kStreamRows = 32;
 template <int MR, int NP>
 inline void PanelsF16(const float* x, int64_t ldx, const fp16_t* panel, int64_t k, float* y,
                       int64_t ldy, int cols) {
@@ -243,6 +255,8 @@ inline void PanelsF16(const float* x, int64_t ldx, const fp16_t* panel, int64_t 
   }
 }
 
+constexpr int64_t kStreamRows = 32;  // the most rows PanelsF16 takes
+
 void GemmF16PanelsAvx512(const PackedF16& w, int64_t p_begin, int64_t p_end, const float* x,
                          int64_t m, int64_t ldx, float* y, int64_t ldy) {
   // 5 to 32 rows stream the weights (PanelsF16); measured on Zen 4 against
@@ -254,44 +268,13 @@ void GemmF16PanelsAvx512(const PackedF16& w, int64_t p_begin, int64_t p_end, con
       const fp16_t* panel = w.data + p * w.k * kPanelRows;
       const int cols = (int)std::min<int64_t>(np * kPanelRows, w.n - p * kPanelRows);
       float* yp = y + p * kPanelRows;
-      for (int64_t r = 0; r < m; r += 8) {
-        const int mr = (int)std::min<int64_t>(8, m - r);
-        const float* xr = x + r * ldx;
-        float* yr = yp + r * ldy;
-        auto run = [&]<int MR>() {
-          if (np == 2) {
-            PanelsF16<MR, 2>(xr, ldx, panel, w.k, yr, ldy, cols);
-          } else {
-            PanelsF16<MR, 1>(xr, ldx, panel, w.k, yr, ldy, cols);
-          }
-        };
-        switch (mr) {
-          case 8:
-            run.template operator()<8>();
-            break;
-          case 7:
-            run.template operator()<7>();
-            break;
-          case 6:
-            run.template operator()<6>();
-            break;
-          case 5:
-            run.template operator()<5>();
-            break;
-          case 4:
-            run.template operator()<4>();
-            break;
-          case 3:
-            run.template operator()<3>();
-            break;
-          case 2:
-            run.template operator()<2>();
-            break;
-          default:
-            run.template operator()<1>();
-            break;
+      ForEachTile<8>(m, [&](auto mr, int64_t r) {
+        if (np == 2) {
+          PanelsF16<mr, 2>(x + r * ldx, ldx, panel, w.k, yp + r * ldy, ldy, cols);
+        } else {
+          PanelsF16<mr, 1>(x + r * ldx, ldx, panel, w.k, yp + r * ldy, ldy, cols);
         }
-      }
+      });
     }
     return;
   }
@@ -343,18 +326,6 @@ inline __m512 AddGroup(__m512 out, __m512 scale, __m512 min, __m512i lo, __m512i
   const __m512 dot = _mm512_cvtepi32_ps(FoldRows(lo, hi));
   out = _mm512_fmadd_ps(min, _mm512_set1_ps(xsum), out);
   return _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(xs)), dot, out);
-}
-
-// Calls tile(std::integral_constant<int, MR>{}, r) over rows [0, m): tiles
-// of kMax rows, then one of the rows left.
-template <int kMax, typename Tile>
-inline void ForEachTile(int64_t m, const Tile& tile) {
-  int64_t r = 0;
-  for (; r + kMax <= m; r += kMax) tile(std::integral_constant<int, kMax>{}, r);
-  const int64_t left = m - r;
-  [&]<int... I>(std::integer_sequence<int, I...>) {
-    ((left == I + 1 ? tile(std::integral_constant<int, I + 1>{}, r) : void()), ...);
-  }(std::make_integer_sequence<int, kMax - 1>{});
 }
 
 // One panel of a PackedW4: its codes, and per group the input pairs it
