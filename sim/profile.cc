@@ -243,20 +243,43 @@ absl::Status Get(const json& j, const std::string& path, const char* key, T* out
     return absl::InvalidArgumentError(absl::StrCat("profile: ", path, ".", key, " is missing"));
   }
   const json& v = j.at(key);
-  constexpr bool kText = std::is_same_v<T, std::string>, kInt = std::is_integral_v<T>;
-  const bool ok = kText ? v.is_string() : kInt ? v.is_number_integer() : v.is_number();
+  constexpr bool kText = std::is_same_v<T, std::string>, kBool = std::is_same_v<T, bool>,
+                 kInt = std::is_integral_v<T> && !kBool;
+  const bool ok = kText   ? v.is_string()
+                  : kBool ? v.is_boolean()
+                  : kInt  ? v.is_number_integer()
+                          : v.is_number();
   if (!ok) {
     return absl::InvalidArgumentError(absl::StrCat("profile: ", path, ".", key, " must be ",
-                                                   kText  ? "a string"
-                                                   : kInt ? "an integer"
-                                                          : "a number"));
+                                                   kText   ? "a string"
+                                                   : kBool ? "true or false"
+                                                   : kInt  ? "an integer"
+                                                           : "a number"));
   }
   *out = v.get<T>();
   return absl::OkStatus();
 }
 
+// j[key] as an array, empty where it is missing; an error names the path.
+absl::Status GetArray(const json& j, const std::string& path, const char* key, json* out) {
+  *out = json::array();
+  if (!j.is_object() || !j.contains(key)) return absl::OkStatus();
+  if (!j.at(key).is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile: ", path, path.empty() ? "" : ".", key, " must be an array"));
+  }
+  *out = j.at(key);
+  return absl::OkStatus();
+}
+
 #define PDQ_GET(j, path, key, out) \
   if (absl::Status s_ = Get(j, path, key, out); !s_.ok()) return s_
+// A field profiles from before it was recorded lack: *out keeps its value
+// where it is missing.
+#define PDQ_GET_OPTIONAL(j, path, key, out) \
+  if (j.contains(key)) PDQ_GET(j, path, key, out)
+#define PDQ_GET_ARRAY(j, path, key, out) \
+  if (absl::Status s_ = GetArray(j, path, key, out); !s_.ok()) return s_
 
 }  // namespace
 
@@ -306,13 +329,14 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
     PDQ_GET(e, path, "held_out", &s.held_out);
     PDQ_GET(e, path, "held_out_median_error", &s.held_out_median_error);
     PDQ_GET(e, path, "held_out_max_error", &s.held_out_max_error);
-    s.load_seconds = e.value("load_seconds", 0.0);
+    PDQ_GET_OPTIONAL(e, path, "load_seconds", &s.load_seconds);
     if (!(s.load_seconds >= 0)) {
       return absl::InvalidArgumentError(
           absl::StrCat("profile: ", path, ".load_seconds must be >= 0"));
     }
     // Recorded since pdq profile measured where passes leave the line.
-    const json& steps = e.value("row_steps", json::array());
+    json steps;
+    PDQ_GET_ARRAY(e, path, "row_steps", &steps);
     for (const json& x : steps) {
       if (!x.is_array() || x.size() != 2 || !x[0].is_number() || !x[1].is_number()) {
         return absl::InvalidArgumentError(
@@ -324,7 +348,8 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       return absl::InvalidArgumentError(absl::StrCat(
           "profile: ", path, ".row_steps' rows must be >= 1 and ascending, their seconds finite"));
     }
-    const json& samples = e.value("samples", json::array());
+    json samples;
+    PDQ_GET_ARRAY(e, path, "samples", &samples);
     for (size_t k = 0; k < samples.size(); ++k) {
       const std::string at = absl::StrCat(path, ".samples[", k, "]");
       PassSample x;
@@ -332,7 +357,7 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       PDQ_GET(samples[k], at, "tokens", &x.tokens);
       PDQ_GET(samples[k], at, "pairs", &x.pairs);
       PDQ_GET(samples[k], at, "seconds", &x.seconds);
-      x.held_out = samples[k].value("held_out", false);
+      PDQ_GET_OPTIONAL(samples[k], at, "held_out", &x.held_out);
       s.samples.push_back(x);
     }
     if (e.contains("served_factor")) {
@@ -350,13 +375,14 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       }
     }
     // Measured since the probe read the stepping loop's time.
-    s.step_overhead = e.value("step_overhead", 0.0);
-    s.step_overhead_per_row = e.value("step_overhead_per_row", 0.0);
+    PDQ_GET_OPTIONAL(e, path, "step_overhead", &s.step_overhead);
+    PDQ_GET_OPTIONAL(e, path, "step_overhead_per_row", &s.step_overhead_per_row);
     if (!(s.step_overhead >= 0) || !(s.step_overhead_per_row >= 0)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "profile: ", path, ".step_overhead and .step_overhead_per_row must be >= 0"));
     }
-    const json& served = e.value("served", json::array());
+    json served;
+    PDQ_GET_ARRAY(e, path, "served", &served);
     for (size_t k = 0; k < served.size(); ++k) {
       const std::string at = absl::StrCat(path, ".served[", k, "]");
       ServedLevel l;
@@ -367,10 +393,10 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       PDQ_GET(served[k], at, "step_seconds", &l.step_seconds);
       PDQ_GET(served[k], at, "model_seconds", &l.model_seconds);
       // Recorded since the probe ran two request shapes.
-      l.prompt_tokens = served[k].value("prompt_tokens", int64_t{0});
-      l.output_tokens = served[k].value("output_tokens", int64_t{0});
-      l.model_pair_seconds = served[k].value("model_pair_seconds", 0.0);
-      l.overhead_seconds = served[k].value("overhead_seconds", -1.0);
+      PDQ_GET_OPTIONAL(served[k], at, "prompt_tokens", &l.prompt_tokens);
+      PDQ_GET_OPTIONAL(served[k], at, "output_tokens", &l.output_tokens);
+      PDQ_GET_OPTIONAL(served[k], at, "model_pair_seconds", &l.model_pair_seconds);
+      PDQ_GET_OPTIONAL(served[k], at, "overhead_seconds", &l.overhead_seconds);
       s.served.push_back(l);
     }
     for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair}) {
@@ -381,7 +407,8 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
     }
     p.passes.push_back(s);
   }
-  const json& links = j.value("links", json::array());
+  json links;
+  PDQ_GET_ARRAY(j, "", "links", &links);
   for (size_t i = 0; i < links.size(); ++i) {
     const std::string path = absl::StrCat("links[", i, "]");
     LinkProfile l;

@@ -4,6 +4,7 @@
 #include "sim/sim.h"
 
 #include <numeric>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -832,6 +833,27 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
     EXPECT_NE(ProfileFromJson(j.dump()).status().message().find(
                   "passes[0].row_steps must be [rows, seconds] pairs"),
               std::string::npos);
+    // Fields older profiles lack are still checked where present: refused by
+    // name, not thrown.
+    const nlohmann::json good = nlohmann::json::parse(ProfileToJson(p));
+    for (const auto& [where, field, value, says] :
+         std::vector<std::tuple<std::string, std::string, nlohmann::json, std::string>>{
+             {"pass", "step_overhead", "x", "passes[0].step_overhead must be a number"},
+             {"pass", "load_seconds", "x", "passes[0].load_seconds must be a number"},
+             {"pass", "row_steps", 3, "passes[0].row_steps must be an array"},
+             {"pass", "served", "x", "passes[0].served must be an array"},
+             {"level", "overhead_seconds", "x", "passes[0].served[0].overhead_seconds must be"},
+             {"level", "prompt_tokens", 1.5,
+              "passes[0].served[0].prompt_tokens must be an integer"},
+             {"top", "links", "x", "profile: links must be an array"}}) {
+      nlohmann::json bad = good;
+      nlohmann::json& at = where == "pass"    ? bad["passes"][0]
+                           : where == "level" ? bad["passes"][0]["served"][0]
+                                              : bad;
+      at[field] = value;
+      EXPECT_NE(ProfileFromJson(bad.dump()).status().message().find(says), std::string::npos)
+          << field << ": " << ProfileFromJson(bad.dump()).status();
+    }
   }
   p.passes[0].time.row_steps.clear();
   EXPECT_EQ(q.passes[0].served_factor, 1.25);
