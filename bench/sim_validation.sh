@@ -50,7 +50,8 @@
 #   and EMULATED_RATES_TAG=-OTHER predicts at that set's rates.
 #
 # Workload: chat (128 prompt tokens, 512 out), closed loop at concurrency
-# 1, 4 and 8, 2 requests per client plus one unmeasured request (pdq bench
+# 1, 4 and 8 (WORKLOAD=summarize: 2048 in, 32 out; analysis: 2048 in, 512
+# out; both at 1 and 4), 2 requests per client plus one unmeasured request (pdq bench
 # --warmup 1: the clients share 2c+1 requests and the first to finish is
 # not counted). The simulator runs the same: every client starting at once,
 # the same count of requests, the first sent not counted, exact lengths (so
@@ -60,12 +61,19 @@ set -euo pipefail
 cmd="${1:-}"
 build="${2:-build}"
 dir="${3:-}"
-levels=(1 4 8)
 # Where predict writes and compare reads the predictions (PREDICTED=...).
 predicted="${PREDICTED:-predicted}"
 per_client=2
-prompt_tokens=128
-output_tokens=512
+# WORKLOAD=chat (the default), summarize or analysis: the lengths of pdq
+# bench's workload of that name and the closed-loop levels; predictions and
+# runs of summarize and analysis are named NAME.WORKLOAD.
+workload="${WORKLOAD:-chat}"
+case $workload in
+  chat) prompt_tokens=128 output_tokens=512 levels=(1 4 8) suffix="" ;;
+  summarize) prompt_tokens=2048 output_tokens=32 levels=(1 4) suffix=".summarize" ;;
+  analysis) prompt_tokens=2048 output_tokens=512 levels=(1 4) suffix=".analysis" ;;
+  *) echo "WORKLOAD=$workload: want chat, summarize or analysis" >&2; exit 2 ;;
+esac
 
 # Open loop (predict-open, measure-open): these configurations.
 open_names="${OPEN_NAMES:-mono-w8a8-w4a16,1p1d-w8a8-w4a16}"
@@ -89,9 +97,16 @@ configs=(
   'mono-w8a8-w4a16|[{"role": "both", "precision": "w4a16", "threads": 2, "args": ["--prefill-precision", "w8a8"]}]|--deployment 1M --monolithic-precision w4a16 --monolithic-prefill-precision w8a8 --threads 2'
   '1p1d-fp16|[{"role": "prefill", "precision": "fp16", "threads": 1, "cpus": "0"}, {"role": "decode", "precision": "fp16", "threads": 1, "cpus": "1"}]|--deployment 1P+1D --prefill-precision fp16 --decode-precision fp16 --threads 1'
   '1p1d-w8a8-w4a16|[{"role": "prefill", "precision": "w8a8", "threads": 1, "cpus": "0"}, {"role": "decode", "precision": "w4a16", "threads": 1, "cpus": "1"}]|--deployment 1P+1D --prefill-precision w8a8 --decode-precision w4a16 --threads 1'
+  # The committed evaluation's other pairs.
+  'mono-w4a16|[{"role": "both", "precision": "w4a16", "threads": 2}]|--deployment 1M --monolithic-precision w4a16 --threads 2'
+  '1p1d-fp16-w4a16|[{"role": "prefill", "precision": "fp16", "threads": 1, "cpus": "0"}, {"role": "decode", "precision": "w4a16", "threads": 1, "cpus": "1"}]|--deployment 1P+1D --prefill-precision fp16 --decode-precision w4a16 --threads 1'
 )
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+if [[ $workload != chat && $cmd != predict && $cmd != measure && $cmd != compare ]]; then
+  echo "WORKLOAD=$workload: only predict, measure and compare take another workload" >&2
+  exit 2
+fi
 case $cmd in
   predict | measure | predict-open | measure-open | predict-emulated | measure-emulated)
     [[ -n $dir ]] || usage
@@ -113,7 +128,7 @@ predict() {
       "$build/bin/pdq" sim --profile "$profile" $flags ${SIM_FLAGS:-} \
         --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
         --concurrency "$level" --requests $((level * per_client)) --warmup 1 --seeds 1 \
-        --json "$dir/$predicted/$name-c$level.json" | sed "s/^/$name c=$level: /"
+        --json "$dir/$predicted/$name$suffix-c$level.json" | sed "s/^/$name$suffix c=$level: /"
     done
   done
 }
@@ -138,12 +153,12 @@ measure() {
     for c in "${configs[@]}"; do
       IFS='|' read -r name workers _ <<<"$c"
       [[ -z $only || ",$only," == *",$name,"* ]] || continue
-      log "round $r: $name"
+      log "round $r: $name$suffix"
       up "$name" "$workers"
       "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
         --output-tokens "$output_tokens" --concurrency "$(IFS=,; echo "${levels[*]}")" \
         --requests-per-client "$per_client" --warmup 1 \
-        --json "$dir/measured/$name-$r.json" >"$work/bench.out" 2>&1 ||
+        --json "$dir/measured/$name$suffix-$r.json" >"$work/bench.out" 2>&1 ||
         { cat "$work/bench.out" >&2; exit 1; }
       grep -E 'c=|concurrency' "$work/bench.out" | head -5 >&2 || true
       down
