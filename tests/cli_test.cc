@@ -575,7 +575,11 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   EXPECT_EQ(pass["served"][3]["prompt_tokens"], 512);
   EXPECT_NEAR(pass["served"][0]["rows_per_step"].get<double>(), 1, 0.05);
   EXPECT_GT(pass["served"][1]["rows_per_step"].get<double>(), 1.2);
-  EXPECT_GT(j["router_seconds"].get<double>(), 0);
+  // Measured at the one-client level (the line says so); the wait beyond
+  // the prompt's compute is clamped at 0, which a loaded host can reach (a
+  // CI run beside a build did), so the value alone cannot show it was read.
+  EXPECT_NE(r.out.find("ms after the prompt's compute"), std::string::npos) << r.out;
+  EXPECT_GE(j["router_seconds"].get<double>(), 0);
   EXPECT_LT(j["router_seconds"].get<double>(), 1);
   // The stepping loop's time outside the passes: read at each level (a
   // step samples and sends its tokens: never nothing, never a second), and
