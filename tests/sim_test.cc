@@ -23,6 +23,20 @@ Deployment OneWorker(double fixed, double per_token, double per_row) {
   return d;
 }
 
+// `clients` back to back (closed loop), `requests` measured after `warmup`
+// unmeasured ones.
+Workload ClosedLoop(int clients, int64_t prompt_tokens, int64_t output_tokens, int requests,
+                    int warmup = 0) {
+  Workload w;
+  w.arrivals = Workload::Arrivals::kClosedLoop;
+  w.concurrency = clients;
+  w.prompt_tokens = prompt_tokens;
+  w.output_tokens = output_tokens;
+  w.requests = requests;
+  w.warmup = warmup;
+  return w;
+}
+
 double MeanTtft(const RunResult& r) {
   double sum = 0;
   int n = 0;
@@ -57,13 +71,7 @@ TEST(SimTest, ARequestAloneTakesItsStepTimes) {
   Deployment d = OneWorker(1e-3, 1e-4, 5e-4);
   d.monolithic_worker.pass.per_pair = 1e-8;
   d.router_seconds = 2e-4;
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.concurrency = 1;
-  w.prompt_tokens = 200;
-  w.output_tokens = 5;
-  w.requests = 3;
-  w.warmup = 0;
+  Workload w = ClosedLoop(1, 200, 5, 3);
   const RunResult r = *Simulate(d, w);
   policy::StepWork prompt;
   prompt.AddChunk(0, 200);
@@ -87,11 +95,7 @@ RunResult TenClientsOnABatchOfFour(bool bound_streams, Workload* w) {
   Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
   d.monolithic_worker.batch.max_decode_batch = 4;
   d.bound_streams = bound_streams;
-  w->arrivals = Workload::Arrivals::kClosedLoop;
-  w->concurrency = 10;
-  w->prompt_tokens = 32;
-  w->output_tokens = 20;
-  w->requests = 50;
+  *w = ClosedLoop(10, 32, 20, 50, /*warmup=*/20);
   RunOptions o;
   o.trace_steps = true;
   return *Simulate(d, *w, o);
@@ -173,12 +177,7 @@ TEST(SimTest, TheKvOfALongPromptIsOnTheWireAfterItsPass) {
   d.kv_bytes_per_token = 100000;
   d.num_layers = 10;
   d.link = {1e9, 1e-3};
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.prompt_tokens = 1000;
-  w.output_tokens = 3;
-  w.requests = 1;
-  w.warmup = 0;
+  Workload w = ClosedLoop(1, 1000, 3, 1);
   const RunResult r = *Simulate(d, w);
   EXPECT_NEAR(r.requests[0].ttft(), 0.1 + 1e-3, 1e-12);
   // A short prompt's KV leaves with the last layer, after its pass.
@@ -201,13 +200,7 @@ TEST(SimTest, ABusyDecodeWorkerSendsALandedPromptsFirstTokenAfterItsStep) {
   d.decode_worker.pass = {0.05, 1e-4, 0, 0, {}};
   d.kv_bytes_per_token = 1000;
   d.num_layers = 1;
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.concurrency = 2;
-  w.prompt_tokens = 100;
-  w.output_tokens = 4;
-  w.requests = 2;
-  w.warmup = 0;
+  Workload w = ClosedLoop(2, 100, 4, 2);
   const RunResult r = *Simulate(d, w);
   const RequestRecord &a = r.requests[0], &b = r.requests[1];
   ASSERT_LT(a.first_token, b.first_token);
@@ -227,13 +220,7 @@ TEST(SimTest, TransfersShareALink) {
   d.kv_bytes_per_token = 1000000;
   d.num_layers = 100;  // the last layer leaves 1 ms after the pass
   d.link = {1e9, 0};
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.concurrency = 2;
-  w.prompt_tokens = 100;  // 0.1 s on the wire
-  w.output_tokens = 1;
-  w.requests = 2;
-  w.warmup = 0;
+  Workload w = ClosedLoop(2, 100, 1, 2);  // prompts: 0.1 s on the wire
   const RunResult r = *Simulate(d, w);
   std::vector<double> ttft = {r.requests[0].ttft(), r.requests[1].ttft()};
   std::sort(ttft.begin(), ttft.end());
@@ -256,13 +243,7 @@ TEST(SimTest, TheRouterSeesQueuedPromptsAsOfTheLastHeartbeat) {
   d.kv_bytes_per_token = 1;
   d.link = {1e9, 0};
   d.load_tokens = 0;
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.concurrency = 2;
-  w.prompt_tokens = 1000;
-  w.output_tokens = 1;
-  w.requests = 2;
-  w.warmup = 0;
+  Workload w = ClosedLoop(2, 1000, 1, 2);
   d.heartbeat_seconds = 0;
   const RunResult exact = *Simulate(d, w);
   EXPECT_NE(exact.requests[0].prefill_worker, exact.requests[1].prefill_worker);
@@ -310,13 +291,7 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   d.prefill_worker.pass = {1e-3, 0, 0, 0, {}};
   d.decode_worker.pass = {0.02, 0, 0, 0, {}};
   d.kv_bytes_per_token = 1000;
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.concurrency = 4;
-  w.prompt_tokens = 100;
-  w.output_tokens = 50;
-  w.requests = 40;
-  w.warmup = 4;
+  Workload w = ClosedLoop(4, 100, 50, 40, 4);
   RunSummary s = Summarize(*Simulate(d, w), Targets{});
   EXPECT_GT(s.busy.decode, 0.95);
   EXPECT_LT(s.busy.prefill, 0.05);
@@ -351,13 +326,7 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
 TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {
   Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
   d.monolithic_worker.kv_blocks = 10;  // 160 tokens: two requests of 80
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.concurrency = 4;
-  w.prompt_tokens = 60;
-  w.output_tokens = 20;
-  w.requests = 40;
-  w.warmup = 0;
+  Workload w = ClosedLoop(4, 60, 20, 40);
   const RunResult r = *Simulate(d, w);
   const RunSummary s = Summarize(r, {});
   EXPECT_GT(s.refusals.total(), 0);
@@ -763,13 +732,7 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
   ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", "w8a8"}, alone, &d).ok());
   EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.fixed, 5e-3);
   // A request's decoding takes the served steps' time.
-  Workload w;
-  w.arrivals = Workload::Arrivals::kClosedLoop;
-  w.concurrency = 1;
-  w.prompt_tokens = 100;
-  w.output_tokens = 20;
-  w.requests = 2;
-  w.warmup = 0;
+  Workload w = ClosedLoop(1, 100, 20, 2);
   ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, {}, &d).ok());
   const RunResult served = *Simulate(d, w);
   ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", ""}, alone, &d).ok());
