@@ -376,7 +376,7 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
     for (int64_t s = 0; s < kSeqLayers; ++s) {
       if (heads_together) {
         kt.attend_decode_heads(layer, ids.data() + s * blocks, kPositions, group, q.data(), 0.125f,
-                               out.data(), scratch.data());
+                               out.data(), scratch.data(), nullptr);
         continue;
       }
       for (int h = 0; h < kv_heads; ++h) {
@@ -394,6 +394,48 @@ void BM_AttendDecodeFromMemory(benchmark::State& state) {
 BENCHMARK(BM_AttendDecodeFromMemory)
     ->ArgsProduct({{0, 1, 2}, {0, 1, 2}, {16, 64}})
     ->Unit(benchmark::kMillisecond);
+
+// A decode step's attention through Attention() on the pool: `rows` decode
+// rows of SmolLM2-135M's shape (3 kv heads, groups of 3, head_dim 64, fp16
+// cache in 16-token blocks), each over `positions`, for 30 layers, every
+// sequence-layer's blocks its own (from memory, as in a step). The question
+// it answers: what a long row's split into parts (kDecodeSplitPositions)
+// buys with fewer rows than threads and costs with many.
+void BM_AttentionDecodeStep(benchmark::State& state) {
+  const int64_t rows = state.range(0), positions = state.range(1);
+  constexpr int64_t kLayers = 30;
+  constexpr int d = 64, kv_heads = 3, heads = 9, bt = 16;
+  const int64_t blocks = (positions + bt - 1) / bt;
+  std::vector<fp16_t> k(kLayers * rows * blocks * kv_heads * bt * d), v(k.size());
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& x : k) x = Fp32ToFp16(u(rng));
+  for (auto& x : v) x = Fp32ToFp16(u(rng));
+  std::vector<int32_t> ids(kLayers * rows * blocks);
+  for (int64_t i = 0; i < (int64_t)ids.size(); ++i) ids[i] = (int32_t)i;
+  const KvLayerView layer{k.data(), v.data(), kv_heads, d, bt, false};
+  std::vector<float> q(rows * heads * d), out(q.size());
+  for (auto& x : q) x = u(rng);
+  CpuContext ctx{&Pool()};
+  std::vector<float> scratch(AttentionScratchFloats(ctx, positions, heads, d));
+  std::vector<AttentionSeq> seqs(rows);
+  for (auto _ : state) {
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (int64_t r = 0; r < rows; ++r) {
+        seqs[r] = {ids.data() + (l * rows + r) * blocks, positions - 1, 1, q.data() + r * heads * d,
+                   out.data() + r * heads * d};
+      }
+      Attention(ctx, layer, seqs.data(), rows, heads * d, heads, 0.125f, heads * d, scratch.data());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GBps"] = benchmark::Counter(2.0 * k.size() * sizeof(fp16_t) * state.iterations(),
+                                              benchmark::Counter::kIsRate);
+}
+
+BENCHMARK(BM_AttentionDecodeStep)
+    ->ArgsProduct({{1, 2, 4, 16}, {512, 1024, 2048}})
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace pdq

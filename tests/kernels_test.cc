@@ -473,7 +473,7 @@ TEST(KernelsTest, AttendDecodeHeadsMatchesAttendPerKvHead) {
                            row, scale, want.data() + h * row, row, scratch.data());
               }
               kt->attend_decode_heads(layer.view, layer.table.data(), n_pos, group, q.data(), scale,
-                                      got.data(), scratch.data());
+                                      got.data(), scratch.data(), nullptr);
               for (int64_t i = 0; i < width; ++i) {
                 ASSERT_EQ(got[i], want[i])
                     << kt->name << (bf16 ? " bf16" : " fp16") << " kv_heads=" << kv_heads
@@ -486,6 +486,98 @@ TEST(KernelsTest, AttendDecodeHeadsMatchesAttendPerKvHead) {
     }
   }
   if (tables == 0) GTEST_SKIP() << "no path here has attend_decode_heads (AVX2 or AVX-512)";
+}
+
+// Element e of kv head h's row at position j, as the cache holds it.
+float CachedKv(const PagedLayer& l, const std::vector<fp16_t>& base, int64_t j, int h, int e) {
+  const KvLayerView& v = l.view;
+  const int64_t off =
+      ((l.table[j / v.block_tokens] * v.kv_heads + h) * v.block_tokens + j % v.block_tokens) *
+          v.head_dim +
+      e;
+  return v.bf16 ? cpu::Bf16ToFp32(base[off]) : Fp16ToFp32(base[off]);
+}
+
+// attend_decode_heads' log-sum-exp, where attend_decode_heads_lse says it
+// writes one: asking for it changes no output bit; it is each query's
+// log-sum-exp of its scores (a double recomputation from the cache); and
+// the outputs of a row's positions taken in parts at block boundaries (the
+// block table advanced, as Attention splits a long row), weighted by
+// exp(lse), are the whole row's. Tolerances: fp32 rounding, or on a bf16
+// cache with AVX512_BF16 the 0.03 of AttendMatchesReference.
+TEST(KernelsTest, AttendDecodeHeadsLogSumExpJoinsParts) {
+  SKIP_WITHOUT_FAST_PATHS();
+  std::mt19937 rng(31);
+  int covered = 0;
+  for (const KernelTable* kt : FastTables()) {
+    if (kt->attend_decode_heads_lse == nullptr) continue;
+    for (bool bf16 : {false, true}) {
+      for (int kv_heads : {1, 3, 4}) {
+        for (int head_dim : {32, 64}) {
+          for (int group : {3, 4}) {
+            for (int64_t n_pos : {100, 333, 1040}) {
+              auto layer = MakeLayer(kv_heads, head_dim, n_pos, rng, bf16);
+              if (!kt->attend_decode_heads_lse(layer.view, group)) continue;
+              ++covered;
+              SCOPED_TRACE(std::string(kt->name) + (bf16 ? " bf16" : " fp16") + " kv_heads=" +
+                           std::to_string(kv_heads) + " d=" + std::to_string(head_dim) +
+                           " group=" + std::to_string(group) + " n=" + std::to_string(n_pos));
+              const int nq = kv_heads * group;
+              const int64_t width = (int64_t)nq * head_dim;
+              const float scale = 1.0f / std::sqrt((float)head_dim);
+              const float tol = bf16 ? 0.03f : 2e-5f;
+              auto q = Random(width, rng);
+              std::vector<float> scratch(cpu::AttendScratch(n_pos, nq, head_dim));
+              std::vector<float> plain(width, NAN), whole(width, NAN), lse(nq, NAN);
+              kt->attend_decode_heads(layer.view, layer.table.data(), n_pos, group, q.data(), scale,
+                                      plain.data(), scratch.data(), nullptr);
+              kt->attend_decode_heads(layer.view, layer.table.data(), n_pos, group, q.data(), scale,
+                                      whole.data(), scratch.data(), lse.data());
+              ASSERT_EQ(plain, whole);
+              for (int r = 0; r < nq; ++r) {
+                std::vector<double> sc(n_pos);
+                double top = -1e300, sum = 0;
+                for (int64_t j = 0; j < n_pos; ++j) {
+                  double dot = 0;
+                  for (int e = 0; e < head_dim; ++e)
+                    dot += (double)q[r * head_dim + e] * CachedKv(layer, layer.k, j, r / group, e);
+                  top = std::max(top, sc[j] = dot * scale);
+                }
+                for (double x : sc) sum += std::exp(x - top);
+                EXPECT_NEAR(lse[r], top + std::log(sum), bf16 ? 0.03 : 1e-4) << "query " << r;
+              }
+              // Two and three parts at block boundaries.
+              for (int parts : {2, 3}) {
+                const int64_t blocks = (n_pos + 15) / 16;
+                std::vector<std::vector<float>> outs(parts, std::vector<float>(width, NAN));
+                std::vector<std::vector<float>> lses(parts, std::vector<float>(nq, NAN));
+                for (int i = 0; i < parts; ++i) {
+                  const int64_t b0 = blocks * i / parts, b1 = blocks * (i + 1) / parts;
+                  const int64_t len = std::min(n_pos, b1 * 16) - b0 * 16;
+                  kt->attend_decode_heads(layer.view, layer.table.data() + b0, len, group, q.data(),
+                                          scale, outs[i].data(), scratch.data(), lses[i].data());
+                }
+                for (int r = 0; r < nq; ++r) {
+                  double top = -1e300, sum = 0;
+                  for (int i = 0; i < parts; ++i) top = std::max(top, (double)lses[i][r]);
+                  for (int i = 0; i < parts; ++i) sum += std::exp(lses[i][r] - top);
+                  EXPECT_NEAR(lse[r], top + std::log(sum), bf16 ? 0.03 : 1e-4) << "query " << r;
+                  for (int e = 0; e < head_dim; ++e) {
+                    double o = 0;
+                    for (int i = 0; i < parts; ++i)
+                      o += std::exp(lses[i][r] - top) / sum * outs[i][r * head_dim + e];
+                    ASSERT_NEAR(o, whole[r * head_dim + e], tol)
+                        << parts << " parts, query " << r << " e=" << e;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (covered == 0) GTEST_SKIP() << "no path here writes attend_decode_heads' log-sum-exp";
 }
 
 // Blocks of 32, 48 or 64 tokens change where the vector kernels find a
@@ -540,7 +632,7 @@ TEST(KernelsTest, AttentionOnLargerBlocksIsTheSameArithmetic) {
                 auto layer = MakeLayer(2, head_dim, n_pos, r, bf16, bt);
                 std::vector<float> out(2 * group * head_dim, NAN);
                 kt->attend_decode_heads(layer.view, layer.table.data(), n_pos, group, q.data(),
-                                        scale, out.data(), scratch.data());
+                                        scale, out.data(), scratch.data(), nullptr);
                 return out;
               };
               const std::vector<float> heads16 = heads(16);
@@ -699,34 +791,56 @@ TEST(KernelsTest, CausalGqaAttentionMatchesDenseComputation) {
   }
 }
 
+// Sequences of `shapes` (first position, query rows) over their own blocks
+// of one fp16 cache of 16-token blocks, handed out from the top (so
+// interleaved), each with its written K and V rows (as given, before
+// rounding) and its query rows.
+struct SeqShape {
+  int64_t first, m;
+};
+struct SeqCache {
+  std::vector<fp16_t> k, v;
+  KvLayerView layer;
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<std::vector<float>> qs, ks, vs;
+};
+SeqCache MakeSeqCache(const std::vector<SeqShape>& shapes, int heads, int kv_heads, int d,
+                      std::mt19937& rng) {
+  const int bt = 16;
+  int64_t blocks = 0;
+  for (const SeqShape& s : shapes) blocks += (s.first + s.m + bt - 1) / bt;
+  SeqCache c;
+  c.k.resize(blocks * kv_heads * bt * d);
+  c.v.resize(c.k.size());
+  c.layer = {c.k.data(), c.v.data(), kv_heads, d, bt};
+  int32_t next = (int32_t)blocks - 1;
+  for (const SeqShape& s : shapes) {
+    const int64_t n = s.first + s.m;
+    std::vector<int32_t> table;
+    for (int64_t b = 0; b < (n + bt - 1) / bt; ++b) table.push_back(next--);
+    c.ks.push_back(Random(n * kv_heads * d, rng));
+    c.vs.push_back(Random(n * kv_heads * d, rng));
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)i;
+    KvWrite(c.layer, table.data(), pos.data(), n, c.ks.back().data(), kv_heads * d,
+            c.vs.back().data(), kv_heads * d);
+    c.tables.push_back(table);
+    c.qs.push_back(Random(s.m * heads * d, rng));
+  }
+  return c;
+}
+
 // Several sequences in one Attention call (a batched step: decode rows and
 // prompt chunks of different lengths over their own blocks of one cache)
 // give each sequence exactly what a call of its own gives.
 TEST(KernelsTest, BatchedAttentionEqualsOneCallPerSequence) {
   std::mt19937 rng(8);
-  const int heads = 6, kv_heads = 2, d = 64, bt = 16;
-  struct Shape {
-    int64_t first, m;
-  };
-  const std::vector<Shape> shapes = {{40, 1}, {0, 20}, {300, 1}, {100, 7}, {15, 1}, {211, 1}};
-  int64_t blocks = 0;
-  for (const Shape& s : shapes) blocks += (s.first + s.m + bt - 1) / bt;
-  std::vector<fp16_t> kc(blocks * kv_heads * bt * d), vc(kc.size());
-  const KvLayerView layer{kc.data(), vc.data(), kv_heads, d, bt};
-  std::vector<std::vector<int32_t>> tables;
-  std::vector<std::vector<float>> qs;
-  int32_t next = (int32_t)blocks - 1;  // blocks handed out from the top, interleaved
-  for (const Shape& s : shapes) {
-    const int64_t n = s.first + s.m;
-    std::vector<int32_t> table;
-    for (int64_t b = 0; b < (n + bt - 1) / bt; ++b) table.push_back(next--);
-    auto k = Random(n * kv_heads * d, rng), v = Random(n * kv_heads * d, rng);
-    std::vector<int32_t> pos(n);
-    for (int64_t i = 0; i < n; ++i) pos[i] = (int32_t)i;
-    KvWrite(layer, table.data(), pos.data(), n, k.data(), kv_heads * d, v.data(), kv_heads * d);
-    tables.push_back(table);
-    qs.push_back(Random(s.m * heads * d, rng));
-  }
+  const int heads = 6, kv_heads = 2, d = 64;
+  const std::vector<SeqShape> shapes = {{40, 1}, {0, 20}, {300, 1}, {100, 7}, {15, 1}, {211, 1}};
+  const SeqCache cache = MakeSeqCache(shapes, heads, kv_heads, d, rng);
+  const KvLayerView& layer = cache.layer;
+  const auto& tables = cache.tables;
+  const auto& qs = cache.qs;
   ThreadPool pool(2);
   for (bool bf16 : {false, true}) {
     if (bf16 && !Bf16AttentionSupported()) continue;
@@ -746,6 +860,69 @@ TEST(KernelsTest, BatchedAttentionEqualsOneCallPerSequence) {
     Attention(ctx, layer, seqs.data(), (int64_t)seqs.size(), heads * d, heads, 0.125f, heads * d,
               scratch.data());
     for (size_t i = 0; i < shapes.size(); ++i) EXPECT_EQ(alone[i], together[i]) << "sequence " << i;
+  }
+}
+
+// Decode rows long enough to be split into parts (2 x 512 positions and
+// more, threads taking the parts apart) among short rows and a prompt
+// chunk: each sequence's numbers are the same alone on one thread, batched
+// on 2 threads and batched on 3, bit for bit; and the long rows' are a
+// dense double recomputation's within fp32 rounding.
+TEST(KernelsTest, LongDecodeRowsInPartsAreTheSameAloneBatchedAndOnAnyThreads) {
+  std::mt19937 rng(9);
+  const int heads = 9, kv_heads = 3, d = 64;
+  const std::vector<SeqShape> shapes = {{2099, 1}, {40, 1},   {1023, 1},
+                                        {0, 20},   {1500, 1}, {1022, 1}};
+  const SeqCache cache = MakeSeqCache(shapes, heads, kv_heads, d, rng);
+  const KvLayerView& layer = cache.layer;
+  const auto& tables = cache.tables;
+  const auto &qs = cache.qs, &ks = cache.ks, &vs = cache.vs;
+  auto run = [&](ThreadPool* pool, bool batched) {
+    const CpuContext ctx{pool};
+    std::vector<float> scratch(AttentionScratchFloats(ctx, 2100, heads, d));
+    std::vector<std::vector<float>> outs;
+    std::vector<AttentionSeq> seqs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      outs.emplace_back(shapes[i].m * heads * d, NAN);
+      seqs.push_back(
+          {tables[i].data(), shapes[i].first, shapes[i].m, qs[i].data(), outs[i].data()});
+    }
+    for (size_t i = 0; i < shapes.size() && !batched; ++i) {
+      Attention(ctx, layer, &seqs[i], 1, heads * d, heads, 0.125f, heads * d, scratch.data());
+    }
+    if (batched) {
+      Attention(ctx, layer, seqs.data(), (int64_t)seqs.size(), heads * d, heads, 0.125f, heads * d,
+                scratch.data());
+    }
+    return outs;
+  };
+  ThreadPool two(2), three(3);
+  const auto alone = run(nullptr, false);
+  EXPECT_EQ(run(&two, true), alone);
+  EXPECT_EQ(run(&three, true), alone);
+  EXPECT_EQ(run(&two, false), alone);
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    if (shapes[i].m != 1 || shapes[i].first + 1 < 1024) continue;
+    const int64_t n = shapes[i].first + 1;
+    for (int h = 0; h < heads; ++h) {
+      const int g = h / (heads / kv_heads);
+      std::vector<double> sc(n);
+      double top = -1e300, sum = 0;
+      for (int64_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (int e = 0; e < d; ++e) {
+          dot += qs[i][h * d + e] * Fp16ToFp32(Fp32ToFp16(ks[i][(j * kv_heads + g) * d + e]));
+        }
+        top = std::max(top, sc[j] = dot * 0.125);
+      }
+      for (double& x : sc) sum += (x = std::exp(x - top));
+      for (int e = 0; e < d; ++e) {
+        double o = 0;
+        for (int64_t j = 0; j < n; ++j)
+          o += sc[j] / sum * Fp16ToFp32(Fp32ToFp16(vs[i][(j * kv_heads + g) * d + e]));
+        ASSERT_NEAR(alone[i][h * d + e], o, 1e-5) << "sequence " << i << " h=" << h << " e=" << e;
+      }
+    }
   }
 }
 

@@ -707,8 +707,9 @@ inline float ExpInPlace(float* s, int64_t n, float max) {
 }
 
 // A query's n scores s[0, n) become exp(s[j] - their max); returns 1 / the
-// sum of those, the factor that makes them softmax weights.
-inline float SoftmaxWeights(float* s, int64_t n) {
+// sum of those, the factor that makes them softmax weights, and writes max +
+// log(sum) to lse where it is not null.
+inline float SoftmaxWeights(float* s, int64_t n, float* lse = nullptr) {
   __m256 vmax = _mm256_set1_ps(-INFINITY);
   int64_t j = 0;
   for (; j + 8 <= n; j += 8) vmax = _mm256_max_ps(vmax, _mm256_loadu_ps(s + j));
@@ -716,7 +717,9 @@ inline float SoftmaxWeights(float* s, int64_t n) {
   _mm256_store_ps(lanes, vmax);
   float max = *std::max_element(lanes, lanes + 8);
   for (; j < n; ++j) max = std::max(max, s[j]);
-  return 1.0f / ExpInPlace(s, n, max);
+  const float sum = ExpInPlace(s, n, max);
+  if (lse != nullptr) *lse = max + std::log(sum);
+  return 1.0f / sum;
 }
 
 // Lane t of the result: the sum of a[t]'s lanes.
@@ -933,7 +936,8 @@ inline void ForHeadTiles(int group, const Fn& fn) {
 // AttendWorkFloats' 32 head_dim rows).
 template <bool kBf16>
 void AttendDecodeHeadsAvx2Body(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                               int group, const float* q, float scale, float* out, float* scratch) {
+                               int group, const float* q, float scale, float* out, float* scratch,
+                               float* lse) {
   const int d = layer.head_dim;
   const int heads = layer.kv_heads;
   const int nq = heads * group;
@@ -969,7 +973,7 @@ void AttendDecodeHeadsAvx2Body(const KvLayerView& layer, const int32_t* block_ta
   });
   float inv_sum[16];
   for (int r = 0; r < nq; ++r) {
-    inv_sum[r] = SoftmaxWeights(p + r * p_stride, n_pos);
+    inv_sum[r] = SoftmaxWeights(p + r * p_stride, n_pos, lse ? lse + r : nullptr);
     std::fill(acc + r * d, acc + (r + 1) * d, 0.0f);
   }
   for_blocks(layer.v, false, [&](int r, auto g, const fp16_t* rows, int64_t j0, int64_t nj) {
@@ -1126,18 +1130,26 @@ template void AttendAvx2<true>(const KvLayerView&, const int32_t*, int64_t, int,
 template void AttendAvx2<false>(const KvLayerView&, const int32_t*, int64_t, int, int, int,
                                 const float*, int64_t, float, float*, int64_t, float*);
 
-// KernelTable::attend_decode_heads: AttendDecodeHeadsAvx2Body where attend
-// (rows 1) would take its register tiles for each kv head and the sums fit
-// the scratch (kv_heads * group <= 16), else attend for each kv head.
-void AttendDecodeHeadsAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                           int group, const float* q, float scale, float* out, float* scratch) {
+// KernelTable::attend_decode_heads_lse: whether AttendDecodeHeadsAvx2 takes
+// the shape on its own body: attend (rows 1) would take its register tiles
+// for each kv head and the sums fit the scratch (kv_heads * group <= 16).
+bool AttendDecodeHeadsLseAvx2(const KvLayerView& layer, int group) {
   const int d = layer.head_dim;
-  if (d % 8 == 0 && d <= 256 && KvChunks::Fit(layer) && layer.kv_heads * group <= 16) {
+  return d % 8 == 0 && d <= 256 && KvChunks::Fit(layer) && layer.kv_heads * group <= 16;
+}
+
+// KernelTable::attend_decode_heads: AttendDecodeHeadsAvx2Body where
+// AttendDecodeHeadsLseAvx2 holds, else attend for each kv head (lse null).
+void AttendDecodeHeadsAvx2(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                           int group, const float* q, float scale, float* out, float* scratch,
+                           float* lse) {
+  if (AttendDecodeHeadsLseAvx2(layer, group)) {
     const auto body =
         layer.bf16 ? AttendDecodeHeadsAvx2Body<true> : AttendDecodeHeadsAvx2Body<false>;
-    body(layer, block_table, n_pos, group, q, scale, out, scratch);
+    body(layer, block_table, n_pos, group, q, scale, out, scratch, lse);
     return;
   }
+  const int d = layer.head_dim;
   const int64_t row = (int64_t)group * d;
   for (int h = 0; h < layer.kv_heads; ++h) {
     AttendAvx2<true>(layer, block_table, n_pos, 1, h, group, q + h * row, row, scale, out + h * row,
@@ -1167,6 +1179,7 @@ const KernelTable kAvx2Kernels = {
     nullptr,
     AttendAvx2<false>,
     AttendDecodeHeadsAvx2,
+    AttendDecodeHeadsLseAvx2,
     ArgmaxRowAvx2,
     ExpRowAvx2,
 };

@@ -1238,8 +1238,8 @@ inline void AccumulatePv(const float* p, int64_t nj, const float* v, int d, floa
 
 // Scores sh[0, n) (lanes of vmax: their running maximum) become exp(s -
 // max) in place, zeros past n within the row's 16 floats of slack; returns
-// 1 / their sum.
-inline float ExpScores(float* sh, int64_t n, __m512 vmax) {
+// 1 / their sum, and writes max + log(sum) to lse where it is not null.
+inline float ExpScores(float* sh, int64_t n, __m512 vmax, float* lse = nullptr) {
   const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
@@ -1248,7 +1248,9 @@ inline float ExpScores(float* sh, int64_t n, __m512 vmax) {
     _mm512_storeu_ps(sh + j, e);
     vsum = _mm512_add_ps(vsum, e);
   }
-  return 1.0f / _mm512_reduce_add_ps(vsum);
+  const float sum = _mm512_reduce_add_ps(vsum);
+  if (lse != nullptr) *lse = _mm512_cvtss_f32(m) + std::log(sum);
+  return 1.0f / sum;
 }
 
 // Lane t of the result: the sum of a[t]'s 16 lanes, for 16 vectors, in 45
@@ -1441,7 +1443,7 @@ void AttendDecodeRowAvx512(const KvLayerView& layer, const int32_t* block_table,
 constexpr int kDecodeHeadsMaxQueries = 16;
 template <bool kBf16, int NQ, int DV>
 void AttendDecodeHeadsAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                             const float* q, float scale, float* out, float* scratch) {
+                             const float* q, float scale, float* out, float* scratch, float* lse) {
   constexpr int d = 16 * DV;
   const int heads = layer.kv_heads;
   const int64_t stride = n_pos + 16;
@@ -1472,7 +1474,7 @@ void AttendDecodeHeadsAvx512(const KvLayerView& layer, const int32_t* block_tabl
   }
   float inv_sum[kDecodeHeadsMaxQueries];
   for (int r = 0; r < heads * NQ; ++r) {
-    inv_sum[r] = ExpScores(scores + r * stride, n_pos, vmax[r]);
+    inv_sum[r] = ExpScores(scores + r * stride, n_pos, vmax[r], lse ? lse + r : nullptr);
     for (int c = 0; c < DV; ++c) o[r][c] = _mm512_setzero_ps();
   }
   for (int64_t b0 = 0; b0 < n_pos; b0 += bt) {
@@ -1542,9 +1544,10 @@ __attribute__((target("avx512bf16"), always_inline)) inline void ScoreBlockBf16(
 
 // exp(s - max) of the scores sh[0, n) rounded to bf16 in place (bf16 j at
 // byte 2 j: written behind the floats still to read), zero past n; returns
-// 1 / the rounded sum.
-__attribute__((target("avx512bf16"))) inline float ExpScoresBf16(float* sh, int64_t n,
-                                                                 __m512 vmax) {
+// 1 / the rounded sum, and writes max + log(that sum) to lse where it is
+// not null.
+__attribute__((target("avx512bf16"))) inline float ExpScoresBf16(float* sh, int64_t n, __m512 vmax,
+                                                                 float* lse = nullptr) {
   const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t j = 0; j < n; j += 16) {
@@ -1555,7 +1558,9 @@ __attribute__((target("avx512bf16"))) inline float ExpScoresBf16(float* sh, int6
                         (__m256i)eb);
     vsum = _mm512_add_ps(vsum, _mm512_cvtpbh_ps(eb));
   }
-  return 1.0f / _mm512_reduce_add_ps(vsum);
+  const float sum = _mm512_reduce_add_ps(vsum);
+  if (lse != nullptr) *lse = _mm512_cvtss_f32(m) + std::log(sum);
+  return 1.0f / sum;
 }
 
 // P V for one block: lo/hi[h] += the bf16 weights of query h (row h of
@@ -1657,11 +1662,9 @@ __attribute__((target("avx512bf16"))) void AttendDecodeRowBf16Avx512(const KvLay
 // AttendDecodeHeadsAvx512 is AttendDecodeRowAvx512's: the same numbers, a
 // block's kv heads read together, the sums kept in scratch between blocks.
 template <int NQ, int D32>
-__attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvLayerView& layer,
-                                                                       const int32_t* block_table,
-                                                                       int64_t n_pos,
-                                                                       const float* q, float scale,
-                                                                       float* out, float* scratch) {
+__attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(
+    const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, const float* q,
+    float scale, float* out, float* scratch, float* lse) {
   constexpr int d = 32 * D32;
   const int heads = layer.kv_heads;
   const int64_t stride = n_pos + 16;
@@ -1695,7 +1698,7 @@ __attribute__((target("avx512bf16"))) void AttendDecodeHeadsBf16Avx512(const KvL
   }
   float inv_sum[kDecodeHeadsMaxQueries];
   for (int r = 0; r < heads * NQ; ++r) {
-    inv_sum[r] = ExpScoresBf16(scores + r * stride, n_pos, vmax[r]);
+    inv_sum[r] = ExpScoresBf16(scores + r * stride, n_pos, vmax[r], lse ? lse + r : nullptr);
     for (int c = 0; c < D32; ++c) lo[r][c] = hi[r][c] = _mm512_setzero_ps();
   }
   for (int64_t b0 = 0; b0 < n_pos; b0 += bt) {
@@ -1863,34 +1866,47 @@ void AttendAvx512(const KvLayerView& layer, const int32_t* block_table, int64_t 
        scratch);
 }
 
-// KernelTable::attend_decode_heads: AttendDecodeHeadsAvx512 or
-// AttendDecodeHeadsBf16Avx512 where attend(rows 1) would take their row
-// kernels for each kv head (groups of 3 or 4; head_dim 16 to 64 on an fp16
-// cache, 32 or 64 on a bf16 one with AVX512_BF16), else attend for each.
-void AttendDecodeHeadsAvx512Any(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                                int group, const float* q, float scale, float* out,
-                                float* scratch) {
+// AttendDecodeHeadsAvx512 or AttendDecodeHeadsBf16Avx512 where attend(rows
+// 1) would take their row kernels for each kv head (groups of 3 or 4;
+// head_dim 16 to 64 on an fp16 cache, 32 or 64 on a bf16 one with
+// AVX512_BF16); null for other shapes.
+using DecodeHeads = void (*)(const KvLayerView&, const int32_t*, int64_t, const float*, float,
+                             float*, float*, float*);
+DecodeHeads DecodeHeadsKernel(const KvLayerView& layer, int group) {
   const int d = layer.head_dim;
   const bool shape = (group == 3 || group == 4) && KvChunks::Fit(layer) &&
                      layer.kv_heads * group <= kDecodeHeadsMaxQueries;
-  using Heads =
-      void (*)(const KvLayerView&, const int32_t*, int64_t, const float*, float, float*, float*);
   if (shape && layer.bf16 && (d == 32 || d == 64) && GetCpuFeatures().avx512bf16) {
-    static constexpr Heads kHeads[2][2] = {
+    static constexpr DecodeHeads kHeads[2][2] = {
         {AttendDecodeHeadsBf16Avx512<3, 1>, AttendDecodeHeadsBf16Avx512<3, 2>},
         {AttendDecodeHeadsBf16Avx512<4, 1>, AttendDecodeHeadsBf16Avx512<4, 2>}};
-    kHeads[group - 3][d / 32 - 1](layer, block_table, n_pos, q, scale, out, scratch);
-    return;
+    return kHeads[group - 3][d / 32 - 1];
   }
   if (shape && !layer.bf16 && d % 16 == 0 && d <= 64) {
-    static constexpr Heads kHeads[2][4] = {
+    static constexpr DecodeHeads kHeads[2][4] = {
         {AttendDecodeHeadsAvx512<false, 3, 1>, AttendDecodeHeadsAvx512<false, 3, 2>,
          AttendDecodeHeadsAvx512<false, 3, 3>, AttendDecodeHeadsAvx512<false, 3, 4>},
         {AttendDecodeHeadsAvx512<false, 4, 1>, AttendDecodeHeadsAvx512<false, 4, 2>,
          AttendDecodeHeadsAvx512<false, 4, 3>, AttendDecodeHeadsAvx512<false, 4, 4>}};
-    kHeads[group - 3][d / 16 - 1](layer, block_table, n_pos, q, scale, out, scratch);
+    return kHeads[group - 3][d / 16 - 1];
+  }
+  return nullptr;
+}
+
+bool AttendDecodeHeadsLseAvx512(const KvLayerView& layer, int group) {
+  return DecodeHeadsKernel(layer, group) != nullptr;
+}
+
+// KernelTable::attend_decode_heads: DecodeHeadsKernel's, else attend for
+// each kv head (lse null then: attend_decode_heads_lse said no).
+void AttendDecodeHeadsAvx512Any(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                                int group, const float* q, float scale, float* out, float* scratch,
+                                float* lse) {
+  if (const DecodeHeads heads = DecodeHeadsKernel(layer, group)) {
+    heads(layer, block_table, n_pos, q, scale, out, scratch, lse);
     return;
   }
+  const int d = layer.head_dim;
   const int64_t row = (int64_t)group * d;
   for (int h = 0; h < layer.kv_heads; ++h) {
     AttendAvx512<true>(layer, block_table, n_pos, 1, h, group, q + h * row, row, scale,
@@ -2136,6 +2152,7 @@ constexpr KernelTable kAvx512Kernels = {
     nullptr,  // bf16 tiles need AMX
     AttendAvx512<false>,
     AttendDecodeHeadsAvx512Any,
+    AttendDecodeHeadsLseAvx512,
     ArgmaxRowAvx512,
     ExpRowAvx512,
 };

@@ -96,10 +96,17 @@ struct KernelTable {
   // together where it can (one run in the cache). scratch: kv_heads * group
   // * (n_pos + 16) + AttendWorkFloats(n_pos, 0, head_dim, false) floats (the
   // scores of every query, then the fp32 kernels' work area). Null where the
-  // path has none (attend per kv head then).
+  // path has none (attend per kv head then). lse: null, or where
+  // attend_decode_heads_lse(layer, group) holds, kv_heads * group floats
+  // that take each query's log-sum-exp (its largest score plus the log of
+  // the sum of exp(score - largest)): what joins the outputs of a row's
+  // positions taken in parts (Attention's split of a long context).
   void (*attend_decode_heads)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
-                              int group, const float* q, float scale, float* out,
-                              float* scratch) = nullptr;
+                              int group, const float* q, float scale, float* out, float* scratch,
+                              float* lse) = nullptr;
+  // Whether attend_decode_heads computes this shape on its own kernels and
+  // so can write lse (else it hands each kv head to attend, which has none).
+  bool (*attend_decode_heads_lse)(const KvLayerView& layer, int group) = nullptr;
   // ArgmaxRow and ExpRow (kernels.h), one row each.
   int64_t (*argmax_row)(const float* x, int64_t n) = nullptr;
   float (*exp_row)(const float* x, int64_t n, float max, float scale, float* out) = nullptr;

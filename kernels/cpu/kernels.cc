@@ -3,8 +3,10 @@
 #include "kernels/kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "common/check.h"
@@ -361,16 +363,33 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* b
   Attention(ctx, layer, &seq, 1, q_stride, heads, scale, out_stride, scratch);
 }
 
+// A decode row over 2 * kDecodeSplitPositions positions or more is attended
+// in parts of kDecodeSplitPositions to twice that, at block boundaries,
+// which threads take apart, joined by each part's log-sum-exp
+// (flash-decoding): a row's attention otherwise runs on one thread while the
+// others wait whenever a step has fewer decode rows than threads (one
+// stream over a long prompt). On a 2-thread Zen 4, one row at 2,048
+// positions: 1.6-1.8 ms for 30 layers against 2.9 (kernels_bench
+// BM_AttentionDecodeStep). Each part restarts the cache's streams, which
+// rows enough to busy every thread pay for nothing; parts of 512 positions
+// or more keep that within the host's noise at 2-16 rows (bench/RESULTS.md).
+// The parts depend on the row's length alone, never on the threads or the
+// step's other rows, so a row's numbers are the same alone or batched, on
+// any number of threads; shorter rows keep the one-part numbers.
+constexpr int64_t kDecodeSplitPositions = 512;
+
 void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionSeq* seqs,
                int64_t num_seqs, int64_t q_stride, int heads, float scale, int64_t out_stride,
                float* scratch) {
   const auto& kt = cpu::ActiveKernels();
   const int group = heads / layer.kv_heads;
+  const int64_t d = layer.head_dim;
   int64_t max_pos = 0;
   for (int64_t si = 0; si < num_seqs; ++si)
     max_pos = std::max(max_pos, seqs[si].first_pos + seqs[si].m);
   const int64_t per_thread = AttentionScratchPerThread(ctx, max_pos, heads, layer.head_dim);
-  // An item: a block of query rows of one sequence times one kv head. Causal
+  // An item: a block of query rows of one sequence times one kv head, a
+  // decode row with every kv head, or a part of one split. Causal
   // rows grow in cost, so threads take one item at a time, the costliest
   // (rows times the positions they see) first.
   struct Item {
@@ -379,8 +398,21 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
     int32_t rows;
     int64_t row;
     int32_t kv_head;
+    // A part of a split decode row (slot >= 0): its first position, its
+    // length, and its place in the part buffers.
+    int64_t part_begin = 0;
+    int64_t part_len = 0;
+    int32_t slot = -1;
   };
   std::vector<Item> items;
+  // Split decode rows: the sequence, its first slot, its number of parts.
+  struct Split {
+    int64_t seq, first_slot, parts;
+  };
+  std::vector<Split> splits;
+  const bool can_split = kt.attend_decode_heads != nullptr &&
+                         kt.attend_decode_heads_lse != nullptr &&
+                         kt.attend_decode_heads_lse(layer, group);
   // Prompt rows on attend_prompt, or on the bf16 tiles when the context
   // asks for them and the path has them; decode rows on attend.
   // (The tiles' kernel splits fp16 K and V into bf16 parts: fp16 caches only.
@@ -402,8 +434,22 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   const bool heads_together =
       kt.attend_decode_heads != nullptr && layer.kv_heads > 1 &&
       2 * std::min(threads, decode_rows) >= std::min(threads, decode_rows * layer.kv_heads);
+  int64_t slots = 0;
   for (int64_t si = 0; si < num_seqs; ++si) {
     const AttentionSeq& s = seqs[si];
+    const int64_t n = s.first_pos + 1;
+    if (can_split && !s.prompt && s.m == 1 && n >= 2 * kDecodeSplitPositions) {
+      const int64_t bt = layer.block_tokens, blocks = (n + bt - 1) / bt;
+      const int64_t parts = std::min(blocks, n / kDecodeSplitPositions);
+      splits.push_back({si, slots, parts});
+      for (int64_t i = 0; i < parts; ++i) {
+        const int64_t begin = blocks * i / parts * bt;
+        const int64_t end = std::min(n, blocks * (i + 1) / parts * bt);
+        items.push_back({(end - begin) * layer.kv_heads, (int32_t)si, 1, 0, -1, begin, end - begin,
+                         (int32_t)(slots++)});
+      }
+      continue;
+    }
     if (heads_together && !s.prompt && s.m == 1) {
       items.push_back({(s.first_pos + 1) * layer.kv_heads, (int32_t)si, 1, 0, -1});
       continue;
@@ -419,12 +465,52 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  // Each part's outputs (heads x head_dim) and log-sum-exps (heads), in
+  // the calling thread's buffers; the last part of a row to finish joins
+  // them (in part order whoever does: the same numbers).
+  thread_local std::vector<float> part_buffer;
+  if ((int64_t)part_buffer.size() < slots * heads * (d + 1)) {
+    part_buffer.resize(slots * heads * (d + 1));
+  }
+  float* const part_out = part_buffer.data();
+  float* const part_lse = part_out + slots * heads * d;
+  std::unique_ptr<std::atomic<int64_t>[]> parts_left(new std::atomic<int64_t>[splits.size()]);
+  std::vector<int64_t> split_of(splits.empty() ? 0 : num_seqs, -1);
+  for (size_t i = 0; i < splits.size(); ++i) {
+    parts_left[i].store(splits[i].parts, std::memory_order_relaxed);
+    split_of[splits[i].seq] = (int64_t)i;
+  }
+  auto join = [&](const Split& sp) {
+    float* out = seqs[sp.seq].out;
+    for (int r = 0; r < heads; ++r) {
+      const float* lse = part_lse + sp.first_slot * heads + r;  // part i's: lse[i * heads]
+      float top = -INFINITY;
+      for (int64_t i = 0; i < sp.parts; ++i) top = std::max(top, lse[i * heads]);
+      float sum = 0.0f;
+      for (int64_t i = 0; i < sp.parts; ++i) sum += std::exp(lse[i * heads] - top);
+      float* o = out + r * d;
+      std::fill(o, o + d, 0.0f);
+      for (int64_t i = 0; i < sp.parts; ++i) {
+        const float w = std::exp(lse[i * heads] - top) / sum;
+        const float* p = part_out + ((sp.first_slot + i) * heads + r) * d;
+        for (int64_t e = 0; e < d; ++e) o[e] += w * p[e];
+      }
+    }
+  };
   auto item_fn = [&](int64_t index, int t) {
     const Item& it = items[index];
     const AttentionSeq& s = seqs[it.seq];
+    if (it.slot >= 0) {
+      kt.attend_decode_heads(layer, s.block_table + it.part_begin / layer.block_tokens, it.part_len,
+                             group, s.q, scale, part_out + it.slot * heads * d,
+                             scratch + t * per_thread, part_lse + it.slot * heads);
+      const int64_t k = split_of[it.seq];
+      if (parts_left[k].fetch_sub(1, std::memory_order_acq_rel) == 1) join(splits[k]);
+      return;
+    }
     if (it.kv_head < 0) {
       kt.attend_decode_heads(layer, s.block_table, s.first_pos + 1, group, s.q, scale, s.out,
-                             scratch + t * per_thread);
+                             scratch + t * per_thread, nullptr);
       return;
     }
     const int64_t head_off = (int64_t)it.kv_head * group * layer.head_dim;

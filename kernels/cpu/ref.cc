@@ -265,6 +265,7 @@ const KernelTable kScalarKernels = {
     nullptr,
     nullptr,
     nullptr,  // no bf16 prompt attention, no decode shortcuts
+    nullptr,
     ArgmaxRowRef,
     ExpRowRef,
 };
