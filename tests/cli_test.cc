@@ -597,6 +597,53 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   EXPECT_NE(r.out.find("--served-clients"), std::string::npos) << r.out;
 }
 
+// pdq profile --refit-served: the third Zen 4 set's profile, whose served
+// factors were fitted below 1 before the rule of 85a16df, refitted: the
+// factors bench/refit_served.py (a separate implementation of the rule,
+// since replaced by this flag) committed beside it, and the passes
+// otherwise as read. A profile without served levels, or none, is one
+// clear line.
+TEST(CliTest, ProfileRefitsServedFactorsOfAnOlderProfile) {
+  const std::string dir = "bench/sim_validation/zen4-2core-2026-12-05c";
+  ASSERT_TRUE(std::ifstream(dir + "/profile.json")) << dir << " (committed) not found: run from "
+                                                    << "the source tree";
+  const std::string out = ::testing::TempDir() + "/cli_test_refit.json";
+  Result r = RunPdq("profile --refit-served " + dir + "/profile.json --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("served factors x0.788"), std::string::npos) << r.out;
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return nlohmann::json::parse(in);
+  };
+  const nlohmann::json got = read(out), want = read(dir + "/profile-refit.json"),
+                       before = read(dir + "/profile.json");
+  ASSERT_EQ(got["passes"].size(), want["passes"].size());
+  int below_one = 0;
+  for (size_t i = 0; i < got["passes"].size(); ++i) {
+    const nlohmann::json &g = got["passes"][i], &w = want["passes"][i], &b = before["passes"][i];
+    below_one += b["served_factor"].get<double>() < 1;
+    for (const char* key : {"served_factor", "served_pair_factor"}) {
+      EXPECT_NEAR(g[key].get<double>(), w[key].get<double>(), 1e-9) << i << " " << key;
+      EXPECT_GE(g[key].get<double>(), 1.0) << i << " " << key;
+    }
+    for (const char* key : {"precision", "threads", "fixed", "per_row", "per_pair", "served"})
+      EXPECT_EQ(g[key], b[key]) << i << " " << key;
+  }
+  EXPECT_GT(below_one, 0);  // the fixture still tests a refit
+  const std::string bare = ::testing::TempDir() + "/cli_test_refit_bare.json";
+  r = RunPdq(
+      "profile --model synthetic:tiny --precisions fp16 --reps 1 --transports '' "
+      "--out " +
+      bare);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = RunPdq("profile --refit-served " + bare + " --out " + out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("no served levels to refit"), std::string::npos) << r.out;
+  r = RunPdq("profile --refit-served /nonexistent/profile.json --out " + out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("/nonexistent/profile.json"), std::string::npos) << r.out;
+}
+
 // pdq profile measures a (synthetic) model and a KV link; pdq sim runs a
 // deployment on that profile. Bad arguments are one clear line each.
 TEST(CliTest, ProfileThenSimulateADeployment) {

@@ -557,12 +557,49 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
   return r;
 }
 
+// --refit-served: the profile at in_path with each pass's served factors
+// fitted again from the served levels it recorded, by FitServed's rule (a
+// profile measured before the factors were held at 1 or more, 85a16df),
+// written to out_path; nothing measured.
+int RefitServedProfile(const std::string& in_path, const std::string& out_path) {
+  auto fail = [](const absl::Status& s) { return Fail("profile", s); };
+  absl::StatusOr<sim::Profile> read = sim::ReadProfile(in_path);
+  if (!read.ok()) return fail(read.status());
+  sim::Profile profile = *std::move(read);
+  int refitted = 0;
+  for (sim::PassProfile& p : profile.passes) {
+    if (p.served.empty()) continue;
+    ServedResult r;
+    r.levels = p.served;
+    r.factor = p.served_factor;
+    r.pair_factor = p.served_pair_factor;
+    FitServed(&r);
+    std::fprintf(stderr,
+                 "pdq profile: %s at %d threads: served factors x%.3f and x%.3f (attention) -> "
+                 "x%.3f and x%.3f, from %zu served levels\n",
+                 p.precision.c_str(), p.threads, p.served_factor, p.served_pair_factor, r.factor,
+                 r.pair_factor, p.served.size());
+    p.served_factor = r.factor;
+    p.served_pair_factor = r.pair_factor;
+    ++refitted;
+  }
+  if (refitted == 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        in_path, " has no served levels to refit (measured with --served-clients '')")));
+  }
+  std::ofstream out(out_path);
+  out << sim::ProfileToJson(profile);
+  if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", out_path)));
+  std::fprintf(stderr, "pdq profile: wrote %s\n", out_path.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int ProfileCommand(int argc, char** argv) {
   ModelFlags mf;
   std::string out_path = "profile.json", precisions = "fp16,w8a8,w4a16", transports = "tcp",
-              thread_counts, served_clients = "1,4,16";
+              thread_counts, served_clients = "1,4,16", refit_served;
   int64_t reps = 3;
   double router_seconds = 0;
   FlagParser flags("profile",
@@ -586,7 +623,12 @@ int ProfileCommand(int argc, char** argv) {
                "comma-separated thread counts to measure the passes at (a 1P+1D deployment on 2 "
                "cores runs each worker on 1; pdq sim --threads picks); default: --threads");
   flags.String("out", &out_path, "where to write the profile");
+  flags.String("refit-served", &refit_served,
+               "a profile FILE to refit instead of measuring: each pass's served_factor and "
+               "served_pair_factor fitted again from its recorded served levels by today's rule "
+               "(factors at least 1), written to --out; for profiles measured before that rule");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
+  if (!refit_served.empty()) return RefitServedProfile(refit_served, out_path);
   auto fail = [](const absl::Status& s) { return Fail("profile", s); };
   // The served probe's levels (none: skipped), checked before any work.
   std::optional<std::vector<int64_t>> clients;
