@@ -57,8 +57,10 @@ struct StepCoefficients {
   std::vector<std::pair<double, double>> row_steps;
   double RowStep(double rows) const;
   // row_steps' rows are finite, >= 1 and strictly ascending, its seconds
-  // finite.
+  // finite; kRowStepsRule says so in error messages.
   bool RowStepsValid() const;
+  static constexpr const char* kRowStepsRule =
+      "row_steps' rows must be >= 1 and ascending, their seconds finite";
   double Seconds(const StepWork& w) const {
     return fixed + per_row * double(w.decode_rows) + per_token * double(w.prefill_tokens) +
            per_pair * w.attention +

@@ -345,8 +345,8 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       s.time.row_steps.push_back({x[0].get<double>(), x[1].get<double>()});
     }
     if (!s.time.RowStepsValid()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "profile: ", path, ".row_steps' rows must be >= 1 and ascending, their seconds finite"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile: ", path, ".", PassTime::kRowStepsRule));
     }
     json samples;
     PDQ_GET_ARRAY(e, path, "samples", &samples);

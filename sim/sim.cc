@@ -31,8 +31,7 @@ absl::Status CheckPass(const PassTime& p, const std::string& where) {
     }
   }
   if (!p.RowStepsValid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": row_steps' rows must be >= 1 and ascending, their seconds finite"));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", PassTime::kRowStepsRule));
   }
   return absl::OkStatus();
 }
