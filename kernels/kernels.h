@@ -309,7 +309,10 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const int32_t* b
 // The same for the sequences of one batch in one parallel pass: the work of
 // all of them (a block of query rows times a kv head each) is handed out
 // largest first, so a batched decode step's few items per sequence keep
-// every thread busy instead of one parallel region per sequence. scratch:
+// every thread busy instead of one parallel region per sequence; a decode
+// row over 1,024 positions or more is itself cut into parts of its
+// positions, joined by their log-sum-exp (kernels.cc: a row's numbers
+// depend on its length alone, not on the batch or the threads). scratch:
 // AttentionScratchFloats for the largest first_pos + m of the batch.
 struct AttentionSeq {
   const int32_t* block_table = nullptr;
