@@ -585,7 +585,9 @@ int RefitServedProfile(const std::string& in_path, const std::string& out_path) 
   }
   if (refitted == 0) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
-        in_path, " has no served levels to refit (measured with --served-clients '')")));
+        in_path,
+        " has no served levels to refit (its served probe did not run: --served-clients '' or a "
+        "synthetic model)")));
   }
   std::ofstream out(out_path);
   out << sim::ProfileToJson(profile);
