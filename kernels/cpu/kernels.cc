@@ -399,10 +399,11 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
     int64_t row;
     int32_t kv_head;
     // A part of a split decode row (slot >= 0): its first position, its
-    // length, and its place in the part buffers.
+    // length, its place in the part buffers and its row's in `splits`.
     int64_t part_begin = 0;
     int64_t part_len = 0;
     int32_t slot = -1;
+    int32_t split = -1;
   };
   std::vector<Item> items;
   // Split decode rows: the sequence, its first slot, its number of parts.
@@ -441,12 +442,13 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
     if (can_split && !s.prompt && s.m == 1 && n >= 2 * kDecodeSplitPositions) {
       const int64_t bt = layer.block_tokens, blocks = (n + bt - 1) / bt;
       const int64_t parts = std::min(blocks, n / kDecodeSplitPositions);
+      const int32_t split = (int32_t)splits.size();
       splits.push_back({si, slots, parts});
       for (int64_t i = 0; i < parts; ++i) {
         const int64_t begin = blocks * i / parts * bt;
         const int64_t end = std::min(n, blocks * (i + 1) / parts * bt);
         items.push_back({(end - begin) * layer.kv_heads, (int32_t)si, 1, 0, -1, begin, end - begin,
-                         (int32_t)(slots++)});
+                         (int32_t)(slots++), split});
       }
       continue;
     }
@@ -475,23 +477,23 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
   float* const part_out = part_buffer.data();
   float* const part_lse = part_out + slots * heads * d;
   std::unique_ptr<std::atomic<int64_t>[]> parts_left(new std::atomic<int64_t>[splits.size()]);
-  std::vector<int64_t> split_of(splits.empty() ? 0 : num_seqs, -1);
   for (size_t i = 0; i < splits.size(); ++i) {
     parts_left[i].store(splits[i].parts, std::memory_order_relaxed);
-    split_of[splits[i].seq] = (int64_t)i;
   }
   auto join = [&](const Split& sp) {
     float* out = seqs[sp.seq].out;
     for (int r = 0; r < heads; ++r) {
-      const float* lse = part_lse + sp.first_slot * heads + r;  // part i's: lse[i * heads]
+      // Part i's log-sum-exp at lse[i * heads], replaced by exp(it - top).
+      float* lse = part_lse + sp.first_slot * heads + r;
       float top = -INFINITY;
       for (int64_t i = 0; i < sp.parts; ++i) top = std::max(top, lse[i * heads]);
       float sum = 0.0f;
-      for (int64_t i = 0; i < sp.parts; ++i) sum += std::exp(lse[i * heads] - top);
+      for (int64_t i = 0; i < sp.parts; ++i)
+        sum += (lse[i * heads] = std::exp(lse[i * heads] - top));
       float* o = out + r * d;
       std::fill(o, o + d, 0.0f);
       for (int64_t i = 0; i < sp.parts; ++i) {
-        const float w = std::exp(lse[i * heads] - top) / sum;
+        const float w = lse[i * heads] / sum;
         const float* p = part_out + ((sp.first_slot + i) * heads + r) * d;
         for (int64_t e = 0; e < d; ++e) o[e] += w * p[e];
       }
@@ -504,8 +506,7 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
       kt.attend_decode_heads(layer, s.block_table + it.part_begin / layer.block_tokens, it.part_len,
                              group, s.q, scale, part_out + it.slot * heads * d,
                              scratch + t * per_thread, part_lse + it.slot * heads);
-      const int64_t k = split_of[it.seq];
-      if (parts_left[k].fetch_sub(1, std::memory_order_acq_rel) == 1) join(splits[k]);
+      if (parts_left[it.split].fetch_sub(1, std::memory_order_acq_rel) == 1) join(splits[it.split]);
       return;
     }
     if (it.kv_head < 0) {
