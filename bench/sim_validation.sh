@@ -228,7 +228,7 @@ predict_emulated() {
   mkdir -p "$out"
   # The passes the emulated workers take: the profile's, scaled.
   python3 - "$dir/profile.json" "$emulate_time_scale" >"$dir/profile-emulated.json" <<'PY'
-import json, sys
+import json, os, sys
 p = json.load(open(sys.argv[1]))
 k = float(sys.argv[2])
 for q in p["passes"]:
@@ -237,10 +237,15 @@ for q in p["passes"]:
     for step in q.get("row_steps", []):
         step[1] *= k
     q.pop("samples", None)
-    # Emulated workers take their passes' time exactly: not served ones,
-    # and the simulator takes no loop time beside them.
-    for f in ("served_factor", "served_pair_factor", "served", "step_overhead",
-              "step_overhead_per_row"):
+    # Emulated workers take their passes' time exactly, not served ones; but
+    # their stepping loop is the real one (it samples the emulated logits and
+    # sends the tokens), so the loop time the profile measured beside the
+    # passes stays, unscaled (EMULATED_LOOP=0 drops it, as sets before
+    # 2026-12-06 did).
+    drop = ["served_factor", "served_pair_factor", "served"]
+    if os.environ.get("EMULATED_LOOP", "1") == "0":
+        drop += ["step_overhead", "step_overhead_per_row"]
+    for f in drop:
         q.pop(f, None)
 json.dump(p, sys.stdout, indent=1)
 PY
