@@ -434,7 +434,7 @@ void BM_AttentionDecodeStep(benchmark::State& state) {
 }
 
 BENCHMARK(BM_AttentionDecodeStep)
-    ->ArgsProduct({{1, 2, 4, 16}, {512, 1024, 2048}})
+    ->ArgsProduct({{1, 2, 4, 16}, {256, 512, 768, 1024, 2048}})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
