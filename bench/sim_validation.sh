@@ -35,14 +35,19 @@
 #       (EMULATED_SIZES) of W8A8 prefill and W4A16 decode on one thread each,
 #       128 prompt tokens and 128 out: the simulated capacity, then Poisson
 #       rates at 50%, 70% and 85% of it, 150 requests after 10 unmeasured
-#       (5 seeds) -> DIR/predicted-emulated/
+#       (5 seeds) -> DIR/predicted-emulated/, and each of the arrival seeds
+#       1..EMULATED_SEEDS (3) alone -> DIR/predicted-emulated/NAME-sSEED.json
 #   bench/sim_validation.sh measure-emulated BUILD DIR [RUNS] [SIZE-fFRACTION,...]
 #       the same deployments with every worker emulated (`--emulate`: the real
 #       router, scheduler, KV transfers and gRPC, passes timed by the profile,
-#       no compute), a deployment per rate -> DIR/measured-emulated/
+#       no compute), a deployment per rate, run r sending the arrivals of
+#       `pdq bench --arrival-seed r` -> DIR/measured-emulated/
 #   bench/sim_validation.sh compare-emulated DIR
 #       DIR/validation-emulated.md, as compare-open, judged at 5% (the
-#       issue's bound for the simulator against the emulation tier)
+#       issue's bound for the simulator against the emulation tier); with
+#       MATCHED=1, each run against its own arrivals simulated
+#       (validation-emulated-matched.md): the control plane's error without
+#       the sampling error of 150 arrivals, which dominates p99
 #   EMULATED_TAG=-NAME names another set of them (predicted-emulated-NAME,
 #   measured-emulated-NAME, validation-emulated-NAME.md): a later model or
 #   router, beside the earlier; EMULATED_RUNS_TAG=-OTHER compares them with
@@ -89,6 +94,7 @@ emulated_output_tokens=128
 emulated_requests=150
 emulated_warmup=10
 emulated_kv_tokens=4096
+emulated_seeds="${EMULATED_SEEDS:-3}"  # arrival seeds predicted alone (runs 1..N send theirs)
 tag="${EMULATED_TAG:-}"
 
 # NAME|pdq up workers (JSON)|pdq sim flags
@@ -260,6 +266,7 @@ PY
       "$build/bin/pdq" sim --profile "$dir/profile-emulated.json" $(emulated_sim_flags "$size") \
         --rate "$rate" --requests "$emulated_requests" --warmup "$emulated_warmup" --seeds 5 \
         --json "$out/$size-f$f.json" | sed "s/^/$size $rate\/s: /"
+      predict_emulated_seeds "$out" "$size" "$f" "$rate"
     done <"$dir/predicted-emulated$EMULATED_RATES_TAG/rates.txt"
     return
   fi
@@ -282,7 +289,21 @@ PY
       "$build/bin/pdq" sim --profile "$dir/profile-emulated.json" $(emulated_sim_flags "$size") \
         --rate "$rate" --requests "$emulated_requests" --warmup "$emulated_warmup" --seeds 5 \
         --json "$out/$size-f$f.json" | sed "s/^/$size $rate\/s: /"
+      predict_emulated_seeds "$out" "$size" "$f" "$rate"
     done
+  done
+}
+
+# Each run's own arrivals: run r sends those of --arrival-seed r, which
+# `pdq sim --seed r` draws too -> OUT/SIZE-fF-sR.json (compare-emulated with
+# MATCHED=1 sets each run beside its seed's).
+predict_emulated_seeds() {
+  local s
+  for s in $(seq "$emulated_seeds"); do
+    # shellcheck disable=SC2046
+    "$build/bin/pdq" sim --profile "$dir/profile-emulated.json" $(emulated_sim_flags "$2") \
+      --rate "$4" --requests "$emulated_requests" --warmup "$emulated_warmup" --seeds 1 --seed "$s" \
+      --json "$1/$2-f$3-s$s.json" >/dev/null
   done
 }
 
@@ -314,7 +335,7 @@ measure_emulated() {
       before="$(head -1 /proc/stat)"
       "$bin/pdq" bench --router "$router" --input-tokens "$emulated_prompt_tokens" \
         --output-tokens "$emulated_output_tokens" --rate "$rate" --requests "$emulated_requests" \
-        --warmup "$emulated_warmup" --json "$dir/measured-emulated$tag/$size-f$f-$r.json" >"$work/bench.out" 2>&1 ||
+        --arrival-seed "$r" --warmup "$emulated_warmup" --json "$dir/measured-emulated$tag/$size-f$f-$r.json" >"$work/bench.out" 2>&1 ||
         { cat "$work/bench.out" >&2; exit 1; }
       after="$(head -1 /proc/stat)"
       # What the emulation itself (router, workers, client) kept the cores
@@ -349,6 +370,7 @@ def predicted_cell(p, m, q):
     return p[f"{m}_{q}"]["mean"] * 1e3
 rows, errors = [], {f"{m} {q}".strip(): [] for m, q in metrics}
 emulated = os.environ.get("EMULATED") == "1"
+matched = os.environ.get("MATCHED") == "1"
 tag = os.environ.get("EMULATED_TAG", "")
 runs_tag = os.environ.get("EMULATED_RUNS_TAG", tag)
 measured = f"measured-emulated{runs_tag}" if emulated else "measured-open" if open_loop else "measured"
@@ -370,13 +392,19 @@ for name in names:
         if not os.path.exists(pf):
             continue
         p = json.load(open(pf))
+        # MATCHED=1: each run beside the prediction of its own arrivals
+        # (NAME-sSEED.json; runs before --arrival-seed sent seed 1's).
+        same = [f"{d}/{predicted}/{name}-s{r.get('arrival_seed', 1)}.json" for r in runs]
+        if matched and not all(os.path.exists(f) for f in same):
+            continue
         cells = []
         for m, q in metrics:
             vals = [measured_cell(next(l for l in r["levels"] if l["concurrency"] == c), m, q)
                     for r in runs]
             mean = statistics.fmean(vals)
             spread = max(abs(v - mean) for v in vals) / mean if mean else 0
-            pred = predicted_cell(p, m, q)
+            pred = (statistics.fmean(predicted_cell(json.load(open(f)), m, q) for f in same)
+                    if matched else predicted_cell(p, m, q))
             err = pred / mean - 1 if mean else float("nan")
             bound = base_bound if m == "out" else max(2 * base_bound if q == "p99" else base_bound, 2 * spread)
             errors[f"{m} {q}".strip()].append((err, abs(err) <= bound))
@@ -388,6 +416,8 @@ out = [
     f"| deployment | {'rate' if open_loop else 'clients'} | runs | " + " | ".join(heads) + " |",
     "| --- | ---: | ---: |" + " --- |" * len(metrics),
     *rows, "",
+    *(["Predicted: the mean of each run's own arrivals simulated (pdq sim --seed = the run's",
+       "--arrival-seed), not of five seeds."] if matched else []),
     "Each cell: predicted / measured mean of the runs (the prediction's error, the runs' spread: their",
     "largest distance from their mean). ** : outside the bound (the larger of "
     f"{base_bound:.0%} (p99: {2 * base_bound:.0%}) and twice",
@@ -401,7 +431,8 @@ for k, cells in errors.items():
     es = [e for e, _ in cells]
     out.append(f"| {k} | {statistics.fmean(es):+.1%} | {statistics.median(abs(e) for e in es):.1%} | "
                f"{max(abs(e) for e in es):.1%} | {sum(ok for _, ok in cells)} of {len(cells)} |")
-open(f"{d}/validation-{'emulated' + tag if emulated else 'open' if open_loop else predicted}.md", "w").write("\n".join(out) + "\n")
+open(f"{d}/validation-{'emulated' + tag if emulated else 'open' if open_loop else predicted}"
+     f"{'-matched' if matched else ''}.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
 }

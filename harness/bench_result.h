@@ -131,6 +131,7 @@ struct BenchResult {
   int64_t shared_prefix_tokens = 0;  // of input_tokens, the same in every prompt
   int64_t prompt_seed = 0;           // where in the text the prompts start (pdq bench)
   double rate = 0, ttft_target_ms = 0, tpot_target_ms = 0;
+  int64_t arrival_seed = 0;  // with a rate: the arrivals' seed (pdq bench --arrival-seed)
   double temperature = 0;  // the answers' sampling temperature (written when not 0: greedy)
   // --workload conversation's shape (written only for it).
   int sessions = 0, turns = 0;

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/arrivals.h"
 #include "common/check.h"
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "server/grpc_util.h"
@@ -290,7 +291,7 @@ const WorkloadShape* StandardWorkload(const std::string& name) {
 }
 
 std::vector<BenchRecord> Driver::Run(int concurrency, double rate, int total, int warmup,
-                                     const char* label, double* seconds) {
+                                     const char* label, double* seconds, uint64_t arrival_seed) {
   std::vector<Record> records(total);
   std::atomic<int> next{0}, done{0};
   const Clock::time_point start = Clock::now();
@@ -305,13 +306,11 @@ std::vector<BenchRecord> Driver::Run(int concurrency, double rate, int total, in
   std::vector<std::thread> threads;
   if (rate > 0) {
     // Open loop: arrivals do not wait for answers.
-    std::mt19937_64 rng(serial_ + 1);
-    std::exponential_distribution<double> gap(rate);
-    Clock::time_point at = start;
+    const std::vector<double> at = PoissonArrivalTimes(rate, total, arrival_seed + serial_);
     for (int i = 0; i < total; ++i) {
-      std::this_thread::sleep_until(at);
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
+                                                std::chrono::duration<double>(at[i])));
       threads.emplace_back(one, i);
-      at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng)));
     }
   } else {
     for (int c = 0; c < concurrency; ++c) {
@@ -967,8 +966,8 @@ bool RunSweep(Driver& driver, v1::Pdq::Stub* stub, const SweepOptions& o, BenchR
     // Worker resources only where the target is a pdq router.
     const absl::StatusOr<Snapshot> before =
         stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
-    std::vector<Record> kept =
-        driver.Run(level, o.rate, counted + (int)o.warmup, (int)o.warmup, label.c_str(), &seconds);
+    std::vector<Record> kept = driver.Run(level, o.rate, counted + (int)o.warmup, (int)o.warmup,
+                                          label.c_str(), &seconds, o.arrival_seed);
     const absl::StatusOr<Snapshot> after =
         stub ? TakeSnapshot(*stub) : absl::StatusOr<Snapshot>(absl::UnimplementedError(""));
     int64_t refused = 0;

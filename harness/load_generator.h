@@ -68,12 +68,15 @@ class Driver {
         timeout_s_(timeout_s) {}
 
   // `total` requests from `concurrency` clients sending back to back (rate
-  // 0), or arriving as a Poisson process of `rate` per second. The first
-  // `warmup` to finish are dropped; `seconds` is the counted span: from the
-  // first counted request's start to the last one's answer (a span from the
-  // warm-up's end was near zero when every request ran at once).
+  // 0), or arriving as a Poisson process of `rate` per second: the first at
+  // once, then gaps drawn from mt19937_64 seeded `arrival_seed` plus the
+  // requests this driver sent before (the arrivals `pdq sim --seed` draws
+  // for the same seed). The first `warmup` to finish are dropped; `seconds`
+  // is the counted span: from the first counted request's start to the last
+  // one's answer (a span from the warm-up's end was near zero when every
+  // request ran at once).
   std::vector<BenchRecord> Run(int concurrency, double rate, int total, int warmup,
-                               const char* label, double* seconds);
+                               const char* label, double* seconds, uint64_t arrival_seed = 1);
 
  private:
   BenchTarget& target_;
@@ -97,6 +100,7 @@ struct SweepOptions {
   // > 0: after `levels`, twice the top level in turn while output tokens/s
   // has not stopped rising (FlatLevelAfter), up to this many clients.
   int until_flat = 0;
+  uint64_t arrival_seed = 1;  // with a rate: Driver::Run's
 };
 // The requests RunSweep sends, counted and warm-up, over every level (with
 // until_flat, the most it may send).

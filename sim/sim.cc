@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/arrivals.h"
 #include "policy/route.h"
 #include "sim/worker_sim.h"
 
@@ -200,10 +201,15 @@ class Simulation {
     if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
       for (int c = 0; c < std::min(w_.concurrency, total); ++c) Send(0);
     } else {
-      double t = NextArrival(0);
-      for (int i = 0; i < total; ++i) {
-        At(t, [this, t] { Send(t); });
-        t = NextArrival(t);
+      if (w_.arrivals == Workload::Arrivals::kPoisson && w_.phases.empty()) {
+        // What `pdq bench --rate --arrival-seed` sends for this seed.
+        for (double t : PoissonArrivalTimes(w_.rate, total, w_.seed)) At(t, [this, t] { Send(t); });
+      } else {
+        double t = NextArrival(0);
+        for (int i = 0; i < total; ++i) {
+          At(t, [this, t] { Send(t); });
+          t = NextArrival(t);
+        }
       }
     }
     if (!hpas_.empty()) Again(hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });

@@ -121,6 +121,9 @@ struct Workload {
   int warmup = 20;        // sent first and not measured
   int64_t prompt_tokens = 512, output_tokens = 64;
   double length_spread = 0;  // each length uniform in (1 +- spread) x its mean
+  // Open-loop arrivals without phases are those `pdq bench --rate R
+  // --arrival-seed <seed>` sends: the first at 0, then the gaps of
+  // mt19937_64(seed), so a run and a simulation can take the same arrivals.
   uint64_t seed = 1;
   // Open loop: when given, the arrival rate follows these phases in turn,
   // over and over (a trace for the autoscalers: a quiet phase, a busy one),

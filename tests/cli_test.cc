@@ -124,6 +124,11 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   EXPECT_NE(r.out.find("--until-flat extends a concurrency sweep: not with --rate"),
             std::string::npos)
       << r.out;
+  r = RunPdq("bench --concurrency 4 --arrival-seed 3 --text README.md");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--arrival-seed seeds --rate's arrivals: it needs --rate"),
+            std::string::npos)
+      << r.out;
   r = RunPdq("bench --workload conversation --until-flat 64 --text README.md");
   EXPECT_NE(r.out.find("--until-flat does not apply to --workload conversation"), std::string::npos)
       << r.out;

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <tuple>
 
+#include "common/arrivals.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "sim/plan.h"
@@ -64,6 +65,27 @@ TEST(SimTest, OnePromptAStepIsAnMD1Queue) {
   const RunResult r = *Simulate(d, w);
   const double expected = rho * s / (2 * (1 - rho)) + s;
   EXPECT_NEAR(MeanTtft(r), expected, 0.04 * expected);
+}
+
+TEST(SimTest, PoissonArrivalsAreThoseTheBenchSendsForTheSeed) {
+  // pdq bench --rate R --arrival-seed S sends at PoissonArrivalTimes(R, n, S)
+  // (harness/load_generator.cc); the simulator's seed S must arrive there too,
+  // the first at 0, warm-up included, whatever the lengths draw.
+  Deployment d = OneWorker(0.01, 1e-4, 1e-3);
+  Workload w;
+  w.rate = 7.5;
+  w.requests = 40;
+  w.warmup = 5;
+  w.length_spread = 0.5;
+  for (uint64_t seed : {1, 2, 9}) {
+    w.seed = seed;
+    const RunResult r = *Simulate(d, w);
+    const std::vector<double> sent = PoissonArrivalTimes(7.5, 45, seed);
+    ASSERT_EQ(r.requests.size(), sent.size());
+    for (size_t i = 0; i < sent.size(); ++i) EXPECT_DOUBLE_EQ(r.requests[i].arrival, sent[i]) << i;
+  }
+  EXPECT_EQ(PoissonArrivalTimes(7.5, 3, 1)[0], 0);
+  EXPECT_NE(PoissonArrivalTimes(7.5, 3, 1)[1], PoissonArrivalTimes(7.5, 3, 2)[1]);
 }
 
 TEST(SimTest, ARequestAloneTakesItsStepTimes) {

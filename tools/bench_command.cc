@@ -45,7 +45,7 @@ struct BenchFlags {
   int64_t input_tokens = 128, output_tokens = 128, requests = 0, per_client = 0, warmup = 1,
           timeout_s = 600, cycles = 3, high = 8, low = 1, sessions = 4, turns = 8,
           first_tokens = 512, turn_tokens = 64, shared_prefix_tokens = 0, prompt_seed = 0,
-          until_flat = 0;
+          until_flat = 0, arrival_seed = 1;
   double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256,
          temperature = 0;
 
@@ -107,6 +107,10 @@ void BenchFlags::Register(FlagParser& flags) {
             "0: only the levels given");
   flags.Float("rate", &rate, 0, 1e6,
               "requests per second arriving as a Poisson process, instead of --concurrency");
+  flags.Int("arrival-seed", &arrival_seed, 1, 1LL << 62,
+            "with --rate: the seed of the arrival times (the first request at once, then "
+            "exponential gaps); `pdq sim --seed N` draws the same arrivals, so a simulated run "
+            "can be set beside a real one request for request");
   flags.Int("requests", &requests, 0, 1 << 20,
             "requests counted per level (default: 4 x the level, at least 8; with --rate, 32)");
   flags.Int("requests-per-client", &per_client, 0, 1 << 20,
@@ -147,7 +151,7 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
   }
   for (const char* f :
        {"input-tokens", "concurrency", "rate", "requests", "requests-per-client", "pattern",
-        "ttft-target-ms", "tpot-target-ms", "shared-prefix-tokens", "until-flat"}) {
+        "ttft-target-ms", "tpot-target-ms", "shared-prefix-tokens", "until-flat", "arrival-seed"}) {
     if (conversation() && flags.Given(f)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--", f,
@@ -180,6 +184,9 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
   if (!openai_url.empty() && pattern == "alternate") {
     return absl::InvalidArgumentError(
         "--pattern alternate reads the workers' metrics: it needs --router");
+  }
+  if (flags.Given("arrival-seed") && !(rate > 0)) {
+    return absl::InvalidArgumentError("--arrival-seed seeds --rate's arrivals: it needs --rate");
   }
   absl::StatusOr<std::vector<int64_t>> parsed = IntList("concurrency", levels, 1, 4096);
   if (!parsed.ok()) return parsed.status();
@@ -337,6 +344,8 @@ int BenchCommand(int argc, char** argv) {
     const LatencyTargets targets{f.ttft_target_ms / 1e3, f.tpot_target_ms / 1e3};
     SweepOptions sweep{levels, f.rate, f.requests, f.per_client, f.warmup, targets};
     sweep.until_flat = (int)f.until_flat;
+    sweep.arrival_seed = (uint64_t)f.arrival_seed;
+    if (f.rate > 0) out.arrival_seed = f.arrival_seed;
     // A text of its own for every request of a sweep (the driver cycles
     // through them): a repeated one would be answered from the server's
     // prefix cache. The alternating pattern repeats its 64 on purpose:
