@@ -22,13 +22,19 @@
 #       open loop: each of OPEN_NAMES' capacity by pdq sim (16 clients back to
 #       back), then Poisson rates at 50%, 70% and 85% of it, 20 requests after
 #       2 unmeasured (5 seeds) -> DIR/predicted-open/ (rates.txt: the rates)
+#       and each of the arrival seeds 1..OPEN_SEEDS (3) alone (NAME-sSEED.json);
+#       OPEN_RATES=FILE takes an earlier set's rates.txt instead of the
+#       capacity, OPEN_TAG=-NAME writes predicted-open-NAME
 #   bench/sim_validation.sh measure-open BUILD DIR [RUNS] [NAME-fFRACTION,...]
 #       the same rates against the real deployments, each rate on a deployment
 #       of its own (pdq bench sends the same texts every run: a deployment
 #       kept across rates would answer later ones from its prefix cache,
-#       which the simulator does not model) -> DIR/measured-open/
+#       which the simulator does not model), run r sending the arrivals of
+#       `pdq bench --arrival-seed r` -> DIR/measured-open/
 #   bench/sim_validation.sh compare-open DIR
-#       DIR/validation-open.md, as compare (p99 judged at 20%)
+#       DIR/validation-open.md, as compare (p99 judged at 20%); MATCHED=1
+#       sets each run beside its own arrivals simulated (run r sent
+#       --arrival-seed r; runs before that flag sent seed 1's)
 #   bench/sim_validation.sh predict-emulated BUILD DIR
 #       the emulation tier: DIR/profile.json's passes times EMULATE_TIME_SCALE
 #       (1) -> DIR/profile-emulated.json; for 8, 16 and 32 workers
@@ -52,7 +58,8 @@
 #   measured-emulated-NAME, validation-emulated-NAME.md): a later model or
 #   router, beside the earlier; EMULATED_RUNS_TAG=-OTHER compares them with
 #   the runs of another set (the measured-emulated-OTHER of an earlier router),
-#   and EMULATED_RATES_TAG=-OTHER predicts at that set's rates.
+#   and EMULATED_RATES_TAG=-OTHER predicts at that set's rates;
+#   VALIDATION_SUFFIX=-NAME ends any compare's file name.
 #
 # Workload: chat (128 prompt tokens, 512 out), closed loop at concurrency
 # 1, 4 and 8 (WORKLOAD=summarize: 2048 in, 32 out; analysis: 2048 in, 512
@@ -85,6 +92,8 @@ open_names="${OPEN_NAMES:-mono-w8a8-w4a16,1p1d-w8a8-w4a16}"
 open_fractions=(0.5 0.7 0.85)
 open_requests=20
 open_warmup=2
+open_seeds="${OPEN_SEEDS:-3}"  # arrival seeds predicted alone (runs 1..N send theirs)
+open_tag="${OPEN_TAG:-}"       # predicted-openTAG, validation-openTAG.md
 
 # The emulation tier (predict-emulated, measure-emulated): xP+yD of these sizes.
 emulated_sizes="${EMULATED_SIZES:-3P+5D,6P+10D,12P+20D}"
@@ -175,26 +184,39 @@ measure() {
 predict_open() {
   local profile="${PROFILE:-$dir/profile.json}"
   [[ -f $profile ]] || { echo "no $profile" >&2; exit 1; }
-  local out="$dir/predicted-open" c name flags f cap rate
+  local out="$dir/predicted-open$open_tag" c name flags f cap rate s
   mkdir -p "$out"
-  : >"$out/rates.txt"
+  # OPEN_RATES=FILE: the rates of an earlier set's rates.txt (to predict runs
+  # already made), not this model's capacity.
+  [[ -n ${OPEN_RATES:-} ]] && { cp "$OPEN_RATES" "$out/rates.new"; mv "$out/rates.new" "$out/rates.txt"; }
+  [[ -n ${OPEN_RATES:-} ]] || : >"$out/rates.txt"
   for c in "${configs[@]}"; do
     IFS='|' read -r name _ flags <<<"$c"
     [[ ",$open_names," == *",$name,"* ]] || continue
-    # shellcheck disable=SC2086  # flags are words
-    "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
-      --output-tokens "$output_tokens" --concurrency 16 --requests 64 --warmup 16 --seeds 1 \
-      --json "$out/$name-capacity.json" >/dev/null
-    cap=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["output_tokens_per_second"]["mean"] / int(sys.argv[2]))' \
-      "$out/$name-capacity.json" "$output_tokens")
-    for f in "${open_fractions[@]}"; do
-      rate=$(python3 -c "print(f'{$cap * $f:.3g}')")
-      echo "$name $f $rate" >>"$out/rates.txt"
+    if [[ -z ${OPEN_RATES:-} ]]; then
+      # shellcheck disable=SC2086  # flags are words
+      "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
+        --output-tokens "$output_tokens" --concurrency 16 --requests 64 --warmup 16 --seeds 1 \
+        --json "$out/$name-capacity.json" >/dev/null
+      cap=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["output_tokens_per_second"]["mean"] / int(sys.argv[2]))' \
+        "$out/$name-capacity.json" "$output_tokens")
+      for f in "${open_fractions[@]}"; do
+        echo "$name $f $(python3 -c "print(f'{$cap * $f:.3g}')")" >>"$out/rates.txt"
+      done
+    fi
+    while read -r _ f rate; do
       # shellcheck disable=SC2086
       "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
         --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
         --warmup "$open_warmup" --seeds 5 --json "$out/$name-f$f.json" | sed "s/^/$name $rate\/s: /"
-    done
+      # Each run's own arrivals (measure-open's run r sends seed r's).
+      for s in $(seq "$open_seeds"); do
+        # shellcheck disable=SC2086
+        "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
+          --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
+          --warmup "$open_warmup" --seeds 1 --seed "$s" --json "$out/$name-f$f-s$s.json" >/dev/null
+      done
+    done < <(grep "^$name " "$out/rates.txt")
   done
 }
 
@@ -211,10 +233,10 @@ measure_open() {
         up "$name" "$workers"
         "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
           --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
-          --warmup "$open_warmup" --json "$dir/measured-open/$name-f$f-$r.json" >"$work/bench.out" 2>&1 ||
+          --arrival-seed "$r" --warmup "$open_warmup" --json "$dir/measured-open/$name-f$f-$r.json" >"$work/bench.out" 2>&1 ||
           { cat "$work/bench.out" >&2; exit 1; }
         down
-      done < <(grep "^$name " "$dir/predicted-open/rates.txt")
+      done < <(grep "^$name " "$dir/predicted-open$open_tag/rates.txt")
     done
   done
 }
@@ -374,7 +396,8 @@ matched = os.environ.get("MATCHED") == "1"
 tag = os.environ.get("EMULATED_TAG", "")
 runs_tag = os.environ.get("EMULATED_RUNS_TAG", tag)
 measured = f"measured-emulated{runs_tag}" if emulated else "measured-open" if open_loop else "measured"
-predicted = (f"predicted-emulated{tag}" if emulated else "predicted-open" if open_loop
+open_tag = os.environ.get("OPEN_TAG", "")
+predicted = (f"predicted-emulated{tag}" if emulated else f"predicted-open{open_tag}" if open_loop
              else os.environ.get("PREDICTED", "predicted"))
 # The simulator against the emulation tier: 5% (the issue's bound), p99 10%.
 base_bound = 0.05 if emulated else 0.10
@@ -431,8 +454,8 @@ for k, cells in errors.items():
     es = [e for e, _ in cells]
     out.append(f"| {k} | {statistics.fmean(es):+.1%} | {statistics.median(abs(e) for e in es):.1%} | "
                f"{max(abs(e) for e in es):.1%} | {sum(ok for _, ok in cells)} of {len(cells)} |")
-open(f"{d}/validation-{'emulated' + tag if emulated else 'open' if open_loop else predicted}"
-     f"{'-matched' if matched else ''}.md", "w").write("\n".join(out) + "\n")
+open(f"{d}/validation-{'emulated' + tag if emulated else 'open' + open_tag if open_loop else predicted}"
+     f"{'-matched' if matched else ''}{os.environ.get('VALIDATION_SUFFIX', '')}.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
 }
