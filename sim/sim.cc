@@ -200,16 +200,14 @@ class Simulation {
     prefill_counted_.assign(total, false);
     if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
       for (int c = 0; c < std::min(w_.concurrency, total); ++c) Send(0);
+    } else if (w_.arrivals == Workload::Arrivals::kPoisson && w_.phases.empty()) {
+      // What `pdq bench --rate --arrival-seed` sends for this seed.
+      for (double t : PoissonArrivalTimes(w_.rate, total, w_.seed)) At(t, [this, t] { Send(t); });
     } else {
-      if (w_.arrivals == Workload::Arrivals::kPoisson && w_.phases.empty()) {
-        // What `pdq bench --rate --arrival-seed` sends for this seed.
-        for (double t : PoissonArrivalTimes(w_.rate, total, w_.seed)) At(t, [this, t] { Send(t); });
-      } else {
-        double t = NextArrival(0);
-        for (int i = 0; i < total; ++i) {
-          At(t, [this, t] { Send(t); });
-          t = NextArrival(t);
-        }
+      double t = NextArrival(0);
+      for (int i = 0; i < total; ++i) {
+        At(t, [this, t] { Send(t); });
+        t = NextArrival(t);
       }
     }
     if (!hpas_.empty()) Again(hpas_[0].controller.spec().sync_seconds, [this] { SyncHpas(); });

@@ -73,7 +73,10 @@ int SimCommand(int argc, char** argv) {
   flags.Int("requests", &requests, 1, 1 << 24, "measured requests a seed");
   flags.Int("warmup", &warmup, 0, 1 << 24, "requests sent first and not measured");
   flags.Int("seeds", &seeds, 1, 1000, "runs, each with its own seed");
-  flags.Int("seed", &seed, 0, 1LL << 62, "the first seed");
+  flags.Int("seed", &seed, 0, 1LL << 62,
+            "the first seed (seed N's arrivals at --burstiness 1 without --rate-phases are those "
+            "`pdq bench "
+            "--rate R --arrival-seed N` sends)");
   flags.Float("ttft-target-ms", &ttft_ms, 0, 1e9, "TTFT target of goodput");
   flags.Float("tpot-target-ms", &tpot_ms, 0, 1e9, "TPOT target of goodput");
   flags.Int("max-decode-batch", &batch, 1, 4096, "workers' --max-decode-batch");
