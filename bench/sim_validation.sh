@@ -181,15 +181,32 @@ measure() {
   done
 }
 
+# predict_rate OUT SEEDS SIM-FLAGS...: pdq sim at one rate over five seeds
+# -> OUT.json (its summary on stdout), and each run's own arrivals alone: run
+# r sends those of `pdq bench --arrival-seed r`, which `pdq sim --seed r`
+# draws too -> OUT-sR.json for r in 1..SEEDS (compare with MATCHED=1 sets
+# each run beside its seed's).
+predict_rate() {
+  local out="$1" seeds="$2" s
+  shift 2
+  "$build/bin/pdq" sim "$@" --seeds 5 --json "$out.json"
+  for s in $(seq "$seeds"); do
+    "$build/bin/pdq" sim "$@" --seeds 1 --seed "$s" --json "$out-s$s.json" >/dev/null
+  done
+}
+
 predict_open() {
   local profile="${PROFILE:-$dir/profile.json}"
   [[ -f $profile ]] || { echo "no $profile" >&2; exit 1; }
-  local out="$dir/predicted-open$open_tag" c name flags f cap rate s
+  local out="$dir/predicted-open$open_tag" c name flags f cap rate
   mkdir -p "$out"
   # OPEN_RATES=FILE: the rates of an earlier set's rates.txt (to predict runs
   # already made), not this model's capacity.
-  [[ -n ${OPEN_RATES:-} ]] && { cp "$OPEN_RATES" "$out/rates.new"; mv "$out/rates.new" "$out/rates.txt"; }
-  [[ -n ${OPEN_RATES:-} ]] || : >"$out/rates.txt"
+  if [[ -n ${OPEN_RATES:-} ]]; then
+    cp "$OPEN_RATES" "$out/rates.new" && mv "$out/rates.new" "$out/rates.txt"
+  else
+    : >"$out/rates.txt"
+  fi
   for c in "${configs[@]}"; do
     IFS='|' read -r name _ flags <<<"$c"
     [[ ",$open_names," == *",$name,"* ]] || continue
@@ -206,16 +223,9 @@ predict_open() {
     fi
     while read -r _ f rate; do
       # shellcheck disable=SC2086
-      "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
-        --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
-        --warmup "$open_warmup" --seeds 5 --json "$out/$name-f$f.json" | sed "s/^/$name $rate\/s: /"
-      # Each run's own arrivals (measure-open's run r sends seed r's).
-      for s in $(seq "$open_seeds"); do
-        # shellcheck disable=SC2086
-        "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
-          --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
-          --warmup "$open_warmup" --seeds 1 --seed "$s" --json "$out/$name-f$f-s$s.json" >/dev/null
-      done
+      predict_rate "$out/$name-f$f" "$open_seeds" --profile "$profile" $flags \
+        --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" --rate "$rate" \
+        --requests "$open_requests" --warmup "$open_warmup" | sed "s/^/$name $rate\/s: /"
     done < <(grep "^$name " "$out/rates.txt")
   done
 }
@@ -281,21 +291,26 @@ PY
   # EMULATED_RATES_TAG=-OTHER: the rates of predicted-emulated-OTHER (to
   # predict runs already made), not this model's capacity.
   if [[ -n ${EMULATED_RATES_TAG+x} ]]; then
-    while read -r size f rate; do
-      [[ $size == time ]] && continue
-      echo "$size $f $rate" >>"$out/rates.txt"
-      # shellcheck disable=SC2046
-      "$build/bin/pdq" sim --profile "$dir/profile-emulated.json" $(emulated_sim_flags "$size") \
-        --rate "$rate" --requests "$emulated_requests" --warmup "$emulated_warmup" --seeds 5 \
-        --json "$out/$size-f$f.json" | sed "s/^/$size $rate\/s: /"
-      predict_emulated_seeds "$out" "$size" "$f" "$rate"
-    done <"$dir/predicted-emulated$EMULATED_RATES_TAG/rates.txt"
-    return
+    grep -v '^time ' "$dir/predicted-emulated$EMULATED_RATES_TAG/rates.txt" >>"$out/rates.txt"
+  else
+    predict_emulated_rates "$out"
   fi
+  while read -r size f rate; do
+    [[ $size == time ]] && continue
+    # shellcheck disable=SC2046
+    predict_rate "$out/$size-f$f" "$emulated_seeds" --profile "$dir/profile-emulated.json" \
+      $(emulated_sim_flags "$size") --rate "$rate" --requests "$emulated_requests" \
+      --warmup "$emulated_warmup" | sed "s/^/$size $rate\/s: /"
+  done <"$out/rates.txt"
+}
+
+# Each size's simulated capacity, and the rates at open_fractions of it ->
+# OUT/rates.txt.
+predict_emulated_rates() {
+  local out="$1" size workers c cap f
   for size in ${emulated_sizes//,/ }; do
     # Capacity: 8 clients a worker back to back (enough to saturate its
     # busiest pool), what they finish a second once warm.
-    local workers c
     workers=$(( $(sed -E 's/([0-9]+)P\+([0-9]+)D/\1 + \2/' <<<"$size") ))
     c=$((8 * workers))
     # shellcheck disable=SC2046  # flags are words
@@ -305,27 +320,8 @@ PY
     cap=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["output_tokens_per_second"]["mean"] / int(sys.argv[2]))' \
       "$out/$size-capacity.json" "$emulated_output_tokens")
     for f in "${open_fractions[@]}"; do
-      rate=$(python3 -c "print(f'{$cap * $f:.3g}')")
-      echo "$size $f $rate" >>"$out/rates.txt"
-      # shellcheck disable=SC2046
-      "$build/bin/pdq" sim --profile "$dir/profile-emulated.json" $(emulated_sim_flags "$size") \
-        --rate "$rate" --requests "$emulated_requests" --warmup "$emulated_warmup" --seeds 5 \
-        --json "$out/$size-f$f.json" | sed "s/^/$size $rate\/s: /"
-      predict_emulated_seeds "$out" "$size" "$f" "$rate"
+      echo "$size $f $(python3 -c "print(f'{$cap * $f:.3g}')")" >>"$out/rates.txt"
     done
-  done
-}
-
-# Each run's own arrivals: run r sends those of --arrival-seed r, which
-# `pdq sim --seed r` draws too -> OUT/SIZE-fF-sR.json (compare-emulated with
-# MATCHED=1 sets each run beside its seed's).
-predict_emulated_seeds() {
-  local s
-  for s in $(seq "$emulated_seeds"); do
-    # shellcheck disable=SC2046
-    "$build/bin/pdq" sim --profile "$dir/profile-emulated.json" $(emulated_sim_flags "$2") \
-      --rate "$4" --requests "$emulated_requests" --warmup "$emulated_warmup" --seeds 1 --seed "$s" \
-      --json "$1/$2-f$3-s$s.json" >/dev/null
   done
 }
 
@@ -420,13 +416,14 @@ for name in names:
         same = [f"{d}/{predicted}/{name}-s{r.get('arrival_seed', 1)}.json" for r in runs]
         if matched and not all(os.path.exists(f) for f in same):
             continue
+        own = [json.load(open(f)) for f in same] if matched else []
         cells = []
         for m, q in metrics:
             vals = [measured_cell(next(l for l in r["levels"] if l["concurrency"] == c), m, q)
                     for r in runs]
             mean = statistics.fmean(vals)
             spread = max(abs(v - mean) for v in vals) / mean if mean else 0
-            pred = (statistics.fmean(predicted_cell(json.load(open(f)), m, q) for f in same)
+            pred = (statistics.fmean(predicted_cell(x, m, q) for x in own)
                     if matched else predicted_cell(p, m, q))
             err = pred / mean - 1 if mean else float("nan")
             bound = base_bound if m == "out" else max(2 * base_bound if q == "p99" else base_bound, 2 * spread)
