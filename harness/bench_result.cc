@@ -102,7 +102,8 @@ static void Fields(auto& f, WorkerUsage& v) {
                 generated_tokens, decode_step_seconds, kv_blocks_total, peak_resident_bytes,
                 cpu_cores_busy, prefill_compute_utilization, decode_bandwidth_utilization,
                 weight_bytes, kv_used_peak_bytes, workspace_bytes, decode_steps, decode_rows,
-                decode_step_prompt_tokens, prefills, prefill_seconds, decode_step_overhead_seconds)
+                decode_step_prompt_tokens, prefills, prefill_seconds, decode_step_overhead_seconds,
+                prefill_passes)
 }
 
 static void Fields(auto& f, LevelFigures& v) {

@@ -35,6 +35,10 @@ struct WorkerUsage {
   std::string worker_id, role, precision;
   double wall_seconds = NAN;
   double prefill_tokens = NAN, prefill_busy_seconds = NAN;
+  // The forward passes that computed prompt tokens (NaN from workers or
+  // files without them): prefill_busy_seconds / prefill_passes is the mean
+  // prompt pass, prefill_tokens / prefill_passes its tokens.
+  double prefill_passes = NAN;
   double generated_tokens = NAN, decode_step_seconds = NAN;
   // The decode steps' composition: steps, the rows they advanced, the prompt
   // tokens computed within them; and the prompts prefilled on their own

@@ -439,6 +439,8 @@ std::vector<WorkerUsage> Resources(const Snapshot& a, const Snapshot& b) {
     w.wall_seconds = wall;
     w.prefill_tokens = delta("pdq_prefill_tokens_total");
     w.prefill_busy_seconds = delta("pdq_prefill_busy_seconds_total");
+    w.prefill_passes =
+        after.count("pdq_prefill_passes_total") ? delta("pdq_prefill_passes_total") : NAN;
     w.generated_tokens = delta("pdq_generated_tokens_total");
     w.decode_step_seconds = delta("pdq_decode_step_seconds_sum");
     w.decode_steps = delta("pdq_decode_steps_total");

@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/check.h"
 #include "nlohmann/json.hpp"
 
 namespace pdq::sim {
@@ -38,6 +39,33 @@ absl::StatusOr<LinkProfile> Profile::Link(const std::string& transport) const {
   return absl::NotFoundError(absl::StrCat("the profile has no ", transport, " link"));
 }
 
+absl::StatusOr<SplitProfile> Profile::Split(const std::string& prefill_precision,
+                                            const std::string& decode_precision,
+                                            int threads) const {
+  const SplitProfile* best = nullptr;
+  for (const SplitProfile& s : splits) {
+    if (s.prefill_precision != prefill_precision || s.decode_precision != decode_precision) {
+      continue;
+    }
+    if (threads > 0 ? s.threads == threads : (best == nullptr || s.threads > best->threads)) {
+      best = &s;
+    }
+  }
+  if (best == nullptr) {
+    std::string have;
+    for (const SplitProfile& s : splits) {
+      absl::StrAppend(&have, " ", s.prefill_precision, "/", s.decode_precision, "@", s.threads);
+    }
+    return absl::NotFoundError(absl::StrCat(
+        "the profile has no split probe of ", prefill_precision, " prefill beside ",
+        decode_precision, " decode", threads > 0 ? absl::StrCat(" at ", threads, " threads") : "",
+        " (it has:", have.empty() ? " none" : have,
+        "); measure one with pdq profile --split-pairs ", prefill_precision, "/", decode_precision,
+        " --thread-counts ", threads > 0 ? threads : 1));
+  }
+  return *best;
+}
+
 absl::Status ParseDeployment(const std::string& text, Deployment* d) {
   d->monolithic = d->prefill = d->decode = 0;
   for (absl::string_view part : absl::StrSplit(text, '+')) {
@@ -68,14 +96,17 @@ namespace {
 
 // A pass's time as the simulated worker takes it: served (times the
 // profile's served_factor, where measured) unless the options say alone.
-PassTime Served(const PassProfile& pass, const WorkerOptions& o) {
-  PassTime t = pass.time;
-  if (o.idle_passes || !(pass.served_factor > 0)) return t;
-  const double f = pass.served_factor;
-  const double pair = pass.served_pair_factor > 0 ? pass.served_pair_factor : f;
+// t with its attention times `pair` and the rest times f.
+PassTime Scaled(const PassTime& t, double f, double pair) {
   PassTime served = {t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * pair, t.row_steps};
   for (auto& [rows, seconds] : served.row_steps) seconds *= f;
   return served;
+}
+
+PassTime Served(const PassProfile& pass, const WorkerOptions& o) {
+  if (o.idle_passes || !(pass.served_factor > 0)) return pass.time;
+  const double f = pass.served_factor;
+  return Scaled(pass.time, f, pass.served_pair_factor > 0 ? pass.served_pair_factor : f);
 }
 
 absl::Status Spec(const Profile& p, const std::string& precision,
@@ -118,6 +149,17 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
   if (d->prefill > 0 || d->decode > 0) {
     if (absl::Status s = Spec(p, precisions.prefill, "", o, &d->prefill_worker); !s.ok()) return s;
     if (absl::Status s = Spec(p, precisions.decode, "", o, &d->decode_worker); !s.ok()) return s;
+    if (o.co_located && !o.idle_passes) {
+      absl::StatusOr<PassProfile> prefill = p.Pass(precisions.prefill, o.threads);
+      absl::StatusOr<PassProfile> decode = p.Pass(precisions.decode, o.threads);
+      absl::StatusOr<SplitProfile> split =
+          p.Split(precisions.prefill, precisions.decode, prefill->threads);
+      if (!split.ok()) return split.status();
+      d->prefill_worker.pass = Scaled(prefill->time, split->prefill_factor, split->prefill_factor);
+      d->decode_worker.pass = Scaled(decode->time, split->decode_factor, split->decode_pair_factor);
+      d->decode_worker.step_overhead = split->decode_step_overhead;
+      d->decode_worker.step_overhead_per_row = split->decode_step_overhead_per_row;
+    }
     absl::StatusOr<LinkProfile> link = p.Link(o.transport);
     if (!link.ok()) return link.status();
     d->link = link->link;
@@ -166,6 +208,27 @@ absl::StatusOr<double> PodStartSeconds(const Profile& p, const Precisions& preci
   return slowest;
 }
 
+namespace {
+
+json ServedLevelsJson(const std::vector<ServedLevel>& levels) {
+  json a = json::array();
+  for (const ServedLevel& l : levels) {
+    a.push_back({{"clients", l.clients},
+                 {"prompt_tokens", l.prompt_tokens},
+                 {"output_tokens", l.output_tokens},
+                 {"model_pair_seconds", l.model_pair_seconds},
+                 {"steps", l.steps},
+                 {"rows_per_step", l.rows_per_step},
+                 {"prompt_tokens_per_step", l.prompt_tokens_per_step},
+                 {"step_seconds", l.step_seconds},
+                 {"model_seconds", l.model_seconds}});
+    if (l.overhead_seconds >= 0) a.back()["overhead_seconds"] = l.overhead_seconds;
+  }
+  return a;
+}
+
+}  // namespace
+
 std::string ProfileToJson(const Profile& p) {
   json j;
   j["pdq_profile"] = p.version;
@@ -209,19 +272,31 @@ std::string ProfileToJson(const Profile& p) {
         e["step_overhead"] = s.step_overhead;
         e["step_overhead_per_row"] = s.step_overhead_per_row;
       }
-      e["served"] = json::array();
-      for (const ServedLevel& l : s.served) {
-        e["served"].push_back({{"clients", l.clients},
-                               {"prompt_tokens", l.prompt_tokens},
-                               {"output_tokens", l.output_tokens},
-                               {"model_pair_seconds", l.model_pair_seconds},
-                               {"steps", l.steps},
-                               {"rows_per_step", l.rows_per_step},
-                               {"prompt_tokens_per_step", l.prompt_tokens_per_step},
-                               {"step_seconds", l.step_seconds},
-                               {"model_seconds", l.model_seconds}});
-        if (l.overhead_seconds >= 0) e["served"].back()["overhead_seconds"] = l.overhead_seconds;
+      e["served"] = ServedLevelsJson(s.served);
+    }
+  }
+  if (!p.splits.empty()) {
+    j["splits"] = json::array();
+    for (const SplitProfile& s : p.splits) {
+      json e = {{"prefill_precision", s.prefill_precision},
+                {"decode_precision", s.decode_precision},
+                {"threads", s.threads},
+                {"prefill_factor", s.prefill_factor},
+                {"decode_factor", s.decode_factor},
+                {"decode_pair_factor", s.decode_pair_factor},
+                {"decode_step_overhead", s.decode_step_overhead},
+                {"decode_step_overhead_per_row", s.decode_step_overhead_per_row},
+                {"prefill_levels", json::array()},
+                {"decode_levels", ServedLevelsJson(s.decode_levels)}};
+      for (const SplitPrefillLevel& l : s.prefill_levels) {
+        e["prefill_levels"].push_back({{"clients", l.clients},
+                                       {"prompt_tokens", l.prompt_tokens},
+                                       {"passes", l.passes},
+                                       {"tokens_per_pass", l.tokens_per_pass},
+                                       {"pass_seconds", l.pass_seconds},
+                                       {"model_seconds", l.model_seconds}});
       }
+      j["splits"].push_back(e);
     }
   }
   j["links"] = json::array();
@@ -280,6 +355,67 @@ absl::Status GetArray(const json& j, const std::string& path, const char* key, j
   if (j.contains(key)) PDQ_GET(j, path, key, out)
 #define PDQ_GET_ARRAY(j, path, key, out) \
   if (absl::Status s_ = GetArray(j, path, key, out); !s_.ok()) return s_
+
+// j[key]'s served levels (none where it is missing).
+absl::Status ReadServedLevels(const json& j, const std::string& path, const char* key,
+                              std::vector<ServedLevel>* out) {
+  json served;
+  PDQ_GET_ARRAY(j, path, key, &served);
+  for (size_t k = 0; k < served.size(); ++k) {
+    const std::string at = absl::StrCat(path, ".", key, "[", k, "]");
+    ServedLevel l;
+    PDQ_GET(served[k], at, "clients", &l.clients);
+    PDQ_GET(served[k], at, "steps", &l.steps);
+    PDQ_GET(served[k], at, "rows_per_step", &l.rows_per_step);
+    PDQ_GET(served[k], at, "prompt_tokens_per_step", &l.prompt_tokens_per_step);
+    PDQ_GET(served[k], at, "step_seconds", &l.step_seconds);
+    PDQ_GET(served[k], at, "model_seconds", &l.model_seconds);
+    // Recorded since the probe ran two request shapes.
+    PDQ_GET_OPTIONAL(served[k], at, "prompt_tokens", &l.prompt_tokens);
+    PDQ_GET_OPTIONAL(served[k], at, "output_tokens", &l.output_tokens);
+    PDQ_GET_OPTIONAL(served[k], at, "model_pair_seconds", &l.model_pair_seconds);
+    PDQ_GET_OPTIONAL(served[k], at, "overhead_seconds", &l.overhead_seconds);
+    out->push_back(l);
+  }
+  return absl::OkStatus();
+}
+
+// One entry of "splits".
+absl::Status ReadSplit(const json& e, const std::string& path, SplitProfile* s) {
+  PDQ_GET(e, path, "prefill_precision", &s->prefill_precision);
+  PDQ_GET(e, path, "decode_precision", &s->decode_precision);
+  PDQ_GET(e, path, "threads", &s->threads);
+  PDQ_GET(e, path, "prefill_factor", &s->prefill_factor);
+  PDQ_GET(e, path, "decode_factor", &s->decode_factor);
+  PDQ_GET(e, path, "decode_pair_factor", &s->decode_pair_factor);
+  PDQ_GET(e, path, "decode_step_overhead", &s->decode_step_overhead);
+  PDQ_GET(e, path, "decode_step_overhead_per_row", &s->decode_step_overhead_per_row);
+  if (!(s->threads >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("profile: ", path, ".threads must be >= 1"));
+  }
+  if (!(s->prefill_factor > 0) || !(s->decode_factor > 0) || !(s->decode_pair_factor > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile: ", path, ".prefill_factor, .decode_factor and .decode_pair_factor must be > 0"));
+  }
+  if (!(s->decode_step_overhead >= 0) || !(s->decode_step_overhead_per_row >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "profile: ", path, ".decode_step_overhead and .decode_step_overhead_per_row must be >= 0"));
+  }
+  json levels;
+  PDQ_GET_ARRAY(e, path, "prefill_levels", &levels);
+  for (size_t k = 0; k < levels.size(); ++k) {
+    const std::string at = absl::StrCat(path, ".prefill_levels[", k, "]");
+    SplitPrefillLevel l;
+    PDQ_GET(levels[k], at, "clients", &l.clients);
+    PDQ_GET(levels[k], at, "prompt_tokens", &l.prompt_tokens);
+    PDQ_GET(levels[k], at, "passes", &l.passes);
+    PDQ_GET(levels[k], at, "tokens_per_pass", &l.tokens_per_pass);
+    PDQ_GET(levels[k], at, "pass_seconds", &l.pass_seconds);
+    PDQ_GET(levels[k], at, "model_seconds", &l.model_seconds);
+    s->prefill_levels.push_back(l);
+  }
+  return ReadServedLevels(e, path, "decode_levels", &s->decode_levels);
+}
 
 }  // namespace
 
@@ -381,24 +517,7 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       return absl::InvalidArgumentError(absl::StrCat(
           "profile: ", path, ".step_overhead and .step_overhead_per_row must be >= 0"));
     }
-    json served;
-    PDQ_GET_ARRAY(e, path, "served", &served);
-    for (size_t k = 0; k < served.size(); ++k) {
-      const std::string at = absl::StrCat(path, ".served[", k, "]");
-      ServedLevel l;
-      PDQ_GET(served[k], at, "clients", &l.clients);
-      PDQ_GET(served[k], at, "steps", &l.steps);
-      PDQ_GET(served[k], at, "rows_per_step", &l.rows_per_step);
-      PDQ_GET(served[k], at, "prompt_tokens_per_step", &l.prompt_tokens_per_step);
-      PDQ_GET(served[k], at, "step_seconds", &l.step_seconds);
-      PDQ_GET(served[k], at, "model_seconds", &l.model_seconds);
-      // Recorded since the probe ran two request shapes.
-      PDQ_GET_OPTIONAL(served[k], at, "prompt_tokens", &l.prompt_tokens);
-      PDQ_GET_OPTIONAL(served[k], at, "output_tokens", &l.output_tokens);
-      PDQ_GET_OPTIONAL(served[k], at, "model_pair_seconds", &l.model_pair_seconds);
-      PDQ_GET_OPTIONAL(served[k], at, "overhead_seconds", &l.overhead_seconds);
-      s.served.push_back(l);
-    }
+    PDQ_RETURN_IF_ERROR(ReadServedLevels(e, path, "served", &s.served));
     for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair}) {
       if (!(v >= 0)) {
         return absl::InvalidArgumentError(
@@ -422,6 +541,13 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
     p.links.push_back(l);
   }
   PDQ_GET(j, "", "router_seconds", &p.router_seconds);
+  json splits;
+  PDQ_GET_ARRAY(j, "", "splits", &splits);
+  for (size_t i = 0; i < splits.size(); ++i) {
+    SplitProfile s;
+    PDQ_RETURN_IF_ERROR(ReadSplit(splits[i], absl::StrCat("splits[", i, "]"), &s));
+    p.splits.push_back(s);
+  }
   return p;
 }
 

@@ -79,6 +79,39 @@ struct PassProfile {
   std::vector<ServedLevel> served;
 };
 
+// A level of the split probe (`pdq profile --split-pairs`): the prefill
+// worker's prompt passes, served beside a busy decode worker.
+struct SplitPrefillLevel {
+  int clients = 0;
+  int64_t prompt_tokens = 0;   // each request's
+  int64_t passes = 0;          // forward passes that computed prompt tokens
+  double tokens_per_pass = 0;  // their mean prompt tokens
+  double pass_seconds = 0;     // their mean time, served
+  double model_seconds = 0;    // the pass model's time for the same mean work
+};
+
+// A prefill worker and a decode worker of `threads` each on one machine,
+// pinned to cores apart, behind the router (the 1P+1D deployment on one
+// 2-core box), served to closed-loop clients: each worker's passes against
+// its pass model. On a 2-core Zen 4 a served prompt here took 10-30% longer
+// than the pass alone while the decode worker beside it was busy, which the
+// one-worker served probe does not see (bench/RESULTS.md). `pdq sim
+// --co-located` runs a pair's workers on these factors instead of the
+// passes' served ones.
+struct SplitProfile {
+  std::string prefill_precision, decode_precision;
+  int threads = 0;
+  // The prefill worker's passes: served / model, least squares on relative
+  // error over its levels, at least 1 (as served_factor).
+  double prefill_factor = 0;
+  std::vector<SplitPrefillLevel> prefill_levels;
+  // The decode worker's steps, fitted as PassProfile's served factors and
+  // step overhead are.
+  double decode_factor = 0, decode_pair_factor = 0;
+  double decode_step_overhead = 0, decode_step_overhead_per_row = 0;
+  std::vector<ServedLevel> decode_levels;
+};
+
 struct LinkProfile {
   std::string transport;
   LinkSpec link;
@@ -101,10 +134,15 @@ struct Profile {
   // worker's compute of its prompt (the served probe at one client: parse,
   // tokenize, pick, gRPC both ways); 0: not measured.
   double router_seconds = 0;
+  std::vector<SplitProfile> splits;  // the split probe's pairs (none: not run)
 
   // The pass of `precision` at `threads` (0: the most threads measured).
   absl::StatusOr<PassProfile> Pass(const std::string& precision, int threads = 0) const;
   absl::StatusOr<LinkProfile> Link(const std::string& transport) const;
+  // The split probe of that pair at `threads` a worker (0: the most
+  // measured); NotFound says how to measure it.
+  absl::StatusOr<SplitProfile> Split(const std::string& prefill_precision,
+                                     const std::string& decode_precision, int threads = 0) const;
 };
 
 // How the simulated workers run, beside what the profile measured (the
@@ -121,6 +159,10 @@ struct WorkerOptions {
   // The passes as timed alone, without the profile's served_factor and
   // step overhead (the emulation tier times its passes so).
   bool idle_passes = false;
+  // Each prefill worker shares a machine with a decode worker, pinned to
+  // cores apart (1P+1D on one box): both take the profile's split probe
+  // (Profile::splits) instead of their passes' served factors.
+  bool co_located = false;
 };
 
 // The precision of each kind of worker. A monolithic worker computes

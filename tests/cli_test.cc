@@ -1,5 +1,6 @@
 // The pdq command line as a user meets it: help, JSON output, and clear
 // errors with non-zero exits for bad input.
+#include <sched.h>
 #include <sys/wait.h>
 
 #include <array>
@@ -602,6 +603,58 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   EXPECT_NE(r.out.find("--served-clients"), std::string::npos) << r.out;
 }
 
+// The split probe: a W8A8 prefill worker and a W4A16 decode worker of one
+// thread each, pinned to cores apart behind the router, served at 2 and 4
+// clients; each worker's passes against its model, and pdq sim
+// --co-located runs the pair on those factors.
+TEST(CliTest, ProfileServesAPrefillWorkerBesideADecodeWorker) {
+  const std::string model = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::ifstream(model)) GTEST_SKIP() << model << " not found (make model)";
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 2) {
+    GTEST_SKIP() << "the split probe needs 2 cores";
+  }
+  const std::string profile = ::testing::TempDir() + "/cli_test_split_profile.json";
+  Result r = RunPdq("profile --model " + model +
+                    " --precisions w8a8,w4a16 --thread-counts 1 --reps 1 --transports tcp "
+                    "--served-clients '' --split-clients 2,4 --out " +
+                    profile);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("split w8a8/w4a16 at 1 threads: prefill passes x"), std::string::npos)
+      << r.out;
+  std::ifstream in(profile);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["splits"].size(), 1u) << j.dump();
+  const nlohmann::json& split = j["splits"][0];
+  EXPECT_EQ(split["prefill_precision"], "w8a8");
+  EXPECT_EQ(split["decode_precision"], "w4a16");
+  EXPECT_EQ(split["threads"], 1);
+  // At least 1 (as the served factors), and not many times over.
+  for (const char* f : {"prefill_factor", "decode_factor", "decode_pair_factor"}) {
+    EXPECT_GE(split[f].get<double>(), 1) << f;
+    EXPECT_LT(split[f].get<double>(), 5) << f;
+  }
+  ASSERT_GE(split["prefill_levels"].size(), 1u) << split.dump();
+  for (const nlohmann::json& l : split["prefill_levels"]) {
+    EXPECT_EQ(l["prompt_tokens"], 128);
+    EXPECT_GE(l["passes"].get<int>(), 2);
+    // Whole prompts, one or more a pass.
+    EXPECT_GE(l["tokens_per_pass"].get<double>(), 128);
+    EXPECT_GT(l["pass_seconds"].get<double>(), 0);
+    EXPECT_GT(l["model_seconds"].get<double>(), 0);
+  }
+  ASSERT_GE(split["decode_levels"].size(), 1u) << split.dump();
+  for (const nlohmann::json& l : split["decode_levels"]) {
+    EXPECT_EQ(l["prompt_tokens_per_step"].get<double>(), 0);  // prompts run on the other worker
+    EXPECT_GE(l["rows_per_step"].get<double>(), 1);
+  }
+  r = RunPdq("sim --profile " + profile +
+             " --deployment 1P+1D --prefill-precision w8a8 --decode-precision w4a16 --threads 1 "
+             "--workload chat --rate 1 --requests 20 --warmup 2 --seeds 1 --co-located");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("co-located: w8a8 prefill x"), std::string::npos) << r.out;
+}
+
 // pdq profile --refit-served: the third Zen 4 set's profile, whose served
 // factors were fitted below 1 before the rule of 85a16df, refitted: the
 // factors bench/refit_served.py (a separate implementation of the rule,
@@ -867,6 +920,20 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
                 " --deployment 0P+1D --prefill-precision fp16 "
                 "--decode-precision fp16 --workload chat --rate 1",
             "or prefill and decode workers"},
+           {"sim --profile " + profile +
+                " --deployment 2M --monolithic-precision fp16 --workload chat --rate 1 "
+                "--co-located",
+            "the deployment has no P and D"},
+           {"sim --profile " + profile +
+                " --deployment 1P+1D --prefill-precision w8a8 --decode-precision fp16 "
+                "--workload chat --rate 1 --co-located",
+            "no split probe of w8a8 prefill beside fp16 decode"},
+           {"profile --model synthetic:tiny --split-pairs w8a8 --transports ''",
+            "--split-pairs: 'w8a8' is not PREFILL/DECODE"},
+           {"profile --model synthetic:tiny --precisions fp16 --split-pairs fp16/w4a16 "
+            "--transports ''",
+            "with both among --precisions (fp16)"},
+           {"profile --model synthetic:tiny --split-clients 0 --transports ''", "split-clients"},
            {"sim --profile README.md --workload chat --rate 1", "not a JSON object"},
            {"sim --profile /nonexistent.json --workload chat --rate 1", "cannot read"},
            {"profile --model synthetic:tiny --precisions fp3 --transports ''", "fp3"},

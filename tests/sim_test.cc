@@ -854,6 +854,97 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
       << bad;
 }
 
+// A prefill and a decode worker sharing a machine (--co-located) run on the
+// profile's split probe of their pair instead of their passes' served
+// factors: the prefill pass times prefill_factor (attention too), the
+// decode steps times decode_factor and decode_pair_factor, with the split's
+// loop time outside them. A profile without that pair says how to measure
+// it; the probe survives the file and a bad factor is refused by field.
+TEST(SimPlanTest, CoLocatedWorkersTakeTheSplitProbesFactors) {
+  Profile p = DecodeBoundProfile();
+  p.passes[0].time.per_pair = 1e-7;
+  p.passes[0].served_factor = 1.25;
+  p.passes[0].step_overhead = 5e-4;
+  PassProfile w4 = p.passes[0];
+  w4.precision = "w4a16";
+  p.passes.push_back(w4);
+  SplitProfile split;
+  split.prefill_precision = "fp16";
+  split.decode_precision = "w4a16";
+  split.threads = p.passes[0].threads;
+  split.prefill_factor = 1.2;
+  split.decode_factor = 1.1;
+  split.decode_pair_factor = 1.5;
+  split.decode_step_overhead = 3e-4;
+  split.decode_step_overhead_per_row = 2e-5;
+  split.prefill_levels = {{8, 128, 20, 140, 0.13, 0.11}};
+  split.decode_levels = {{8, 128, 256, 900, 7.5, 0, 0.02, 0.018, 0.002, 4e-4}};
+  const Precisions pair{"fp16", "w4a16", "fp16", ""};
+  Deployment d;
+  ASSERT_TRUE(ParseDeployment("1P+1D", &d).ok());
+  WorkerOptions co;
+  co.co_located = true;
+  // Without the pair's probe: NotFound, naming the command that measures it.
+  const absl::Status missing = SpecsFromProfile(p, pair, co, &d);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.message().find("--split-pairs fp16/w4a16"), std::string::npos) << missing;
+  p.splits.push_back(split);
+  ASSERT_TRUE(SpecsFromProfile(p, pair, co, &d).ok());
+  EXPECT_DOUBLE_EQ(d.prefill_worker.pass.fixed, 5e-3 * 1.2);
+  EXPECT_DOUBLE_EQ(d.prefill_worker.pass.per_token, 2e-5 * 1.2);
+  EXPECT_DOUBLE_EQ(d.prefill_worker.pass.per_pair, 1e-7 * 1.2);
+  EXPECT_DOUBLE_EQ(d.decode_worker.pass.per_row, 2e-3 * 1.1);
+  EXPECT_DOUBLE_EQ(d.decode_worker.pass.per_pair, 1e-7 * 1.5);
+  EXPECT_EQ(d.decode_worker.step_overhead, 3e-4);
+  EXPECT_EQ(d.decode_worker.step_overhead_per_row, 2e-5);
+  // Not co-located: the passes' served factors and loop time, as before.
+  ASSERT_TRUE(SpecsFromProfile(p, pair, {}, &d).ok());
+  EXPECT_DOUBLE_EQ(d.prefill_worker.pass.fixed, 5e-3 * 1.25);
+  EXPECT_EQ(d.decode_worker.step_overhead, 5e-4);
+  // As timed alone, nothing served applies.
+  co.idle_passes = true;
+  ASSERT_TRUE(SpecsFromProfile(p, pair, co, &d).ok());
+  EXPECT_DOUBLE_EQ(d.prefill_worker.pass.fixed, 5e-3);
+  EXPECT_EQ(d.decode_worker.step_overhead, 0);
+  // Another pair is another probe.
+  co.idle_passes = false;
+  EXPECT_EQ(SpecsFromProfile(p, {"w4a16", "fp16", "fp16", ""}, co, &d).code(),
+            absl::StatusCode::kNotFound);
+
+  const Profile q = *ProfileFromJson(ProfileToJson(p));
+  ASSERT_EQ(q.splits.size(), 1u);
+  const SplitProfile& r = q.splits[0];
+  EXPECT_EQ(r.prefill_precision, "fp16");
+  EXPECT_EQ(r.decode_precision, "w4a16");
+  EXPECT_EQ(r.prefill_factor, 1.2);
+  EXPECT_EQ(r.decode_pair_factor, 1.5);
+  EXPECT_EQ(r.decode_step_overhead_per_row, 2e-5);
+  ASSERT_EQ(r.prefill_levels.size(), 1u);
+  EXPECT_EQ(r.prefill_levels[0].passes, 20);
+  EXPECT_EQ(r.prefill_levels[0].pass_seconds, 0.13);
+  ASSERT_EQ(r.decode_levels.size(), 1u);
+  EXPECT_EQ(r.decode_levels[0].steps, 900);
+  EXPECT_EQ(r.decode_levels[0].overhead_seconds, 4e-4);
+  EXPECT_TRUE(ProfileFromJson(ProfileToJson(DecodeBoundProfile()))->splits.empty());
+  const nlohmann::json good = nlohmann::json::parse(ProfileToJson(p));
+  for (const auto& [field, value, says] :
+       std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"prefill_factor", 0, "splits[0].prefill_factor, .decode_factor"},
+           {"decode_step_overhead", -1, "splits[0].decode_step_overhead and"},
+           {"threads", 0, "splits[0].threads must be >= 1"},
+           {"prefill_levels", "x", "splits[0].prefill_levels must be an array"},
+           {"decode_precision", 3, "splits[0].decode_precision must be a string"}}) {
+    nlohmann::json bad = good;
+    bad["splits"][0][field] = value;
+    EXPECT_NE(ProfileFromJson(bad.dump()).status().message().find(says), std::string::npos)
+        << field << ": " << ProfileFromJson(bad.dump()).status();
+  }
+  nlohmann::json bad = good;
+  bad["splits"] = 1;
+  EXPECT_NE(ProfileFromJson(bad.dump()).status().message().find("splits must be an array"),
+            std::string::npos);
+}
+
 TEST(SimPlanTest, AProfileRoundTripsAndBadOnesAreRefusedByField) {
   const Profile p = DecodeBoundProfile();
   const Profile q = *ProfileFromJson(ProfileToJson(p));

@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -361,13 +362,14 @@ struct ServedShape {
 };
 constexpr ServedShape kServedShapes[] = {{64, 128}, {512, 256}};
 
-// The first `n` CPUs this process may run on, as pdq up's "cpus" takes them.
-std::string FirstCpus(int n) {
+// `n` of the CPUs this process may run on, after the first `skip` of them,
+// as pdq up's "cpus" takes them.
+std::string Cpus(int skip, int n) {
   cpu_set_t set;
   std::vector<std::string> cpus;
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
     for (int c = 0; c < CPU_SETSIZE && (int)cpus.size() < n; ++c) {
-      if (CPU_ISSET(c, &set)) cpus.push_back(std::to_string(c));
+      if (CPU_ISSET(c, &set) && skip-- <= 0) cpus.push_back(std::to_string(c));
     }
   }
   return absl::StrJoin(cpus, ",");
@@ -445,6 +447,95 @@ void FitServed(ServedResult* r) {
   r->pair_factor = best.second;
 }
 
+// `workers` (pdq up's entries) behind the router in a `pdq up` of the
+// model, its logs under `dir`, with a text for pdq bench's prompts: its path.
+absl::StatusOr<std::string> StartProbe(const std::string& model_path, const nlohmann::json& workers,
+                                       const std::string& dir, LocalDeployment* dep) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  const std::string text = dir + "/text.txt";
+  std::ofstream(text) << BuiltinCalibrationText();
+  const nlohmann::json up = {{"model", model_path},
+                             {"listen", "127.0.0.1:0"},
+                             {"kv_transport", "tcp"},
+                             {"workers", workers}};
+  PDQ_RETURN_IF_ERROR(dep->Start(up, dir));
+  return text;
+}
+
+// `pdq bench` against dep: requests of `shape` at each of `clients`, closed
+// loop, two a client after one not counted; prompts from --prompt-seed
+// `prompt_seed`. Its log and JSON under dir.
+absl::StatusOr<BenchResult> BenchDeployment(const LocalDeployment& dep, const std::string& text,
+                                            const ServedShape& shape,
+                                            const std::vector<int64_t>& clients, int prompt_seed,
+                                            const std::string& dir) {
+  const std::string base = absl::StrCat(dir, "/bench-", shape.prompt_tokens);
+  const int rc = RunChild({SelfPath(),
+                           "bench",
+                           "--router",
+                           dep.address(),
+                           "--text",
+                           text,
+                           "--json",
+                           base + ".json",
+                           "--workload",
+                           "custom",
+                           "--input-tokens",
+                           std::to_string(shape.prompt_tokens),
+                           "--output-tokens",
+                           std::to_string(shape.output_tokens),
+                           "--concurrency",
+                           absl::StrJoin(clients, ","),
+                           "--requests-per-client",
+                           "2",
+                           "--warmup",
+                           "1",
+                           "--prompt-seed",
+                           std::to_string(prompt_seed)},
+                          base + ".log", /*stderr_too=*/true);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("pdq bench against the served deployment exited with ",
+                                            rc, "; its log: ", base,
+                                            ".log, the deployment's: ", dir, "/up.log"));
+  }
+  return ReadBenchResult(base + ".json");
+}
+
+// A worker's decode steps in one level of requests of `shape` against what
+// `pass`'s model gives for the same mean work; none where the level ran
+// too few steps to say much (or a worker of an older build reported no
+// composition).
+std::optional<sim::ServedLevel> ServedLevelOf(const WorkerUsage& w, int clients,
+                                              const ServedShape& shape,
+                                              const sim::PassProfile& pass) {
+  if (!(w.decode_steps >= 8) || !(w.decode_rows > 0) || !(w.decode_step_seconds > 0)) {
+    return std::nullopt;
+  }
+  sim::ServedLevel s;
+  s.clients = clients;
+  s.prompt_tokens = shape.prompt_tokens;
+  s.output_tokens = shape.output_tokens;
+  s.steps = (int64_t)w.decode_steps;
+  s.rows_per_step = w.decode_rows / w.decode_steps;
+  s.prompt_tokens_per_step =
+      std::isfinite(w.decode_step_prompt_tokens) ? w.decode_step_prompt_tokens / w.decode_steps : 0;
+  s.step_seconds = w.decode_step_seconds / w.decode_steps;
+  if (std::isfinite(w.decode_step_overhead_seconds)) {
+    s.overhead_seconds = w.decode_step_overhead_seconds / w.decode_steps;
+  }
+  // The mean step's work: rows over contexts from the prompt's length to
+  // the answer's end, prompt tokens each over half its prompt.
+  const double row_past = double(shape.prompt_tokens) + double(shape.output_tokens - 1) / 2;
+  const double pairs =
+      s.rows_per_step * row_past + s.prompt_tokens_per_step * double(shape.prompt_tokens) / 2;
+  s.model_pair_seconds = pass.time.per_pair * pairs;
+  s.model_seconds = pass.time.fixed + pass.time.per_row * s.rows_per_step +
+                    pass.time.per_token * s.prompt_tokens_per_step + s.model_pair_seconds +
+                    pass.time.RowStep(s.rows_per_step + s.prompt_tokens_per_step);
+  return s;
+}
+
 // One worker of `pass`'s precision and threads (role both, pinned to the
 // first CPUs when it has fewer threads than the machine has cores) behind
 // the router in a `pdq up`, and `pdq bench` against it at each of
@@ -455,89 +546,27 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
                                            const sim::PassProfile& pass,
                                            const std::vector<int64_t>& clients,
                                            const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  const std::string text = dir + "/text.txt";
-  std::ofstream(text) << BuiltinCalibrationText();
   nlohmann::json worker = {{"role", "both"},
                            {"precision", pass.precision},
                            {"threads", pass.threads},
                            {"args", mf.Args()}};
-  if (pass.threads < ThreadPool::UsableCores()) worker["cpus"] = FirstCpus(pass.threads);
-  const nlohmann::json up = {{"model", model_path},
-                             {"listen", "127.0.0.1:0"},
-                             {"kv_transport", "tcp"},
-                             {"workers", nlohmann::json::array({worker})}};
+  if (pass.threads < ThreadPool::UsableCores()) worker["cpus"] = Cpus(0, pass.threads);
   LocalDeployment dep;
-  PDQ_RETURN_IF_ERROR(dep.Start(up, dir));
-  std::vector<std::string> levels;
-  for (int64_t c : clients) levels.push_back(std::to_string(c));
+  PDQ_ASSIGN_OR_RETURN(const std::string text,
+                       StartProbe(model_path, nlohmann::json::array({worker}), dir, &dep));
   ServedResult r;
   int shape_index = 0;
   for (const ServedShape& shape : kServedShapes) {
-    const std::string out = absl::StrCat(dir, "/bench-", shape.prompt_tokens, ".json");
     // Another --prompt-seed per shape: no prompt starts where an earlier
     // one did, so none is answered from the prefix cache.
-    const int rc =
-        RunChild({SelfPath(),
-                  "bench",
-                  "--router",
-                  dep.address(),
-                  "--text",
-                  text,
-                  "--json",
-                  out,
-                  "--workload",
-                  "custom",
-                  "--input-tokens",
-                  std::to_string(shape.prompt_tokens),
-                  "--output-tokens",
-                  std::to_string(shape.output_tokens),
-                  "--concurrency",
-                  absl::StrJoin(levels, ","),
-                  "--requests-per-client",
-                  "2",
-                  "--warmup",
-                  "1",
-                  "--prompt-seed",
-                  std::to_string(++shape_index)},
-                 absl::StrCat(dir, "/bench-", shape.prompt_tokens, ".log"), /*stderr_too=*/true);
-    if (rc != 0) {
-      return absl::InternalError(
-          absl::StrCat("pdq bench against the served worker exited with ", rc, "; its log: ", dir,
-                       "/bench-", shape.prompt_tokens, ".log, the deployment's: ", dir, "/up.log"));
-    }
-    PDQ_ASSIGN_OR_RETURN(const BenchResult bench, ReadBenchResult(out));
+    PDQ_ASSIGN_OR_RETURN(const BenchResult bench,
+                         BenchDeployment(dep, text, shape, clients, ++shape_index, dir));
     for (const LevelResult& l : bench.levels) {
       if (l.workers.size() != 1) continue;
       const WorkerUsage& w = l.workers[0];
-      // A level with too few steps says little (and a worker of an older
-      // build reports no composition).
-      if (!(w.decode_steps >= 8) || !(w.decode_rows > 0) || !(w.decode_step_seconds > 0)) continue;
-      sim::ServedLevel s;
-      s.clients = l.concurrency;
-      s.prompt_tokens = shape.prompt_tokens;
-      s.output_tokens = shape.output_tokens;
-      s.steps = (int64_t)w.decode_steps;
-      s.rows_per_step = w.decode_rows / w.decode_steps;
-      s.prompt_tokens_per_step = std::isfinite(w.decode_step_prompt_tokens)
-                                     ? w.decode_step_prompt_tokens / w.decode_steps
-                                     : 0;
-      s.step_seconds = w.decode_step_seconds / w.decode_steps;
-      if (std::isfinite(w.decode_step_overhead_seconds)) {
-        s.overhead_seconds = w.decode_step_overhead_seconds / w.decode_steps;
-      }
-      // The mean step's work: rows over contexts from the prompt's length
-      // to the answer's end, prompt tokens each over half its prompt.
-      const double row_past = double(shape.prompt_tokens) + double(shape.output_tokens - 1) / 2;
-      const double pairs =
-          s.rows_per_step * row_past + s.prompt_tokens_per_step * double(shape.prompt_tokens) / 2;
-      s.model_pair_seconds = pass.time.per_pair * pairs;
-      s.model_seconds = pass.time.fixed + pass.time.per_row * s.rows_per_step +
-                        pass.time.per_token * s.prompt_tokens_per_step + s.model_pair_seconds +
-                        pass.time.RowStep(s.rows_per_step + s.prompt_tokens_per_step);
-      r.levels.push_back(s);
+      std::optional<sim::ServedLevel> s = ServedLevelOf(w, l.concurrency, shape, pass);
+      if (!s) continue;
+      r.levels.push_back(*s);
       // One client of the short shape: nothing else runs while a prompt
       // computes, so its first token's wait beyond the prompt's compute is
       // the router's and gRPC's.
@@ -555,6 +584,111 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
   FitServed(&r);
   FitOverhead(&r);
   return r;
+}
+
+// A new directory for a probe's deployments and logs, under $TMPDIR.
+absl::StatusOr<std::string> ScratchDir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/pdq-profile-XXXXXX");
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot make a directory like ", pattern));
+  }
+  return std::string(buf.data());
+}
+
+// The split probe's requests: a chat prompt, and answers long enough that
+// the decode worker is busy while the prefill worker computes the next
+// prompts.
+constexpr ServedShape kSplitShape = {128, 256};
+
+// The prefill levels' passes as a x their model's time, least squares on
+// relative error weighted by passes, a at least 1 (as FitServed's factors);
+// 0 without levels.
+double FitPrefillFactor(const std::vector<sim::SplitPrefillLevel>& levels) {
+  double mm = 0, ms = 0;
+  for (const sim::SplitPrefillLevel& l : levels) {
+    const double w = double(l.passes) / (l.pass_seconds * l.pass_seconds);
+    mm += w * l.model_seconds * l.model_seconds, ms += w * l.model_seconds * l.pass_seconds;
+  }
+  return mm > 0 ? std::max(1.0, ms / mm) : 0;
+}
+
+// A prefill worker of `prefill`'s precision and a decode worker of
+// `decode`'s, `threads` each, pinned to CPUs apart, behind the router (the
+// 1P+1D deployment on one machine), and `pdq bench` against them at each
+// of `clients` with kSplitShape's requests: the prefill worker's prompt
+// passes and the decode worker's steps, level by level, against their pass
+// models. Logs under `dir`.
+absl::StatusOr<sim::SplitProfile> MeasureSplit(const ModelFlags& mf, const std::string& model_path,
+                                               const sim::PassProfile& prefill,
+                                               const sim::PassProfile& decode,
+                                               const std::vector<int64_t>& clients,
+                                               const std::string& dir) {
+  const int threads = prefill.threads;
+  const nlohmann::json workers = nlohmann::json::array({{{"role", "prefill"},
+                                                         {"precision", prefill.precision},
+                                                         {"threads", threads},
+                                                         {"cpus", Cpus(0, threads)},
+                                                         {"args", mf.Args()}},
+                                                        {{"role", "decode"},
+                                                         {"precision", decode.precision},
+                                                         {"threads", threads},
+                                                         {"cpus", Cpus(threads, threads)},
+                                                         {"args", mf.Args()}}});
+  LocalDeployment dep;
+  PDQ_ASSIGN_OR_RETURN(const std::string text, StartProbe(model_path, workers, dir, &dep));
+  absl::StatusOr<BenchResult> bench = BenchDeployment(dep, text, kSplitShape, clients, 1, dir);
+  dep.Stop();
+  if (!bench.ok()) return bench.status();
+  sim::SplitProfile split;
+  split.prefill_precision = prefill.precision;
+  split.decode_precision = decode.precision;
+  split.threads = threads;
+  ServedResult r;
+  policy::StepWork prompt;  // one prompt's attention
+  prompt.AddChunk(0, kSplitShape.prompt_tokens);
+  for (const LevelResult& l : bench->levels) {
+    for (const WorkerUsage& w : l.workers) {
+      if (w.role == "prefill" && w.prefill_passes >= 2 && w.prefill_busy_seconds > 0) {
+        sim::SplitPrefillLevel p;
+        p.clients = l.concurrency;
+        p.prompt_tokens = kSplitShape.prompt_tokens;
+        p.passes = (int64_t)w.prefill_passes;
+        p.tokens_per_pass = w.prefill_tokens / w.prefill_passes;
+        p.pass_seconds = w.prefill_busy_seconds / w.prefill_passes;
+        // The mean pass: its tokens, as whole prompts (a pass of several
+        // prompts holds each one's attention).
+        const sim::PassTime& t = prefill.time;
+        p.model_seconds =
+            t.fixed + t.per_token * p.tokens_per_pass +
+            t.per_pair * prompt.attention * p.tokens_per_pass / double(kSplitShape.prompt_tokens) +
+            t.RowStep(p.tokens_per_pass);
+        split.prefill_levels.push_back(p);
+      } else if (w.role == "decode") {
+        if (std::optional<sim::ServedLevel> s =
+                ServedLevelOf(w, l.concurrency, kSplitShape, decode)) {
+          r.levels.push_back(*s);
+        }
+      }
+    }
+  }
+  if (split.prefill_levels.empty() || r.levels.empty()) {
+    return absl::InternalError(absl::StrCat(
+        "the split deployment's workers reported too few prompt passes or decode steps to compare "
+        "(its log: ",
+        dir, "/up.log)"));
+  }
+  split.prefill_factor = FitPrefillFactor(split.prefill_levels);
+  FitServed(&r);
+  FitOverhead(&r);
+  split.decode_levels = r.levels;
+  split.decode_factor = r.factor;
+  split.decode_pair_factor = r.pair_factor;
+  split.decode_step_overhead = r.overhead;
+  split.decode_step_overhead_per_row = r.overhead_per_row;
+  return split;
 }
 
 // --refit-served: the profile at in_path with each pass's served factors
@@ -596,12 +730,77 @@ int RefitServedProfile(const std::string& in_path, const std::string& out_path) 
   return 0;
 }
 
+// The split probe of each pair at each thread count the profile measured
+// both precisions at with two workers' cores to spare, into profile->splits.
+absl::Status MeasureSplits(const ModelFlags& mf,
+                           const std::vector<std::pair<std::string, std::string>>& pairs,
+                           const std::vector<int64_t>& clients, sim::Profile* profile) {
+  if (absl::StartsWith(profile->model_path, "synthetic:")) {
+    std::fprintf(stderr, "pdq profile: split probe skipped: no router serves a synthetic model\n");
+    return absl::OkStatus();
+  }
+  PDQ_ASSIGN_OR_RETURN(const std::string scratch, ScratchDir());
+  for (const auto& [prefill_precision, decode_precision] : pairs) {
+    for (const sim::PassProfile& prefill : profile->passes) {
+      if (prefill.precision != prefill_precision) continue;
+      if (2 * prefill.threads > ThreadPool::UsableCores()) {
+        std::fprintf(stderr,
+                     "pdq profile: no split probe of %s/%s at %d threads: two workers need %d "
+                     "cores, this process has %d\n",
+                     prefill_precision.c_str(), decode_precision.c_str(), prefill.threads,
+                     2 * prefill.threads, ThreadPool::UsableCores());
+        continue;
+      }
+      absl::StatusOr<sim::PassProfile> decode = profile->Pass(decode_precision, prefill.threads);
+      if (!decode.ok()) continue;  // checked: both precisions are measured at every count
+      const auto t0 = Clock::now();
+      std::fprintf(stderr,
+                   "pdq profile: split probe: %s prefill beside %s decode, %d threads each on "
+                   "cores apart, served to %s clients ...\n",
+                   prefill_precision.c_str(), decode_precision.c_str(), prefill.threads,
+                   absl::StrJoin(clients, ",").c_str());
+      const std::string dir = absl::StrCat(scratch, "/split-", prefill_precision, "-",
+                                           decode_precision, "-t", prefill.threads);
+      absl::StatusOr<sim::SplitProfile> split =
+          MeasureSplit(mf, profile->model_path, prefill, *decode, clients, dir);
+      if (!split.ok()) {
+        std::fprintf(stderr, "pdq profile: the split probe's files are kept in %s\n",
+                     scratch.c_str());
+        return split.status();
+      }
+      std::string each;
+      for (const sim::SplitPrefillLevel& l : split->prefill_levels) {
+        absl::StrAppendFormat(&each, "%s%d clients: prompt passes of %.0f tokens %.1f/%.1f ms",
+                              each.empty() ? "" : "; ", l.clients, l.tokens_per_pass,
+                              l.pass_seconds * 1e3, l.model_seconds * 1e3);
+      }
+      for (const sim::ServedLevel& l : split->decode_levels) {
+        absl::StrAppendFormat(&each, "; %d clients: decode steps of %.1f rows %.2f/%.2f ms",
+                              l.clients, l.rows_per_step, l.step_seconds * 1e3,
+                              l.model_seconds * 1e3);
+      }
+      std::fprintf(stderr,
+                   "pdq profile: split %s/%s at %d threads: prefill passes x%.2f their model, "
+                   "decode steps x%.2f and x%.2f (attention), the decode loop outside the passes "
+                   "%.2f ms + %.3f ms a row a step (%s: served/model); %.0f s\n",
+                   prefill_precision.c_str(), decode_precision.c_str(), prefill.threads,
+                   split->prefill_factor, split->decode_factor, split->decode_pair_factor,
+                   split->decode_step_overhead * 1e3, split->decode_step_overhead_per_row * 1e3,
+                   each.c_str(), std::chrono::duration<double>(Clock::now() - t0).count());
+      profile->splits.push_back(*std::move(split));
+    }
+  }
+  std::filesystem::remove_all(scratch);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int ProfileCommand(int argc, char** argv) {
   ModelFlags mf;
   std::string out_path = "profile.json", precisions = "fp16,w8a8,w4a16", transports = "tcp",
-              thread_counts, served_clients = "1,4,16", refit_served;
+              thread_counts, served_clients = "1,4,16", refit_served, split_pairs = "auto",
+              split_clients = "4,8";
   int64_t reps = 3;
   double router_seconds = 0;
   FlagParser flags("profile",
@@ -621,6 +820,14 @@ int ProfileCommand(int argc, char** argv) {
                "served by one worker behind the router (64 tokens in and 128 out, then 512 and "
                "256), its steps' time against the passes' model (served_factor, "
                "served_pair_factor); '' skips it");
+  flags.String("split-pairs", &split_pairs,
+               "PREFILL/DECODE precision pairs of the split probe, comma-separated: at each "
+               "measured thread count T with 2T cores to spare, a prefill worker and a decode "
+               "worker of T threads pinned to cores apart behind the router (1P+1D on one box), "
+               "each worker's passes against its model (pdq sim --co-located); auto: w8a8/w4a16 "
+               "where --precisions has both; '' skips it");
+  flags.String("split-clients", &split_clients,
+               "closed-loop client counts of the split probe (128 tokens in, 256 out)");
   flags.String("thread-counts", &thread_counts,
                "comma-separated thread counts to measure the passes at (a 1P+1D deployment on 2 "
                "cores runs each worker on 1; pdq sim --threads picks); default: --threads");
@@ -639,6 +846,31 @@ int ProfileCommand(int argc, char** argv) {
         IntList("served-clients", served_clients, 1, 1024);
     if (!levels.ok()) return fail(levels.status());
     clients = *std::move(levels);
+  }
+  // The split probe's pairs and levels, checked before any work too.
+  std::vector<std::pair<std::string, std::string>> pairs;
+  std::vector<int64_t> pair_clients;
+  if (!split_pairs.empty()) {
+    const std::vector<std::string> measured = absl::StrSplit(precisions, ',', absl::SkipEmpty());
+    if (split_pairs == "auto") {
+      const bool both = std::find(measured.begin(), measured.end(), "w8a8") != measured.end() &&
+                        std::find(measured.begin(), measured.end(), "w4a16") != measured.end();
+      split_pairs = both ? "w8a8/w4a16" : "";
+    }
+    for (absl::string_view pair : absl::StrSplit(split_pairs, ',', absl::SkipEmpty())) {
+      const std::vector<std::string> two = absl::StrSplit(pair, '/');
+      if (two.size() != 2 ||
+          std::find(measured.begin(), measured.end(), two[0]) == measured.end() ||
+          std::find(measured.begin(), measured.end(), two[1]) == measured.end()) {
+        return fail(absl::InvalidArgumentError(absl::StrCat(
+            "--split-pairs: '", pair, "' is not PREFILL/DECODE with both among --precisions (",
+            precisions, ")")));
+      }
+      pairs.push_back({two[0], two[1]});
+    }
+    absl::StatusOr<std::vector<int64_t>> levels = IntList("split-clients", split_clients, 1, 1024);
+    if (!levels.ok()) return fail(levels.status());
+    pair_clients = *std::move(levels);
   }
   // Each count runs on its own pool: a copy of the flags made before any
   // pool exists gets its own (ModelFlags::pool).
@@ -714,15 +946,9 @@ int ProfileCommand(int argc, char** argv) {
                  "pdq profile: served probe skipped: no router serves a synthetic model (it "
                  "reads the GGUF's tokenizer)\n");
   } else if (clients) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern =
-        absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/pdq-profile-XXXXXX");
-    std::vector<char> buf(pattern.begin(), pattern.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr) {
-      return fail(absl::UnavailableError(absl::StrCat("cannot make a directory like ", pattern)));
-    }
-    const std::string scratch = buf.data();
+    absl::StatusOr<std::string> dir = ScratchDir();
+    if (!dir.ok()) return fail(dir.status());
+    const std::string scratch = *dir;
     std::vector<double> routers;
     for (size_t i = 0; i < profile.passes.size(); ++i) {
       sim::PassProfile& p = profile.passes[i];
@@ -764,6 +990,9 @@ int ProfileCommand(int argc, char** argv) {
     }
     std::filesystem::remove_all(scratch);
     if (router_seconds == 0 && !routers.empty()) profile.router_seconds = Median(routers);
+  }
+  if (!pairs.empty()) {
+    if (absl::Status s = MeasureSplits(mf, pairs, pair_clients, &profile); !s.ok()) return fail(s);
   }
   for (absl::string_view transport : absl::StrSplit(transports, ',', absl::SkipEmpty())) {
     absl::StatusOr<sim::LinkProfile> l = MeasureLink(std::string(transport), *layout, (int)reps);

@@ -43,7 +43,7 @@ int SimCommand(int argc, char** argv) {
   double rate = 0, burstiness = 1, spread = 0, ttft_ms = 2000, tpot_ms = 200, step_target_ms = 0,
          prompt_share = 0, noise = 0, pod_start_seconds = -1, hpa_sync_seconds = 15,
          heartbeat_ms = 500;
-  bool idle_passes = false;
+  bool idle_passes = false, co_located = false;
   FlagParser flags(
       "sim",
       "Simulates a deployment serving a workload from a measured profile (pdq profile): the "
@@ -91,6 +91,11 @@ int SimCommand(int argc, char** argv) {
              "forward passes as the profile timed them alone, not times its measured "
              "served_factor (the router, gRPC and clients sharing the cores), and no stepping-loop "
              "time outside them (its step_overhead)");
+  flags.Bool("co-located", &co_located,
+             "each prefill worker shares a machine with a decode worker, pinned to cores apart "
+             "(1P+1D on one box): both run on the profile's split probe of their pair (pdq "
+             "profile --split-pairs), which sees the slowdown of each beside the other, instead "
+             "of their passes' served factors");
   flags.String("rate-phases", &rate_phases,
                "open loop: the rate in phases SECONDS:RATE,... repeated (e.g. 90:10,400:0.2), "
                "instead of --rate");
@@ -160,6 +165,11 @@ int SimCommand(int argc, char** argv) {
   wo.kv_blocks = kv_blocks;
   wo.noise = noise;
   wo.idle_passes = idle_passes;
+  wo.co_located = co_located;
+  if (co_located && !(d.prefill > 0 && d.decode > 0)) {
+    return fail(absl::InvalidArgumentError(
+        "--co-located pairs prefill with decode workers: the deployment has no P and D"));
+  }
   if (absl::Status s = sim::SpecsFromProfile(*profile, precisions, wo, &d); !s.ok()) return fail(s);
   for (sim::PoolHpa& h : hpas) {
     h.spec.sync_seconds = hpa_sync_seconds;
@@ -238,6 +248,18 @@ int SimCommand(int argc, char** argv) {
                                                  "alone): ",
                                                absl::StrJoin(factors, "; "))
                                     .c_str());
+    if (co_located && !idle_passes) {
+      // SpecsFromProfile found it.
+      const sim::SplitProfile split =
+          *profile->Split(prefill_precision, decode_precision,
+                          profile->Pass(prefill_precision, wo.threads)->threads);
+      std::printf(
+          "  co-located: %s prefill x%.2f, %s decode x%.2f (attention x%.2f), +%.2f ms +%.3f ms "
+          "a row a step outside the passes (the profile's split probe, in place of the above)\n",
+          prefill_precision.c_str(), split.prefill_factor, decode_precision.c_str(),
+          split.decode_factor, split.decode_pair_factor, split.decode_step_overhead * 1e3,
+          split.decode_step_overhead_per_row * 1e3);
+    }
     std::printf("  step times: %s\n",
                 stepped.empty()
                     ? "the profile's line in rows, tokens and attention"

@@ -95,6 +95,10 @@ struct WorkMetrics {
   server::Counter& prefill_busy =
       m.GetCounter("pdq_prefill_busy_seconds_total",
                    "Time spent in prefill forward passes (batched prompts count once).");
+  server::Counter& prefill_passes = m.GetCounter(
+      "pdq_prefill_passes_total",
+      "Forward passes that computed prompt tokens (with pdq_prefill_busy_seconds_total "
+      "and pdq_prefill_tokens_total: the mean prompt pass).");
   server::Counter& decode_bytes =
       m.GetCounter("pdq_decode_bytes_read_total",
                    "Weight and KV bytes the decode steps read, for bandwidth utilization against "
@@ -1244,6 +1248,7 @@ double Scheduler::RunPass(Context* ctx, policy::StepCostModel& cost,
   WorkMetrics& wm = WorkMetrics::Get();
   if (!chunks.empty()) {
     wm.prefill_busy.Add(seconds);
+    wm.prefill_passes.Add();
     double ops = 0;
     for (const Chunk& c : chunks) {
       ops += ctx->model().config().ForwardFlops(c.s->prefilled, c.n, c.last ? 1 : 0);
