@@ -130,6 +130,24 @@ case $cmd in
   *) usage ;;
 esac
 
+# config_sim_flags PROFILE FLAGS: a configuration's pdq sim flags on PROFILE.
+# A 1P+1D pair runs on one box, each worker pinned to a core: --co-located
+# where the profile has the pair's split probe (pdq profile since 9ac8f70;
+# earlier sets' profiles have none and predict as they did); CO_LOCATED=0
+# never.
+config_sim_flags() {
+  local profile="$1" flags="$2"
+  if [[ ${CO_LOCATED:-1} != 0 && $flags == *"--deployment 1P+1D"* &&
+    $flags =~ --prefill-precision\ ([^ ]+)\ --decode-precision\ ([^ ]+) ]] &&
+    python3 -c 'import json, sys
+p = json.load(open(sys.argv[1]))
+sys.exit(0 if any(s["prefill_precision"] == sys.argv[2] and s["decode_precision"] == sys.argv[3]
+                  for s in p.get("splits", [])) else 1)' "$profile" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"; then
+    flags+=" --co-located"
+  fi
+  echo "$flags"
+}
+
 predict() {
   local profile="${PROFILE:-$dir/profile.json}"
   [[ -f $profile ]] || { echo "no $profile (pdq profile --thread-counts 1,2 --out ...)" >&2; exit 1; }
@@ -138,6 +156,7 @@ predict() {
   for c in "${configs[@]}"; do
     IFS='|' read -r name _ flags <<<"$c"
     [[ -z $only || ",$only," == *",$name,"* ]] || continue
+    flags="$(config_sim_flags "$profile" "$flags")"
     for level in "${levels[@]}"; do
       # shellcheck disable=SC2086  # flags are words
       "$build/bin/pdq" sim --profile "$profile" $flags ${SIM_FLAGS:-} \
@@ -210,6 +229,7 @@ predict_open() {
   for c in "${configs[@]}"; do
     IFS='|' read -r name _ flags <<<"$c"
     [[ ",$open_names," == *",$name,"* ]] || continue
+    flags="$(config_sim_flags "$profile" "$flags")"
     if [[ -z ${OPEN_RATES:-} ]]; then
       # shellcheck disable=SC2086  # flags are words
       "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
