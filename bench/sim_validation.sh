@@ -54,6 +54,14 @@
 #       MATCHED=1, each run against its own arrivals simulated
 #       (validation-emulated-matched.md): the control plane's error without
 #       the sampling error of 150 arrivals, which dominates p99
+#   bench/sim_validation.sh host-speed DIR
+#       DIR/host-speed.md: for each real run (measured, measured-open), how
+#       fast the host ran it against the profile: the workers' served prompt
+#       passes and decode steps (their /metrics) over the profile's passes
+#       timed alone for the same mean work, beside the run's TTFT and TPOT
+#       p50 errors against its own arrivals simulated (open loop) or the
+#       prediction (closed loop). A drifting host shows as errors that follow
+#       the speed (the fit is not refitted: a diagnosis, not a correction)
 #   EMULATED_TAG=-NAME names another set of them (predicted-emulated-NAME,
 #   measured-emulated-NAME, validation-emulated-NAME.md): a later model or
 #   router, beside the earlier; EMULATED_RUNS_TAG=-OTHER compares them with
@@ -126,7 +134,7 @@ case $cmd in
   predict | measure | predict-open | measure-open | predict-emulated | measure-emulated)
     [[ -n $dir ]] || usage
     [[ -x $build/bin/pdq ]] || { echo "no $build/bin/pdq (make build)" >&2; exit 1; } ;;
-  compare | compare-open | compare-emulated) dir="${2:-}"; [[ -d $dir ]] || usage ;;
+  compare | compare-open | compare-emulated | host-speed) dir="${2:-}"; [[ -d $dir ]] || usage ;;
   *) usage ;;
 esac
 
@@ -473,6 +481,100 @@ for k, cells in errors.items():
                f"{max(abs(e) for e in es):.1%} | {sum(ok for _, ok in cells)} of {len(cells)} |")
 open(f"{d}/validation-{'emulated' + tag if emulated else 'open' + open_tag if open_loop else predicted}"
      f"{'-matched' if matched else ''}{os.environ.get('VALIDATION_SUFFIX', '')}.md", "w").write("\n".join(out) + "\n")
+print("\n".join(out))
+PY
+}
+
+host_speed() {
+  local c name flags
+  CONFIGS="$(for c in "${configs[@]}"; do
+    IFS='|' read -r name _ flags <<<"$c"
+    printf '%s\t%s\n' "$name" "$flags"
+  done)" PROFILE="${PROFILE:-$dir/profile.json}" python3 - "$dir" <<'PY'
+import glob, json, os, re, statistics, sys
+d = sys.argv[1]
+profile = json.load(open(os.environ["PROFILE"]))
+configs = dict(line.split("\t") for line in os.environ["CONFIGS"].splitlines())
+def flag(flags, name):
+    m = re.search(rf"--{name} (\S+)", flags)
+    return m.group(1) if m else None
+def pass_of(precision, threads):
+    for p in profile["passes"]:
+        if p["precision"] == precision and p["threads"] == threads:
+            return p
+    return None
+def row_step(p, rows):  # PassTime::RowStep: interpolated, held beyond the ends
+    steps = p.get("row_steps", [])
+    if not steps:
+        return 0
+    if rows <= steps[0][0]:
+        return steps[0][1]
+    for (r0, s0), (r1, s1) in zip(steps, steps[1:]):
+        if rows <= r1:
+            return s0 + (s1 - s0) * (rows - r0) / (r1 - r0)
+    return steps[-1][1]
+def alone(p, rows, tokens, pairs):
+    return (p["fixed"] + p["per_row"] * rows + p["per_token"] * tokens + p["per_pair"] * pairs
+            + row_step(p, rows + tokens))
+def p50_error(pred, level, metric):
+    return pred[f"{metric}_p50"]["mean"] / level[f"{metric}_s"]["p50"] - 1
+out = ["| run | prompt passes, served / alone | decode steps, served / alone | TTFT p50 error | TPOT p50 error |",
+       "| --- | ---: | ---: | ---: | ---: |"]
+pairs_of = []
+for measured, predicted in (("measured", "predicted"), ("measured-open", "predicted-open")):
+    for f in sorted(glob.glob(f"{d}/{measured}/*.json")):
+        base = os.path.basename(f)[:-5]
+        m = re.fullmatch(r"(.+?)(\.\w+)?(-f[\d.]+)?-(\d+)", base)
+        name, suffix, frac, run = m.group(1), m.group(2) or "", m.group(3) or "", int(m.group(4))
+        flags = configs.get(name)
+        if flags is None:
+            continue
+        r = json.load(open(f))
+        threads = int(flag(flags, "threads"))
+        mono = "--deployment 1M" in flags
+        prompt_p = pass_of(flag(flags, "monolithic-prefill-precision") or flag(flags, "monolithic-precision")
+                           if mono else flag(flags, "prefill-precision"), threads)
+        decode_p = pass_of(flag(flags, "monolithic-precision") if mono else flag(flags, "decode-precision"),
+                           threads)
+        for level in r["levels"]:
+            prompt_ratio = decode_ratio = None
+            L, out_tokens = r["input_tokens"], r["output_tokens"]
+            for w in level["workers"]:
+                passes = w.get("prefill_passes") or w.get("prefills") or 0
+                if prompt_p and passes and w.get("prefill_busy_seconds"):
+                    tokens = w["prefill_tokens"] / passes
+                    model = alone(prompt_p, 0, tokens, tokens / L * L * L / 2)
+                    prompt_ratio = w["prefill_busy_seconds"] / passes / model
+                if decode_p and w.get("decode_steps"):
+                    steps = w["decode_steps"]
+                    rows = w["decode_rows"] / steps
+                    # Prompt tokens in the same pass (a monolithic worker of one model).
+                    fused = mono and not flag(flags, "monolithic-prefill-precision")
+                    ptok = (w.get("decode_step_prompt_tokens") or 0) / steps if fused else 0
+                    pairs = rows * (L + (out_tokens - 1) / 2) + ptok * L / 2
+                    model = alone(decode_p, rows, ptok, pairs)
+                    decode_ratio = w["decode_step_seconds"] / steps / model
+            c = level["concurrency"]
+            pf = (f"{d}/{predicted}/{name}{frac}-s{r.get('arrival_seed', 1)}.json" if frac
+                  else f"{d}/{predicted}/{name}{suffix}-c{c}.json")
+            errs = ["", ""]
+            if os.path.exists(pf):
+                pred = json.load(open(pf))
+                errs = [f"{p50_error(pred, level, 'ttft'):+.0%}", f"{p50_error(pred, level, 'tpot'):+.0%}"]
+                if prompt_ratio:
+                    pairs_of.append((prompt_ratio, p50_error(pred, level, "ttft")))
+            label = f"{name}{suffix}{frac} run {run}" + ("" if frac else f", {c} clients")
+            ratio = lambda x: f"{x:.2f}" if x else ""
+            out.append(f"| {label} | {ratio(prompt_ratio)} | {ratio(decode_ratio)} | {errs[0]} | {errs[1]} |")
+out += ["", "Served / alone: the workers' mean prompt pass and decode step (their /metrics) over the",
+        "profile's passes timed alone for the same mean work (decode rows over contexts from the prompt",
+        "to the answer's middle). Errors: the prediction (open loop: the run's own arrivals simulated)",
+        "over the run's p50, less 1."]
+if len(pairs_of) > 2:
+    xs, ys = zip(*pairs_of)
+    out.append(f"Across {len(xs)} runs, TTFT p50 error against the prompt passes' served / alone: "
+               f"correlation {statistics.correlation(xs, ys):+.2f}.")
+open(f"{d}/host-speed.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
 }
