@@ -31,6 +31,17 @@
 #       kept across rates would answer later ones from its prefix cache,
 #       which the simulator does not model), run r sending the arrivals of
 #       `pdq bench --arrival-seed r` -> DIR/measured-open/
+#       TRACK_SPEED=1: before each run, speed_probe on the idle machine
+#       against DIR/speed-reference.json, and that run's own arrivals
+#       simulated on the profile scaled by how much slower the probe ran
+#       (prompt passes by the W8A8 prompts' ratio, decode by the W4A16
+#       steps', on the CPU each worker is pinned to, their mean where it
+#       floats) -> DIR/predicted-open-tracked/NAME-fF-sR.json, written before
+#       the run starts (speed.txt: each run's ratios)
+#   bench/sim_validation.sh speed-reference BUILD DIR
+#       speed_probe right after the profile -> DIR/speed-reference.json: one-
+#       thread W8A8 prompts (128 tokens) and W4A16 decode steps (4 rows over
+#       128 tokens) by pdq bench-engine, pinned to CPU 0 and to CPU 1
 #   bench/sim_validation.sh compare-open DIR
 #       DIR/validation-open.md, as compare (p99 judged at 20%); MATCHED=1
 #       sets each run beside its own arrivals simulated (run r sent
@@ -131,7 +142,7 @@ if [[ $workload != chat && $cmd != predict && $cmd != measure && $cmd != compare
   exit 2
 fi
 case $cmd in
-  predict | measure | predict-open | measure-open | predict-emulated | measure-emulated)
+  predict | measure | predict-open | measure-open | predict-emulated | measure-emulated | speed-reference)
     [[ -n $dir ]] || usage
     [[ -x $build/bin/pdq ]] || { echo "no $build/bin/pdq (make build)" >&2; exit 1; } ;;
   compare | compare-open | compare-emulated | host-speed) dir="${2:-}"; [[ -d $dir ]] || usage ;;
@@ -268,6 +279,7 @@ measure_open() {
       while read -r _ f rate; do
         [[ -z $only || ",$only," == *",$name-f$f,"* ]] || continue
         log "round $r: $name at $rate/s"
+        [[ ${TRACK_SPEED:-0} == 0 ]] || predict_tracked "$name" "$f" "$rate" "$r"
         up "$name" "$workers"
         "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
           --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
@@ -280,6 +292,90 @@ measure_open() {
 }
 
 compare_open() { OPEN=1 compare; }
+
+# speed_probe OUT: the host's speed now, on each CPU the 1P+1D
+# configurations pin a worker to -> OUT (JSON: per CPU, W8A8 prompt and
+# W4A16 decode tokens/s at one thread, each the mean of 5 repetitions).
+speed_probe() {
+  python3 - "$build/bin/pdq" "$1" <<'PY'
+import json, subprocess, sys
+pdq, out = sys.argv[1], sys.argv[2]
+def run(cpu, args, key):
+    r = subprocess.run(["taskset", "-c", str(cpu), pdq, "bench-engine", "--threads", "1",
+                        "--repetitions", "5", "--json", *args],
+                       capture_output=True, text=True, check=True)
+    return json.loads(r.stdout)[key]
+probe = {}
+for cpu in (0, 1):
+    probe[f"cpu{cpu}"] = {
+        "prompt_tokens_per_s": run(cpu, ["--precision", "w8a8", "--prompt-tokens", "128",
+                                         "--gen-tokens", "4"], "prefill_tokens_per_s"),
+        "decode_tokens_per_s": run(cpu, ["--precision", "w4a16", "--prompt-tokens", "16",
+                                         "--batch", "4", "--decode-context", "128",
+                                         "--gen-tokens", "32"], "decode_tokens_per_s")}
+json.dump(probe, open(out, "w"), indent=1)
+PY
+}
+
+speed_reference() {
+  [[ -f $dir/profile.json ]] || { echo "no $dir/profile.json: profile first" >&2; exit 1; }
+  speed_probe "$dir/speed-reference.json"
+  cat "$dir/speed-reference.json"
+}
+
+# predict_tracked NAME FRACTION RATE RUN: speed_probe now, the profile's
+# passes scaled by how much slower than DIR/speed-reference.json it ran,
+# and run RUN's arrivals simulated on that (TRACK_SPEED=1).
+predict_tracked() {
+  local name="$1" f="$2" rate="$3" r="$4" c flags out="$dir/predicted-open-tracked"
+  [[ -f $dir/speed-reference.json ]] || { echo "no $dir/speed-reference.json (speed-reference)" >&2; exit 1; }
+  mkdir -p "$out"
+  for c in "${configs[@]}"; do
+    [[ ${c%%|*} == "$name" ]] && flags="${c##*|}"
+  done
+  speed_probe "$work/speed-now.json"
+  python3 - "$dir/profile.json" "$dir/speed-reference.json" "$work/speed-now.json" "$flags" \
+    "$name-f$f run $r" >"$work/profile-tracked.json" 2>>"$out/speed.txt" <<'PY'
+import json, re, statistics, sys
+profile, ref, now = (json.load(open(f)) for f in sys.argv[1:4])
+flags, label = sys.argv[4], sys.argv[5]
+def flag(name):
+    m = re.search(rf"--{name} (\S+)", flags)
+    return m.group(1) if m else None
+# How much longer a pass takes now than at the reference, per CPU and kind.
+slow = {cpu: {k: ref[cpu][k] / now[cpu][k] for k in ref[cpu]} for cpu in ref}
+mean = {k: statistics.fmean(slow[c][k] for c in slow) for k in ("prompt_tokens_per_s", "decode_tokens_per_s")}
+if "--deployment 1M" in flags:  # its threads float over both CPUs
+    prompt = flag("monolithic-prefill-precision") or flag("monolithic-precision")
+    decode, p_slow, d_slow = flag("monolithic-precision"), mean["prompt_tokens_per_s"], mean["decode_tokens_per_s"]
+else:  # pinned as configs pins them: the prefill worker on CPU 0, the decode worker on CPU 1
+    prompt, decode = flag("prefill-precision"), flag("decode-precision")
+    p_slow, d_slow = slow["cpu0"]["prompt_tokens_per_s"], slow["cpu1"]["decode_tokens_per_s"]
+scale = ({prompt: (p_slow + d_slow) / 2} if prompt == decode else {prompt: p_slow, decode: d_slow})
+for p in profile["passes"]:
+    s = scale.get(p["precision"])
+    if s is None:
+        continue
+    for k in ("fixed", "per_row", "per_token", "per_pair", "step_overhead", "step_overhead_per_row"):
+        if k in p:
+            p[k] *= s
+    p["row_steps"] = [[rows, seconds * s] for rows, seconds in p.get("row_steps", [])]
+for s_ in profile.get("splits", []):
+    for k in ("decode_step_overhead", "decode_step_overhead_per_row"):
+        s_[k] *= scale.get(s_["decode_precision"], 1)
+print(json.dumps(profile))
+print(f"{label}: " + ", ".join(f"{k} x{v:.3f}" for k, v in scale.items()) + " (probe: " +
+      "; ".join(f"{c} prompts x{slow[c]['prompt_tokens_per_s']:.3f}, decode x{slow[c]['decode_tokens_per_s']:.3f}"
+                for c in slow) + ")", file=sys.stderr)
+PY
+  flags="$(config_sim_flags "$work/profile-tracked.json" "$flags")"
+  # shellcheck disable=SC2086  # flags are words
+  "$build/bin/pdq" sim --profile "$work/profile-tracked.json" $flags \
+    --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" --rate "$rate" \
+    --requests "$open_requests" --warmup "$open_warmup" --seeds 1 --seed "$r" \
+    --json "$out/$name-f$f-s$r.json" >/dev/null
+  tail -1 "$out/speed.txt" >&2
+}
 
 # pdq sim's flags for an emulated deployment SIZE ("3P+5D").
 emulated_sim_flags() {
@@ -436,14 +532,16 @@ for name in names:
         c = level["concurrency"]
         # Open loop: NAME is DEPLOYMENT-fFRACTION, one level (concurrency 0).
         pf = f"{d}/{predicted}/{name}.json" if open_loop else f"{d}/{predicted}/{name}-c{c}.json"
-        if not os.path.exists(pf):
-            continue
-        p = json.load(open(pf))
         # MATCHED=1: each run beside the prediction of its own arrivals
         # (NAME-sSEED.json; runs before --arrival-seed sent seed 1's).
         same = [f"{d}/{predicted}/{name}-s{r.get('arrival_seed', 1)}.json" for r in runs]
         if matched and not all(os.path.exists(f) for f in same):
             continue
+        if not os.path.exists(pf):
+            if not matched:
+                continue
+            pf = same[0]  # runs predicted one by one (TRACK_SPEED=1): no five-seed file
+        p = json.load(open(pf))
         own = [json.load(open(f)) for f in same] if matched else []
         cells = []
         for m, q in metrics:

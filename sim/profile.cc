@@ -94,8 +94,6 @@ absl::Status ParseDeployment(const std::string& text, Deployment* d) {
 
 namespace {
 
-// A pass's time as the simulated worker takes it: served (times the
-// profile's served_factor, where measured) unless the options say alone.
 // t with its attention times `pair` and the rest times f.
 PassTime Scaled(const PassTime& t, double f, double pair) {
   PassTime served = {t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * pair, t.row_steps};
@@ -103,6 +101,8 @@ PassTime Scaled(const PassTime& t, double f, double pair) {
   return served;
 }
 
+// A pass's time as the simulated worker takes it: served (times the
+// profile's served_factor, where measured) unless the options say alone.
 PassTime Served(const PassProfile& pass, const WorkerOptions& o) {
   if (o.idle_passes || !(pass.served_factor > 0)) return pass.time;
   const double f = pass.served_factor;
