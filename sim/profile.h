@@ -93,9 +93,9 @@ struct SplitPrefillLevel {
 // A prefill worker and a decode worker of `threads` each on one machine,
 // pinned to cores apart, behind the router (the 1P+1D deployment on one
 // 2-core box), served to closed-loop clients: each worker's passes against
-// its pass model. On a 2-core Zen 4 a served prompt here took 10-30% longer
-// than the pass alone while the decode worker beside it was busy, which the
-// one-worker served probe does not see (bench/RESULTS.md). `pdq sim
+// its pass model. On a 2-core Zen 4 guest a prompt here took x1.01 its pass
+// alone one hour and x1.30 the next, which the one-worker served probe does
+// not see (bench/RESULTS.md, "The next hour"). `pdq sim
 // --co-located` runs a pair's workers on these factors instead of the
 // passes' served ones.
 struct SplitProfile {
