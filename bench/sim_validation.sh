@@ -641,7 +641,8 @@ for measured, predicted in (("measured", "predicted"), ("measured-open", "predic
                 passes = w.get("prefill_passes") or w.get("prefills") or 0
                 if prompt_p and passes and w.get("prefill_busy_seconds"):
                     tokens = w["prefill_tokens"] / passes
-                    model = alone(prompt_p, 0, tokens, tokens / L * L * L / 2)
+                    # tokens / L whole prompts, each attending L * L / 2 pairs.
+                    model = alone(prompt_p, 0, tokens, tokens * L / 2)
                     prompt_ratio = w["prefill_busy_seconds"] / passes / model
                 if decode_p and w.get("decode_steps"):
                     steps = w["decode_steps"]

@@ -150,13 +150,13 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
     if (absl::Status s = Spec(p, precisions.prefill, "", o, &d->prefill_worker); !s.ok()) return s;
     if (absl::Status s = Spec(p, precisions.decode, "", o, &d->decode_worker); !s.ok()) return s;
     if (o.co_located && !o.idle_passes) {
-      absl::StatusOr<PassProfile> prefill = p.Pass(precisions.prefill, o.threads);
-      absl::StatusOr<PassProfile> decode = p.Pass(precisions.decode, o.threads);
-      absl::StatusOr<SplitProfile> split =
-          p.Split(precisions.prefill, precisions.decode, prefill->threads);
+      absl::StatusOr<SplitProfile> split = CoLocatedSplit(p, precisions, o);
       if (!split.ok()) return split.status();
-      d->prefill_worker.pass = Scaled(prefill->time, split->prefill_factor, split->prefill_factor);
-      d->decode_worker.pass = Scaled(decode->time, split->decode_factor, split->decode_pair_factor);
+      // Spec found both passes.
+      const PassProfile prefill = *p.Pass(precisions.prefill, o.threads);
+      const PassProfile decode = *p.Pass(precisions.decode, o.threads);
+      d->prefill_worker.pass = Scaled(prefill.time, split->prefill_factor, split->prefill_factor);
+      d->decode_worker.pass = Scaled(decode.time, split->decode_factor, split->decode_pair_factor);
       d->decode_worker.step_overhead = split->decode_step_overhead;
       d->decode_worker.step_overhead_per_row = split->decode_step_overhead_per_row;
     }
@@ -168,6 +168,13 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
   d->num_layers = p.num_layers;
   d->router_seconds = p.router_seconds;
   return absl::OkStatus();
+}
+
+absl::StatusOr<SplitProfile> CoLocatedSplit(const Profile& p, const Precisions& precisions,
+                                            const WorkerOptions& o) {
+  absl::StatusOr<PassProfile> prefill = p.Pass(precisions.prefill, o.threads);
+  if (!prefill.ok()) return prefill.status();
+  return p.Split(precisions.prefill, precisions.decode, prefill->threads);
 }
 
 absl::StatusOr<double> PodStartSeconds(const Profile& p, const Precisions& precisions,

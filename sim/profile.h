@@ -180,6 +180,12 @@ absl::Status ParseDeployment(const std::string& text, Deployment* d);
 absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
                               const WorkerOptions& o, Deployment* d);
 
+// The split probe a co-located pair of `precisions` runs on (options.co_located):
+// the pair's at the thread count of the prefill pass the options pick.
+// NotFound names the pass or the probe the profile lacks.
+absl::StatusOr<SplitProfile> CoLocatedSplit(const Profile& p, const Precisions& precisions,
+                                            const WorkerOptions& o);
+
 // How long a new worker of `d`'s pools takes from start to serving, by the
 // profile: the slowest pool's model loads (both models of a monolithic
 // worker with two) and its start-up prompt probe (a 16-token warm pass and

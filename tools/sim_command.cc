@@ -75,8 +75,7 @@ int SimCommand(int argc, char** argv) {
   flags.Int("seeds", &seeds, 1, 1000, "runs, each with its own seed");
   flags.Int("seed", &seed, 0, 1LL << 62,
             "the first seed (seed N's arrivals at --burstiness 1 without --rate-phases are those "
-            "`pdq bench "
-            "--rate R --arrival-seed N` sends)");
+            "`pdq bench --rate R --arrival-seed N` sends)");
   flags.Float("ttft-target-ms", &ttft_ms, 0, 1e9, "TTFT target of goodput");
   flags.Float("tpot-target-ms", &tpot_ms, 0, 1e9, "TPOT target of goodput");
   flags.Int("max-decode-batch", &batch, 1, 4096, "workers' --max-decode-batch");
@@ -249,10 +248,8 @@ int SimCommand(int argc, char** argv) {
                                                absl::StrJoin(factors, "; "))
                                     .c_str());
     if (co_located && !idle_passes) {
-      // SpecsFromProfile found it.
       const sim::SplitProfile split =
-          *profile->Split(prefill_precision, decode_precision,
-                          profile->Pass(prefill_precision, wo.threads)->threads);
+          *sim::CoLocatedSplit(*profile, precisions, wo);  // found above
       std::printf(
           "  co-located: %s prefill x%.2f, %s decode x%.2f (attention x%.2f), +%.2f ms +%.3f ms "
           "a row a step outside the passes (the profile's split probe, in place of the above)\n",
