@@ -1,16 +1,18 @@
 // AVX-VNNI kernels (256-bit vpdpbusd: Alder Lake and later client CPUs,
 // Sierra Forest), for CPUs that have them without the AVX-512 table's
 // requirements. Compiled with -mavx2 -mfma -mf16c -mavxvnni and reached only
-// through dispatch. Only the W8A8 GEMM differs from the AVX2 table: on the
-// Xeon this was measured on, 256-bit vpdpwssd did not beat vpmaddwd + vpaddd
-// for the W4A16 int16 kernels (0.8-0.9x), nor vpdpbusd the AVX2 W8A8 kernel
-// below 4 rows, so those stay AVX2's (bench/RESULTS.md).
+// through dispatch. The W8A8 GEMM from 4 rows and the one-row W4A16 GEMV
+// (decode) differ from the AVX2 table; below 4 rows vpdpbusd did not beat the
+// AVX2 W8A8 kernel, and the several-row W4A16 tiles stay AVX2's (256-bit
+// vpdpwssd measured 0.8-0.9x there, but through GCC's copying intrinsic; not
+// remeasured with the asm helpers). bench/RESULTS.md, "AVX-VNNI".
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/w4_row.h"
 
 namespace pdq::cpu {
 namespace {
@@ -23,6 +25,36 @@ namespace {
 inline __m256i DpbusdVex(__m256i acc, __m256i a_u8, __m256i b_s8) {
   asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a_u8), "xm"(b_s8));
   return acc;
+}
+inline __m256i DpwssdVex(__m256i acc, __m256i a, __m256i b) {
+  asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+  return acc;
+}
+
+// ---- W4A16 -------------------------------------------------------------------
+
+// One activation row (decode) against each panel (kernels/cpu/w4_row.h): the
+// AVX-512 table's 256-bit row kernel with the VEX vpdpwssd, four chains (one
+// chain's latency would bound a group); its sums and rounding are the AVX2
+// kernel's bit for bit. Several rows stay on the AVX2 tiles, whose last odd
+// row takes AVX2's row kernel: the same numbers.
+void GemmW4PanelsVnni(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                      const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
+  if (m != 1) {
+    kAvx2Kernels.gemm_w4_panels(w, p_begin, p_end, xq, xs, xsum, m, y, ldy);
+    return;
+  }
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    __m256 out0, out1;
+    W4IntRow<4>(
+        w, p, xq, xs, xsum, [](__m256i acc, __m256i a, __m256i b) { return DpwssdVex(acc, a, b); },
+        &out0, &out1);
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, out0);
+    _mm256_store_ps(tmp + 8, out1);
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    std::memcpy(y + p * kPanelRows, tmp, cols * sizeof(float));
+  }
 }
 
 // ---- W8A8 ---------------------------------------------------------------------
@@ -114,6 +146,7 @@ const KernelTable& AvxVnniKernels() {
     KernelTable t = kAvx2Kernels;
     t.name = "avx2+vnni";
     t.gemm_i8_panels = GemmI8PanelsVnni;
+    t.gemm_w4_panels = GemmW4PanelsVnni;
     return t;
   }();
   return table;
