@@ -255,48 +255,6 @@ void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const
 
 // ---- W4A16 ------------------------------------------------------------------
 
-// Rows [0, MR) of the int16 activations against one panel: per group, the
-// exact int32 dot products of 8 rows x 2 inputs per vpmaddwd, then one scale.
-template <int MR>
-void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
-               const float* xsum, float* y, int64_t ldy, int cols) {
-  const int64_t groups = PackedW4Groups(w.k, w.group);
-  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
-  const fp16_t* sp = w.scale + p * groups * kPanelRows;
-  const fp16_t* mp = w.min + p * groups * kPanelRows;
-  alignas(32) float out[MR][16];
-  for (int r = 0; r < MR; ++r) {
-    _mm256_store_ps(out[r], _mm256_setzero_ps());
-    _mm256_store_ps(out[r] + 8, _mm256_setzero_ps());
-  }
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
-    __m256i acc[MR][2];
-    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-    for (int64_t t = t0; t < t1; ++t) {
-      const W4Codes c = LoadW4Codes(q + t * kPanelRows);
-      for (int r = 0; r < MR; ++r) {
-        const __m256i a = BroadcastPair(xq + r * w.k + 2 * t);
-        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(c.lo, a));
-        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(c.hi, a));
-      }
-    }
-    const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
-    const __m256 m0 = LoadF16x8(mp + g * kPanelRows), m1 = LoadF16x8(mp + g * kPanelRows + 8);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 xscale = _mm256_set1_ps(xs[r * groups + g]);
-      const __m256 xtotal = _mm256_set1_ps(xsum[r * groups + g]);
-      const __m256 o0 = _mm256_fmadd_ps(m0, xtotal, _mm256_load_ps(out[r]));
-      const __m256 o1 = _mm256_fmadd_ps(m1, xtotal, _mm256_load_ps(out[r] + 8));
-      _mm256_store_ps(out[r], _mm256_fmadd_ps(_mm256_mul_ps(s0, xscale),
-                                              _mm256_cvtepi32_ps(acc[r][0]), o0));
-      _mm256_store_ps(out[r] + 8, _mm256_fmadd_ps(_mm256_mul_ps(s1, xscale),
-                                                  _mm256_cvtepi32_ps(acc[r][1]), o1));
-    }
-  }
-  for (int r = 0; r < MR; ++r) std::memcpy(y + r * ldy, out[r], cols * sizeof(float));
-}
-
 // One activation row (decode) against one panel (kernels/cpu/w4_row.h),
 // two input pairs at a time on separate accumulators.
 inline void W4IntRowAvx2(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
@@ -329,8 +287,12 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
     // row): the integer multiplies are the bottleneck here, so few narrow
     // tiles matter more than spills.
     auto tile = [&](auto rows, int64_t r) {
-      W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
-                                       yp + r * ldy, ldy, cols);
+      W4IntTile<decltype(rows)::value>(
+          w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
+          [](__m256i acc, __m256i a, __m256i b) {
+            return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+          },
+          yp + r * ldy, ldy, cols);
     };
     int64_t r = 0;
     for (; r + 4 <= m; r += 4) tile(std::integral_constant<int, 4>{}, r);

@@ -1,15 +1,16 @@
 // AVX-VNNI kernels (256-bit vpdpbusd: Alder Lake and later client CPUs,
 // Sierra Forest), for CPUs that have them without the AVX-512 table's
 // requirements. Compiled with -mavx2 -mfma -mf16c -mavxvnni and reached only
-// through dispatch. The W8A8 GEMM from 4 rows and the one-row W4A16 GEMV
-// (decode) differ from the AVX2 table; below 4 rows vpdpbusd did not beat the
-// AVX2 W8A8 kernel, and the several-row W4A16 tiles stay AVX2's (256-bit
-// vpdpwssd measured 0.8-0.9x there, but through GCC's copying intrinsic; not
-// remeasured with the asm helpers). bench/RESULTS.md, "AVX-VNNI".
+// through dispatch. The W8A8 GEMM from 4 rows and the W4A16 int16 kernels
+// (decode row and tiles) differ from the AVX2 table, their dot products
+// through asm helpers (GCC 12's intrinsics copy the accumulators; with them,
+// 256-bit vpdpwssd had measured 0.8-0.9x vpmaddwd + vpaddd). Below 4 rows
+// vpdpbusd did not beat the AVX2 W8A8 kernel. bench/RESULTS.md, "AVX-VNNI".
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/w4_row.h"
@@ -33,27 +34,39 @@ inline __m256i DpwssdVex(__m256i acc, __m256i a, __m256i b) {
 
 // ---- W4A16 -------------------------------------------------------------------
 
-// One activation row (decode) against each panel (kernels/cpu/w4_row.h): the
-// AVX-512 table's 256-bit row kernel with the VEX vpdpwssd, four chains (one
-// chain's latency would bound a group); its sums and rounding are the AVX2
-// kernel's bit for bit. Several rows stay on the AVX2 tiles, whose last odd
-// row takes AVX2's row kernel: the same numbers.
+// W4A16 on int16 activations with the VEX vpdpwssd (kernels/cpu/w4_row.h):
+// one row (decode) on the AVX-512 table's 256-bit row kernel, four chains
+// (one chain's latency would bound a group); several rows in tiles of up to
+// 4 (6 measured the same). Sums and rounding are the AVX2 kernels' bit for
+// bit.
 void GemmW4PanelsVnni(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
-  if (m != 1) {
-    kAvx2Kernels.gemm_w4_panels(w, p_begin, p_end, xq, xs, xsum, m, y, ldy);
-    return;
-  }
+  constexpr int kTileRows = 4;
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  auto dot = [](__m256i acc, __m256i a, __m256i b) { return DpwssdVex(acc, a, b); };
   for (int64_t p = p_begin; p < p_end; ++p) {
-    __m256 out0, out1;
-    W4IntRow<4>(
-        w, p, xq, xs, xsum, [](__m256i acc, __m256i a, __m256i b) { return DpwssdVex(acc, a, b); },
-        &out0, &out1);
-    alignas(32) float tmp[16];
-    _mm256_store_ps(tmp, out0);
-    _mm256_store_ps(tmp + 8, out1);
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    std::memcpy(y + p * kPanelRows, tmp, cols * sizeof(float));
+    float* yp = y + p * kPanelRows;
+    if (m == 1) {
+      __m256 out0, out1;
+      W4IntRow<4>(w, p, xq, xs, xsum, dot, &out0, &out1);
+      alignas(32) float tmp[16];
+      _mm256_store_ps(tmp, out0);
+      _mm256_store_ps(tmp + 8, out1);
+      std::memcpy(yp, tmp, cols * sizeof(float));
+      continue;
+    }
+    for (int64_t r = 0; r < m;) {
+      const int mr = (int)std::min<int64_t>(kTileRows, m - r);
+      [&]<int... I>(std::integer_sequence<int, I...>) {
+        ((mr == I + 1 ? W4IntTile<I + 1>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
+                                         dot, yp + r * ldy, ldy, cols)
+                      : void()),
+         ...);
+      }
+      (std::make_integer_sequence<int, kTileRows>{});
+      r += mr;
+    }
   }
 }
 

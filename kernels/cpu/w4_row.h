@@ -1,7 +1,8 @@
-// The W4A16 decode row shared by the AVX2 and the AVX-512 kernels: one row
-// of int16 activations against one panel of 16 weight rows (PackedW4 in
+// The W4A16 decode row shared by the AVX2, AVX-VNNI and AVX-512 kernels: one
+// row of int16 activations against one panel of 16 weight rows (PackedW4 in
 // kernels/kernels.h), per group the exact int32 dot products, two inputs of
-// each row at a time, then one scale. Internal to kernels/cpu: each kernel
+// each row at a time, then one scale; and the AVX2 and AVX-VNNI tiles of a
+// few rows, which round as the row does. Internal to kernels/cpu: each kernel
 // file includes it and compiles its own copy under its own target flags,
 // which is why everything here has internal linkage (an unnamed namespace):
 // an inline function of external linkage compiled for AVX-512 in one file
@@ -98,6 +99,49 @@ inline void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const floa
   }
   *out0 = o0;
   *out1 = o1;
+}
+
+// Rows [0, MR) of the int16 activations against one panel: per group, the
+// exact int32 dot products of 8 rows x 2 inputs per `dot` (as W4IntRow's),
+// then one scale, rounded as W4IntRow rounds (AVX2 and AVX-VNNI tiles).
+template <int MR, typename Dot>
+inline void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
+                      const float* xsum, Dot dot, float* y, int64_t ldy, int cols) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  const uint8_t* q = w.q + p * (w.k / 2) * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  const fp16_t* mp = w.min + p * groups * kPanelRows;
+  alignas(32) float out[MR][16];
+  for (int r = 0; r < MR; ++r) {
+    _mm256_store_ps(out[r], _mm256_setzero_ps());
+    _mm256_store_ps(out[r] + 8, _mm256_setzero_ps());
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * w.group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * w.group) / 2;
+    __m256i acc[MR][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int64_t t = t0; t < t1; ++t) {
+      const W4Codes c = LoadW4Codes(q + t * kPanelRows);
+      for (int r = 0; r < MR; ++r) {
+        const __m256i a = BroadcastPair(xq + r * w.k + 2 * t);
+        acc[r][0] = dot(acc[r][0], c.lo, a);
+        acc[r][1] = dot(acc[r][1], c.hi, a);
+      }
+    }
+    const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
+    const __m256 m0 = LoadF16x8(mp + g * kPanelRows), m1 = LoadF16x8(mp + g * kPanelRows + 8);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 xscale = _mm256_set1_ps(xs[r * groups + g]);
+      const __m256 xtotal = _mm256_set1_ps(xsum[r * groups + g]);
+      const __m256 o0 = _mm256_fmadd_ps(m0, xtotal, _mm256_load_ps(out[r]));
+      const __m256 o1 = _mm256_fmadd_ps(m1, xtotal, _mm256_load_ps(out[r] + 8));
+      _mm256_store_ps(
+          out[r], _mm256_fmadd_ps(_mm256_mul_ps(s0, xscale), _mm256_cvtepi32_ps(acc[r][0]), o0));
+      _mm256_store_ps(out[r] + 8, _mm256_fmadd_ps(_mm256_mul_ps(s1, xscale),
+                                                  _mm256_cvtepi32_ps(acc[r][1]), o1));
+    }
+  }
+  for (int r = 0; r < MR; ++r) std::memcpy(y + r * ldy, out[r], cols * sizeof(float));
 }
 
 }  // namespace
