@@ -29,6 +29,7 @@ export LD_LIBRARY_PATH="$llama_bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The paths this CPU has, slowest first (PDQ_ISA names; amx only where the
 # CPU has AMX, else it would run the avx512 path again).
 isas=(avx2)
+grep -q avx_vnni /proc/cpuinfo && isas+=(avxvnni)
 grep -q avx512_vnni /proc/cpuinfo && isas+=(avx512)
 grep -q amx_int8 /proc/cpuinfo && isas+=(amx)
 
@@ -54,15 +55,18 @@ for round in $(seq 1 "$rounds"); do
     --prompt-tokens 512 --gen-tokens 128 --repetitions 2 --fp16-output --bf16-rows 0 --json
   run "$llama_bin/llama-bench" -m "$llama_models/f16.gguf" -m "$llama_models/q8_0.gguf" \
     -m "$llama_models/q4_0.gguf" -t 2 -p 512 -n 128 -r 2 -o md
-  # Batched decode: 32 sequences, each with 128 tokens of context; on the
-  # fastest path also without the bf16 tiles (int16 activations), and with
-  # W4A8 instead (int8 activations from 8 rows a step).
-  for isa in avx2 "${isas[-1]}"; do
+  # Batched decode: 32 sequences, each with 128 tokens of context, on each
+  # path (the default: int16 activations up to 64 rows); on the fastest path
+  # also on the bf16 tiles where there is AMX (--bf16-rows 16: not
+  # batch-invariant, so not the default), and with W4A8 instead (int8
+  # activations from 8 rows a step).
+  for isa in "${isas[@]}"; do
     run env PDQ_ISA="$isa" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
       --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --json
   done
-  run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
-    --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 0 --json
+  [ "${isas[-1]}" = amx ] &&
+    run env PDQ_ISA=amx "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
+      --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 16 --json
   run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
     --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 0 \
     --w4a8-rows 8 --json
