@@ -8,8 +8,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/int16_dots.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/w4_row.h"
 
 namespace pdq::cpu {
 namespace {
@@ -255,7 +255,7 @@ void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const
 
 // ---- W4A16 ------------------------------------------------------------------
 
-// One activation row (decode) against one panel (kernels/cpu/w4_row.h),
+// One activation row (decode) against one panel (kernels/cpu/int16_dots.h),
 // two input pairs at a time on separate accumulators.
 inline void W4IntRowAvx2(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
                          const float* xsum, float* y, int cols) {
@@ -309,50 +309,6 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
 
 // ---- W8A16: int8 weight groups, int16 activations ----------------------------
 
-// Rows [0, MR) of the int16 activations (rows k apart) against one W8 panel:
-// per group, the exact int32 dot products of 8 rows x 2 inputs per vpmaddwd
-// (each 32-byte step sign-extended as rows 0-7 and 8-15), then one scale.
-// vpaddd's one-cycle latency keeps a single accumulator per half fed.
-template <int MR>
-void W8Tile(const PackedW8& w, int64_t p, const int16_t* xq, const float* xs, float* y,
-            int64_t ldy, int cols) {
-  const int64_t groups = PackedW8Groups(w.k);
-  const int8_t* q = w.q + p * w.k * kPanelRows;
-  const fp16_t* sp = w.scale + p * groups * kPanelRows;
-  __m256 out[MR][2];
-  for (int r = 0; r < MR; ++r) out[r][0] = out[r][1] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    const int64_t t0 = g * kW8Group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * kW8Group) / 2;
-    __m256i acc[MR][2];
-    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-    for (int64_t t = t0; t < t1; ++t) {
-      const int8_t* step = q + t * 2 * kPanelRows;
-      // 32 steps (1 KiB) ahead, once per 64-byte line; see kW4PrefetchSteps.
-      if (t % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(step + 1024), _MM_HINT_T0);
-      const __m256i lo = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step)));
-      const __m256i hi =
-          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step + 16)));
-      for (int r = 0; r < MR; ++r) {
-        const __m256i a = BroadcastPair(xq + r * w.k + 2 * t);
-        acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(lo, a));
-        acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(hi, a));
-      }
-    }
-    const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
-    for (int r = 0; r < MR; ++r) {
-      const __m256 xscale = _mm256_set1_ps(xs[r * groups + g]);
-      out[r][0] = _mm256_fmadd_ps(_mm256_mul_ps(s0, xscale), _mm256_cvtepi32_ps(acc[r][0]), out[r][0]);
-      out[r][1] = _mm256_fmadd_ps(_mm256_mul_ps(s1, xscale), _mm256_cvtepi32_ps(acc[r][1]), out[r][1]);
-    }
-  }
-  for (int r = 0; r < MR; ++r) {
-    alignas(32) float tmp[16];
-    _mm256_store_ps(tmp, out[r][0]);
-    _mm256_store_ps(tmp + 8, out[r][1]);
-    std::memcpy(y + r * ldy, tmp, cols * sizeof(float));
-  }
-}
-
 void GemmW8PanelsAvx2(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, int64_t m, float* y, int64_t ldy) {
   const int64_t groups = PackedW8Groups(w.k);
@@ -360,7 +316,12 @@ void GemmW8PanelsAvx2(const PackedW8& w, int64_t p_begin, int64_t p_end, const i
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
     auto tile = [&](auto rows, int64_t r) {
-      W8Tile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, yp + r * ldy, ldy, cols);
+      W8Tile<decltype(rows)::value>(
+          w, p, xq + r * w.k, xs + r * groups,
+          [](__m256i acc, __m256i a, __m256i b) {
+            return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+          },
+          yp + r * ldy, ldy, cols);
     };
     int64_t r = 0;
     for (; r + 3 <= m; r += 3) tile(std::integral_constant<int, 3>{}, r);

@@ -12,8 +12,8 @@
 
 #include "kernels/cpu/amx_config.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/int16_dots.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/w4_row.h"
 
 namespace pdq::cpu {
 namespace {
@@ -446,7 +446,7 @@ inline __m256i Dpwssd256(__m256i acc, __m256i a, __m256i b) {
 }
 
 // One activation row (decode) against one panel in 256-bit registers
-// (kernels/cpu/w4_row.h, with AVX-512 VL's vpdpwssd): W4PairTile<1>'s sums and
+// (kernels/cpu/int16_dots.h, with AVX-512 VL's vpdpwssd): W4PairTile<1>'s sums and
 // rounding in the AVX2 kernel's layout (input pair t: 16 bytes widened to
 // rows 0-7's and rows 8-15's pairs, no permute), on four independent pairs
 // of accumulators, since one pair's chain (latency 5, one step per input

@@ -1,8 +1,8 @@
 // AVX-VNNI kernels (256-bit vpdpbusd: Alder Lake and later client CPUs,
 // Sierra Forest), for CPUs that have them without the AVX-512 table's
 // requirements. Compiled with -mavx2 -mfma -mf16c -mavxvnni and reached only
-// through dispatch. The W8A8 GEMM from 4 rows and the W4A16 int16 kernels
-// (decode row and tiles) differ from the AVX2 table, their dot products
+// through dispatch. The W8A8 GEMM from 4 rows, the W4A16 int16 kernels
+// (decode row and tiles) and the W8A16 tiles differ from the AVX2 table, their dot products
 // through asm helpers (GCC 12's intrinsics copy the accumulators; with them,
 // 256-bit vpdpwssd had measured 0.8-0.9x vpmaddwd + vpaddd). Below 4 rows
 // vpdpbusd did not beat the AVX2 W8A8 kernel. bench/RESULTS.md, "AVX-VNNI".
@@ -12,8 +12,8 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/cpu/int16_dots.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/w4_row.h"
 
 namespace pdq::cpu {
 namespace {
@@ -34,7 +34,7 @@ inline __m256i DpwssdVex(__m256i acc, __m256i a, __m256i b) {
 
 // ---- W4A16 -------------------------------------------------------------------
 
-// W4A16 on int16 activations with the VEX vpdpwssd (kernels/cpu/w4_row.h):
+// W4A16 on int16 activations with the VEX vpdpwssd (kernels/cpu/int16_dots.h):
 // one row (decode) on the AVX-512 table's 256-bit row kernel, four chains
 // (one chain's latency would bound a group); several rows in tiles of up to
 // 4 (6 measured the same). Sums and rounding are the AVX2 kernels' bit for
@@ -65,6 +65,39 @@ void GemmW4PanelsVnni(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
          ...);
       }
       (std::make_integer_sequence<int, kTileRows>{});
+      r += mr;
+    }
+  }
+}
+
+// ---- W8A16 --------------------------------------------------------------------
+
+// W8A16 on int16 activations with the VEX vpdpwssd (kernels/cpu/int16_dots.h),
+// in tiles of up to 4 rows. A lone row (decode, or the last of a batch) takes
+// the AVX2 kernel: its single accumulator per half would wait on vpdpwssd's
+// latency. Sums and rounding are the AVX2 kernel's bit for bit.
+void GemmW8PanelsVnni(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                      const float* xs, int64_t m, float* y, int64_t ldy) {
+  constexpr int kTileRows = 4;
+  const int64_t groups = PackedW8Groups(w.k);
+  auto dot = [](__m256i acc, __m256i a, __m256i b) { return DpwssdVex(acc, a, b); };
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    float* yp = y + p * kPanelRows;
+    for (int64_t r = 0; r < m;) {
+      const int mr = (int)std::min<int64_t>(kTileRows, m - r);
+      if (mr == 1) {
+        kAvx2Kernels.gemm_w8_panels(w, p, p + 1, xq + r * w.k, xs + r * groups, 1, y + r * ldy,
+                                    ldy);
+      } else {
+        [&]<int... I>(std::integer_sequence<int, I...>) {
+          ((mr == I + 2
+                ? W8Tile<I + 2>(w, p, xq + r * w.k, xs + r * groups, dot, yp + r * ldy, ldy, cols)
+                : void()),
+           ...);
+        }
+        (std::make_integer_sequence<int, kTileRows - 1>{});
+      }
       r += mr;
     }
   }
@@ -160,6 +193,7 @@ const KernelTable& AvxVnniKernels() {
     t.name = "avx2+vnni";
     t.gemm_i8_panels = GemmI8PanelsVnni;
     t.gemm_w4_panels = GemmW4PanelsVnni;
+    t.gemm_w8_panels = GemmW8PanelsVnni;
     return t;
   }();
   return table;

@@ -1,8 +1,10 @@
-// The W4A16 decode row shared by the AVX2, AVX-VNNI and AVX-512 kernels: one
-// row of int16 activations against one panel of 16 weight rows (PackedW4 in
-// kernels/kernels.h), per group the exact int32 dot products, two inputs of
-// each row at a time, then one scale; and the AVX2 and AVX-VNNI tiles of a
-// few rows, which round as the row does. Internal to kernels/cpu: each kernel
+// The 256-bit int16-activation dot-product kernels shared by the AVX2,
+// AVX-VNNI and AVX-512 tables, each taking its dot product as a parameter
+// (vpmaddwd + vpaddd, or vpdpwssd): the W4A16 decode row (one row of int16
+// activations against one panel of 16 weight rows, PackedW4 in
+// kernels/kernels.h: per group the exact int32 dot products, two inputs of
+// each row at a time, then one scale), the W4A16 tiles of a few rows, which
+// round as the row does, and the W8A16 tiles. Internal to kernels/cpu: each kernel
 // file includes it and compiles its own copy under its own target flags,
 // which is why everything here has internal linkage (an unnamed namespace):
 // an inline function of external linkage compiled for AVX-512 in one file
@@ -142,6 +144,54 @@ inline void W4IntTile(const PackedW4& w, int64_t p, const int16_t* xq, const flo
     }
   }
   for (int r = 0; r < MR; ++r) std::memcpy(y + r * ldy, out[r], cols * sizeof(float));
+}
+
+// Rows [0, MR) of the int16 activations (rows k apart) against one W8 panel:
+// per group, the exact int32 dot products of 8 rows x 2 inputs per `dot`
+// (each 32-byte step sign-extended as rows 0-7 and 8-15), then one scale. One
+// accumulator per row and half: AVX2's vpaddd (latency 1) keeps it fed at any
+// MR; AVX-VNNI's vpdpwssd (latency 5) needs several rows.
+template <int MR, typename Dot>
+inline void W8Tile(const PackedW8& w, int64_t p, const int16_t* xq, const float* xs, Dot dot,
+                   float* y, int64_t ldy, int cols) {
+  const int64_t groups = PackedW8Groups(w.k);
+  const int8_t* q = w.q + p * w.k * kPanelRows;
+  const fp16_t* sp = w.scale + p * groups * kPanelRows;
+  __m256 out[MR][2];
+  for (int r = 0; r < MR; ++r) out[r][0] = out[r][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t t0 = g * kW8Group / 2, t1 = std::min<int64_t>(w.k, (g + 1) * kW8Group) / 2;
+    __m256i acc[MR][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    for (int64_t t = t0; t < t1; ++t) {
+      const int8_t* step = q + t * 2 * kPanelRows;
+      // 32 steps (1 KiB) ahead, once per 64-byte line; see kW4PrefetchSteps.
+      if (t % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(step + 1024), _MM_HINT_T0);
+      const __m256i lo =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step)));
+      const __m256i hi =
+          _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(step + 16)));
+      for (int r = 0; r < MR; ++r) {
+        const __m256i a = BroadcastPair(xq + r * w.k + 2 * t);
+        acc[r][0] = dot(acc[r][0], lo, a);
+        acc[r][1] = dot(acc[r][1], hi, a);
+      }
+    }
+    const __m256 s0 = LoadF16x8(sp + g * kPanelRows), s1 = LoadF16x8(sp + g * kPanelRows + 8);
+    for (int r = 0; r < MR; ++r) {
+      const __m256 xscale = _mm256_set1_ps(xs[r * groups + g]);
+      out[r][0] =
+          _mm256_fmadd_ps(_mm256_mul_ps(s0, xscale), _mm256_cvtepi32_ps(acc[r][0]), out[r][0]);
+      out[r][1] =
+          _mm256_fmadd_ps(_mm256_mul_ps(s1, xscale), _mm256_cvtepi32_ps(acc[r][1]), out[r][1]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, out[r][0]);
+    _mm256_store_ps(tmp + 8, out[r][1]);
+    std::memcpy(y + r * ldy, tmp, cols * sizeof(float));
+  }
 }
 
 }  // namespace
