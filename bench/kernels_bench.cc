@@ -453,14 +453,15 @@ int main(int argc, char** argv) {
   // tdpbssd for int8 on "avx512+amx".
   const std::string isa = pdq::KernelIsaName();
   const bool avx512 = isa.rfind("avx512", 0) == 0;
-  std::printf("rooflines, %d threads, %s kernels: read %.1f GB/s, fp32 FMA %.1f GFLOP/s, "
-              "int16 %s %.1f GOP/s, int8 %s %.1f GOP/s\n",
-              pdq::Pool().size(), isa.c_str(), r.read_gbps, r.fma_gflops,
-              avx512 ? "vpdpwssd" : "vpmaddwd", r.int16_gops,
-              isa == "avx512+amx"                   ? "AMX tdpbssd"
-              : avx512 || isa == "avx2+vnni" ? "vpdpbusd"
-                                                    : "vpmaddubsw",
-              r.int8_gops);
+  std::printf(
+      "rooflines, %d threads, %s kernels: read %.1f GB/s, fp32 FMA %.1f GFLOP/s, "
+      "int16 %s %.1f GOP/s, int8 %s %.1f GOP/s\n",
+      pdq::Pool().size(), isa.c_str(), r.read_gbps, r.fma_gflops,
+      avx512 || isa == "avx2+vnni" ? "vpdpwssd" : "vpmaddwd", r.int16_gops,
+      isa == "avx512+amx"            ? "AMX tdpbssd"
+      : avx512 || isa == "avx2+vnni" ? "vpdpbusd"
+                                     : "vpmaddubsw",
+      r.int8_gops);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -138,7 +138,8 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) double IntLoopAvx512(int6
   return (double)iters * kChains * (kInt8 ? 64 : 32) * 2;
 }
 
-// The same in 256 bits with AVX-VNNI (the "avx2+vnni" path's W8A8 GEMM).
+// The same in 256 bits with AVX-VNNI (the "avx2+vnni" path's integer
+// GEMMs), the VEX encoding, as avx_vnni.cc's helpers write it.
 template <bool kInt8>
 __attribute__((target("avx2,avxvnni"))) double IntLoopAvxVnni(int64_t iters, float* sink) {
   __m256i acc[kChains];
@@ -147,7 +148,13 @@ __attribute__((target("avx2,avxvnni"))) double IntLoopAvxVnni(int64_t iters, flo
   for (int64_t it = 0; it < iters; ++it) {
 #pragma GCC unroll 12
     for (int i = 0; i < kChains; ++i) {
-      acc[i] = kInt8 ? _mm256_dpbusd_avx_epi32(acc[i], a, b) : _mm256_dpwssd_avx_epi32(acc[i], a, b);
+      __m256i x = acc[i];
+      if constexpr (kInt8) {
+        asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(x) : "x"(a), "x"(b));
+      } else {
+        asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(x) : "x"(a), "x"(b));
+      }
+      acc[i] = x;
     }
   }
   __m256i s = acc[0];
@@ -246,8 +253,11 @@ double MeasureIntPeakGops(ThreadPool& pool, bool int8) {
     return BestRate(pool, [&](int t) { return AmxLoop(2'000'000, &sinks[t]); });
   }
   const int64_t iters = 10'000'000;
-  if (isa == "avx2+vnni" && int8) {  // its W4 kernels stay on vpmaddwd
-    return BestRate(pool, [&](int t) { return IntLoopAvxVnni<true>(iters, &sinks[t]); });
+  if (isa == "avx2+vnni") {
+    return BestRate(pool, [&](int t) {
+      return int8 ? IntLoopAvxVnni<true>(iters, &sinks[t])
+                  : IntLoopAvxVnni<false>(iters, &sinks[t]);
+    });
   }
   if (Avx512Path()) {
     return BestRate(pool, [&](int t) {

@@ -1305,7 +1305,8 @@ TEST(W4Test, InputScaleEqualsPrescaledActivations) {
 // sequence's greedy answer does not depend on how many others decode beside
 // it (ServingTest checks it end to end; this says which kernels keep it). A
 // kernel that adds rows in tiles of its own must keep it too: the AMX table
-// equals the VNNI one here.
+// equals the AVX-512 one here, and the AVX-VNNI table (its own tiles and
+// row kernel on vpdpwssd) the AVX2 one.
 // `gemm(kt, p_begin, p_end, q, scale, sum, rows, y)` runs one table's GEMM
 // on rows of `a` (n outputs a row, groups scales a row).
 template <typename Gemm>
@@ -1314,7 +1315,7 @@ void ExpectRowsAsAloneOnEveryPath(const char* what, int64_t m, int64_t n, int64_
   std::vector<const KernelTable*> tables = FastTables();
   tables.insert(tables.begin(), &cpu::kScalarKernels);
   const int64_t panels = (n + 15) / 16;
-  std::vector<float> avx512;
+  std::vector<float> avx2, avx512;
   for (const KernelTable* kt : tables) {
     std::vector<float> batch(m * n, -1.0f), alone(n);
     gemm(*kt, 0, panels, a.q.data(), a.scale.data(), a.sum.data(), m, batch.data());
@@ -1325,9 +1326,14 @@ void ExpectRowsAsAloneOnEveryPath(const char* what, int64_t m, int64_t n, int64_
           << what << " on " << kt->name << ": row " << r << " of " << m
           << " differs from alone (k=" << k << ")";
     }
+    if (kt == &cpu::kAvx2Kernels) avx2 = batch;
+    if (kt == &cpu::AvxVnniKernels()) {
+      EXPECT_EQ(avx2, batch) << what << ": the AVX-VNNI table differs from the AVX2 one, m=" << m
+                             << " k=" << k << " groups=" << groups;
+    }
     if (kt == &cpu::kAvx512Kernels) avx512 = batch;
     if (kt == &cpu::kAvx512AmxKernels) {
-      EXPECT_EQ(avx512, batch) << what << ": the AMX table differs from the VNNI one, m=" << m
+      EXPECT_EQ(avx512, batch) << what << ": the AMX table differs from the AVX-512 one, m=" << m
                                << " k=" << k << " groups=" << groups;
     }
   }
@@ -1339,7 +1345,7 @@ TEST(W4Test, Int16RowsAnswerAsAloneOnEveryPath) {
   // GEMVs' tail steps, fewer than their chains).
   for (int64_t k : {1152, 1158}) {
     for (int group : {32, 64, 128}) {
-      for (int64_t m : {16, 17, 31, 32, 48, 64}) {
+      for (int64_t m : {16, 17, 18, 31, 32, 48, 64}) {
         const int64_t n = 35;
         auto w = Random(n * k, rng), x = Random(m * k, rng);
         auto p = PackW4(w, n, k, group, m % 2 == 0);
@@ -1532,7 +1538,7 @@ TEST(W8Test, GemmMatchesReference) {
 
 TEST(W8Test, Int16RowsAnswerAsAloneOnEveryPath) {
   std::mt19937 rng(37);
-  for (int64_t m : {16, 17, 32, 33, 64}) {
+  for (int64_t m : {16, 17, 18, 19, 32, 33, 64}) {
     for (int64_t k : {64, 576}) {
       const int64_t n = 37;
       auto w = Random(n * k, rng), x = Random(m * k, rng);

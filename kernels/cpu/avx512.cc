@@ -496,8 +496,8 @@ inline __m512i LoadW8Step(const int8_t* p) {
 // pair) would bound a single row's group of 32 inputs at 80 cycles instead of
 // the 16 its loads need; then one scale per group.
 template <int MR, int C>
-void W8Tile(const PackedW8& w, int64_t p, const int16_t* xq, const float* xs, float* y,
-            int64_t ldy, int cols) {
+void W8Tile512(const PackedW8& w, int64_t p, const int16_t* xq, const float* xs, float* y,
+               int64_t ldy, int cols) {
   const int64_t groups = PackedW8Groups(w.k);
   const int8_t* q = w.q + p * w.k * kPanelRows;
   const fp16_t* sp = w.scale + p * groups * kPanelRows;
@@ -551,7 +551,7 @@ void GemmW8PanelsAvx512(const PackedW8& w, int64_t p_begin, int64_t p_end, const
     ForEachTile<8>(m, [&](auto mr, int64_t r) {
       constexpr int kMr = decltype(mr)::value;
       constexpr int kChains = kMr == 1 ? 4 : kMr <= 4 ? 2 : 1;
-      W8Tile<kMr, kChains>(w, p, xq + r * w.k, xs + r * groups, yp + r * ldy, ldy, cols);
+      W8Tile512<kMr, kChains>(w, p, xq + r * w.k, xs + r * groups, yp + r * ldy, ldy, cols);
     });
   }
 }

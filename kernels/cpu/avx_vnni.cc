@@ -35,10 +35,10 @@ inline __m256i DpwssdVex(__m256i acc, __m256i a, __m256i b) {
 // ---- W4A16 -------------------------------------------------------------------
 
 // W4A16 on int16 activations with the VEX vpdpwssd (kernels/cpu/int16_dots.h):
-// one row (decode) on the AVX-512 table's 256-bit row kernel, four chains
-// (one chain's latency would bound a group); several rows in tiles of up to
-// 4 (6 measured the same). Sums and rounding are the AVX2 kernels' bit for
-// bit.
+// a lone row (decode, or the last of a batch) on the AVX-512 table's
+// 256-bit row kernel, four chains (one chain's latency would bound a group);
+// other rows in tiles of up to 4 (6 measured the same). Sums and rounding
+// are the AVX2 kernels' bit for bit.
 void GemmW4PanelsVnni(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
   constexpr int kTileRows = 4;
@@ -47,24 +47,24 @@ void GemmW4PanelsVnni(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    if (m == 1) {
-      __m256 out0, out1;
-      W4IntRow<4>(w, p, xq, xs, xsum, dot, &out0, &out1);
-      alignas(32) float tmp[16];
-      _mm256_store_ps(tmp, out0);
-      _mm256_store_ps(tmp + 8, out1);
-      std::memcpy(yp, tmp, cols * sizeof(float));
-      continue;
-    }
     for (int64_t r = 0; r < m;) {
       const int mr = (int)std::min<int64_t>(kTileRows, m - r);
-      [&]<int... I>(std::integer_sequence<int, I...>) {
-        ((mr == I + 1 ? W4IntTile<I + 1>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
-                                         dot, yp + r * ldy, ldy, cols)
-                      : void()),
-         ...);
+      if (mr == 1) {
+        __m256 out0, out1;
+        W4IntRow<4>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, dot, &out0, &out1);
+        alignas(32) float tmp[16];
+        _mm256_store_ps(tmp, out0);
+        _mm256_store_ps(tmp + 8, out1);
+        std::memcpy(yp + r * ldy, tmp, cols * sizeof(float));
+      } else {
+        [&]<int... I>(std::integer_sequence<int, I...>) {
+          ((mr == I + 2 ? W4IntTile<I + 2>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
+                                           dot, yp + r * ldy, ldy, cols)
+                        : void()),
+           ...);
+        }
+        (std::make_integer_sequence<int, kTileRows - 1>{});
       }
-      (std::make_integer_sequence<int, kTileRows>{});
       r += mr;
     }
   }

@@ -53,7 +53,8 @@ constexpr int64_t kW4PrefetchSteps = 64;
 // exactly as the tiles sum them (bit for bit), on kChains independent pairs
 // of int32 accumulators: one pair's chain would bound a group by the dot
 // product's latency. `dot(acc, codes, x)` adds the int16 pair products of
-// `codes` and `x` to `acc` (AVX2: vpmaddwd + vpaddd; AVX-512 VL: vpdpwssd).
+// `codes` and `x` to `acc` (AVX2: vpmaddwd + vpaddd; AVX-VNNI and AVX-512
+// VL: vpdpwssd).
 template <int kChains, typename Dot>
 inline void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
                      const float* xsum, Dot dot, __m256* out0, __m256* out1) {

@@ -284,7 +284,8 @@ extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx512AmxKernels;
 
 // AVX2 with AVX-VNNI (CpuFeatures::avxvnni): the AVX2 table with its W8A8
-// GEMM on 256-bit vpdpbusd from 4 rows up.
+// GEMM on 256-bit vpdpbusd from 4 rows up and its int16 W4A16 and W8A16
+// kernels on vpdpwssd (the W8A16 one from 2 rows up).
 const KernelTable& AvxVnniKernels();
 
 // The AVX2 attention body, shared by the AVX-512 tables (see avx512.cc):
