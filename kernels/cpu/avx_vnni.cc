@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "kernels/cpu/int16_dots.h"
 #include "kernels/cpu/isa.h"
@@ -108,22 +109,23 @@ void GemmW8PanelsVnni(const PackedW8& w, int64_t p_begin, int64_t p_end, const i
 // As in the AVX-512 kernel: vpdpbusd multiplies unsigned by signed bytes, so
 // activations enter as x ^ 0x80 (x + 128) and 128 x each weight row's sum
 // is subtracted, exactly. A panel's quad step is two vectors (rows 0-7,
-// rows 8-15).
+// rows 8-15). `xu` holds the rows already flipped (GemmI8PanelsVnni), which
+// frees the register the flip took: 6 rows x 2 accumulators, two weight
+// vectors and the broadcast fill the 16.
 template <int MR>
-void I8VnniTile(const int8_t* panel, int64_t k4, const int8_t* xq, int64_t row_bytes,
-                const float* xs, const __m256i offset[2], const __m256 ws[2], float* y,
-                int64_t ldy, int cols) {
+void I8VnniTile(const int8_t* panel, int64_t k4, const uint8_t* xu, int64_t row_bytes,
+                const float* xs, const __m256i offset[2], const __m256 ws[2], float* y, int64_t ldy,
+                int cols) {
   __m256i acc[MR][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-  const __m256i flip = _mm256_set1_epi32((int)0x80808080u);
   for (int64_t t = 0; t < k4; ++t) {
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + t * 64 + 32));
-#pragma GCC unroll 4
+#pragma GCC unroll 6
     for (int r = 0; r < MR; ++r) {
       int32_t quad;
-      std::memcpy(&quad, xq + r * row_bytes + 4 * t, 4);
-      const __m256i a = _mm256_xor_si256(_mm256_set1_epi32(quad), flip);
+      std::memcpy(&quad, xu + r * row_bytes + 4 * t, 4);
+      const __m256i a = _mm256_set1_epi32(quad);
       acc[r][0] = DpbusdVex(acc[r][0], a, w0);
       acc[r][1] = DpbusdVex(acc[r][1], a, w1);
     }
@@ -149,9 +151,24 @@ void GemmI8PanelsVnni(const PackedI8& w, int64_t p_begin, int64_t p_end, const i
   const int64_t k4 = PackedI8K4(w.k), row_bytes = k4 * 4;
   const __m256i k128 = _mm256_set1_epi8((char)0x80);
   // Rows in blocks that stay in L2 while every panel passes by.
-  const int64_t block = std::max<int64_t>(4, (128 << 10) / row_bytes / 4 * 4);
+  const int64_t block = std::max<int64_t>(6, (128 << 10) / row_bytes / 6 * 6);
+  // The block's rows flipped to unsigned once (x ^ 0x80), not per broadcast:
+  // at most 128 KiB a thread (6 rows where a row is longer), kept for the
+  // next call.
+  thread_local std::vector<uint8_t> flipped;
+  flipped.resize(std::max<size_t>(flipped.size(), (size_t)(block * row_bytes)));
   for (int64_t m0 = 0; m0 < m; m0 += block) {
     const int64_t mc = std::min(block, m - m0);
+    const __m256i flip = _mm256_set1_epi8((char)0x80);
+    for (int64_t i = 0; i + 32 <= mc * row_bytes; i += 32) {
+      const __m256i v =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m0 * row_bytes + i));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(flipped.data() + i),
+                          _mm256_xor_si256(v, flip));
+    }
+    for (int64_t i = mc * row_bytes / 32 * 32; i < mc * row_bytes; ++i) {
+      flipped[i] = (uint8_t)(xq[m0 * row_bytes + i] ^ 0x80);
+    }
     for (int64_t p = p_begin; p < p_end; ++p) {
       const int8_t* panel = w.q + p * k4 * 4 * kPanelRows;
       const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
@@ -168,10 +185,16 @@ void GemmI8PanelsVnni(const PackedI8& w, int64_t p_begin, int64_t p_end, const i
       }
       for (int64_t r = m0; r < m0 + mc;) {
         const int64_t left = m0 + mc - r;
-        const int8_t* a = xq + r * row_bytes;
+        const uint8_t* a = flipped.data() + (r - m0) * row_bytes;
         float* yr = y + r * ldy + p * kPanelRows;
-        const int mr = (int)std::min<int64_t>(4, left);
+        const int mr = (int)std::min<int64_t>(6, left);
         switch (mr) {
+          case 6:
+            I8VnniTile<6>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols);
+            break;
+          case 5:
+            I8VnniTile<5>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols);
+            break;
           case 4: I8VnniTile<4>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
           case 3: I8VnniTile<3>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
           case 2: I8VnniTile<2>(panel, k4, a, row_bytes, xs + r, offset, ws, yr, ldy, cols); break;
