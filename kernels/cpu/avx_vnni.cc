@@ -153,8 +153,8 @@ void GemmI8PanelsVnni(const PackedI8& w, int64_t p_begin, int64_t p_end, const i
   // Rows in blocks that stay in L2 while every panel passes by.
   const int64_t block = std::max<int64_t>(6, (128 << 10) / row_bytes / 6 * 6);
   // The block's rows flipped to unsigned once (x ^ 0x80), not per broadcast:
-  // at most 128 KiB a thread (6 rows where a row is longer), kept for the
-  // next call.
+  // at most 128 KiB a thread (6 rows where a row is longer than a sixth of
+  // that), kept for the next call.
   thread_local std::vector<uint8_t> flipped;
   flipped.resize(std::max<size_t>(flipped.size(), (size_t)(block * row_bytes)));
   for (int64_t m0 = 0; m0 < m; m0 += block) {
