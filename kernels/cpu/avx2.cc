@@ -255,27 +255,12 @@ void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const
 
 // ---- W4A16 ------------------------------------------------------------------
 
-// One activation row (decode) against one panel (kernels/cpu/int16_dots.h),
-// two input pairs at a time on separate accumulators.
-inline void W4IntRowAvx2(const PackedW4& w, int64_t p, const int16_t* xq, const float* xs,
-                         const float* xsum, float* y, int cols) {
-  __m256 out0, out1;
-  W4IntRow<2>(
-      w, p, xq, xs, xsum,
-      [](__m256i acc, __m256i a, __m256i b) {
-        return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-      },
-      &out0, &out1);
-  if (cols == kPanelRows) {
-    _mm256_storeu_ps(y, out0);
-    _mm256_storeu_ps(y + 8, out1);
-  } else {
-    alignas(32) float tmp[16];
-    _mm256_store_ps(tmp, out0);
-    _mm256_store_ps(tmp + 8, out1);
-    std::memcpy(y, tmp, cols * sizeof(float));
-  }
-}
+// The int16 pair products of a and b added to acc, AVX2's way (the dot
+// product of kernels/cpu/int16_dots.h's kernels; a lambda, so that each
+// kernel is instantiated for it and inlines it).
+constexpr auto kMaddDot = [](__m256i acc, __m256i a, __m256i b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+};
 
 void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
@@ -283,27 +268,22 @@ void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    // Tiles of 4 rows, then one tile for the rest (W4IntRow for a single
-    // row): the integer multiplies are the bottleneck here, so few narrow
-    // tiles matter more than spills.
-    auto tile = [&](auto rows, int64_t r) {
-      W4IntTile<decltype(rows)::value>(
-          w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
-          [](__m256i acc, __m256i a, __m256i b) {
-            return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-          },
-          yp + r * ldy, ldy, cols);
-    };
-    int64_t r = 0;
-    for (; r + 4 <= m; r += 4) tile(std::integral_constant<int, 4>{}, r);
-    switch (m - r) {
-      case 3: tile(std::integral_constant<int, 3>{}, r); break;
-      case 2: tile(std::integral_constant<int, 2>{}, r); break;
-      case 1:  // decode, or the last row of a batch
-        W4IntRowAvx2(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, yp + r * ldy, cols);
-        break;
-      default: break;
-    }
+    // Tiles of 4 rows, then one tile for the rest (W4IntRow, two input pairs
+    // at a time on separate accumulators, for a single row): the integer
+    // multiplies are the bottleneck here, so few narrow tiles matter more
+    // than spills.
+    ForRowTiles<4>(
+        m,
+        [&](int64_t r) {
+          __m256 out0, out1;
+          W4IntRow<2>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, kMaddDot, &out0,
+                      &out1);
+          StoreRow256(yp + r * ldy, out0, out1, cols);
+        },
+        [&](auto rows, int64_t r) {
+          W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
+                                           kMaddDot, yp + r * ldy, ldy, cols);
+        });
   }
 }
 
@@ -316,20 +296,11 @@ void GemmW8PanelsAvx2(const PackedW8& w, int64_t p_begin, int64_t p_end, const i
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
     auto tile = [&](auto rows, int64_t r) {
-      W8Tile<decltype(rows)::value>(
-          w, p, xq + r * w.k, xs + r * groups,
-          [](__m256i acc, __m256i a, __m256i b) {
-            return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-          },
-          yp + r * ldy, ldy, cols);
+      W8Tile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, kMaddDot, yp + r * ldy,
+                                    ldy, cols);
     };
-    int64_t r = 0;
-    for (; r + 3 <= m; r += 3) tile(std::integral_constant<int, 3>{}, r);
-    switch (m - r) {
-      case 2: tile(std::integral_constant<int, 2>{}, r); break;
-      case 1: tile(std::integral_constant<int, 1>{}, r); break;
-      default: break;
-    }
+    ForRowTiles<3>(
+        m, [&](int64_t r) { tile(std::integral_constant<int, 1>{}, r); }, tile);
   }
 }
 

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <vector>
 
 #include "kernels/cpu/int16_dots.h"
@@ -32,6 +31,9 @@ inline __m256i DpwssdVex(__m256i acc, __m256i a, __m256i b) {
   asm("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
   return acc;
 }
+// The same as the dot product int16_dots.h's kernels take (a lambda, so that
+// each kernel is instantiated for it and inlines it).
+constexpr auto kDpwssdVex = [](__m256i acc, __m256i a, __m256i b) { return DpwssdVex(acc, a, b); };
 
 // ---- W4A16 -------------------------------------------------------------------
 
@@ -42,32 +44,22 @@ inline __m256i DpwssdVex(__m256i acc, __m256i a, __m256i b) {
 // are the AVX2 kernels' bit for bit.
 void GemmW4PanelsVnni(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
-  constexpr int kTileRows = 4;
   const int64_t groups = PackedW4Groups(w.k, w.group);
-  auto dot = [](__m256i acc, __m256i a, __m256i b) { return DpwssdVex(acc, a, b); };
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    for (int64_t r = 0; r < m;) {
-      const int mr = (int)std::min<int64_t>(kTileRows, m - r);
-      if (mr == 1) {
-        __m256 out0, out1;
-        W4IntRow<4>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, dot, &out0, &out1);
-        alignas(32) float tmp[16];
-        _mm256_store_ps(tmp, out0);
-        _mm256_store_ps(tmp + 8, out1);
-        std::memcpy(yp + r * ldy, tmp, cols * sizeof(float));
-      } else {
-        [&]<int... I>(std::integer_sequence<int, I...>) {
-          ((mr == I + 2 ? W4IntTile<I + 2>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
-                                           dot, yp + r * ldy, ldy, cols)
-                        : void()),
-           ...);
-        }
-        (std::make_integer_sequence<int, kTileRows - 1>{});
-      }
-      r += mr;
-    }
+    ForRowTiles<4>(
+        m,
+        [&](int64_t r) {
+          __m256 out0, out1;
+          W4IntRow<4>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, kDpwssdVex, &out0,
+                      &out1);
+          StoreRow256(yp + r * ldy, out0, out1, cols);
+        },
+        [&](auto rows, int64_t r) {
+          W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
+                                           kDpwssdVex, yp + r * ldy, ldy, cols);
+        });
   }
 }
 
@@ -79,28 +71,20 @@ void GemmW4PanelsVnni(const PackedW4& w, int64_t p_begin, int64_t p_end, const i
 // latency. Sums and rounding are the AVX2 kernel's bit for bit.
 void GemmW8PanelsVnni(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, int64_t m, float* y, int64_t ldy) {
-  constexpr int kTileRows = 4;
   const int64_t groups = PackedW8Groups(w.k);
-  auto dot = [](__m256i acc, __m256i a, __m256i b) { return DpwssdVex(acc, a, b); };
   for (int64_t p = p_begin; p < p_end; ++p) {
     const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
     float* yp = y + p * kPanelRows;
-    for (int64_t r = 0; r < m;) {
-      const int mr = (int)std::min<int64_t>(kTileRows, m - r);
-      if (mr == 1) {
-        kAvx2Kernels.gemm_w8_panels(w, p, p + 1, xq + r * w.k, xs + r * groups, 1, y + r * ldy,
-                                    ldy);
-      } else {
-        [&]<int... I>(std::integer_sequence<int, I...>) {
-          ((mr == I + 2
-                ? W8Tile<I + 2>(w, p, xq + r * w.k, xs + r * groups, dot, yp + r * ldy, ldy, cols)
-                : void()),
-           ...);
-        }
-        (std::make_integer_sequence<int, kTileRows - 1>{});
-      }
-      r += mr;
-    }
+    ForRowTiles<4>(
+        m,
+        [&](int64_t r) {
+          kAvx2Kernels.gemm_w8_panels(w, p, p + 1, xq + r * w.k, xs + r * groups, 1, y + r * ldy,
+                                      ldy);
+        },
+        [&](auto rows, int64_t r) {
+          W8Tile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, kDpwssdVex,
+                                        yp + r * ldy, ldy, cols);
+        });
   }
 }
 

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "kernels/cpu/isa.h"
 
@@ -102,6 +104,39 @@ inline void W4IntRow(const PackedW4& w, int64_t p, const int16_t* xq, const floa
   }
   *out0 = o0;
   *out1 = o1;
+}
+
+// The 16 outputs of a row (out0: rows 0-7, out1: rows 8-15) as the first
+// `cols` floats at y.
+inline void StoreRow256(float* y, __m256 out0, __m256 out1, int cols) {
+  if (cols == kPanelRows) {
+    _mm256_storeu_ps(y, out0);
+    _mm256_storeu_ps(y + 8, out1);
+    return;
+  }
+  alignas(32) float tmp[16];
+  _mm256_store_ps(tmp, out0);
+  _mm256_store_ps(tmp + 8, out1);
+  std::memcpy(y, tmp, cols * sizeof(float));
+}
+
+// Rows [0, m) in tiles of kMax, then one tile for the rest:
+// tile(std::integral_constant<int, MR>{}, r) for tiles of 2 or more rows,
+// lone(r) for a tile of one (decode, or the last row of a batch).
+template <int kMax, typename Lone, typename Tile>
+inline void ForRowTiles(int64_t m, const Lone& lone, const Tile& tile) {
+  for (int64_t r = 0; r < m;) {
+    const int mr = (int)std::min<int64_t>(kMax, m - r);
+    if (mr == 1) {
+      lone(r);
+    } else {
+      [&]<int... I>(std::integer_sequence<int, I...>) {
+        ((mr == I + 2 ? tile(std::integral_constant<int, I + 2>{}, r) : void()), ...);
+      }
+      (std::make_integer_sequence<int, kMax - 1>{});
+    }
+    r += mr;
+  }
 }
 
 // Rows [0, MR) of the int16 activations against one panel: per group, the
