@@ -255,53 +255,19 @@ void GemmF16PanelsAvx2(const PackedF16& w, int64_t p_begin, int64_t p_end, const
 
 // ---- W4A16 ------------------------------------------------------------------
 
-// The int16 pair products of a and b added to acc, AVX2's way (the dot
-// product of kernels/cpu/int16_dots.h's kernels; a lambda, so that each
-// kernel is instantiated for it and inlines it).
-constexpr auto kMaddDot = [](__m256i acc, __m256i a, __m256i b) {
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-};
-
+// kernels/cpu/int16_dots.h, on vpmaddwd + vpaddd (the decode row on two
+// chains).
 void GemmW4PanelsAvx2(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
-  const int64_t groups = PackedW4Groups(w.k, w.group);
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    float* yp = y + p * kPanelRows;
-    // Tiles of 4 rows, then one tile for the rest (W4IntRow, two input pairs
-    // at a time on separate accumulators, for a single row): the integer
-    // multiplies are the bottleneck here, so few narrow tiles matter more
-    // than spills.
-    ForRowTiles<4>(
-        m,
-        [&](int64_t r) {
-          __m256 out0, out1;
-          W4IntRow<2>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, kMaddDot, &out0,
-                      &out1);
-          StoreRow256(yp + r * ldy, out0, out1, cols);
-        },
-        [&](auto rows, int64_t r) {
-          W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
-                                           kMaddDot, yp + r * ldy, ldy, cols);
-        });
-  }
+  GemmW4PanelsInt16<2>(w, p_begin, p_end, xq, xs, xsum, m, y, ldy, kMaddDot);
 }
 
 // ---- W8A16: int8 weight groups, int16 activations ----------------------------
 
+// kernels/cpu/int16_dots.h, on vpmaddwd + vpaddd, tiles of up to 3 rows.
 void GemmW8PanelsAvx2(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, int64_t m, float* y, int64_t ldy) {
-  const int64_t groups = PackedW8Groups(w.k);
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    float* yp = y + p * kPanelRows;
-    auto tile = [&](auto rows, int64_t r) {
-      W8Tile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, kMaddDot, yp + r * ldy,
-                                    ldy, cols);
-    };
-    ForRowTiles<3>(
-        m, [&](int64_t r) { tile(std::integral_constant<int, 1>{}, r); }, tile);
-  }
+  GemmW8PanelsInt16<3>(w, p_begin, p_end, xq, xs, m, y, ldy, kMaddDot, kMaddDot);
 }
 
 // Same values and rounding as QuantizeRowI16Ref: vcvtps2dq rounds to

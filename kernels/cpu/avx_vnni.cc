@@ -44,48 +44,18 @@ constexpr auto kDpwssdVex = [](__m256i acc, __m256i a, __m256i b) { return Dpwss
 // are the AVX2 kernels' bit for bit.
 void GemmW4PanelsVnni(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy) {
-  const int64_t groups = PackedW4Groups(w.k, w.group);
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    float* yp = y + p * kPanelRows;
-    ForRowTiles<4>(
-        m,
-        [&](int64_t r) {
-          __m256 out0, out1;
-          W4IntRow<4>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, kDpwssdVex, &out0,
-                      &out1);
-          StoreRow256(yp + r * ldy, out0, out1, cols);
-        },
-        [&](auto rows, int64_t r) {
-          W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
-                                           kDpwssdVex, yp + r * ldy, ldy, cols);
-        });
-  }
+  GemmW4PanelsInt16<4>(w, p_begin, p_end, xq, xs, xsum, m, y, ldy, kDpwssdVex);
 }
 
 // ---- W8A16 --------------------------------------------------------------------
 
 // W8A16 on int16 activations with the VEX vpdpwssd (kernels/cpu/int16_dots.h),
-// in tiles of up to 4 rows. A lone row (decode, or the last of a batch) takes
-// the AVX2 kernel: its single accumulator per half would wait on vpdpwssd's
-// latency. Sums and rounding are the AVX2 kernel's bit for bit.
+// in tiles of up to 4 rows. A lone row keeps AVX2's vpmaddwd + vpaddd: its
+// single accumulator per half would wait on vpdpwssd's latency. Sums and
+// rounding are the AVX2 kernel's bit for bit.
 void GemmW8PanelsVnni(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
                       const float* xs, int64_t m, float* y, int64_t ldy) {
-  const int64_t groups = PackedW8Groups(w.k);
-  for (int64_t p = p_begin; p < p_end; ++p) {
-    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
-    float* yp = y + p * kPanelRows;
-    ForRowTiles<4>(
-        m,
-        [&](int64_t r) {
-          kAvx2Kernels.gemm_w8_panels(w, p, p + 1, xq + r * w.k, xs + r * groups, 1, y + r * ldy,
-                                      ldy);
-        },
-        [&](auto rows, int64_t r) {
-          W8Tile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, kDpwssdVex,
-                                        yp + r * ldy, ldy, cols);
-        });
-  }
+  GemmW8PanelsInt16<4>(w, p_begin, p_end, xq, xs, m, y, ldy, kDpwssdVex, kMaddDot);
 }
 
 // ---- W8A8 ---------------------------------------------------------------------

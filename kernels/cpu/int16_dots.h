@@ -4,7 +4,8 @@
 // activations against one panel of 16 weight rows, PackedW4 in
 // kernels/kernels.h: per group the exact int32 dot products, two inputs of
 // each row at a time, then one scale), the W4A16 tiles of a few rows, which
-// round as the row does, and the W8A16 tiles. Internal to kernels/cpu: each kernel
+// round as the row does, and the W8A16 tiles; and the AVX2 and AVX-VNNI
+// tables' W4A16 and W8A16 GEMMs built from them. Internal to kernels/cpu: each kernel
 // file includes it and compiles its own copy under its own target flags,
 // which is why everything here has internal linkage (an unnamed namespace):
 // an inline function of external linkage compiled for AVX-512 in one file
@@ -227,6 +228,64 @@ inline void W8Tile(const PackedW8& w, int64_t p, const int16_t* xq, const float*
     _mm256_store_ps(tmp, out[r][0]);
     _mm256_store_ps(tmp + 8, out[r][1]);
     std::memcpy(y + r * ldy, tmp, cols * sizeof(float));
+  }
+}
+
+// The int16 pair products of a and b added to acc, AVX2's way (vpmaddwd +
+// vpaddd). A lambda, as every dot product these kernels take, so that each
+// kernel is instantiated for it and inlines it.
+constexpr auto kMaddDot = [](__m256i acc, __m256i a, __m256i b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+};
+
+// W4A16 on int16 activations for panels [p_begin, p_end): tiles of up to 4
+// rows (the integer multiplies are the bottleneck, so few narrow tiles
+// matter more than spills), a lone row (decode, or the last of a batch) on
+// W4IntRow with kRowChains chains. The AVX2 and AVX-VNNI tables' GEMM.
+template <int kRowChains, typename Dot>
+inline void GemmW4PanelsInt16(const PackedW4& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                              const float* xs, const float* xsum, int64_t m, float* y, int64_t ldy,
+                              Dot dot) {
+  const int64_t groups = PackedW4Groups(w.k, w.group);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    float* yp = y + p * kPanelRows;
+    ForRowTiles<4>(
+        m,
+        [&](int64_t r) {
+          __m256 out0, out1;
+          W4IntRow<kRowChains>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups, dot, &out0,
+                               &out1);
+          StoreRow256(yp + r * ldy, out0, out1, cols);
+        },
+        [&](auto rows, int64_t r) {
+          W4IntTile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, xsum + r * groups,
+                                           dot, yp + r * ldy, ldy, cols);
+        });
+  }
+}
+
+// W8A16 on int16 activations for panels [p_begin, p_end): tiles of up to
+// kMax rows on `dot`, a lone row on a one-row tile with `lone_dot` (a tile
+// keeps one accumulator per half, so a lone row wants a dot product of short
+// latency). The AVX2 and AVX-VNNI tables' GEMM.
+template <int kMax, typename Dot, typename LoneDot>
+inline void GemmW8PanelsInt16(const PackedW8& w, int64_t p_begin, int64_t p_end, const int16_t* xq,
+                              const float* xs, int64_t m, float* y, int64_t ldy, Dot dot,
+                              LoneDot lone_dot) {
+  const int64_t groups = PackedW8Groups(w.k);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int cols = (int)std::min<int64_t>(kPanelRows, w.n - p * kPanelRows);
+    float* yp = y + p * kPanelRows;
+    ForRowTiles<kMax>(
+        m,
+        [&](int64_t r) {
+          W8Tile<1>(w, p, xq + r * w.k, xs + r * groups, lone_dot, yp + r * ldy, ldy, cols);
+        },
+        [&](auto rows, int64_t r) {
+          W8Tile<decltype(rows)::value>(w, p, xq + r * w.k, xs + r * groups, dot, yp + r * ldy, ldy,
+                                        cols);
+        });
   }
 }
 
