@@ -144,6 +144,8 @@ BENCHMARK(BM_GemmW4A16)
     ->Args({64, 3072, 576, 128, 8, 0})
     ->Args({65, 3072, 576, 128, 0, 0})
     ->Args({512, 3072, 576, 128, 0, 0})
+    ->Args({2, 3072, 576, 32, 0, 0})
+    ->Args({4, 3072, 576, 32, 0, 0})
     ->Args({8, 3072, 576, 32, 0, 8})  // bf16 tiles where the CPU has AMX
     ->Args({8, 3072, 576, 32, 0, 0})
     ->Args({16, 3072, 576, 32, 0, 16})
@@ -188,6 +190,8 @@ void BM_GemmW8A16(benchmark::State& state) {
 BENCHMARK(BM_GemmW8A16)
     ->Args({1, 49152, 576, 0})
     ->Args({4, 49152, 576, 0})
+    ->Args({8, 49152, 576, 0})
+    ->Args({16, 49152, 576, 0})
     ->Args({32, 49152, 576, 0})
     ->Args({32, 49152, 576, 16})  // bf16 tiles where the CPU has AMX
     ->Args({1, 3072, 576, 0})

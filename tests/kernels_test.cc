@@ -1345,7 +1345,7 @@ TEST(W4Test, Int16RowsAnswerAsAloneOnEveryPath) {
   // GEMVs' tail steps, fewer than their chains).
   for (int64_t k : {1152, 1158}) {
     for (int group : {32, 64, 128}) {
-      for (int64_t m : {16, 17, 18, 31, 32, 48, 64}) {
+      for (int64_t m : {4, 5, 16, 17, 18, 20, 31, 32, 48, 64}) {
         const int64_t n = 35;
         auto w = Random(n * k, rng), x = Random(m * k, rng);
         auto p = PackW4(w, n, k, group, m % 2 == 0);
@@ -1538,8 +1538,8 @@ TEST(W8Test, GemmMatchesReference) {
 
 TEST(W8Test, Int16RowsAnswerAsAloneOnEveryPath) {
   std::mt19937 rng(37);
-  for (int64_t m : {16, 17, 18, 19, 32, 33, 64}) {
-    for (int64_t k : {64, 576}) {
+  for (int64_t m : {4, 7, 16, 17, 18, 19, 32, 33, 64}) {
+    for (int64_t k : {64, 70, 576}) {
       const int64_t n = 37;
       auto w = Random(n * k, rng), x = Random(m * k, rng);
       const PackedW8Matrix p = PackW8(w, n, k);
