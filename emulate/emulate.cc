@@ -55,14 +55,22 @@ absl::Status TimedBackend::Run(std::span<const BatchEntry> batch, const ForwardP
 
 absl::StatusOr<EmulatedModel> LoadEmulated(const sim::Profile& profile, const std::string& spec,
                                            const std::string& precision, int threads,
-                                           double time_scale, const CpuContext& cpu) {
+                                           double time_scale, const CpuContext& cpu,
+                                           KvDtype kv_dtype) {
   if (!(time_scale > 0)) {
     return absl::InvalidArgumentError(absl::StrCat("time scale must be above 0, not ", time_scale));
   }
   EmulatedModel out;
   PDQ_ASSIGN_OR_RETURN(const Precision p, ParsePrecision(precision));
   PDQ_ASSIGN_OR_RETURN(out.pass, profile.Pass(PrecisionName(p), threads));
-  PDQ_ASSIGN_OR_RETURN(out.model, Model::LoadShape(spec, p));
+  PDQ_ASSIGN_OR_RETURN(const KvDtype profiled, ParseKvDtype(profile.kv_dtype));
+  if (profiled != kv_dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the profile's passes ran with a KV cache of ", profile.kv_dtype, " ('", profile.model_path,
+        "'); this worker's is of ", KvDtypeName(kv_dtype), " (pass --kv-dtype ", profile.kv_dtype,
+        " to follow it, or use a profile measured with --kv-dtype ", KvDtypeName(kv_dtype), ")"));
+  }
+  PDQ_ASSIGN_OR_RETURN(out.model, Model::LoadShape(spec, p, kv_dtype));
   const ModelConfig& c = out.model->config();
   const KvLayout layout = out.model->kv_layout((int)std::max<int64_t>(profile.block_tokens, 1));
   const int64_t kv_bytes = layout.bytes_per_token();

@@ -69,11 +69,14 @@ struct EmulatedModel {
 
 // The model `spec` at `precision` (an engine precision name: fp16, w8a8,
 // w4a16) emulated by `profile`'s pass of that precision at `threads`
-// (0: the most threads measured), `time_scale` times slower. NotFound when
-// the profile has no such pass; InvalidArgument when it was measured on a
-// model of another shape (its layer count or KV bytes per token differ).
+// (0: the most threads measured), `time_scale` times slower, its KV cache
+// of `kv_dtype` (the worker's --kv-dtype). NotFound when the profile has no
+// such pass; InvalidArgument when it was measured on a model of another
+// shape (its layer count or KV bytes per token differ) or on a KV cache of
+// another element type (the passes' attention ran on that one).
 absl::StatusOr<EmulatedModel> LoadEmulated(const sim::Profile& profile, const std::string& spec,
                                            const std::string& precision, int threads,
-                                           double time_scale, const CpuContext& cpu);
+                                           double time_scale, const CpuContext& cpu,
+                                           KvDtype kv_dtype = KvDtype::kFp16);
 
 }  // namespace pdq::emulate

@@ -67,8 +67,10 @@ class Model {
   // The configuration and tokenizer of `spec` and no weights, labelled
   // `precision`: for a Context whose backend never reads weights (an
   // emulated worker's, emulate/). Forward on the CPU refuses such a model.
+  // `kv_dtype`: its KV cache's element type (kv_layout()).
   static absl::StatusOr<std::unique_ptr<Model>> LoadShape(const std::string& spec,
-                                                          Precision precision);
+                                                          Precision precision,
+                                                          KvDtype kv_dtype = KvDtype::kFp16);
   // False for a LoadShape model.
   bool has_weights() const { return output_ != nullptr; }
   ~Model();

@@ -486,9 +486,10 @@ absl::StatusOr<std::unique_ptr<Model>> ModelLoader::Shape(const std::string& spe
 }
 
 absl::StatusOr<std::unique_ptr<Model>> Model::LoadShape(const std::string& spec,
-                                                        Precision precision) {
+                                                        Precision precision, KvDtype kv_dtype) {
   LoadOptions options;
   options.precision = precision;
+  options.kv_dtype = kv_dtype;
   return ModelLoader::Shape(spec, options);
 }
 

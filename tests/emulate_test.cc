@@ -153,6 +153,27 @@ TEST(EmulateTest, LoadEmulatedFollowsTheProfileOfItsPrecisionAndShape) {
   EXPECT_NE(other.message().find("30"), std::string::npos) << other;
 }
 
+// An emulated worker's KV cache is of the element type the profile's passes
+// ran on, and a worker asking for another is told which to pass.
+TEST(EmulateTest, LoadEmulatedKeepsTheProfilesKvDtype) {
+  ThreadPool pool(1);
+  sim::Profile p = TinyProfile("synthetic:tiny");
+  absl::StatusOr<EmulatedModel> m =
+      LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool}, KvDtype::kFp16);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->model->kv_layout().dtype, KvDtype::kFp16);
+  const absl::Status mismatch =
+      LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool}, KvDtype::kBf16).status();
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument) << mismatch;
+  EXPECT_NE(mismatch.message().find("--kv-dtype fp16"), std::string::npos) << mismatch;
+  p.kv_dtype = "bf16";  // bf16 and fp16 caches are the same bytes a token
+  m = LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool}, KvDtype::kBf16);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->model->kv_layout().dtype, KvDtype::kBf16);
+  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Emulated prefill and decode workers of the shipped model behind a real
 // router: the answer is the script from the prompt's end on, and the KV
 // went over the transport.

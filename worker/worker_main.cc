@@ -179,7 +179,8 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
                "pass takes the time the profile's pass of this precision and --threads measured "
                "for its work, and everything else (scheduling, KV cache and transfers, gRPC, "
                "the router protocol) is real; the emulation tier, for checking `pdq sim` with "
-               "more workers than the cores could compute for; answers are a fixed text");
+               "more workers than the cores could compute for; answers are a fixed text; its KV "
+               "cache (--kv-dtype) must be the element type the profile ran on");
   double emulate_time_scale = 1;
   flags.Float("emulate-time-scale", &emulate_time_scale, 0.01, 1000,
               "with --emulate: every pass takes this many times the profile's time");
@@ -251,9 +252,11 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
   double emulated_load = 0;
   auto load = [&](const std::string& precision) -> absl::StatusOr<LoadedModel> {
     if (!profile) return model_flags.Load(false, precision);
+    absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(model_flags.kv_dtype);
+    if (!kv_dtype.ok()) return kv_dtype.status();
     absl::StatusOr<emulate::EmulatedModel> m = emulate::LoadEmulated(
         *profile, model_flags.model, precision.empty() ? model_flags.precision : precision,
-        (int)model_flags.threads, emulate_time_scale, CpuContext{&model_flags.pool()});
+        (int)model_flags.threads, emulate_time_scale, CpuContext{&model_flags.pool()}, *kv_dtype);
     if (!m.ok())
       return absl::Status(m.status().code(), absl::StrCat("--emulate: ", m.status().message()));
     const policy::StepCoefficients& t = m->pass.time;
