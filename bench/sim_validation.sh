@@ -454,8 +454,10 @@ emulated_workers() {
   python3 - "$1" "$2" "$emulate_time_scale" "$emulated_kv_tokens" <<'PY'
 import json, re, sys
 p, d = map(int, re.fullmatch(r"(\d+)P\+(\d+)D", sys.argv[1]).groups())
+# The workers' KV cache of the element type the profile ran on (they refuse another).
+kv_dtype = json.load(open(sys.argv[2]))["model"].get("kv_dtype", "fp16")
 args = ["--emulate", sys.argv[2], "--emulate-load-seconds", "0", "--emulate-time-scale", sys.argv[3],
-        "--kv-tokens", sys.argv[4]]
+        "--kv-tokens", sys.argv[4], "--kv-dtype", kv_dtype]
 w = [{"role": "prefill", "precision": "w8a8", "threads": 1, "args": args}] * p
 w += [{"role": "decode", "precision": "w4a16", "threads": 1, "args": args}] * d
 print(json.dumps(w))

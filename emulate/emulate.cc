@@ -66,9 +66,10 @@ absl::StatusOr<EmulatedModel> LoadEmulated(const sim::Profile& profile, const st
   PDQ_ASSIGN_OR_RETURN(const KvDtype profiled, ParseKvDtype(profile.kv_dtype));
   if (profiled != kv_dtype) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "the profile's passes ran with a KV cache of ", profile.kv_dtype, " ('", profile.model_path,
-        "'); this worker's is of ", KvDtypeName(kv_dtype), " (pass --kv-dtype ", profile.kv_dtype,
-        " to follow it, or use a profile measured with --kv-dtype ", KvDtypeName(kv_dtype), ")"));
+        "the profile (of '", profile.model_path, "') ran its passes with a KV cache of ",
+        profile.kv_dtype, "; this worker's is of ", KvDtypeName(kv_dtype), " (pass --kv-dtype ",
+        profile.kv_dtype, " to follow it, or use a profile measured with --kv-dtype ",
+        KvDtypeName(kv_dtype), ")"));
   }
   PDQ_ASSIGN_OR_RETURN(out.model, Model::LoadShape(spec, p, kv_dtype));
   const ModelConfig& c = out.model->config();

@@ -77,6 +77,6 @@ struct EmulatedModel {
 absl::StatusOr<EmulatedModel> LoadEmulated(const sim::Profile& profile, const std::string& spec,
                                            const std::string& precision, int threads,
                                            double time_scale, const CpuContext& cpu,
-                                           KvDtype kv_dtype = KvDtype::kFp16);
+                                           KvDtype kv_dtype);
 
 }  // namespace pdq::emulate

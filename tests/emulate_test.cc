@@ -137,18 +137,25 @@ TEST(EmulateTest, LoadEmulatedFollowsTheProfileOfItsPrecisionAndShape) {
   ThreadPool pool(1);
   const sim::Profile p = TinyProfile("synthetic:tiny");
   absl::StatusOr<EmulatedModel> m =
-      LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool});
+      LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool}, KvDtype::kFp16);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->pass.precision, "w4a16");
   EXPECT_EQ(m->pass.threads, 1);
   EXPECT_EQ(m->ctx->device(), "emulated");
-  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "w4a16", 0, 1, CpuContext{&pool})->pass.threads, 2);
-  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "fp16", 1, 1, CpuContext{&pool}).status().code(),
+  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "w4a16", 0, 1, CpuContext{&pool}, KvDtype::kFp16)
+                ->pass.threads,
+            2);
+  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "fp16", 1, 1, CpuContext{&pool}, KvDtype::kFp16)
+                .status()
+                .code(),
             absl::StatusCode::kNotFound);
-  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 0, CpuContext{&pool}).status().code(),
+  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 0, CpuContext{&pool}, KvDtype::kFp16)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
   const absl::Status other =
-      LoadEmulated(p, "synthetic:smollm2-135m", "w4a16", 1, 1, CpuContext{&pool}).status();
+      LoadEmulated(p, "synthetic:smollm2-135m", "w4a16", 1, 1, CpuContext{&pool}, KvDtype::kFp16)
+          .status();
   EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument) << other;
   EXPECT_NE(other.message().find("30"), std::string::npos) << other;
 }
@@ -170,7 +177,9 @@ TEST(EmulateTest, LoadEmulatedKeepsTheProfilesKvDtype) {
   m = LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool}, KvDtype::kBf16);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->model->kv_layout().dtype, KvDtype::kBf16);
-  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool}).status().code(),
+  EXPECT_EQ(LoadEmulated(p, "synthetic:tiny", "w4a16", 1, 1, CpuContext{&pool}, KvDtype::kFp16)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 
