@@ -113,12 +113,11 @@ void GemmI8PanelsVnni(const PackedI8& w, int64_t p_begin, int64_t p_end, const i
   flipped.resize(std::max<size_t>(flipped.size(), (size_t)(block * row_bytes)));
   for (int64_t m0 = 0; m0 < m; m0 += block) {
     const int64_t mc = std::min(block, m - m0);
-    const __m256i flip = _mm256_set1_epi8((char)0x80);
     for (int64_t i = 0; i + 32 <= mc * row_bytes; i += 32) {
       const __m256i v =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m0 * row_bytes + i));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(flipped.data() + i),
-                          _mm256_xor_si256(v, flip));
+                          _mm256_xor_si256(v, k128));
     }
     for (int64_t i = mc * row_bytes / 32 * 32; i < mc * row_bytes; ++i) {
       flipped[i] = (uint8_t)(xq[m0 * row_bytes + i] ^ 0x80);
