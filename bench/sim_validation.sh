@@ -86,8 +86,10 @@
 # --warmup 1: the clients share 2c+1 requests and the first to finish is
 # not counted). The simulator runs the same: every client starting at once,
 # the same count of requests, the first sent not counted, exact lengths (so
-# one seed is the whole prediction). A configuration and run of chat takes
-# about 1 minute on a 2-core Zen 4, 4 on a Zen 1; summarize 1, analysis 1.5.
+# one seed is the whole prediction; for the A/B rollout, whose router draws
+# each request's pool at random, the mean of SPLIT_SEEDS (20) seeds' draws).
+# A configuration and run of chat takes about 1 minute on a 2-core Zen 4, 4
+# on a Zen 1; summarize 1, analysis 1.5.
 set -euo pipefail
 cmd="${1:-}"
 build="${2:-build}"
@@ -134,7 +136,20 @@ configs=(
   # The committed evaluation's other pairs.
   'mono-w4a16|[{"role": "both", "precision": "w4a16", "threads": 2}]|--deployment 1M --monolithic-precision w4a16 --threads 2'
   '1p1d-fp16-w4a16|[{"role": "prefill", "precision": "fp16", "threads": 1, "cpus": "0"}, {"role": "decode", "precision": "w4a16", "threads": 1, "cpus": "1"}]|--deployment 1P+1D --prefill-precision fp16 --decode-precision w4a16 --threads 1'
+  # The A/B rollout: half the requests to an FP16 worker, half to a W8A8/W4A16
+  # one, a core each (the router takes the --split of its pdq sim flags).
+  'ab-fp16-vs-w8a8-w4a16|[{"role": "both", "precision": "fp16", "threads": 1, "cpus": "0", "pool": "fp16"}, {"role": "both", "precision": "w4a16", "threads": 1, "cpus": "1", "pool": "w8a8-w4a16", "args": ["--prefill-precision", "w8a8"]}]|--split fp16=50,w8a8-w4a16=50 --arms fp16=1M:fp16,w8a8-w4a16=1M:w8a8/w4a16 --threads 1'
 )
+
+# up_config NAME WORKERS FLAGS: lib.sh's up, with the router's --split where
+# the configuration's pdq sim flags have one.
+up_config() {
+  if [[ $3 =~ --split\ ([^ ]+) ]]; then
+    up "$1" "$2" "[\"--split\", \"${BASH_REMATCH[1]}\"]"
+  else
+    up "$1" "$2"
+  fi
+}
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 if [[ $workload != chat && $cmd != predict && $cmd != measure && $cmd != compare ]]; then
@@ -176,11 +191,15 @@ predict() {
     IFS='|' read -r name _ flags <<<"$c"
     [[ -z $only || ",$only," == *",$name,"* ]] || continue
     flags="$(config_sim_flags "$profile" "$flags")"
+    # One seed is the whole prediction but where the router draws each
+    # request's A/B pool: there the mean over SPLIT_SEEDS draws (20).
+    local seeds=1
+    [[ $flags != *--split* ]] || seeds="${SPLIT_SEEDS:-20}"
     for level in "${levels[@]}"; do
       # shellcheck disable=SC2086  # flags are words
       "$build/bin/pdq" sim --profile "$profile" $flags ${SIM_FLAGS:-} \
         --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
-        --concurrency "$level" --requests $((level * per_client)) --warmup 1 --seeds 1 \
+        --concurrency "$level" --requests $((level * per_client)) --warmup 1 --seeds "$seeds" \
         --json "$dir/$predicted/$name$suffix-c$level.json" | sed "s/^/$name$suffix c=$level: /"
     done
   done
@@ -201,13 +220,13 @@ start_measuring() {
 measure() {
   local runs="${4:-3}" only="${5:-}"
   start_measuring measured
-  local r c name workers
+  local r c name workers flags
   for r in $(seq "$runs"); do
     for c in "${configs[@]}"; do
-      IFS='|' read -r name workers _ <<<"$c"
+      IFS='|' read -r name workers flags <<<"$c"
       [[ -z $only || ",$only," == *",$name,"* ]] || continue
       log "round $r: $name$suffix"
-      up "$name" "$workers"
+      up_config "$name" "$workers" "$flags"
       "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
         --output-tokens "$output_tokens" --concurrency "$(IFS=,; echo "${levels[*]}")" \
         --requests-per-client "$per_client" --warmup 1 \
@@ -272,15 +291,15 @@ predict_open() {
 measure_open() {
   local runs="${4:-1}" only="${5:-}"
   start_measuring measured-open
-  local r c name workers f rate
+  local r c name workers flags f rate
   for r in $(seq "$runs"); do
     for c in "${configs[@]}"; do
-      IFS='|' read -r name workers _ <<<"$c"
+      IFS='|' read -r name workers flags <<<"$c"
       while read -r _ f rate; do
         [[ -z $only || ",$only," == *",$name-f$f,"* ]] || continue
         log "round $r: $name at $rate/s"
         [[ ${TRACK_SPEED:-0} == 0 ]] || predict_tracked "$name" "$f" "$rate" "$r"
-        up "$name" "$workers"
+        up_config "$name" "$workers" "$flags"
         "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
           --output-tokens "$output_tokens" --rate "$rate" --requests "$open_requests" \
           --arrival-seed "$r" --warmup "$open_warmup" --json "$dir/measured-open/$name-f$f-$r.json" >"$work/bench.out" 2>&1 ||

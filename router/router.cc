@@ -21,10 +21,10 @@
 #include "pdq/v1/pdq.grpc.pb.h"
 #include "pdq/v1/worker.grpc.pb.h"
 #include "policy/route.h"
+#include "policy/traffic_split.h"
 #include "router/admission.h"
 #include "router/kv_books.h"
 #include "router/openai_http.h"
-#include "router/traffic_split.h"
 #include "server/grpc_util.h"
 #include "server/metrics.h"
 #include "server/response_stream.h"
@@ -108,7 +108,7 @@ class Registry {
     if (info.vocab_size() <= 0 || info.max_context() <= 0) {
       return absl::InvalidArgumentError("vocab_size and max_context must be positive");
     }
-    if (!info.pool().empty() && !server::ValidPoolName(info.pool())) {
+    if (!info.pool().empty() && !policy::ValidPoolName(info.pool())) {
       return absl::InvalidArgumentError("pool must have 1 to 64 characters of A-Z a-z 0-9 . _ -");
     }
     auto w = std::make_shared<Worker>();
@@ -1525,7 +1525,7 @@ using PdqBase = v1::Pdq::WithRawCallbackMethod_Generate<
 class PdqService : public PdqBase {
  public:
   PdqService(Registry& r, LiveCalls& calls, const Tokenizer& tok, server::ApiKeys keys,
-             TrafficSplit split, bool split_sticky, const AdmissionOptions& admission)
+             policy::TrafficSplit split, bool split_sticky, const AdmissionOptions& admission)
       : r_(r),
         calls_(calls),
         tok_(tok),
@@ -1746,7 +1746,7 @@ class PdqService : public PdqBase {
   LiveCalls& calls_;
   const Tokenizer& tok_;
   const server::ApiKeys keys_;
-  const TrafficSplit split_;
+  const policy::TrafficSplit split_;
   const bool split_sticky_;
   AdmissionBook book_;
   // Request ids are req-PREFIX-N, the prefix random per router process, so
@@ -1764,7 +1764,7 @@ class RouterImpl : public Router {
   static absl::StatusOr<std::unique_ptr<Router>> Start(const RouterOptions& o) {
     absl::StatusOr<std::optional<server::TlsPem>> tls = server::LoadServerTls(o.tls);
     if (!tls.ok()) return tls.status();
-    absl::StatusOr<TrafficSplit> split = TrafficSplit::Parse(o.split);
+    absl::StatusOr<policy::TrafficSplit> split = policy::TrafficSplit::Parse(o.split);
     if (!split.ok()) return split.status();
     server::ApiKeys keys;
     if (!o.api_key_file.empty()) {

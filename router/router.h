@@ -42,7 +42,7 @@ struct RouterOptions {
   // A plaintext host:port serving only grpc.health.v1 (for probes that
   // cannot speak TLS); empty: none.
   std::string health_listen;
-  // An A/B rollout (router/traffic_split.h): "POOL=WEIGHT,..." sends that
+  // An A/B rollout (policy/traffic_split.h): "POOL=WEIGHT,..." sends that
   // share of requests to the workers started with --pool POOL, and labels
   // the request metrics by pool. Empty: every worker serves every request.
   std::string split;

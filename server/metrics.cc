@@ -115,16 +115,6 @@ std::vector<double> LatencyBuckets() {
   return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60};
 }
 
-bool ValidPoolName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 void CountRequest(absl::StatusCode code, const std::string& pool) {
   Labels labels = {{"code", absl::StatusCodeToString(code)}};
   if (!pool.empty()) labels.push_back({"pool", pool});

@@ -116,8 +116,6 @@ struct ProcessMemory {
 ProcessMemory ReadProcessMemory();
 
 void CountRequest(absl::StatusCode code, const std::string& pool = "");
-// A pool's name: 1 to 64 characters from [A-Za-z0-9._-].
-bool ValidPoolName(const std::string& name);
 // pdq_ttft_seconds and pdq_tpot_seconds (one mean per request), as this
 // process saw them; `pool` as for CountRequest.
 void ObserveLatencies(double ttft_seconds, double mean_tpot_seconds, int64_t output_tokens,

@@ -1,13 +1,16 @@
 #include "sim/profile.h"
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/check.h"
 #include "nlohmann/json.hpp"
+#include "policy/traffic_split.h"
 
 namespace pdq::sim {
 
@@ -168,6 +171,73 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
   d->num_layers = p.num_layers;
   d->router_seconds = p.router_seconds;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Precisions>> ArmsFromProfile(const Profile& p, const std::string& split,
+                                                        const std::string& arms,
+                                                        const WorkerOptions& o, Deployment* d) {
+  absl::StatusOr<policy::TrafficSplit> pools = policy::TrafficSplit::Parse(split);
+  if (!pools.ok()) return pools.status();
+  if (pools->empty()) return absl::InvalidArgumentError("--split: no pools given");
+  // POOL -> DEPLOYMENT:PREFILL/DECODE
+  std::map<std::string, std::string> given;
+  for (absl::string_view part : absl::StrSplit(arms, ',', absl::SkipWhitespace())) {
+    part = absl::StripAsciiWhitespace(part);
+    const size_t eq = part.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--arms: '", part, "' is not POOL=DEPLOYMENT:PREFILL/DECODE (e.g. fp16=1M:fp16)"));
+    }
+    const std::string pool(absl::StripAsciiWhitespace(part.substr(0, eq)));
+    if (!given.emplace(pool, std::string(part.substr(eq + 1))).second) {
+      return absl::InvalidArgumentError(absl::StrCat("--arms: pool '", pool, "' is named twice"));
+    }
+  }
+  std::vector<Precisions> out;
+  d->arms.clear();
+  for (const policy::TrafficSplit::Arm& s : pools->arms()) {
+    auto it = given.find(s.pool);
+    if (it == given.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("--arms: pool '", s.pool,
+                                                     "' of --split has no workers (", s.pool,
+                                                     "=DEPLOYMENT:PREFILL/DECODE)"));
+    }
+    auto error = [&s](const absl::Status& e) {
+      return absl::Status(e.code(), absl::StrCat("--arms: pool '", s.pool, "': ", e.message()));
+    };
+    const std::vector<std::string> fields = absl::StrSplit(it->second, ':');
+    const std::vector<std::string> pair =
+        fields.size() == 2 ? absl::StrSplit(fields[1], '/') : std::vector<std::string>{};
+    if (fields.size() != 2 || pair.empty() || pair.size() > 2 || pair[0].empty() ||
+        pair.back().empty()) {
+      return error(absl::InvalidArgumentError(absl::StrCat(
+          "'", it->second, "' is not DEPLOYMENT:PREFILL/DECODE (e.g. 1M:w8a8/w4a16, 1P+1D:fp16)")));
+    }
+    given.erase(it);
+    Deployment one;
+    if (absl::Status e = ParseDeployment(fields[0], &one); !e.ok()) return error(e);
+    Precisions precisions;
+    precisions.prefill = pair[0];
+    precisions.decode = precisions.monolithic = pair.back();
+    if (precisions.prefill != precisions.decode) precisions.monolithic_prompt = precisions.prefill;
+    if (absl::Status e = SpecsFromProfile(p, precisions, o, &one); !e.ok()) return error(e);
+    Arm arm;
+    static_cast<Workers&>(arm) = one;
+    arm.pool = s.pool;
+    arm.weight = s.weight;
+    d->arms.push_back(std::move(arm));
+    if (one.prefill > 0) d->link = one.link;
+    d->kv_bytes_per_token = one.kv_bytes_per_token;
+    d->num_layers = one.num_layers;
+    d->router_seconds = one.router_seconds;
+    out.push_back(precisions);
+  }
+  if (!given.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--arms: pool '", given.begin()->first, "' is not in --split"));
+  }
+  d->monolithic = d->prefill = d->decode = 0;
+  return out;
 }
 
 absl::StatusOr<SplitProfile> CoLocatedSplit(const Profile& p, const Precisions& precisions,

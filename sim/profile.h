@@ -180,6 +180,19 @@ absl::Status ParseDeployment(const std::string& text, Deployment* d);
 absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
                               const WorkerOptions& o, Deployment* d);
 
+// An A/B rollout's arms (Deployment::arms) from pdq-router's --split spec
+// ("fp16=50,w8a8-w4a16=50") and each pool's workers and precision pair
+// (`arms`: "fp16=1M:fp16,w8a8-w4a16=1M:w8a8/w4a16", POOL=DEPLOYMENT:
+// PREFILL/DECODE, one precision for both): a pool's prefill workers run
+// PREFILL, its decode workers DECODE, and its monolithic workers DECODE,
+// computing prompts at PREFILL on a second model where the two differ (a
+// pdq worker's --prefill-precision). Fills the specs, the link and the
+// model's KV facts as SpecsFromProfile does, and sets d's own counts to 0.
+// Returns each arm's precisions, in the split's order.
+absl::StatusOr<std::vector<Precisions>> ArmsFromProfile(const Profile& p, const std::string& split,
+                                                        const std::string& arms,
+                                                        const WorkerOptions& o, Deployment* d);
+
 // The split probe a co-located pair of `precisions` runs on (options.co_located):
 // the pair's at the thread count of the prefill pass the options pick.
 // NotFound names the pass or the probe the profile lacks.

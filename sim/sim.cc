@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <random>
 #include <sstream>
@@ -11,16 +12,34 @@
 #include "absl/strings/str_join.h"
 #include "common/arrivals.h"
 #include "policy/route.h"
+#include "policy/traffic_split.h"
 #include "sim/worker_sim.h"
 
 namespace pdq::sim {
 
-std::string Deployment::Name() const {
+std::string Workers::Name() const {
   std::string name;
   if (prefill > 0 || decode > 0) absl::StrAppend(&name, prefill, "P+", decode, "D");
   if (monolithic > 0) absl::StrAppend(&name, name.empty() ? "" : "+", monolithic, "M");
   return name;
 }
+
+std::string Deployment::Name() const {
+  if (arms.empty()) return Workers::Name();
+  std::vector<std::string> parts;
+  for (const Arm& a : arms) parts.push_back(absl::StrCat(a.pool, "=", a.weight, ":", a.Name()));
+  return absl::StrJoin(parts, ",");
+}
+
+namespace {
+
+absl::StatusOr<policy::TrafficSplit> SplitOf(const Deployment& d) {
+  std::vector<policy::TrafficSplit::Arm> arms;
+  for (const Arm& a : d.arms) arms.push_back({a.pool, a.weight});
+  return policy::TrafficSplit::Make(std::move(arms));
+}
+
+}  // namespace
 
 namespace {
 
@@ -86,26 +105,81 @@ absl::StatusOr<std::vector<Workload::Phase>> ParsePhases(const std::string& text
   return phases;
 }
 
-absl::Status Validate(const Deployment& d, const Workload& w) {
+namespace {
+
+// One pool's counts and specs (the deployment's, or an A/B arm's: `where`
+// names it, empty for the deployment's own).
+absl::Status ValidateWorkers(const Workers& d, const Workload& w, const std::string& where) {
+  auto error = [&where](const std::string& m) {
+    return absl::InvalidArgumentError(where.empty() ? m : absl::StrCat(where, ": ", m));
+  };
   if (d.monolithic < 0 || d.prefill < 0 || d.decode < 0) {
-    return absl::InvalidArgumentError("worker counts must be >= 0");
+    return error("worker counts must be >= 0");
   }
   if (d.monolithic == 0 && (d.prefill == 0 || d.decode == 0)) {
-    return absl::InvalidArgumentError(
-        "a deployment needs monolithic workers, or prefill and decode workers");
+    return error("a deployment needs monolithic workers, or prefill and decode workers");
   }
-  if (d.decode > 0 && d.prefill == 0) {
-    return absl::InvalidArgumentError("decode workers need prefill workers");
-  }
+  if (d.decode > 0 && d.prefill == 0) return error("decode workers need prefill workers");
+  const std::string prefix = where.empty() ? "" : where + ": ";
   if (d.monolithic > 0) {
-    if (absl::Status s = CheckWorker(d.monolithic_worker, "monolithic_worker", true, true); !s.ok())
+    if (absl::Status s = CheckWorker(d.monolithic_worker, prefix + "monolithic_worker", true, true);
+        !s.ok())
       return s;
   }
   if (d.prefill > 0) {
-    if (absl::Status s = CheckWorker(d.prefill_worker, "prefill_worker", true, false); !s.ok())
+    if (absl::Status s = CheckWorker(d.prefill_worker, prefix + "prefill_worker", true, false);
+        !s.ok())
       return s;
-    if (absl::Status s = CheckWorker(d.decode_worker, "decode_worker", false, true); !s.ok())
+    if (absl::Status s = CheckWorker(d.decode_worker, prefix + "decode_worker", false, true);
+        !s.ok())
       return s;
+  }
+  return absl::OkStatus();
+}
+
+// Whether the workload's longest request fits the pool's workers.
+absl::Status CheckContext(const Workers& d, const Workload& w, const std::string& where) {
+  const int64_t longest =
+      (int64_t)std::ceil(double(w.prompt_tokens + w.output_tokens) * (1 + w.length_spread));
+  for (const auto& [n, s, name] :
+       {std::tuple{d.monolithic, &d.monolithic_worker, "monolithic_worker"},
+        std::tuple{d.decode, &d.decode_worker, "decode_worker"}}) {
+    if (n > 0 && longest > s->max_context) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "the workload's longest request (",
+                                                     longest, " tokens) exceeds ", name,
+                                                     ".max_context (", s->max_context, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ArmWhere(const Arm& a) { return absl::StrCat("arm '", a.pool, "'"); }
+
+}  // namespace
+
+absl::Status Validate(const Deployment& d, const Workload& w) {
+  bool disaggregated = d.prefill > 0;
+  if (d.arms.empty()) {
+    if (absl::Status s = ValidateWorkers(d, w, ""); !s.ok()) return s;
+  } else {
+    if (d.monolithic != 0 || d.prefill != 0 || d.decode != 0) {
+      return absl::InvalidArgumentError(
+          "an A/B rollout's workers are its arms': the deployment's own counts must be 0");
+    }
+    if (d.prefill_hpa || d.decode_hpa || d.monolithic_hpa) {
+      return absl::InvalidArgumentError("HPAs on an A/B rollout's pools are not modelled");
+    }
+    if (absl::StatusOr<policy::TrafficSplit> split = SplitOf(d); !split.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("arms: ", split.status().message()));
+    }
+    for (const Arm& a : d.arms) {
+      if (absl::Status s = ValidateWorkers(a, w, ArmWhere(a)); !s.ok()) {
+        return s;
+      }
+      disaggregated |= a.prefill > 0;
+    }
+  }
+  if (disaggregated) {
     if (!(d.link.bytes_per_second > 0) || !(d.link.latency_seconds >= 0)) {
       return absl::InvalidArgumentError("link: bytes_per_second must be > 0, latency >= 0");
     }
@@ -164,16 +238,9 @@ absl::Status Validate(const Deployment& d, const Workload& w) {
   if (w.arrivals == Workload::Arrivals::kGamma && !(w.burstiness > 0)) {
     return absl::InvalidArgumentError("burstiness must be > 0");
   }
-  const int64_t longest =
-      (int64_t)std::ceil(double(w.prompt_tokens + w.output_tokens) * (1 + w.length_spread));
-  for (const auto& [n, s, name] :
-       {std::tuple{d.monolithic, &d.monolithic_worker, "monolithic_worker"},
-        std::tuple{d.decode, &d.decode_worker, "decode_worker"}}) {
-    if (n > 0 && longest > s->max_context) {
-      return absl::InvalidArgumentError(absl::StrCat("the workload's longest request (", longest,
-                                                     " tokens) exceeds ", name, ".max_context (",
-                                                     s->max_context, ")"));
-    }
+  if (d.arms.empty()) return CheckContext(d, w, "");
+  for (const Arm& a : d.arms) {
+    if (absl::Status s = CheckContext(a, w, ArmWhere(a) + ": "); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -183,11 +250,26 @@ namespace {
 // The event loop and the deployment's state for one run.
 class Simulation {
  public:
+  // `d` was validated.
   Simulation(const Deployment& d, const Workload& w, const RunOptions& o)
-      : d_(d), w_(w), o_(o), rng_(w.seed), noise_rng_(w.seed ^ 0x6e6f697365ull) {
-    for (int i = 0; i < d.monolithic; ++i) AddWorker(Role::kBoth, /*serving=*/true);
-    for (int i = 0; i < d.prefill; ++i) AddWorker(Role::kPrefill, true);
-    for (int i = 0; i < d.decode; ++i) AddWorker(Role::kDecode, true);
+      : d_(d),
+        w_(w),
+        o_(o),
+        rng_(w.seed),
+        noise_rng_(w.seed ^ 0x6e6f697365ull),
+        split_rng_(w.seed ^ 0x73706c6974ull) {
+    if (d.arms.empty()) {
+      pools_.push_back(&d);
+    } else {
+      for (const Arm& a : d.arms) pools_.push_back(&a);
+      split_ = *SplitOf(d);
+    }
+    for (int arm = 0; arm < (int)pools_.size(); ++arm) {
+      const Workers& p = *pools_[arm];
+      for (int i = 0; i < p.monolithic; ++i) AddWorker(Role::kBoth, arm, /*serving=*/true);
+      for (int i = 0; i < p.prefill; ++i) AddWorker(Role::kPrefill, arm, true);
+      for (int i = 0; i < p.decode; ++i) AddWorker(Role::kDecode, arm, true);
+    }
     for (Role role : {Role::kPrefill, Role::kDecode, Role::kBoth}) {
       const std::optional<HpaSpec>& hpa = d.hpa(role);
       if (hpa) hpas_.push_back({role, HpaController(*hpa)});
@@ -350,7 +432,8 @@ class Simulation {
     }
   }
 
-  // The router's choice among workers of `roles` (policy::BestCandidate,
+  // The router's choice among workers of `roles` in the request's A/B
+  // `arm` (policy::BestCandidate,
   // its candidates as router/router.cc builds them: a decode worker's load
   // is its decoding streams plus the requests in flight to it, a prefill
   // worker's the requests whose Prefill call has not answered; a worker's
@@ -358,7 +441,7 @@ class Simulation {
   // the counts in flight current), then its KV reservation of
   // `reserve` tokens; a worker that refuses is avoided once more, as the
   // router retries an attempt once. -1: refused, and *why says why.
-  int Pick(std::initializer_list<Role> roles, int64_t prompt_tokens, int64_t reserve,
+  int Pick(std::initializer_list<Role> roles, int arm, int64_t prompt_tokens, int64_t reserve,
            Refusal* why) {
     int avoid = -1;
     *why = Refusal::kNoWorker;
@@ -368,7 +451,7 @@ class Simulation {
       for (int i = 0; i < (int)workers_.size(); ++i) {
         const WorkerSim& w = workers_[i];
         if (std::find(roles.begin(), roles.end(), w.role()) == roles.end()) continue;
-        if (state_[i] != State::kServing) continue;
+        if (state_[i] != State::kServing || result_.workers[i].arm != arm) continue;
         const Seen seen = d_.heartbeat_seconds > 0 ? seen_[i] : Look(i);
         policy::RouteCandidate c;
         // The router's stream bound (its count in flight is exact here).
@@ -396,8 +479,12 @@ class Simulation {
   void Route(int64_t id) {
     RequestRecord& r = result_.requests[id];
     const int64_t kv = r.prompt_tokens + r.output_tokens;
+    // The router draws the pool first; only its workers are candidates.
+    if (split_) {
+      r.arm = split_->IndexAt(std::uniform_real_distribution<double>(0, 1)(split_rng_));
+    }
     Refusal why = Refusal::kNone;
-    const int dw = Pick({Role::kDecode, Role::kBoth}, r.prompt_tokens, kv, &why);
+    const int dw = Pick({Role::kDecode, Role::kBoth}, r.arm, r.prompt_tokens, kv, &why);
     if (dw < 0) return Refuse(id, why);
     r.decode_worker = dw;
     SimStream s;
@@ -413,7 +500,7 @@ class Simulation {
     s.stage = policy::StreamView::Stage::kOther;  // a reservation: waits for its KV
     workers_[dw].Add(s);
     ++in_flight_[dw];
-    const int pw = Pick({Role::kPrefill}, r.prompt_tokens, r.prompt_tokens, &why);
+    const int pw = Pick({Role::kPrefill}, r.arm, r.prompt_tokens, r.prompt_tokens, &why);
     if (pw < 0) {
       workers_[dw].Remove(id);
       workers_[dw].Unreserve(kv);
@@ -523,10 +610,11 @@ class Simulation {
   // draining (removed by its HPA: finishes what it holds), gone.
   enum class State { kStarting, kServing, kDraining, kGone };
 
-  int AddWorker(Role role, bool serving) {
-    const WorkerSpec& spec = role == Role::kBoth      ? d_.monolithic_worker
-                             : role == Role::kPrefill ? d_.prefill_worker
-                                                      : d_.decode_worker;
+  int AddWorker(Role role, int arm, bool serving) {
+    const Workers& pool = *pools_[arm];
+    const WorkerSpec& spec = role == Role::kBoth      ? pool.monolithic_worker
+                             : role == Role::kPrefill ? pool.prefill_worker
+                                                      : pool.decode_worker;
     const int w = (int)workers_.size();
     workers_.emplace_back(role, spec);
     state_.push_back(serving ? State::kServing : State::kStarting);
@@ -537,6 +625,7 @@ class Simulation {
     seen_.push_back(Look(w));
     WorkerRecord wr;
     wr.role = role;
+    wr.arm = arm;
     wr.created = now_;
     wr.ready = serving ? now_ : -1;
     result_.workers.push_back(wr);
@@ -603,7 +692,8 @@ class Simulation {
       const int desired = h.controller.Sync(now_, current, m);
       if (desired == current) continue;
       result_.scaling.push_back({now_, h.role, current, desired});
-      for (int i = current; i < desired; ++i) AddWorker(h.role, /*serving=*/false);
+      // (HPAs scale deployments without arms: one pool, arm 0.)
+      for (int i = current; i < desired; ++i) AddWorker(h.role, /*arm=*/0, /*serving=*/false);
       // A ReplicaSet removes pods that are not ready first, then the newest.
       for (int i = desired; i < current; ++i) {
         int victim;
@@ -633,6 +723,9 @@ class Simulation {
   const RunOptions& o_;
   std::mt19937_64 rng_;        // arrivals and lengths: the workload
   std::mt19937_64 noise_rng_;  // step noise: so the same seed is the same workload anywhere
+  std::mt19937_64 split_rng_;  // A/B draws: apart, for the same reason
+  std::vector<const Workers*> pools_;          // by arm: the deployment's own, or its arms
+  std::optional<policy::TrafficSplit> split_;  // with arms
   std::vector<WorkerSim> workers_;
   std::vector<State> state_;
   struct Autoscaler {
@@ -717,12 +810,12 @@ void RefusalCounts::Add(const RefusalCounts& o) {
   no_worker += o.no_worker;
 }
 
-RunSummary Summarize(const RunResult& r, const Targets& t) {
+RunSummary Summarize(const RunResult& r, const Targets& t, int arm) {
   RunSummary s;
   std::vector<double> ttft, tpot;
   double first = INFINITY, last = 0, tokens = 0, met = 0;
   for (const RequestRecord& q : r.requests) {
-    if (!q.measured) continue;
+    if (!q.measured || (arm >= 0 && q.arm != arm)) continue;
     if (q.refused()) {
       s.refusals.Add(q.refusal);
       continue;
@@ -749,11 +842,12 @@ RunSummary Summarize(const RunResult& r, const Targets& t) {
   }
   const int64_t all = s.measured + s.refusals.total();
   s.met_fraction = all > 0 ? met / double(all) : 0;
-  s.busy = Busy(r);
+  s.busy = Busy(r, arm);
   // Workers alive over time: +1 at creation, -1 when gone.
   std::vector<std::pair<double, int>> changes;
   double alive = 0;
   for (const WorkerRecord& w : r.workers) {
+    if (arm >= 0 && w.arm != arm) continue;
     changes.push_back({w.created, 1});
     changes.push_back({w.gone, -1});
     alive += w.gone - w.created;
@@ -765,7 +859,7 @@ RunSummary Summarize(const RunResult& r, const Targets& t) {
   return s;
 }
 
-PoolBusy Busy(const RunResult& r) {
+PoolBusy Busy(const RunResult& r, int arm) {
   PoolBusy b;
   if (!(r.end_time > 0)) return b;
   // Per role: seconds stepping, seconds of KV on the links, and the
@@ -773,6 +867,7 @@ PoolBusy Busy(const RunResult& r) {
   double step[3] = {}, link[3] = {}, serving[3] = {};
   int n[3] = {};
   for (const WorkerRecord& w : r.workers) {
+    if (arm >= 0 && w.arm != arm) continue;
     const int i = static_cast<int>(w.role);
     step[i] += w.busy_seconds;
     link[i] += w.link_busy_seconds;
@@ -825,26 +920,14 @@ std::string NameBottleneck(const PoolBusy& b, const RefusalCounts& refused) {
                       "% busy): the arrivals set the pace");
 }
 
-absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
-                                     int seeds) {
-  if (seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
-  std::vector<RunSummary> runs;
-  int64_t scale_events = 0;
-  std::vector<ScaleRecord> first_scaling;
-  for (int i = 0; i < seeds; ++i) {
-    Workload wi = w;
-    wi.seed = w.seed + (uint64_t)i;
-    absl::StatusOr<RunResult> r = Simulate(d, wi);
-    if (!r.ok()) return r.status();
-    runs.push_back(Summarize(*r, t));
-    scale_events += (int64_t)r->scaling.size();
-    if (i == 0) first_scaling = std::move(r->scaling);
-  }
-  SeedSummary out;
-  out.seeds = seeds;
-  auto each = [&](double RunSummary::*field) {
+namespace {
+
+// The figures of runs of one seed each, as estimates over the seeds.
+SeedFigures OverSeeds(const std::vector<RunSummary>& runs) {
+  SeedFigures out;
+  auto each = [&](auto field) {
     std::vector<double> v;
-    for (const RunSummary& s : runs) v.push_back(s.*field);
+    for (const RunSummary& s : runs) v.push_back(double(s.*field));
     return Estimated(v);
   };
   out.ttft_p50 = each(&RunSummary::ttft_p50);
@@ -856,6 +939,7 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   out.output_tokens_per_second = each(&RunSummary::output_tokens_per_second);
   out.goodput = each(&RunSummary::goodput);
   out.met_fraction = each(&RunSummary::met_fraction);
+  out.measured = each(&RunSummary::measured);
   for (const RunSummary& s : runs) out.refusals.Add(s.refusals);
   auto mean_busy = [&](double PoolBusy::*field) {
     double sum = 0;
@@ -864,8 +948,43 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   };
   out.busy = {mean_busy(&PoolBusy::prefill), mean_busy(&PoolBusy::decode),
               mean_busy(&PoolBusy::monolithic), mean_busy(&PoolBusy::link)};
-  out.mean_workers = each(&RunSummary::mean_workers);
-  for (const RunSummary& s : runs) out.peak_workers = std::max(out.peak_workers, s.peak_workers);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, const Targets& t,
+                                     int seeds) {
+  if (seeds < 1) return absl::InvalidArgumentError("seeds must be >= 1");
+  std::vector<RunSummary> runs;
+  std::vector<std::vector<RunSummary>> arm_runs(d.arms.size());
+  int64_t scale_events = 0;
+  std::vector<ScaleRecord> first_scaling;
+  for (int i = 0; i < seeds; ++i) {
+    Workload wi = w;
+    wi.seed = w.seed + (uint64_t)i;
+    absl::StatusOr<RunResult> r = Simulate(d, wi);
+    if (!r.ok()) return r.status();
+    runs.push_back(Summarize(*r, t));
+    for (size_t a = 0; a < d.arms.size(); ++a) arm_runs[a].push_back(Summarize(*r, t, (int)a));
+    scale_events += (int64_t)r->scaling.size();
+    if (i == 0) first_scaling = std::move(r->scaling);
+  }
+  SeedSummary out;
+  static_cast<SeedFigures&>(out) = OverSeeds(runs);
+  out.seeds = seeds;
+  for (size_t a = 0; a < d.arms.size(); ++a) {
+    SeedSummary::ArmFigures f;
+    static_cast<SeedFigures&>(f) = OverSeeds(arm_runs[a]);
+    f.pool = d.arms[a].pool;
+    out.arms.push_back(std::move(f));
+  }
+  std::vector<double> workers;
+  for (const RunSummary& s : runs) {
+    workers.push_back(s.mean_workers);
+    out.peak_workers = std::max(out.peak_workers, s.peak_workers);
+  }
+  out.mean_workers = Estimated(workers);
   out.scale_events = scale_events;
   out.first_seed_scaling = std::move(first_scaling);
   return out;

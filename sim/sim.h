@@ -13,7 +13,9 @@
 // a prefill worker's KV streaming out layer by layer during its last chunk,
 // over a sender and a receiver link that each carry one transfer at a time;
 // the decode worker's KV reservation (a request that finds no room is
-// refused, as the router refuses it). What it does not model yet: the prefix
+// refused, as the router refuses it); an A/B rollout's pools, each request
+// drawn to one by the router's split (policy/traffic_split.h). What it
+// does not model yet: the prefix
 // cache, deadlines and cancels, live migration, co-located pods sharing
 // memory bandwidth (each said where a figure depends on it). Pools can
 // carry Kubernetes HPAs (sim/autoscaler.h) that add and remove workers as
@@ -69,9 +71,28 @@ struct LinkSpec {
   double latency_seconds = 50e-6;
 };
 
-struct Deployment {
+// Workers by role, and the spec of each role's workers.
+struct Workers {
   int monolithic = 0, prefill = 0, decode = 0;
   WorkerSpec monolithic_worker, prefill_worker, decode_worker;
+  // "1P+1D", "2M": for tables.
+  std::string Name() const;
+};
+
+// One arm of an A/B rollout (pdq-router --split): a pool of workers and
+// its weight (any scale; the weights are normalized).
+struct Arm : Workers {
+  std::string pool;
+  double weight = 1;
+};
+
+// The deployment's workers are its own counts, or, for an A/B rollout, its
+// arms': the router draws each request's arm by weight as it draws a pool
+// (policy::TrafficSplit, not sticky: pdq bench sends no client id), and
+// only that arm's workers serve it. With arms the deployment's own counts
+// are 0; the link, the router and the heartbeat below are shared.
+struct Deployment : Workers {
+  std::vector<Arm> arms;
   LinkSpec link;
   int64_t kv_bytes_per_token = 0;  // all layers, K and V
   int num_layers = 1;
@@ -100,7 +121,7 @@ struct Deployment {
   }
   const std::optional<HpaSpec>& hpa(Role r) const { return const_cast<Deployment*>(this)->hpa(r); }
   double pod_start_seconds = 10;
-  // "1P+1D", "2M": for tables.
+  // "1P+1D", "2M"; an A/B rollout "fp16=50:1M,w8a8-w4a16=50:1M".
   std::string Name() const;
 };
 
@@ -143,6 +164,7 @@ enum class Refusal { kNone, kKvFull, kBatchFull, kNoWorker };
 
 struct RequestRecord {
   int64_t id = 0;
+  int arm = 0;  // the A/B arm it was drawn for (Deployment::arms; 0 without)
   bool measured = false;
   Refusal refusal = Refusal::kNone;  // why it was refused, if it was
   bool refused() const { return refusal != Refusal::kNone; }
@@ -166,6 +188,7 @@ struct StepRecord {
 
 struct WorkerRecord {
   Role role = Role::kBoth;
+  int arm = 0;  // its A/B arm (Deployment::arms; 0 without)
   // When the pod was created, served from, and was gone (the run's end if
   // it never left; a pod removed while starting never served: ready < 0).
   double created = 0, ready = 0, gone = -1;
@@ -237,8 +260,9 @@ struct RunSummary {
   double mean_workers = 0;
   int peak_workers = 0;
 };
-RunSummary Summarize(const RunResult& r, const Targets& t);
-PoolBusy Busy(const RunResult& r);
+// `arm` >= 0: that A/B arm's requests and workers only.
+RunSummary Summarize(const RunResult& r, const Targets& t, int arm = -1);
+PoolBusy Busy(const RunResult& r, int arm = -1);
 // What bounds the deployment, in words: the busiest pool when it is at
 // least kSaturatedBusy busy ("the decode workers, 97% busy"), else that no
 // pool is saturated and the arrivals set the pace; refusals (no place in a
@@ -252,12 +276,20 @@ std::string NameBottleneck(const PoolBusy& b, const RefusalCounts& refused);
 struct Estimate {
   double mean = 0, half_width = 0;
 };
-struct SeedSummary {
-  int seeds = 0;
+struct SeedFigures {
   Estimate ttft_p50, ttft_p90, ttft_p99, tpot_p50, tpot_p90, tpot_p99;
   Estimate output_tokens_per_second, goodput, met_fraction;
+  Estimate measured;       // requests measured and not refused
   RefusalCounts refusals;  // refused requests by reason, over all seeds
-  PoolBusy busy;  // the mean over the seeds
+  PoolBusy busy;           // the mean over the seeds
+};
+struct SeedSummary : SeedFigures {
+  int seeds = 0;
+  // An A/B rollout's arms, each alone (in Deployment::arms' order).
+  struct ArmFigures : SeedFigures {
+    std::string pool;
+  };
+  std::vector<ArmFigures> arms;
   Estimate mean_workers;
   int peak_workers = 0;      // the most over the seeds
   int64_t scale_events = 0;  // HPA changes over all seeds

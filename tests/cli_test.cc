@@ -778,6 +778,28 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   EXPECT_GT(j["output_tokens_per_second"]["mean"].get<double>(), 0);
   EXPECT_GE(j["ttft_p99"]["mean"].get<double>(), j["ttft_p50"]["mean"].get<double>());
 
+  // An A/B rollout: the router's --split, each pool's workers by --arms;
+  // each arm's figures alone beside the whole's.
+  r = RunPdq("sim --profile " + profile +
+             " --split fp16=3,w8a8=1 --arms fp16=1M:fp16,w8a8=1P+1D:w8a8/fp16 "
+             "--prompt-tokens 200 --output-tokens 100 --rate 20 --requests 200 --warmup 5 "
+             "--seeds 2 --json " +
+             out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("fp16=3:1M,w8a8=1:1P+1D serving"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("arm fp16 (weight 3, 1M fp16): "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("arm w8a8 (weight 1, 1P+1D w8a8/fp16): "), std::string::npos) << r.out;
+  {
+    std::ifstream ain(out);
+    const nlohmann::json a = nlohmann::json::parse(ain);
+    EXPECT_EQ(a["split"], "fp16=3,w8a8=1");
+    ASSERT_EQ(a["arms"].size(), 2u) << a;
+    // 410 draws at 3:1 over two seeds (a standard deviation of 4.4 a seed).
+    EXPECT_NEAR(a["arms"][0]["measured"]["mean"].get<double>(), 150, 25) << a;
+    EXPECT_EQ(a["arms"][1]["deployment"], "1P+1D");
+    EXPECT_GT(a["arms"][1]["ttft_p50"]["mean"].get<double>(), 0) << a;
+  }
+
   // An HPA (Kubernetes' JSON) scales the pool under a trace of rate phases.
   const std::string hpa = ::testing::TempDir() + "/cli_test_hpa.json";
   {
@@ -934,6 +956,14 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
             "--transports ''",
             "with both among --precisions (fp16)"},
            {"profile --model synthetic:tiny --split-clients 0 --transports ''", "split-clients"},
+           {"sim --profile " + profile + " --workload chat --rate 1 --split fp16=1",
+            "--split and --arms go together"},
+           {"sim --profile " + profile +
+                " --workload chat --rate 1 --split fp16=1,w8a8=1 --arms fp16=1M:fp16",
+            "pool 'w8a8' of --split has no workers"},
+           {"sim --profile " + profile +
+                " --workload chat --rate 1 --split fp16=1 --arms fp16=1M:fp16 --hpa " + hpa,
+            "HPAs on an A/B rollout's pools are not modelled"},
            {"sim --profile README.md --workload chat --rate 1", "not a JSON object"},
            {"sim --profile /nonexistent.json --workload chat --rate 1", "cannot read"},
            {"profile --model synthetic:tiny --precisions fp3 --transports ''", "fp3"},

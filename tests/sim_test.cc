@@ -406,6 +406,105 @@ TEST(SimTest, BadDeploymentsAndWorkloadsAreRefusedByName) {
   EXPECT_FALSE(RunSeeds(d, w, {}, 0).ok());
 }
 
+// An A/B rollout of two one-worker arms, "fast" (weight 1) and "slow"
+// (weight 3, every pass four times dearer).
+Deployment TwoArms() {
+  Deployment d;
+  Arm fast;
+  static_cast<Workers&>(fast) = OneWorker(1e-3, 1e-5, 1e-4);
+  fast.pool = "fast";
+  fast.weight = 1;
+  Arm slow = fast;
+  slow.pool = "slow";
+  slow.weight = 3;
+  slow.monolithic_worker.pass = {4e-3, 4e-4, 4e-5, 0, {}};
+  d.arms = {fast, slow};
+  return d;
+}
+
+TEST(SimTest, AnAbRolloutDrawsEachRequestsArmByWeightAndOnlyItsWorkersServeIt) {
+  const Deployment d = TwoArms();
+  EXPECT_EQ(d.Name(), "fast=1:1M,slow=3:1M");
+  Workload w;
+  w.rate = 50;
+  w.requests = 2000;
+  w.prompt_tokens = 16;
+  w.output_tokens = 8;
+  const RunResult r = *Simulate(d, w);
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].arm, 0);
+  EXPECT_EQ(r.workers[1].arm, 1);
+  int slow = 0;
+  for (const RequestRecord& q : r.requests) {
+    ASSERT_FALSE(q.refused());
+    EXPECT_EQ(r.workers[q.decode_worker].arm, q.arm) << q.id;
+    slow += q.arm == 1;
+  }
+  // 2020 Bernoulli(0.75) draws: a standard deviation of 0.0096.
+  EXPECT_NEAR(double(slow) / double(r.requests.size()), 0.75, 5 * 0.0096);
+  // Each arm alone: its own requests and worker, its own pace.
+  const RunSummary fast_arm = Summarize(r, {}, 0), slow_arm = Summarize(r, {}, 1);
+  const RunSummary all = Summarize(r, {});
+  EXPECT_EQ(fast_arm.measured + slow_arm.measured, all.measured);
+  EXPECT_GT(slow_arm.tpot_p50, 2 * fast_arm.tpot_p50);
+  EXPECT_GT(slow_arm.busy.monolithic, fast_arm.busy.monolithic);
+  const SeedSummary seeds = *RunSeeds(d, w, {}, 3);
+  ASSERT_EQ(seeds.arms.size(), 2u);
+  EXPECT_EQ(seeds.arms[1].pool, "slow");
+  EXPECT_NEAR(seeds.arms[1].measured.mean / seeds.measured.mean, 0.75, 0.05);
+}
+
+TEST(SimTest, OneArmOfAllTheWeightIsTheDeploymentWithoutASplit) {
+  // The draw takes its own random numbers: the arrivals, lengths and noise
+  // of a seed stay those of the same deployment without arms.
+  Deployment plain = OneWorker(1e-3, 1e-5, 1e-4);
+  plain.monolithic = 2;
+  plain.monolithic_worker.noise = 0.1;
+  Deployment split;
+  Arm all;
+  static_cast<Workers&>(all) = plain;
+  all.pool = "all";
+  split.arms = {all};
+  Workload w;
+  w.rate = 40;
+  w.length_spread = 0.5;
+  w.requests = 200;
+  const RunResult a = *Simulate(plain, w), b = *Simulate(split, w);
+  ASSERT_EQ(a.requests.size(), b.requests.size());
+  for (size_t i = 0; i < a.requests.size(); ++i) {
+    EXPECT_EQ(a.requests[i].arrival, b.requests[i].arrival);
+    EXPECT_EQ(a.requests[i].finish, b.requests[i].finish);
+    EXPECT_EQ(a.requests[i].decode_worker, b.requests[i].decode_worker);
+  }
+}
+
+TEST(SimTest, BadAbRolloutsAreRefusedByName) {
+  Workload w;
+  EXPECT_TRUE(Validate(TwoArms(), w).ok());
+  Deployment counts = TwoArms();
+  counts.monolithic = 1;
+  EXPECT_NE(Validate(counts, w).message().find("own counts must be 0"), std::string::npos);
+  Deployment weight = TwoArms();
+  weight.arms[1].weight = 0;
+  EXPECT_NE(Validate(weight, w).message().find("weight of pool 'slow'"), std::string::npos);
+  Deployment twice = TwoArms();
+  twice.arms[1].pool = "fast";
+  EXPECT_NE(Validate(twice, w).message().find("named twice"), std::string::npos);
+  Deployment empty = TwoArms();
+  empty.arms[1].monolithic = 0;
+  EXPECT_NE(Validate(empty, w).message().find("arm 'slow': a deployment needs"), std::string::npos);
+  Deployment free = TwoArms();
+  free.arms[0].monolithic_worker.pass = {};
+  EXPECT_NE(Validate(free, w).message().find("arm 'fast': monolithic_worker"), std::string::npos);
+  Workload long_one = w;
+  long_one.prompt_tokens = 9000;
+  EXPECT_NE(Validate(TwoArms(), long_one).message().find("arm 'fast': the workload's longest"),
+            std::string::npos);
+  Deployment scaled = TwoArms();
+  scaled.monolithic_hpa = HpaSpec{};
+  EXPECT_NE(Validate(scaled, w).message().find("not modelled"), std::string::npos);
+}
+
 // A profile of one precision whose decode steps are dear next to its
 // prompts, and a 10 GB/s link.
 Profile DecodeBoundProfile() {
@@ -860,6 +959,60 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
 // decode steps times decode_factor and decode_pair_factor, with the split's
 // loop time outside them. A profile without that pair says how to measure
 // it; the probe survives the file and a bad factor is refused by field.
+TEST(SimPlanTest, AnAbRolloutsArmsComeFromTheRoutersSplitAndEachPoolsPrecisions) {
+  Profile p = DecodeBoundProfile();
+  PassProfile w4 = p.passes[0];
+  w4.precision = "w4a16";
+  w4.time.per_row = 5e-4;
+  PassProfile w8 = p.passes[0];
+  w8.precision = "w8a8";
+  w8.time.per_token = 1e-5;
+  p.passes.push_back(w4);
+  p.passes.push_back(w8);
+  Deployment d;
+  d.monolithic = 3;
+  const absl::StatusOr<std::vector<Precisions>> arms = ArmsFromProfile(
+      p, "fp16=90, quant=10", "quant=1P+2D:w8a8/w4a16, fp16=1M:fp16", WorkerOptions{}, &d);
+  ASSERT_TRUE(arms.ok()) << arms.status();
+  EXPECT_EQ(d.monolithic, 0);
+  ASSERT_EQ(d.arms.size(), 2u);
+  EXPECT_EQ(d.Name(), "fp16=90:1M,quant=10:1P+2D");
+  ASSERT_EQ(arms->size(), 2u);
+  EXPECT_EQ((*arms)[0].monolithic, "fp16");
+  EXPECT_EQ((*arms)[0].monolithic_prompt, "");
+  EXPECT_EQ((*arms)[1].prefill, "w8a8");
+  EXPECT_EQ((*arms)[1].decode, "w4a16");
+  EXPECT_EQ(d.arms[1].decode_worker.pass.per_row, 5e-4);
+  EXPECT_EQ(d.arms[1].prefill_worker.pass.per_token, 1e-5);
+  EXPECT_EQ(d.kv_bytes_per_token, p.kv_bytes_per_token);
+  EXPECT_EQ(d.link.bytes_per_second, 1e10);
+  // A monolithic arm of a pair computes prompts on a second model.
+  ASSERT_TRUE(ArmsFromProfile(p, "a=1", "a=2M:w8a8/w4a16", WorkerOptions{}, &d).ok());
+  EXPECT_FALSE(d.arms[0].monolithic_worker.fused);
+  EXPECT_EQ(d.arms[0].monolithic_worker.prompt_pass.per_token, 1e-5);
+  Workload w;
+  EXPECT_TRUE(Validate(d, w).ok());
+  for (const auto& [split, arms_text, message] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"", "a=1M:fp16", "no pools"},
+           {"a=0", "a=1M:fp16", "--split: the weight"},
+           {"a=1,b=1", "a=1M:fp16", "pool 'b' of --split has no workers"},
+           {"a=1", "a=1M:fp16,b=1M:fp16", "pool 'b' is not in --split"},
+           {"a=1", "a=1M:fp16,a=2M:fp16", "named twice"},
+           {"a=1", "a", "is not POOL=DEPLOYMENT:PREFILL/DECODE"},
+           {"a=1", "a=1M", "pool 'a': '1M' is not DEPLOYMENT:PREFILL/DECODE"},
+           {"a=1", "a=1M:fp16/", "is not DEPLOYMENT:PREFILL/DECODE"},
+           {"a=1", "a=1X:fp16", "pool 'a': deployment: '1X'"},
+           {"a=1", "a=1M:int3", "pool 'a': "},
+       }) {
+    const absl::StatusOr<std::vector<Precisions>> bad =
+        ArmsFromProfile(p, split, arms_text, WorkerOptions{}, &d);
+    ASSERT_FALSE(bad.ok()) << split << " " << arms_text;
+    EXPECT_NE(bad.status().message().find(message), std::string::npos)
+        << split << " " << arms_text << ": " << bad.status();
+  }
+}
+
 TEST(SimPlanTest, CoLocatedWorkersTakeTheSplitProbesFactors) {
   Profile p = DecodeBoundProfile();
   p.passes[0].time.per_pair = 1e-7;

@@ -1,13 +1,13 @@
-// router/traffic_split.h: the share of requests each pool of an A/B rollout
+// policy/traffic_split.h: the share of requests each pool of an A/B rollout
 // gets, at random and sticky per client.
-#include "router/traffic_split.h"
+#include "policy/traffic_split.h"
 
 #include <map>
 #include <random>
 
 #include "gtest/gtest.h"
 
-namespace pdq::router {
+namespace pdq::policy {
 namespace {
 
 // 1000 Bernoulli(p) draws have a standard deviation of sqrt(1000 p (1-p))
@@ -76,4 +76,4 @@ TEST(TrafficSplitTest, BadSpecsAreClearErrors) {
 }
 
 }  // namespace
-}  // namespace pdq::router
+}  // namespace pdq::policy

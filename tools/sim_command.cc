@@ -35,7 +35,8 @@ const char* PoolName(sim::Role r) {
 }  // namespace
 
 int SimCommand(int argc, char** argv) {
-  std::string profile_path, deployment = "1P+1D", workload, json_path, hpa_path, rate_phases;
+  std::string profile_path, deployment = "1P+1D", workload, json_path, hpa_path, rate_phases, split,
+                            arms;
   std::string prefill_precision = "w8a8", decode_precision = "w4a16", mono_precision = "fp16",
               mono_prefill_precision, transport = "tcp";
   int64_t threads = 0, prompt_tokens = 0, output_tokens = 0, concurrency = 0, requests = 500,
@@ -58,6 +59,16 @@ int SimCommand(int argc, char** argv) {
   flags.String("monolithic-prefill-precision", &mono_prefill_precision,
                "monolithic workers compute prompts at this precision on a second model "
                "(default: the same model)");
+  flags.String("split", &split,
+               "an A/B rollout, as pdq-router's --split: POOL=WEIGHT,... (e.g. "
+               "fp16=50,w8a8-w4a16=50); each request goes to one pool, drawn by weight as the "
+               "router draws it, and the pools' workers come from --arms, in place of "
+               "--deployment and the precisions above");
+  flags.String("arms", &arms,
+               "with --split: each pool's workers and precision pair, "
+               "POOL=DEPLOYMENT:PREFILL/DECODE,... (e.g. fp16=1M:fp16,w8a8-w4a16=1M:w8a8/w4a16; "
+               "a monolithic worker computes prompts at PREFILL on a second model where the two "
+               "differ)");
   flags.Int("threads", &threads, 0, 1024,
             "the profile's passes at this many threads (0: the most)");
   flags.String("transport", &transport, "the KV link of the profile to use");
@@ -148,6 +159,13 @@ int SimCommand(int argc, char** argv) {
     if (!h.ok()) return fail(h.status());
     hpas = std::move(*h);
   }
+  if (split.empty() != arms.empty()) {
+    return fail(absl::InvalidArgumentError("--split and --arms go together"));
+  }
+  if (!split.empty() && !hpas.empty()) {
+    return fail(absl::InvalidArgumentError(
+        "--hpa with --split: HPAs on an A/B rollout's pools are not modelled"));
+  }
   absl::StatusOr<sim::Profile> profile = sim::ReadProfile(profile_path);
   if (!profile.ok()) return fail(profile.status());
   sim::Deployment d;
@@ -165,11 +183,30 @@ int SimCommand(int argc, char** argv) {
   wo.noise = noise;
   wo.idle_passes = idle_passes;
   wo.co_located = co_located;
-  if (co_located && !(d.prefill > 0 && d.decode > 0)) {
+  // Each pool's precisions: the deployment's, or each A/B arm's.
+  std::vector<sim::Precisions> pool_precisions = {precisions};
+  if (split.empty()) {
+    if (absl::Status s = sim::SpecsFromProfile(*profile, precisions, wo, &d); !s.ok()) {
+      return fail(s);
+    }
+  } else {
+    absl::StatusOr<std::vector<sim::Precisions>> a =
+        sim::ArmsFromProfile(*profile, split, arms, wo, &d);
+    if (!a.ok()) return fail(a.status());
+    pool_precisions = std::move(*a);
+  }
+  // ... and its workers.
+  std::vector<const sim::Workers*> pools = {&d};
+  if (!split.empty()) {
+    pools.clear();
+    for (const sim::Arm& a : d.arms) pools.push_back(&a);
+  }
+  if (co_located && std::none_of(pools.begin(), pools.end(), [](const sim::Workers* w) {
+        return w->prefill > 0 && w->decode > 0;
+      })) {
     return fail(absl::InvalidArgumentError(
         "--co-located pairs prefill with decode workers: the deployment has no P and D"));
   }
-  if (absl::Status s = sim::SpecsFromProfile(*profile, precisions, wo, &d); !s.ok()) return fail(s);
   for (sim::PoolHpa& h : hpas) {
     h.spec.sync_seconds = hpa_sync_seconds;
     d.hpa(sim::PoolRole(h.pool)) = h.spec;
@@ -219,9 +256,12 @@ int SimCommand(int argc, char** argv) {
   {
     // Whether the passes are served ones (sim::WorkerOptions::idle_passes).
     std::vector<std::string> used;
-    if (d.monolithic > 0) used.insert(used.end(), {mono_precision, mono_prefill_precision});
-    if (d.prefill > 0) used.push_back(prefill_precision);
-    if (d.decode > 0) used.push_back(decode_precision);
+    for (size_t i = 0; i < pools.size(); ++i) {
+      const sim::Precisions& p = pool_precisions[i];
+      if (pools[i]->monolithic > 0) used.insert(used.end(), {p.monolithic, p.monolithic_prompt});
+      if (pools[i]->prefill > 0) used.push_back(p.prefill);
+      if (pools[i]->decode > 0) used.push_back(p.decode);
+    }
     std::vector<std::string> factors, stepped;
     for (const std::string& precision : used) {
       absl::StatusOr<sim::PassProfile> pass = profile->Pass(precision, wo.threads);
@@ -247,15 +287,16 @@ int SimCommand(int argc, char** argv) {
                                                  "alone): ",
                                                absl::StrJoin(factors, "; "))
                                     .c_str());
-    if (co_located && !idle_passes) {
-      const sim::SplitProfile split =
-          *sim::CoLocatedSplit(*profile, precisions, wo);  // found above
+    for (size_t i = 0; i < pools.size() && co_located && !idle_passes; ++i) {
+      if (!(pools[i]->prefill > 0 && pools[i]->decode > 0)) continue;
+      const sim::Precisions& p = pool_precisions[i];
+      const sim::SplitProfile pair = *sim::CoLocatedSplit(*profile, p, wo);  // found above
       std::printf(
           "  co-located: %s prefill x%.2f, %s decode x%.2f (attention x%.2f), +%.2f ms +%.3f ms "
           "a row a step outside the passes (the profile's split probe, in place of the above)\n",
-          prefill_precision.c_str(), split.prefill_factor, decode_precision.c_str(),
-          split.decode_factor, split.decode_pair_factor, split.decode_step_overhead * 1e3,
-          split.decode_step_overhead_per_row * 1e3);
+          p.prefill.c_str(), pair.prefill_factor, p.decode.c_str(), pair.decode_factor,
+          pair.decode_pair_factor, pair.decode_step_overhead * 1e3,
+          pair.decode_step_overhead_per_row * 1e3);
     }
     std::printf("  step times: %s\n",
                 stepped.empty()
@@ -264,7 +305,7 @@ int SimCommand(int argc, char** argv) {
                                    absl::StrJoin(stepped, ", "), ")")
                           .c_str());
   }
-  if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0) {
+  if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0 && d.arms.empty()) {
     // Nothing in such a run draws from the seed.
     std::printf(
         "  (every seed runs alike here: closed loop, fixed lengths, no --noise; the intervals are "
@@ -297,6 +338,39 @@ int SimCommand(int argc, char** argv) {
   }
   const std::string bound = sim::NameBottleneck(r->busy, r->refusals);
   std::printf("  bound: %s\n", bound.c_str());
+  // An A/B rollout's arms, each alone (the router's pool-labelled metrics).
+  nlohmann::json arm_json = nlohmann::json::array();
+  for (size_t i = 0; i < r->arms.size(); ++i) {
+    const sim::SeedSummary::ArmFigures& a = r->arms[i];
+    const sim::Precisions& p = pool_precisions[i];
+    const std::string pair = p.prefill == p.decode ? p.decode : p.prefill + "/" + p.decode;
+    const std::string arm_bound = sim::NameBottleneck(a.busy, a.refusals);
+    std::printf(
+        "  arm %s (weight %g, %s %s): %s requests a seed; TTFT p50 %s  p90 %s; TPOT p50 %s  p90 "
+        "%s; "
+        "output %s; bound: %s\n",
+        a.pool.c_str(), d.arms[i].weight, d.arms[i].Name().c_str(), pair.c_str(),
+        absl::StrFormat("%.4g ± %.2g", a.measured.mean, a.measured.half_width).c_str(),
+        Figure(a.ttft_p50, 1e3, "ms").c_str(), Figure(a.ttft_p90, 1e3, "ms").c_str(),
+        Figure(a.tpot_p50, 1e3, "ms").c_str(), Figure(a.tpot_p90, 1e3, "ms").c_str(),
+        Figure(a.output_tokens_per_second, 1, "tokens/s").c_str(), arm_bound.c_str());
+    arm_json.push_back({{"pool", a.pool},
+                        {"weight", d.arms[i].weight},
+                        {"deployment", d.arms[i].Name()},
+                        {"prefill_precision", p.prefill},
+                        {"decode_precision", p.decode},
+                        {"measured", ToJson(a.measured)},
+                        {"ttft_p50", ToJson(a.ttft_p50)},
+                        {"ttft_p90", ToJson(a.ttft_p90)},
+                        {"ttft_p99", ToJson(a.ttft_p99)},
+                        {"tpot_p50", ToJson(a.tpot_p50)},
+                        {"tpot_p90", ToJson(a.tpot_p90)},
+                        {"tpot_p99", ToJson(a.tpot_p99)},
+                        {"output_tokens_per_second", ToJson(a.output_tokens_per_second)},
+                        {"goodput", ToJson(a.goodput)},
+                        {"refused", a.refusals.total()},
+                        {"bound", arm_bound}});
+  }
   // The autoscalers: the workers they kept (what the deployment costs),
   // and the first seed's scaling as a timeline.
   nlohmann::json timeline = nlohmann::json::array();
@@ -357,6 +431,10 @@ int SimCommand(int argc, char** argv) {
       j["pod_start_seconds"] = pod_start_seconds;
     }
     if (!phases.empty()) j["rate_phases"] = rate_phases;
+    if (!arm_json.empty()) {
+      j["split"] = split;
+      j["arms"] = arm_json;
+    }
     std::ofstream out(json_path);
     out << j.dump(2) << "\n";
     if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", json_path)));

@@ -15,6 +15,7 @@
 #include "flags/flags.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/kernels.h"
+#include "policy/traffic_split.h"
 #include "probes/roofline.h"
 #include "quant/model_flags.h"
 #include "server/metrics.h"
@@ -219,7 +220,7 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
       return fail(absl::InvalidArgumentError(absl::StrCat("--router: ", r.status().message())));
     }
   }
-  if (!pool.empty() && !server::ValidPoolName(pool)) {
+  if (!pool.empty() && !policy::ValidPoolName(pool)) {
     return fail(
         absl::InvalidArgumentError("--pool must have 1 to 64 characters of A-Z a-z 0-9 . _ -"));
   }

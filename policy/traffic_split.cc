@@ -1,12 +1,11 @@
-#include "router/traffic_split.h"
+#include "policy/traffic_split.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "server/metrics.h"
 
-namespace pdq::router {
+namespace pdq::policy {
 namespace {
 
 // A 64-bit hash of the id that does not change between runs or builds
@@ -25,10 +24,19 @@ uint64_t StableHash(const std::string& s) {
 
 }  // namespace
 
+bool ValidPoolName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<TrafficSplit> TrafficSplit::Parse(const std::string& spec) {
-  TrafficSplit out;
-  if (absl::StripAsciiWhitespace(spec).empty()) return out;
-  double total = 0;
+  if (absl::StripAsciiWhitespace(spec).empty()) return TrafficSplit();
+  std::vector<Arm> arms;
   for (absl::string_view part : absl::StrSplit(spec, ',')) {
     part = absl::StripAsciiWhitespace(part);
     const size_t eq = part.find('=');
@@ -38,19 +46,33 @@ absl::StatusOr<TrafficSplit> TrafficSplit::Parse(const std::string& spec) {
     }
     Arm arm;
     arm.pool = std::string(absl::StripAsciiWhitespace(part.substr(0, eq)));
-    if (!server::ValidPoolName(arm.pool)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--split: pool name '", arm.pool, "' must have 1 to 64 characters of A-Z a-z 0-9 . _ -"));
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(part.substr(eq + 1)), &arm.weight)) {
+      arm.weight = -1;  // Make's error names it
     }
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(part.substr(eq + 1)), &arm.weight) ||
-        !(arm.weight > 0) || arm.weight > 1e9) {
+    arms.push_back(std::move(arm));
+  }
+  absl::StatusOr<TrafficSplit> out = Make(std::move(arms));
+  if (!out.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--split: ", out.status().message()));
+  return out;
+}
+
+absl::StatusOr<TrafficSplit> TrafficSplit::Make(std::vector<Arm> arms) {
+  if (arms.empty()) return absl::InvalidArgumentError("a split needs at least one pool");
+  TrafficSplit out;
+  double total = 0;
+  for (Arm& arm : arms) {
+    if (!ValidPoolName(arm.pool)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pool name '", arm.pool, "' must have 1 to 64 characters of A-Z a-z 0-9 . _ -"));
+    }
+    if (!(arm.weight > 0) || arm.weight > 1e9) {
       return absl::InvalidArgumentError(
-          absl::StrCat("--split: the weight of pool '", arm.pool, "' must be a number above 0"));
+          absl::StrCat("the weight of pool '", arm.pool, "' must be a number above 0"));
     }
     for (const Arm& a : out.arms_) {
       if (a.pool == arm.pool) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--split: pool '", arm.pool, "' is named twice"));
+        return absl::InvalidArgumentError(absl::StrCat("pool '", arm.pool, "' is named twice"));
       }
     }
     total += arm.weight;
@@ -65,12 +87,14 @@ absl::StatusOr<TrafficSplit> TrafficSplit::Parse(const std::string& spec) {
   return out;
 }
 
-const std::string& TrafficSplit::At(double u) const {
+int TrafficSplit::IndexAt(double u) const {
   for (size_t i = 0; i < arms_.size(); ++i) {
-    if (u < cumulative_[i]) return arms_[i].pool;
+    if (u < cumulative_[i]) return (int)i;
   }
-  return arms_.back().pool;
+  return (int)arms_.size() - 1;
 }
+
+const std::string& TrafficSplit::At(double u) const { return arms_[IndexAt(u)].pool; }
 
 const std::string& TrafficSplit::Choose(const std::string& client_id, bool sticky,
                                         absl::BitGen& rng) const {
@@ -81,4 +105,4 @@ const std::string& TrafficSplit::Choose(const std::string& client_id, bool stick
   return At(absl::Uniform(rng, 0.0, 1.0));
 }
 
-}  // namespace pdq::router
+}  // namespace pdq::policy
