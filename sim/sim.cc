@@ -39,10 +39,6 @@ absl::StatusOr<policy::TrafficSplit> SplitOf(const Deployment& d) {
   return policy::TrafficSplit::Make(std::move(arms));
 }
 
-}  // namespace
-
-namespace {
-
 absl::Status CheckPass(const PassTime& p, const std::string& where) {
   for (double v : {p.fixed, p.per_row, p.per_token, p.per_pair}) {
     if (!(v >= 0) || !std::isfinite(v)) {
@@ -109,7 +105,7 @@ namespace {
 
 // One pool's counts and specs (the deployment's, or an A/B arm's: `where`
 // names it, empty for the deployment's own).
-absl::Status ValidateWorkers(const Workers& d, const Workload& w, const std::string& where) {
+absl::Status ValidateWorkers(const Workers& d, const std::string& where) {
   auto error = [&where](const std::string& m) {
     return absl::InvalidArgumentError(where.empty() ? m : absl::StrCat(where, ": ", m));
   };
@@ -160,7 +156,7 @@ std::string ArmWhere(const Arm& a) { return absl::StrCat("arm '", a.pool, "'"); 
 absl::Status Validate(const Deployment& d, const Workload& w) {
   bool disaggregated = d.prefill > 0;
   if (d.arms.empty()) {
-    if (absl::Status s = ValidateWorkers(d, w, ""); !s.ok()) return s;
+    if (absl::Status s = ValidateWorkers(d, ""); !s.ok()) return s;
   } else {
     if (d.monolithic != 0 || d.prefill != 0 || d.decode != 0) {
       return absl::InvalidArgumentError(
@@ -173,7 +169,7 @@ absl::Status Validate(const Deployment& d, const Workload& w) {
       return absl::InvalidArgumentError(absl::StrCat("arms: ", split.status().message()));
     }
     for (const Arm& a : d.arms) {
-      if (absl::Status s = ValidateWorkers(a, w, ArmWhere(a)); !s.ok()) {
+      if (absl::Status s = ValidateWorkers(a, ArmWhere(a)); !s.ok()) {
         return s;
       }
       disaggregated |= a.prefill > 0;
