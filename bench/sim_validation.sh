@@ -65,6 +65,11 @@
 #       MATCHED=1, each run against its own arrivals simulated
 #       (validation-emulated-matched.md): the control plane's error without
 #       the sampling error of 150 arrivals, which dominates p99
+#   bench/sim_validation.sh compare-split BUILD DIR
+#       the A/B rollout's closed-loop runs, each beside the seeds of pdq sim
+#       that drew as its router did (requests per pool, from its workers'
+#       /metrics; SPLIT_MATCH_SEEDS, 400, seeds each level) ->
+#       DIR/validation-split-matched.md
 #   bench/sim_validation.sh host-speed DIR
 #       DIR/host-speed.md: for each real run (measured, measured-open), how
 #       fast the host ran it against the profile: the workers' served prompt
@@ -157,7 +162,7 @@ if [[ $workload != chat && $cmd != predict && $cmd != measure && $cmd != compare
   exit 2
 fi
 case $cmd in
-  predict | measure | predict-open | measure-open | predict-emulated | measure-emulated | speed-reference)
+  predict | measure | predict-open | measure-open | predict-emulated | measure-emulated | speed-reference | compare-split)
     [[ -n $dir ]] || usage
     [[ -x $build/bin/pdq ]] || { echo "no $build/bin/pdq (make build)" >&2; exit 1; } ;;
   compare | compare-open | compare-emulated | host-speed) dir="${2:-}"; [[ -d $dir ]] || usage ;;
@@ -600,6 +605,92 @@ for k, cells in errors.items():
                f"{max(abs(e) for e in es):.1%} | {sum(ok for _, ok in cells)} of {len(cells)} |")
 open(f"{d}/validation-{'emulated' + tag if emulated else 'open' + open_tag if open_loop else predicted}"
      f"{'-matched' if matched else ''}{os.environ.get('VALIDATION_SUFFIX', '')}.md", "w").write("\n".join(out) + "\n")
+print("\n".join(out))
+PY
+}
+
+# compare_split: the A/B rollout's closed-loop runs against the simulator
+# given each run's own draws. The router draws each request's pool at random
+# (pdq bench sends no client id), so with 3 to 17 requests a level the share
+# each pool got moves the run's figures more than anything the simulator
+# models: at 4 clients a run may send 7 of 9 requests to one pool. Each
+# measured level's draws are read from its workers' /metrics (the requests
+# each prefilled); among SPLIT_MATCH_SEEDS (400) seeds of pdq sim, those
+# whose measured requests per pool are the run's less its one unmeasured
+# request (in either pool) are averaged, and set beside the run. No run's
+# timing enters the prediction: only how many requests the router sent each
+# pool. -> DIR/validation-split-matched.md
+compare_split() {
+  local c name workers flags level seeds="${SPLIT_MATCH_SEEDS:-400}" profile="${PROFILE:-$dir/profile.json}"
+  local out="$dir/predicted-split-seeds"
+  mkdir -p "$out"
+  for c in "${configs[@]}"; do
+    IFS='|' read -r name workers flags <<<"$c"
+    [[ $flags == *--split* ]] || continue
+    compgen -G "$dir/measured/$name$suffix-*.json" >/dev/null || continue
+    for level in "${levels[@]}"; do
+      [[ -f $out/$name$suffix-c$level.jsonl ]] && continue
+      for s in $(seq "$seeds"); do
+        # shellcheck disable=SC2086  # flags are words
+        "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
+          --output-tokens "$output_tokens" --concurrency "$level" \
+          --requests $((level * per_client)) --warmup 1 --seeds 1 --seed "$s" \
+          --json "$out/one.json" >/dev/null
+        python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$out/one.json"
+      done >"$out/$name$suffix-c$level.jsonl"
+      rm -f "$out/one.json"
+    done
+  done
+  CONFIGS="$(for c in "${configs[@]}"; do IFS='|' read -r name workers flags <<<"$c"; printf '%s\t%s\t%s\n' "$name" "$workers" "$flags"; done)" \
+    python3 - "$dir" "$suffix" <<'PY'
+import glob, json, os, re, statistics, sys
+d, suffix = sys.argv[1], sys.argv[2]
+metrics = [("ttft", "p50"), ("ttft", "p90"), ("tpot", "p50"), ("tpot", "p90"), ("out", "")]
+rows, errors = [], {f"{m} {q}".strip(): [] for m, q in metrics}
+for line in os.environ["CONFIGS"].splitlines():
+    name, workers, flags = line.split("\t")
+    if "--split" not in flags:
+        continue
+    # Each worker's pool by its precision (the A/B arms differ in decode precision).
+    pool_of = {w["precision"]: w["pool"] for w in json.loads(workers)}
+    for f in sorted(glob.glob(f"{d}/measured/{name}{suffix}-*.json")):
+        if not re.fullmatch(re.escape(name + suffix) + r"-\d+\.json", os.path.basename(f)):
+            continue
+        run = json.load(open(f))
+        for level in run["levels"]:
+            c = level["concurrency"]
+            sent = {pool_of[w["precision"]]: int(w.get("prefills") or 0) for w in level["workers"]}
+            seeds = [json.loads(l) for l in open(f"{d}/predicted-split-seeds/{name}{suffix}-c{c}.jsonl")]
+            def drawn(p):
+                return {a["pool"]: round(a["measured"]["mean"]) for a in p["arms"]}
+            # The run's draws less its one unmeasured request, in either pool.
+            wanted = [{k: v - (k == pool) for k, v in sent.items()} for pool in sent if sent[pool] > 0]
+            same = [p for p in seeds if drawn(p) in wanted]
+            cells = []
+            for m, q in metrics:
+                meas = level["output_tokens_per_s"] if m == "out" else level[f"{m}_s"][q] * 1e3
+                if not same:
+                    cells.append("no seed drew so")
+                    continue
+                key = "output_tokens_per_second" if m == "out" else f"{m}_{q}"
+                vals = [p[key]["mean"] * (1 if m == "out" else 1e3) for p in same]
+                pred = statistics.fmean(vals)
+                err = pred / meas - 1
+                errors[f"{m} {q}".strip()].append(err)
+                cells.append(f"{pred:.0f} / {meas:.0f} ({err:+.0%})")
+            draws = ", ".join(f"{k} {v}" for k, v in sorted(sent.items()))
+            r = re.search(r"-(\d+)\.json$", f).group(1)
+            rows.append(f"| {name}{suffix} run {r} | {c} | {draws} | {len(same)} | " + " | ".join(cells) + " |")
+heads = [f"{m.upper()} {q} (ms)" if m != "out" else "output tokens/s" for m, q in metrics]
+out = ["| run | clients | requests per pool (the router's draws) | seeds drawn alike | " + " | ".join(heads) + " |",
+       "| --- | ---: | --- | ---: |" + " --- |" * len(metrics), *rows, "",
+       "Each cell: the mean over the seeds that drew as the run did / the run (the error).", "",
+       "| metric | bias (mean error) | median absolute error | largest absolute error |",
+       "| --- | ---: | ---: | ---: |"]
+for k, es in errors.items():
+    if es:
+        out.append(f"| {k} | {statistics.fmean(es):+.1%} | {statistics.median(abs(e) for e in es):.1%} | {max(abs(e) for e in es):.1%} |")
+open(f"{d}/validation-split-matched.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
 }
