@@ -274,9 +274,12 @@ predict_open() {
     [[ ",$open_names," == *",$name,"* ]] || continue
     flags="$(config_sim_flags "$profile" "$flags")"
     if [[ -z ${OPEN_RATES:-} ]]; then
+      # The A/B rollout's capacity: the mean of SPLIT_SEEDS seeds' draws.
+      local seeds=1
+      [[ $flags != *--split* ]] || seeds="${SPLIT_SEEDS:-20}"
       # shellcheck disable=SC2086  # flags are words
       "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
-        --output-tokens "$output_tokens" --concurrency 16 --requests 64 --warmup 16 --seeds 1 \
+        --output-tokens "$output_tokens" --concurrency 16 --requests 64 --warmup 16 --seeds "$seeds" \
         --json "$out/$name-capacity.json" >/dev/null
       cap=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["output_tokens_per_second"]["mean"] / int(sys.argv[2]))' \
         "$out/$name-capacity.json" "$output_tokens")
@@ -357,6 +360,10 @@ predict_tracked() {
   for c in "${configs[@]}"; do
     [[ ${c%%|*} == "$name" ]] && flags="${c##*|}"
   done
+  if [[ $flags == *--split* ]]; then
+    echo "TRACK_SPEED=1 scales one pair's passes; the A/B rollout's are in --arms: measure $name without it" >&2
+    exit 1
+  fi
   speed_probe "$work/speed-now.json"
   python3 - "$dir/profile.json" "$dir/speed-reference.json" "$work/speed-now.json" "$flags" \
     "$name-f$f run $r" >"$work/profile-tracked.json" 2>>"$out/speed.txt" <<'PY'
@@ -619,9 +626,10 @@ PY
 # whose measured requests per pool are the run's less its one unmeasured
 # request (in either pool) are averaged, and set beside the run. No run's
 # timing enters the prediction: only how many requests the router sent each
-# pool. -> DIR/validation-split-matched.md
+# pool. The seeds' results are kept in DIR/predicted-split-seeds/ (not
+# committed: the same profile and seeds give the same) -> DIR/validation-split-matched.md
 compare_split() {
-  local c name workers flags level seeds="${SPLIT_MATCH_SEEDS:-400}" profile="${PROFILE:-$dir/profile.json}"
+  local c name workers flags level s seeds="${SPLIT_MATCH_SEEDS:-400}" profile="${PROFILE:-$dir/profile.json}"
   local out="$dir/predicted-split-seeds"
   mkdir -p "$out"
   for c in "${configs[@]}"; do
@@ -629,7 +637,8 @@ compare_split() {
     [[ $flags == *--split* ]] || continue
     compgen -G "$dir/measured/$name$suffix-*.json" >/dev/null || continue
     for level in "${levels[@]}"; do
-      [[ -f $out/$name$suffix-c$level.jsonl ]] && continue
+      # Kept from an earlier call unless the profile is newer.
+      [[ $out/$name$suffix-c$level.jsonl -nt $profile ]] && continue
       for s in $(seq "$seeds"); do
         # shellcheck disable=SC2086  # flags are words
         "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
@@ -653,6 +662,8 @@ for line in os.environ["CONFIGS"].splitlines():
         continue
     # Each worker's pool by its precision (the A/B arms differ in decode precision).
     pool_of = {w["precision"]: w["pool"] for w in json.loads(workers)}
+    if len(pool_of) != len(json.loads(workers)):
+        sys.exit(f"{name}: two pools' workers share a precision; compare-split tells pools by it")
     for f in sorted(glob.glob(f"{d}/measured/{name}{suffix}-*.json")):
         if not re.fullmatch(re.escape(name + suffix) + r"-\d+\.json", os.path.basename(f)):
             continue

@@ -106,15 +106,15 @@ class Metrics {
 };
 
 // The figures every serving process keeps the same way.
-// pdq_requests_total{code}: calls answered, by status code name ("OK",
-// "INVALID_ARGUMENT", ...; gRPC's names). `pool`, when not empty, adds a
-// pool label (A/B splits: router/traffic_split.h).
 // This process's resident memory now and its peak since start, bytes.
 struct ProcessMemory {
   int64_t resident = 0, peak = 0;
 };
 ProcessMemory ReadProcessMemory();
 
+// pdq_requests_total{code}: calls answered, by status code name ("OK",
+// "INVALID_ARGUMENT", ...; gRPC's names). `pool`, when not empty, adds a
+// pool label (A/B splits: policy/traffic_split.h).
 void CountRequest(absl::StatusCode code, const std::string& pool = "");
 // pdq_ttft_seconds and pdq_tpot_seconds (one mean per request), as this
 // process saw them; `pool` as for CountRequest.

@@ -962,7 +962,9 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
     absl::StatusOr<RunResult> r = Simulate(d, wi);
     if (!r.ok()) return r.status();
     runs.push_back(Summarize(*r, t));
-    for (size_t a = 0; a < d.arms.size(); ++a) arm_runs[a].push_back(Summarize(*r, t, (int)a));
+    for (size_t a = 0; a < d.arms.size(); ++a) {
+      arm_runs[a].push_back(Summarize(*r, t, (int)a));
+    }
     scale_events += (int64_t)r->scaling.size();
     if (i == 0) first_scaling = std::move(r->scaling);
   }
@@ -970,8 +972,21 @@ absl::StatusOr<SeedSummary> RunSeeds(const Deployment& d, const Workload& w, con
   static_cast<SeedFigures&>(out) = OverSeeds(runs);
   out.seeds = seeds;
   for (size_t a = 0; a < d.arms.size(); ++a) {
+    // An arm's latencies over the seeds that drew it a measured request (a
+    // seed that drew it none has no percentile to average); its count over
+    // all of them.
+    std::vector<RunSummary> drawn;
+    std::vector<double> measured;
+    for (const RunSummary& s : arm_runs[a]) {
+      if (s.measured > 0) drawn.push_back(s);
+      measured.push_back(double(s.measured));
+    }
     SeedSummary::ArmFigures f;
-    static_cast<SeedFigures&>(f) = OverSeeds(arm_runs[a]);
+    if (!drawn.empty()) static_cast<SeedFigures&>(f) = OverSeeds(drawn);
+    f.refusals = {};  // over every seed
+    for (const RunSummary& s : arm_runs[a]) f.refusals.Add(s.refusals);
+    f.measured = Estimated(measured);
+    f.seeds = (int)drawn.size();
     f.pool = d.arms[a].pool;
     out.arms.push_back(std::move(f));
   }

@@ -285,9 +285,12 @@ struct SeedFigures {
 };
 struct SeedSummary : SeedFigures {
   int seeds = 0;
-  // An A/B rollout's arms, each alone (in Deployment::arms' order).
+  // An A/B rollout's arms, each alone (in Deployment::arms' order): its
+  // requests measured and refused over every seed, its other figures over
+  // the `seeds` that drew it a measured request (none: all 0).
   struct ArmFigures : SeedFigures {
     std::string pool;
+    int seeds = 0;
   };
   std::vector<ArmFigures> arms;
   Estimate mean_workers;

@@ -794,7 +794,8 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
     const nlohmann::json a = nlohmann::json::parse(ain);
     EXPECT_EQ(a["split"], "fp16=3,w8a8=1");
     ASSERT_EQ(a["arms"].size(), 2u) << a;
-    // 410 draws at 3:1 over two seeds (a standard deviation of 4.4 a seed).
+    // 200 measured draws a seed at 3:1: a standard deviation of 6.1 a seed,
+    // 4.3 for the mean of two.
     EXPECT_NEAR(a["arms"][0]["measured"]["mean"].get<double>(), 150, 25) << a;
     EXPECT_EQ(a["arms"][1]["deployment"], "1P+1D");
     EXPECT_GT(a["arms"][1]["ttft_p50"]["mean"].get<double>(), 0) << a;

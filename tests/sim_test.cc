@@ -454,6 +454,52 @@ TEST(SimTest, AnAbRolloutDrawsEachRequestsArmByWeightAndOnlyItsWorkersServeIt) {
   EXPECT_NEAR(seeds.arms[1].measured.mean / seeds.measured.mean, 0.75, 0.05);
 }
 
+TEST(SimTest, AnArmsFiguresAreOverTheSeedsThatDrewIt) {
+  // One client, two requests a seed: some seeds draw the fast arm none. Each
+  // request runs alone, so the arm's TPOT is one request's in every seed
+  // that drew it, and a seed without it must not count as 0.
+  const Deployment d = TwoArms();
+  const Workload w = ClosedLoop(1, 16, 8, 2);
+  const SeedSummary s = *RunSeeds(d, w, {}, 20);
+  Deployment fast_alone;
+  static_cast<Workers&>(fast_alone) = d.arms[0];
+  const RunResult one = *Simulate(fast_alone, ClosedLoop(1, 16, 8, 1));
+  ASSERT_GT(s.arms[0].seeds, 0);
+  ASSERT_LT(s.arms[0].seeds, 20);  // some seeds drew it none
+  EXPECT_NEAR(s.arms[0].tpot_p50.mean, one.requests[0].tpot(), 1e-12);
+  EXPECT_NEAR(s.arms[0].ttft_p50.mean, one.requests[0].ttft(), 1e-12);
+  EXPECT_NEAR(s.arms[0].measured.mean + s.arms[1].measured.mean, 2, 1e-12);
+  EXPECT_LT(s.arms[0].measured.mean, 1);  // its share, counting the seeds without it
+}
+
+TEST(SimTest, AnArmsPromptsGoToItsOwnPrefillWorkers) {
+  Deployment d;
+  for (const char* pool : {"a", "b"}) {
+    Arm arm;
+    arm.pool = pool;
+    arm.prefill = arm.decode = 1;
+    arm.prefill_worker.pass = {1e-3, 0, 1e-5, 0, {}};
+    arm.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
+    d.arms.push_back(arm);
+  }
+  d.kv_bytes_per_token = 1000;
+  Workload w;
+  w.rate = 20;
+  w.requests = 200;
+  w.prompt_tokens = 64;
+  w.output_tokens = 4;
+  const RunResult r = *Simulate(d, w);
+  int b = 0;
+  for (const RequestRecord& q : r.requests) {
+    ASSERT_FALSE(q.refused());
+    EXPECT_EQ(r.workers[q.prefill_worker].arm, q.arm) << q.id;
+    EXPECT_EQ(r.workers[q.decode_worker].arm, q.arm) << q.id;
+    b += q.arm;
+  }
+  EXPECT_GT(b, 50);
+  EXPECT_LT(b, 150);
+}
+
 TEST(SimTest, OneArmOfAllTheWeightIsTheDeploymentWithoutASplit) {
   // The draw takes its own random numbers: the arrivals, lengths and noise
   // of a seed stay those of the same deployment without arms.

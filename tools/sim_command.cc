@@ -346,11 +346,10 @@ int SimCommand(int argc, char** argv) {
     const std::string pair = p.prefill == p.decode ? p.decode : p.prefill + "/" + p.decode;
     const std::string arm_bound = sim::NameBottleneck(a.busy, a.refusals);
     std::printf(
-        "  arm %s (weight %g, %s %s): %s requests a seed; TTFT p50 %s  p90 %s; TPOT p50 %s  p90 "
-        "%s; "
-        "output %s; bound: %s\n",
+        "  arm %s (weight %g, %s %s): %s requests a seed; over the %d seeds that drew it one: TTFT "
+        "p50 %s  p90 %s; TPOT p50 %s  p90 %s; output %s; bound: %s\n",
         a.pool.c_str(), d.arms[i].weight, d.arms[i].Name().c_str(), pair.c_str(),
-        absl::StrFormat("%.4g ± %.2g", a.measured.mean, a.measured.half_width).c_str(),
+        absl::StrFormat("%.4g ± %.2g", a.measured.mean, a.measured.half_width).c_str(), a.seeds,
         Figure(a.ttft_p50, 1e3, "ms").c_str(), Figure(a.ttft_p90, 1e3, "ms").c_str(),
         Figure(a.tpot_p50, 1e3, "ms").c_str(), Figure(a.tpot_p90, 1e3, "ms").c_str(),
         Figure(a.output_tokens_per_second, 1, "tokens/s").c_str(), arm_bound.c_str());
@@ -360,6 +359,7 @@ int SimCommand(int argc, char** argv) {
                         {"prefill_precision", p.prefill},
                         {"decode_precision", p.decode},
                         {"measured", ToJson(a.measured)},
+                        {"seeds_drawn", a.seeds},
                         {"ttft_p50", ToJson(a.ttft_p50)},
                         {"ttft_p90", ToJson(a.ttft_p90)},
                         {"ttft_p99", ToJson(a.ttft_p99)},

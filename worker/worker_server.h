@@ -43,7 +43,7 @@ struct WorkerServerOptions {
   std::string router_tls_name;
   // A plaintext host:port serving only grpc.health.v1; empty: none.
   std::string health_listen;
-  // The pool this worker joins (router/traffic_split.h); its request
+  // The pool this worker joins (policy/traffic_split.h); its request
   // metrics carry it as a label. Empty: none.
   std::string pool;
   // On Drain, a decode worker asks its routers to move its streams to other
