@@ -146,6 +146,13 @@ configs=(
   'ab-fp16-vs-w8a8-w4a16|[{"role": "both", "precision": "fp16", "threads": 1, "cpus": "0", "pool": "fp16"}, {"role": "both", "precision": "w4a16", "threads": 1, "cpus": "1", "pool": "w8a8-w4a16", "args": ["--prefill-precision", "w8a8"]}]|--split fp16=50,w8a8-w4a16=50 --arms fp16=1M:fp16,w8a8-w4a16=1M:w8a8/w4a16 --threads 1'
 )
 
+# config_seeds FLAGS: the seeds a prediction of a configuration takes: one
+# (closed loop at exact lengths draws nothing), but where the router draws
+# each request's A/B pool, the mean of SPLIT_SEEDS (20) seeds' draws.
+config_seeds() {
+  if [[ $1 == *--split* ]]; then echo "${SPLIT_SEEDS:-20}"; else echo 1; fi
+}
+
 # up_config NAME WORKERS FLAGS: lib.sh's up, with the router's --split where
 # the configuration's pdq sim flags have one.
 up_config() {
@@ -196,15 +203,12 @@ predict() {
     IFS='|' read -r name _ flags <<<"$c"
     [[ -z $only || ",$only," == *",$name,"* ]] || continue
     flags="$(config_sim_flags "$profile" "$flags")"
-    # One seed is the whole prediction but where the router draws each
-    # request's A/B pool: there the mean over SPLIT_SEEDS draws (20).
-    local seeds=1
-    [[ $flags != *--split* ]] || seeds="${SPLIT_SEEDS:-20}"
     for level in "${levels[@]}"; do
       # shellcheck disable=SC2086  # flags are words
       "$build/bin/pdq" sim --profile "$profile" $flags ${SIM_FLAGS:-} \
         --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
-        --concurrency "$level" --requests $((level * per_client)) --warmup 1 --seeds "$seeds" \
+        --concurrency "$level" --requests $((level * per_client)) --warmup 1 \
+        --seeds "$(config_seeds "$flags")" \
         --json "$dir/$predicted/$name$suffix-c$level.json" | sed "s/^/$name$suffix c=$level: /"
     done
   done
@@ -274,12 +278,10 @@ predict_open() {
     [[ ",$open_names," == *",$name,"* ]] || continue
     flags="$(config_sim_flags "$profile" "$flags")"
     if [[ -z ${OPEN_RATES:-} ]]; then
-      # The A/B rollout's capacity: the mean of SPLIT_SEEDS seeds' draws.
-      local seeds=1
-      [[ $flags != *--split* ]] || seeds="${SPLIT_SEEDS:-20}"
       # shellcheck disable=SC2086  # flags are words
       "$build/bin/pdq" sim --profile "$profile" $flags --prompt-tokens "$prompt_tokens" \
-        --output-tokens "$output_tokens" --concurrency 16 --requests 64 --warmup 16 --seeds "$seeds" \
+        --output-tokens "$output_tokens" --concurrency 16 --requests 64 --warmup 16 \
+        --seeds "$(config_seeds "$flags")" \
         --json "$out/$name-capacity.json" >/dev/null
       cap=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["output_tokens_per_second"]["mean"] / int(sys.argv[2]))' \
         "$out/$name-capacity.json" "$output_tokens")

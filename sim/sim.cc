@@ -31,6 +31,13 @@ std::string Deployment::Name() const {
   return absl::StrJoin(parts, ",");
 }
 
+std::vector<const Workers*> Deployment::Pools() const {
+  if (arms.empty()) return {this};
+  std::vector<const Workers*> pools;
+  for (const Arm& a : arms) pools.push_back(&a);
+  return pools;
+}
+
 namespace {
 
 absl::StatusOr<policy::TrafficSplit> SplitOf(const Deployment& d) {
@@ -253,13 +260,9 @@ class Simulation {
         o_(o),
         rng_(w.seed),
         noise_rng_(w.seed ^ 0x6e6f697365ull),
-        split_rng_(w.seed ^ 0x73706c6974ull) {
-    if (d.arms.empty()) {
-      pools_.push_back(&d);
-    } else {
-      for (const Arm& a : d.arms) pools_.push_back(&a);
-      split_ = *SplitOf(d);
-    }
+        split_rng_(w.seed ^ 0x73706c6974ull),
+        pools_(d.Pools()) {
+    if (!d.arms.empty()) split_ = *SplitOf(d);
     for (int arm = 0; arm < (int)pools_.size(); ++arm) {
       const Workers& p = *pools_[arm];
       for (int i = 0; i < p.monolithic; ++i) AddWorker(Role::kBoth, arm, /*serving=*/true);

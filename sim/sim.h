@@ -123,6 +123,9 @@ struct Deployment : Workers {
   double pod_start_seconds = 10;
   // "1P+1D", "2M"; an A/B rollout "fp16=50:1M,w8a8-w4a16=50:1M".
   std::string Name() const;
+  // Its pools, by arm: this deployment's own workers alone, or its arms
+  // (pointers into it).
+  std::vector<const Workers*> Pools() const;
 };
 
 // The workers of an HPA's pool.

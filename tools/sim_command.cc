@@ -196,11 +196,7 @@ int SimCommand(int argc, char** argv) {
     pool_precisions = std::move(*a);
   }
   // ... and its workers.
-  std::vector<const sim::Workers*> pools = {&d};
-  if (!split.empty()) {
-    pools.clear();
-    for (const sim::Arm& a : d.arms) pools.push_back(&a);
-  }
+  const std::vector<const sim::Workers*> pools = d.Pools();
   if (co_located && std::none_of(pools.begin(), pools.end(), [](const sim::Workers* w) {
         return w->prefill > 0 && w->decode > 0;
       })) {
