@@ -57,17 +57,17 @@ for round in $(seq 1 "$rounds"); do
   run "$llama_bin/llama-bench" -m "$llama_models/f16.gguf" -m "$llama_models/q8_0.gguf" \
     -m "$llama_models/q4_0.gguf" -t 2 -p 512 -n 128 -r 2 -o md
   # Batched decode: 32 sequences, each with 128 tokens of context, on each
-  # path (the default: int16 activations up to 64 rows); on the fastest path
-  # also on the bf16 tiles where there is AMX (--bf16-rows 16: not
-  # batch-invariant, so not the default), and with W4A8 instead (int8
-  # activations from 8 rows a step).
+  # path with the defaults (on AMX the bf16 tiles from 16 rows, elsewhere
+  # int16 activations up to 64 rows); where there is AMX also with
+  # --batch-invariant (int16 up to 64 rows: each row's logits its own
+  # alone), and with W4A8 instead (int8 activations from 8 rows a step).
   for isa in "${isas[@]}"; do
     run env PDQ_ISA="$isa" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
       --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --json
   done
   if [ "${isas[-1]}" = amx ]; then
     run env PDQ_ISA=amx "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
-      --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 16 --json
+      --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --batch-invariant --json
   fi
   run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
     --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 0 \

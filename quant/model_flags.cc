@@ -1,6 +1,7 @@
 // The model flags and the load they describe (quant/model_flags.h).
 #include "quant/model_flags.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -76,10 +77,13 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
   flags.Int("bf16-rows", &bf16_rows, 0, 1 << 20,
             "W4A16 and W8A16 layers, on CPUs with AMX-BF16: prompt rows (any number) and\n"
             "decode steps of this many rows or more meet the dequantized weights as bf16\n"
-            "in AMX tiles (fp32 sums); 0: never (prompt rows then take int16). The default\n"
-            "keeps decode steps of up to 64 rows on int16 (batch-invariant tokens); 16 runs\n"
-            "batched decode 1.5-2x faster, at KL 1e-4 and with a row's logits depending on\n"
-            "its batch");
+            "in AMX tiles (fp32 sums; KL 1e-4 against FP16, 1.3-1.5x the int16 kernels\n"
+            "from 16 rows, slower below 12); 0: never (prompt rows then take int16)");
+  flags.Bool("batch-invariant", &batch_invariant,
+             "a decode row's logits are its logits alone, bit for bit, in steps of up to 64\n"
+             "rows (W4A16, W8A16 and W8A8 layers; FP16's GEMM is not): those steps stay on\n"
+             "the int16 kernels (--bf16-rows 65), so on CPUs with AMX-BF16 batched decode\n"
+             "runs 1.3-1.5x slower. For reproducible answers whatever shares the step");
   flags.Bool("bf16-attention", &bf16_attention,
              "prompt attention on AMX-BF16 tiles, on CPUs with AMX-BF16 (Q and K as two\n"
              "bf16 parts each, softmax weights and V as bf16, fp32 sums; decode rows stay\n"
@@ -133,6 +137,23 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
   o.w4_group = (int)group_size;
   o.w4_a8_min_rows = (int)w4a8_rows;
   o.bf16_min_rows = (int)bf16_rows;
+  if (batch_invariant) {
+    if (w4a8_rows > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--batch-invariant and --w4a8-rows ", w4a8_rows,
+                       ": decode steps of W4A8 rows answer differently from smaller ones; "
+                       "drop one of the two"));
+    }
+    if (bf16_rows > 0 && bf16_rows < kBatchInvariantBf16MinRows &&
+        bf16_rows != kDefaultBf16MinRows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--batch-invariant and --bf16-rows ", bf16_rows,
+                       ": decode steps of that many rows would take the bf16 tiles; drop "
+                       "--bf16-rows, or give it 0 or ",
+                       kBatchInvariantBf16MinRows, " or more"));
+    }
+    if (bf16_rows > 0) o.bf16_min_rows = std::max<int>(kBatchInvariantBf16MinRows, (int)bf16_rows);
+  }
   // A --*-layers value: "default" (the precision's), "none", or patterns.
   auto layer_list = [](const std::string& value, std::vector<std::string> defaults) {
     if (value == "default") return defaults;
@@ -193,6 +214,11 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
     } else if (out.model->precision() == Precision::kW8A8) {
       detail = lo.smooth_alpha > 0 ? absl::StrCat(", SmoothQuant ", lo.smooth_alpha)
                                    : ", no SmoothQuant";
+    }
+    if (batch_invariant) {
+      detail += out.model->precision() == Precision::kFp16
+                    ? ", --batch-invariant not taken (FP16's GEMM blocks k by the step's rows)"
+                    : ", batch-invariant decode steps up to 64 rows";
     }
     if (out.model->precision() != Precision::kW4A16 && lo.w4_a8_min_rows > 0) {
       absl::StrAppend(&detail, ", --w4a8-rows ", lo.w4_a8_min_rows,

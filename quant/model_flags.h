@@ -31,6 +31,7 @@ struct ModelFlags {
   int64_t w4a8_rows = kDefaultW4A8MinRows;  // W4A8 batched decode from this many rows; 0: never
   int64_t bf16_rows = kDefaultBf16MinRows;  // bf16 AMX tiles from this many rows; 0: never
   bool fp16_output = false;
+  bool batch_invariant = false;  // decode steps of up to 64 rows on the int16 kernels
   bool bf16_attention = true;  // prompt attention on bf16 AMX tiles where the CPU has them
   std::string kv_dtype = "fp16";
   std::string fp16_layers = "default";

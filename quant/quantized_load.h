@@ -22,14 +22,17 @@ namespace pdq {
 // W4A8 moved the top token against FP16 in about 4% of positions
 // (bench/RESULTS.md, "AVX-512 and AMX kernels", W4A8's accuracy).
 constexpr int kDefaultW4A8MinRows = 0;
-// The default of QuantizedLoadOptions::bf16_min_rows: past kW4IntMaxRows,
-// so the bf16 tiles replace the fp32 tiles of prompts (3.8-5x) and decode
-// steps of up to 64 rows keep the int16 kernels: a sequence's tokens then do
-// not depend on how many others share its step (ServingTest's 64 streams).
-// 16 (one whole tile) runs batched decode 1.5-2x faster at KL 1e-4 against
-// FP16, but the batch size then moves a row's logits by that much
-// (bench/RESULTS.md, "W8A16 layers and bf16 tiles").
-constexpr int kDefaultBf16MinRows = kW4IntMaxRows + 1;
+// The default of QuantizedLoadOptions::bf16_min_rows: one whole tile. The
+// bf16 tiles replace the fp32 tiles of prompts (3.8-5x), and decode steps
+// of 16 rows or more take them too: measured against the int16 kernels at
+// 2-24 rows, they lose at 8 (0.82-0.84x), tie at 12 and win from 16
+// (1.33-1.45x), at KL 1e-4 against FP16 (bench/RESULTS.md, "Batched decode
+// on the bf16 tiles by default"). A row's logits then depend on whether its
+// step had 16 rows: kBatchInvariantBf16MinRows keeps decode steps of up to
+// 64 rows on the int16 kernels, where each row's logits are its logits
+// alone (`--batch-invariant`).
+constexpr int kDefaultBf16MinRows = 16;
+constexpr int kBatchInvariantBf16MinRows = kW4IntMaxRows + 1;
 
 struct QuantizedLoadOptions {
   Precision precision = Precision::kFp16;

@@ -550,6 +550,50 @@ TEST(CliTest, ModelFlagsArgsAreTheChangedModelFlags) {
                                                 "--kv-dtype=bf16"}));
 }
 
+// Batched decode takes the bf16 tiles from 16 rows by default (where the CPU
+// has AMX-BF16); --batch-invariant keeps steps of up to 64 rows on the int16
+// kernels, and refuses the settings that would break its promise.
+TEST(CliTest, BatchInvariantKeepsDecodeStepsOfUpTo64RowsOffTheTiles) {
+  pdq::ModelFlags f;
+  f.model = "synthetic:tiny";
+  f.precision = "w4a16";
+  f.threads = 1;
+  auto loaded = f.Load(/*quiet=*/true);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->model->options().bf16_min_rows, 16);
+  f.batch_invariant = true;
+  EXPECT_EQ(f.Args(), (std::vector<std::string>{"--batch-invariant=true"}));
+  loaded = f.Load(true);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->model->options().bf16_min_rows, 65);
+  f.bf16_rows = 0;  // never the tiles: invariant too
+  loaded = f.Load(true);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->model->options().bf16_min_rows, 0);
+  f.bf16_rows = 100;
+  loaded = f.Load(true);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->model->options().bf16_min_rows, 100);
+  f.bf16_rows = 32;
+  loaded = f.Load(true);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("--batch-invariant and --bf16-rows 32"),
+            std::string::npos)
+      << loaded.status();
+  f.bf16_rows = 16;
+  f.w4a8_rows = 8;
+  loaded = f.Load(true);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("--batch-invariant and --w4a8-rows 8"),
+            std::string::npos)
+      << loaded.status();
+  Result r = RunPdq(
+      "generate --model synthetic:tiny --precision w4a16 --prompt hi --max-tokens 2 "
+      "--batch-invariant --bf16-rows 8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--batch-invariant and --bf16-rows 8"), std::string::npos) << r.out;
+}
+
 // The served probe: the shipped model's W4A16 passes served by one worker
 // behind the router to 1 and 2 clients, at a short and a long context; the
 // worker's steps against the passes' model give served_factor (and

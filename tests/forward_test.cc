@@ -233,9 +233,9 @@ INSTANTIATE_TEST_SUITE_P(Precisions, BatchInvariantTest,
 // was cut into passes (a prefix cache hit leaves a short suffix; chunked
 // prefill) or on decode rows beside it, bit for bit; and a decode row's
 // logits do not change when a prompt shares its step. With the serving
-// defaults: bf16 tiles from 65 rows (on CPUs with AMX-BF16; fp32 on the
-// others), W8A16 output (and W8A8's down projections), and on SmolLM2's
-// shape the bf16 prompt attention too.
+// settings of --batch-invariant: bf16 tiles from 65 rows (on CPUs with
+// AMX-BF16; fp32 on the others), W8A16 output (and W8A8's down
+// projections), and on SmolLM2's shape the bf16 prompt attention too.
 struct PromptRowsCase {
   std::string spec;
   bool bf16_attention = false;
@@ -245,7 +245,7 @@ class PromptRowsTest : public ::testing::TestWithParam<PromptRowsCase> {};
 TEST_P(PromptRowsTest, APromptsLogitsDoNotDependOnHowItWasCut) {
   const std::string& spec = GetParam().spec;
   LoadOptions o;
-  o.bf16_min_rows = kW4IntMaxRows + 1;  // QuantizedLoadOptions' default
+  o.bf16_min_rows = kW4IntMaxRows + 1;  // as --batch-invariant sets it
   if (spec.ends_with("w8a8")) o.w8_layers = {"output", "blk.*.down"};
   if (spec.ends_with("w4a16")) o.w8_layers = {"output"};
   auto t = LoadOrDie(spec, 2, o);
