@@ -11,10 +11,13 @@
 #   LLAMA_MODELS  folder with f16.gguf, q8_0.gguf and q4_0.gguf
 #   ROUNDS        alternating rounds (default 3)
 # Prints every raw line; about 5 minutes a round on a 2-core AMX Xeon (all
-# four paths), less where the CPU has fewer.
+# four paths), less where the CPU has fewer. ISAS="amx" (PDQ_ISA names,
+# space-separated) runs only those paths, so that pdq's and llama.cpp's
+# runs of a round are about a minute apart (the issue's targets on the
+# fastest path; the comparisons with AVX2 need avx2 in the list).
 set -euo pipefail
 if [ $# -lt 3 ]; then
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 build="$1"
@@ -33,6 +36,13 @@ isas=(avx2)
 grep -q avx_vnni /proc/cpuinfo && isas+=(avxvnni)
 grep -q avx512_vnni /proc/cpuinfo && isas+=(avx512)
 grep -q amx_int8 /proc/cpuinfo && isas+=(amx)
+if [ -n "${ISAS:-}" ]; then
+  read -r -a wanted <<< "$ISAS"
+  for isa in "${wanted[@]}"; do
+    [[ " ${isas[*]} " == *" $isa "* ]] || { echo "isa_speed: this CPU has no $isa path (it has: ${isas[*]})" >&2; exit 1; }
+  done
+  isas=("${wanted[@]}")
+fi
 
 run() {
   echo "+ $*"

@@ -77,13 +77,13 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
   flags.Int("bf16-rows", &bf16_rows, 0, 1 << 20,
             "W4A16 and W8A16 layers, on CPUs with AMX-BF16: prompt rows (any number) and\n"
             "decode steps of this many rows or more meet the dequantized weights as bf16\n"
-            "in AMX tiles (fp32 sums; KL 1e-4 against FP16, 1.3-1.5x the int16 kernels\n"
-            "from 16 rows, slower below 12); 0: never (prompt rows then take int16)");
+            "in AMX tiles (fp32 sums; KL 1e-4 against FP16; 1.2-1.7x the int16 kernels\n"
+            "at 16-32 rows, slower below 12); 0: never (prompt rows then take int16)");
   flags.Bool("batch-invariant", &batch_invariant,
              "a decode row's logits are its logits alone, bit for bit, in steps of up to 64\n"
              "rows (W4A16, W8A16 and W8A8 layers; FP16's GEMM is not): those steps stay on\n"
              "the int16 kernels (--bf16-rows 65), so on CPUs with AMX-BF16 batched decode\n"
-             "runs 1.3-1.5x slower. For reproducible answers whatever shares the step");
+             "runs 1.2-1.7x slower. For reproducible answers whatever shares the step");
   flags.Bool("bf16-attention", &bf16_attention,
              "prompt attention on AMX-BF16 tiles, on CPUs with AMX-BF16 (Q and K as two\n"
              "bf16 parts each, softmax weights and V as bf16, fp32 sums; decode rows stay\n"
