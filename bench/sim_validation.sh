@@ -92,7 +92,8 @@
 # not counted). The simulator runs the same: every client starting at once,
 # the same count of requests, the first sent not counted, exact lengths (so
 # one seed is the whole prediction; for the A/B rollout, whose router draws
-# each request's pool at random, the mean of SPLIT_SEEDS (20) seeds' draws).
+# each request's pool at random, the mean of SPLIT_SEEDS (20) seeds' draws;
+# for its sticky twin, whose clients send ids, one seed again).
 # A configuration and run of chat takes about 1 minute on a 2-core Zen 4, 4
 # on a Zen 1; summarize 1, analysis 1.5.
 set -euo pipefail
@@ -144,23 +145,37 @@ configs=(
   # The A/B rollout: half the requests to an FP16 worker, half to a W8A8/W4A16
   # one, a core each (the router takes the --split of its pdq sim flags).
   'ab-fp16-vs-w8a8-w4a16|[{"role": "both", "precision": "fp16", "threads": 1, "cpus": "0", "pool": "fp16"}, {"role": "both", "precision": "w4a16", "threads": 1, "cpus": "1", "pool": "w8a8-w4a16", "args": ["--prefill-precision", "w8a8"]}]|--split fp16=50,w8a8-w4a16=50 --arms fp16=1M:fp16,w8a8-w4a16=1M:w8a8/w4a16 --threads 1'
+  # The same rollout sticky per client: the router keeps each client id in
+  # one pool (--split-sticky), pdq bench's clients send theirs
+  # (--client-ids), and the simulator's clients land where their ids hash
+  # to, so the runs and the prediction split alike (closed loop only).
+  'ab-sticky-fp16-vs-w8a8-w4a16|[{"role": "both", "precision": "fp16", "threads": 1, "cpus": "0", "pool": "fp16"}, {"role": "both", "precision": "w4a16", "threads": 1, "cpus": "1", "pool": "w8a8-w4a16", "args": ["--prefill-precision", "w8a8"]}]|--split fp16=50,w8a8-w4a16=50 --split-sticky --client-ids --arms fp16=1M:fp16,w8a8-w4a16=1M:w8a8/w4a16 --threads 1'
 )
 
 # config_seeds FLAGS: the seeds a prediction of a configuration takes: one
 # (closed loop at exact lengths draws nothing), but where the router draws
-# each request's A/B pool, the mean of SPLIT_SEEDS (20) seeds' draws.
+# each request's A/B pool, the mean of SPLIT_SEEDS (20) seeds' draws (not
+# where each client's id decides its pool).
 config_seeds() {
-  if [[ $1 == *--split* ]]; then echo "${SPLIT_SEEDS:-20}"; else echo 1; fi
+  if [[ $1 == *--split* && $1 != *--client-ids* ]]; then echo "${SPLIT_SEEDS:-20}"; else echo 1; fi
 }
 
-# up_config NAME WORKERS FLAGS: lib.sh's up, with the router's --split where
-# the configuration's pdq sim flags have one.
+# up_config NAME WORKERS FLAGS: lib.sh's up, with the router's --split (and
+# --split-sticky) where the configuration's pdq sim flags have them.
 up_config() {
   if [[ $3 =~ --split\ ([^ ]+) ]]; then
-    up "$1" "$2" "[\"--split\", \"${BASH_REMATCH[1]}\"]"
+    local sticky=""
+    [[ $3 == *--split-sticky* ]] && sticky=', "--split-sticky"'
+    up "$1" "$2" "[\"--split\", \"${BASH_REMATCH[1]}\"$sticky]"
   else
     up "$1" "$2"
   fi
+}
+
+# bench_flags FLAGS: what pdq bench adds for a configuration: --client-ids
+# where its pdq sim flags have them.
+bench_flags() {
+  if [[ $1 == *--client-ids* ]]; then echo --client-ids; fi
 }
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
@@ -236,9 +251,10 @@ measure() {
       [[ -z $only || ",$only," == *",$name,"* ]] || continue
       log "round $r: $name$suffix"
       up_config "$name" "$workers" "$flags"
+      # shellcheck disable=SC2046  # bench_flags are words
       "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
         --output-tokens "$output_tokens" --concurrency "$(IFS=,; echo "${levels[*]}")" \
-        --requests-per-client "$per_client" --warmup 1 \
+        --requests-per-client "$per_client" --warmup 1 $(bench_flags "$flags") \
         --json "$dir/measured/$name$suffix-$r.json" >"$work/bench.out" 2>&1 ||
         { cat "$work/bench.out" >&2; exit 1; }
       grep -E 'c=|concurrency' "$work/bench.out" | head -5 >&2 || true
@@ -636,7 +652,8 @@ compare_split() {
   mkdir -p "$out"
   for c in "${configs[@]}"; do
     IFS='|' read -r name workers flags <<<"$c"
-    [[ $flags == *--split* ]] || continue
+    # Draws only: a sticky split's runs split as predicted.
+    [[ $flags == *--split* && $flags != *--client-ids* ]] || continue
     compgen -G "$dir/measured/$name$suffix-*.json" >/dev/null || continue
     for level in "${levels[@]}"; do
       # Kept from an earlier call unless the profile is newer.
@@ -660,7 +677,7 @@ metrics = [("ttft", "p50"), ("ttft", "p90"), ("tpot", "p50"), ("tpot", "p90"), (
 rows, errors = [], {f"{m} {q}".strip(): [] for m, q in metrics}
 for line in os.environ["CONFIGS"].splitlines():
     name, workers, flags = line.split("\t")
-    if "--split" not in flags:
+    if "--split" not in flags or "--client-ids" in flags:
         continue
     # Each worker's pool by its precision (the A/B arms differ in decode precision).
     pool_of = {w["precision"]: w["pool"] for w in json.loads(workers)}

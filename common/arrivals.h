@@ -1,11 +1,13 @@
-// Open-loop (Poisson) arrival times, one definition for the load generator
-// that sends them (`pdq bench --rate R --arrival-seed S`) and the simulator
-// that predicts them (`pdq sim --rate R --seed S`), so a simulated run can
-// be set beside a real one request for request.
+// What the load generator sends and the simulator predicts, defined once so
+// that a simulated run can be set beside a real one request for request:
+// open-loop (Poisson) arrival times (`pdq bench --rate R --arrival-seed S`,
+// `pdq sim --rate R --seed S`) and the closed-loop clients' ids (`pdq bench
+// --client-ids`, `pdq sim --sticky-clients`).
 #pragma once
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace pdq {
@@ -24,5 +26,11 @@ inline std::vector<double> PoissonArrivalTimes(double rate, int64_t n, uint64_t 
   }
   return times;
 }
+
+// The client id closed-loop client `client` (from 0) sends with every
+// request: a router splitting an A/B rollout sticky per client
+// (--split-sticky) then sends all of one client's requests to one pool, the
+// one the simulator's client of the same number lands in.
+inline std::string BenchClientId(int client) { return "bench-client-" + std::to_string(client); }
 
 }  // namespace pdq

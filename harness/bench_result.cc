@@ -121,6 +121,7 @@ static void Fields(auto& f, LevelResult& v) {
 static void Fields(auto& f, RequestResult& v) {
   PDQ_JSON_EACH(concurrency, session, turn, ok, refused, error, start_s, prompt_tokens,
                 cached_tokens, output_tokens, ttft_s, tpot_s, e2e_s, gaps_s, pool, output_text)
+  PDQ_JSON_EACH_OPTIONAL(client_id)
 }
 
 static void Fields(auto& f, PatternResult& v) { PDQ_JSON_EACH(name, pass, reason) }
@@ -145,7 +146,7 @@ static void Fields(auto& f, BenchResult& v) {
   PDQ_JSON_EACH(router, target, workload, input_tokens, output_tokens, rate, ttft_target_ms,
                 tpot_target_ms, levels, requests, pattern, conversation)
   PDQ_JSON_EACH_OPTIONAL(sessions, turns, first_tokens, turn_tokens, cycles, router_pools,
-                         shared_prefix_tokens, prompt_seed, temperature, arrival_seed)
+                         shared_prefix_tokens, prompt_seed, temperature, arrival_seed, client_ids)
 }
 
 // Each type's to_json and from_json are its Fields, instantiated here for

@@ -92,6 +92,7 @@ struct RequestResult {
   double ttft_s = NAN, tpot_s = NAN, e2e_s = NAN;
   std::vector<double> gaps_s;
   std::string pool;         // the pool that answered (an A/B split)
+  std::string client_id;    // the client id it went with (pdq bench --client-ids)
   std::string output_text;  // kept by the conversation workload only
 };
 
@@ -136,6 +137,7 @@ struct BenchResult {
   int64_t prompt_seed = 0;           // where in the text the prompts start (pdq bench)
   double rate = 0, ttft_target_ms = 0, tpot_target_ms = 0;
   int64_t arrival_seed = 0;  // with a rate: the arrivals' seed (pdq bench --arrival-seed)
+  bool client_ids = false;   // each closed-loop client sent its id (pdq bench --client-ids)
   double temperature = 0;  // the answers' sampling temperature (written when not 0: greedy)
   // --workload conversation's shape (written only for it).
   int sessions = 0, turns = 0;

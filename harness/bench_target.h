@@ -34,6 +34,7 @@ struct BenchRecord {
   double ttft = 0, tpot = 0, e2e = 0;
   std::vector<double> gaps;  // between consecutive tokens after the first
   std::string pool;          // the pool that served it (a router's A/B split)
+  std::string client_id;     // the client id it was sent with (pdq bench --client-ids)
   // Prompt tokens the server says it took from its prefix cache (0 where it
   // says nothing).
   int cached_tokens = 0;
@@ -48,9 +49,10 @@ class BenchTarget {
   virtual ~BenchTarget() = default;
   // Streams one answer of exactly `output_tokens` tokens (where the server
   // honours ignore_eos), times it and keeps its text; thread-safe. A failure
-  // is a record with ok false and its error.
+  // is a record with ok false and its error. `client_id`, when not empty,
+  // goes with the request (pdq's client_id, OpenAI's "user").
   virtual BenchRecord Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
-                          const std::string& request_id) = 0;
+                          const std::string& request_id, const std::string& client_id) = 0;
 };
 
 // An OpenAI-compatible server at `base_url` (http://host:port/v1): POST

@@ -154,12 +154,13 @@ class PdqTarget : public BenchTarget {
  public:
   PdqTarget(v1::Pdq::Stub& stub, double temperature) : stub_(stub), temperature_(temperature) {}
   Record Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
-             const std::string& id) override {
+             const std::string& id, const std::string& client_id) override {
     Record r;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
     v1::GenerateRequest req;
     req.set_request_id(id);
+    if (!client_id.empty()) req.set_client_id(client_id);
     for (int32_t t : prompt.ids) req.mutable_tokens()->add_ids(t);
     req.set_max_tokens((int32_t)output_tokens);
     req.set_ignore_eos(true);
@@ -295,10 +296,12 @@ std::vector<BenchRecord> Driver::Run(int concurrency, double rate, int total, in
   std::vector<Record> records(total);
   std::atomic<int> next{0}, done{0};
   const Clock::time_point start = Clock::now();
-  auto one = [&](int i) {
+  auto one = [&](int i, int client) {
     const double begun = Since(start, Clock::now());
+    const std::string client_id = client >= 0 && client_ids_ ? BenchClientId(client) : "";
     records[i] = target_.Run(prompts_[(serial_ + i) % prompts_.size()], output_tokens_, timeout_s_,
-                             absl::StrCat("bench-", label, "-", serial_ + i));
+                             absl::StrCat("bench-", label, "-", serial_ + i), client_id);
+    records[i].client_id = client_id;
     records[i].start = begun;
     records[i].level = concurrency;
     ++done;
@@ -310,12 +313,12 @@ std::vector<BenchRecord> Driver::Run(int concurrency, double rate, int total, in
     for (int i = 0; i < total; ++i) {
       std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
                                                 std::chrono::duration<double>(at[i])));
-      threads.emplace_back(one, i);
+      threads.emplace_back(one, i, -1);
     }
   } else {
     for (int c = 0; c < concurrency; ++c) {
-      threads.emplace_back([&] {
-        for (int i; (i = next++) < total;) one(i);
+      threads.emplace_back([&, c] {
+        for (int i; (i = next++) < total;) one(i, c);
       });
     }
   }
@@ -736,7 +739,7 @@ ConversationRun RunConversations(BenchTarget& target, const Tokenize& tokenize,
       const double begun = Since(start, Clock::now());
       if (ids.ok()) {
         r = target.Run({std::move(*ids), conversation}, o.output_tokens, o.timeout_s,
-                       absl::StrCat("bench-conversation-", s, "-", turn));
+                       absl::StrCat("bench-conversation-", s, "-", turn), "");
       } else {
         r.error = absl::StrCat("tokenizing the conversation: ", ids.status().message());
       }
@@ -856,6 +859,7 @@ RequestResult RequestOf(const Record& r) {
   q.e2e_s = r.e2e;
   q.gaps_s = r.gaps;
   q.pool = r.pool;
+  q.client_id = r.client_id;
   if (r.turn > 0) q.output_text = r.output_text;
   return q;
 }
@@ -870,7 +874,7 @@ absl::StatusOr<bool> RunConversationBench(BenchTarget& target, const Tokenize& t
     PDQ_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenize(messages.warmup));
     const Record r =
         target.Run({std::move(ids), messages.warmup}, std::min<int64_t>(o.output_tokens, 8),
-                   o.timeout_s, "bench-conversation-warmup");
+                   o.timeout_s, "bench-conversation-warmup", "");
     if (!r.ok) return absl::UnavailableError(absl::StrCat("the warm-up request failed: ", r.error));
   }
   const absl::StatusOr<Snapshot> before =

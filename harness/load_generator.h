@@ -77,12 +77,18 @@ class Driver {
   // request ran at once).
   std::vector<BenchRecord> Run(int concurrency, double rate, int total, int warmup,
                                const char* label, double* seconds, uint64_t arrival_seed = 1);
+  // With `on`, closed-loop client c (from 0) sends BenchClientId(c) with
+  // each of its requests (common/arrivals.h), so a router splitting an A/B
+  // rollout sticky per client keeps each client in one pool; open-loop
+  // arrivals send none.
+  void set_client_ids(bool on) { client_ids_ = on; }
 
  private:
   BenchTarget& target_;
   const std::vector<BenchPrompt> prompts_;
   const int64_t output_tokens_, timeout_s_;
   int serial_ = 0;
+  bool client_ids_ = false;
 };
 
 // Goodput counts the requests within both (seconds; 0: no target).

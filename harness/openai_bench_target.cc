@@ -105,7 +105,7 @@ class OpenAiTarget : public BenchTarget {
         temperature_(temperature) {}
 
   BenchRecord Run(const BenchPrompt& prompt, int64_t output_tokens, int64_t timeout_s,
-                  const std::string& request_id) override {
+                  const std::string& request_id, const std::string& client_id) override {
     BenchRecord r;
     std::unique_ptr<httplib::Client> connection = Connect(url_, ca_path_);
     httplib::Client& client = *connection;
@@ -116,16 +116,17 @@ class OpenAiTarget : public BenchTarget {
     req.headers = Headers(api_key_);
     req.headers.emplace("X-Request-Id", request_id);
     req.headers.emplace("Content-Type", "application/json");
-    req.body = json({{"model", model_},
-                     {"prompt", prompt.text},
-                     {"max_tokens", output_tokens},
-                     {"temperature", temperature_},
-                     {"stream", true},
-                     {"ignore_eos", true},
-                     {"stream_options", {{"include_usage", true}}}})
-                   // A prompt cut at a token count may end inside a UTF-8
-                   // character: that byte is replaced, not thrown on.
-                   .dump(-1, ' ', false, json::error_handler_t::replace);
+    json fields = {{"model", model_},
+                   {"prompt", prompt.text},
+                   {"max_tokens", output_tokens},
+                   {"temperature", temperature_},
+                   {"stream", true},
+                   {"ignore_eos", true},
+                   {"stream_options", {{"include_usage", true}}}};
+    if (!client_id.empty()) fields["user"] = client_id;
+    // A prompt cut at a token count may end inside a UTF-8 character: that
+    // byte is replaced, not thrown on.
+    req.body = fields.dump(-1, ' ', false, json::error_handler_t::replace);
     const Clock::time_point start = Clock::now();
     Clock::time_point last = start;
     std::string pending, body;

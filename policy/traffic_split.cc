@@ -10,7 +10,7 @@ namespace {
 
 // A 64-bit hash of the id that does not change between runs or builds
 // (absl::Hash is salted per process): FNV-1a, then a final mix.
-uint64_t StableHash(const std::string& s) {
+uint64_t StableHash(std::string_view s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) {
     h ^= c;
@@ -98,11 +98,13 @@ const std::string& TrafficSplit::At(double u) const { return arms_[IndexAt(u)].p
 
 const std::string& TrafficSplit::Choose(const std::string& client_id, bool sticky,
                                         absl::BitGen& rng) const {
-  if (sticky && !client_id.empty()) {
-    // The top 53 bits as a fraction in [0, 1).
-    return At((double)(StableHash(client_id) >> 11) * 0x1.0p-53);
-  }
+  if (sticky && !client_id.empty()) return arms_[IndexOfClient(client_id)].pool;
   return At(absl::Uniform(rng, 0.0, 1.0));
+}
+
+int TrafficSplit::IndexOfClient(std::string_view client_id) const {
+  // The top 53 bits as a fraction in [0, 1).
+  return IndexAt((double)(StableHash(client_id) >> 11) * 0x1.0p-53);
 }
 
 }  // namespace pdq::policy

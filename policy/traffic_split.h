@@ -43,6 +43,10 @@ class TrafficSplit {
   // the split stays the same); otherwise a draw from `rng`. Never called
   // when empty(). Thread-safe given its own `rng`.
   const std::string& Choose(const std::string& client_id, bool sticky, absl::BitGen& rng) const;
+  // The index in arms() of a client's sticky pool (Choose with `sticky` and
+  // a non-empty id): a stable hash of the id, so the simulator's clients
+  // land where the router sends the same ids.
+  int IndexOfClient(std::string_view client_id) const;
   // The pool of a number uniform in [0, 1), and its index in arms().
   const std::string& At(double u) const;
   int IndexAt(double u) const;

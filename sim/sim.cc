@@ -208,6 +208,13 @@ absl::Status Validate(const Deployment& d, const Workload& w) {
   if (!(d.pod_start_seconds >= 0) || !std::isfinite(d.pod_start_seconds)) {
     return absl::InvalidArgumentError("pod_start_seconds must be >= 0");
   }
+  if (d.split_sticky && d.arms.empty()) {
+    return absl::InvalidArgumentError("a sticky split needs an A/B rollout's arms");
+  }
+  if (w.client_ids && w.arrivals != Workload::Arrivals::kClosedLoop) {
+    return absl::InvalidArgumentError(
+        "client ids are closed-loop clients': not with open-loop arrivals");
+  }
   if (w.requests < 1 || w.warmup < 0) {
     return absl::InvalidArgumentError("requests must be >= 1 and warmup >= 0");
   }
@@ -280,7 +287,7 @@ class Simulation {
     result_.requests.resize(total);
     prefill_counted_.assign(total, false);
     if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
-      for (int c = 0; c < std::min(w_.concurrency, total); ++c) Send(0);
+      for (int c = 0; c < std::min(w_.concurrency, total); ++c) Send(0, c);
     } else if (w_.arrivals == Workload::Arrivals::kPoisson && w_.phases.empty()) {
       // What `pdq bench --rate --arrival-seed` sends for this seed.
       for (double t : PoissonArrivalTimes(w_.rate, total, w_.seed)) At(t, [this, t] { Send(t); });
@@ -374,11 +381,12 @@ class Simulation {
     return std::max<int64_t>(1, std::llround(double(mean) * u(rng_)));
   }
 
-  // A client sends its next request.
-  void Send(double t) {
+  // A client (closed loop: number `client`) sends its next request.
+  void Send(double t, int client = -1) {
     if (sent_ >= (int64_t)result_.requests.size()) return;
     RequestRecord& r = result_.requests[sent_];
     r.id = sent_;
+    r.client = client;
     r.measured = sent_ >= w_.warmup;
     r.arrival = t;
     r.prompt_tokens = Length(w_.prompt_tokens);
@@ -398,10 +406,12 @@ class Simulation {
     ReleasePrefill(id);
     MaybeRetire(r.decode_worker);
     if (w_.arrivals == Workload::Arrivals::kClosedLoop) {
-      Send(now_);
+      Send(now_, r.client);
       // Clients whose last request was refused try again now that room
       // may have come free.
-      for (; parked_ > 0; --parked_) Send(now_);
+      std::vector<int> parked;
+      parked.swap(parked_);
+      for (int c : parked) Send(now_, c);
     }
   }
 
@@ -425,9 +435,9 @@ class Simulation {
     bool any = false;
     for (int64_t n : in_flight_) any |= n > 0;
     if (any) {
-      ++parked_;
+      parked_.push_back(r.client);
     } else {
-      Send(now_);
+      Send(now_, r.client);
     }
   }
 
@@ -478,9 +488,12 @@ class Simulation {
   void Route(int64_t id) {
     RequestRecord& r = result_.requests[id];
     const int64_t kv = r.prompt_tokens + r.output_tokens;
-    // The router draws the pool first; only its workers are candidates.
+    // The router draws the pool first (a client that sends an id, its
+    // sticky pool); only its workers are candidates.
     if (split_) {
-      r.arm = split_->IndexAt(std::uniform_real_distribution<double>(0, 1)(split_rng_));
+      r.arm = d_.split_sticky && w_.client_ids && r.client >= 0
+                  ? split_->IndexOfClient(BenchClientId(r.client))
+                  : split_->IndexAt(std::uniform_real_distribution<double>(0, 1)(split_rng_));
     }
     Refusal why = Refusal::kNone;
     const int dw = Pick({Role::kDecode, Role::kBoth}, r.arm, r.prompt_tokens, kv, &why);
@@ -744,7 +757,7 @@ class Simulation {
   uint64_t next_order_ = 0;
   double now_ = 0;
   int64_t sent_ = 0;
-  int parked_ = 0;  // closed-loop clients waiting to retry a refused request
+  std::vector<int> parked_;  // closed-loop clients waiting to retry a refused request
   RunResult result_;
 };
 

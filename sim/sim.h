@@ -88,11 +88,13 @@ struct Arm : Workers {
 
 // The deployment's workers are its own counts, or, for an A/B rollout, its
 // arms': the router draws each request's arm by weight as it draws a pool
-// (policy::TrafficSplit, not sticky: pdq bench sends no client id), and
-// only that arm's workers serve it. With arms the deployment's own counts
-// are 0; the link, the router and the heartbeat below are shared.
+// (policy::TrafficSplit), or, with split_sticky and clients that send ids
+// (Workload::client_ids), takes the arm the client's id hashes to, and only
+// that arm's workers serve it. With arms the deployment's own counts are
+// 0; the link, the router and the heartbeat below are shared.
 struct Deployment : Workers {
   std::vector<Arm> arms;
+  bool split_sticky = false;  // pdq-router --split-sticky
   LinkSpec link;
   int64_t kv_bytes_per_token = 0;  // all layers, K and V
   int num_layers = 1;
@@ -141,6 +143,11 @@ struct Workload {
   double rate = 1;        // requests a second (open loop)
   double burstiness = 1;  // kGamma: the coefficient of variation of the gaps (1: Poisson)
   int concurrency = 1;    // kClosedLoop: clients, each sending when its last ended
+  // kClosedLoop: client c sends BenchClientId(c) with its requests (pdq
+  // bench --client-ids), which a sticky split (Deployment::split_sticky)
+  // routes by. (The router's tie-break between equal workers by client id,
+  // policy::Affinity, is not modelled: the simulated workers have no ids.)
+  bool client_ids = false;
   int requests = 200;     // measured
   int warmup = 20;        // sent first and not measured
   int64_t prompt_tokens = 512, output_tokens = 64;
@@ -167,7 +174,8 @@ enum class Refusal { kNone, kKvFull, kBatchFull, kNoWorker };
 
 struct RequestRecord {
   int64_t id = 0;
-  int arm = 0;  // the A/B arm it was drawn for (Deployment::arms; 0 without)
+  int arm = 0;      // the A/B arm it was drawn for (Deployment::arms; 0 without)
+  int client = -1;  // kClosedLoop: the client that sent it (from 0)
   bool measured = false;
   Refusal refusal = Refusal::kNone;  // why it was refused, if it was
   bool refused() const { return refusal != Refusal::kNone; }

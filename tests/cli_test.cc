@@ -10,9 +10,11 @@
 #include <string>
 #include <tuple>
 
+#include "common/arrivals.h"
 #include "common/host.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "policy/traffic_split.h"
 #include "quant/model_flags.h"
 
 namespace {
@@ -98,6 +100,11 @@ TEST(CliTest, ServingClientsExplainAnUnreachableRouterAndBadArguments) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("--shared-prefix-tokens (128) must leave each prompt tokens of its own: "
                        "less than its 128 input tokens"),
+            std::string::npos)
+      << r.out;
+  r = RunPdq("bench --rate 2 --client-ids --text README.md");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("--client-ids names closed-loop clients: not with --rate"),
             std::string::npos)
       << r.out;
   r = RunPdq("bench --sessions 2 --text README.md");
@@ -845,6 +852,32 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
     EXPECT_GT(a["arms"][1]["ttft_p50"]["mean"].get<double>(), 0) << a;
   }
 
+  // Sticky clients (pdq-router --split-sticky, pdq bench --client-ids): each
+  // of 8 closed-loop clients stays in the pool its id hashes to, so every
+  // seed runs alike and an arm's count is its clients' share of the rounds.
+  r = RunPdq("sim --profile " + profile +
+             " --split fp16=3,w8a8=1 --arms fp16=1M:fp16,w8a8=1P+1D:w8a8/fp16 --split-sticky "
+             "--client-ids --prompt-tokens 200 --output-tokens 100 --concurrency 8 --requests 64 "
+             "--warmup 0 --seeds 2 --json " +
+             out);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("every seed runs alike here"), std::string::npos) << r.out;
+  {
+    std::ifstream ain(out);
+    const nlohmann::json a = nlohmann::json::parse(ain);
+    EXPECT_EQ(a["split_sticky"], true);
+    EXPECT_EQ(a["client_ids"], true);
+    const pdq::policy::TrafficSplit split = *pdq::policy::TrafficSplit::Parse("fp16=3,w8a8=1");
+    int to_fp16 = 0;
+    for (int c = 0; c < 8; ++c) to_fp16 += split.IndexOfClient(pdq::BenchClientId(c)) == 0;
+    ASSERT_EQ(a["arms"].size(), 2u) << a;
+    // Closed loop: clients in the faster pool send more of the 64; at least
+    // as many as one round of each, at most all but the other pool's rounds.
+    const double fp16 = a["arms"][0]["measured"]["mean"].get<double>();
+    EXPECT_GE(fp16, to_fp16) << a;
+    EXPECT_LE(fp16, 64 - (8 - to_fp16)) << a;
+  }
+
   // An HPA (Kubernetes' JSON) scales the pool under a trace of rate phases.
   const std::string hpa = ::testing::TempDir() + "/cli_test_hpa.json";
   {
@@ -1003,6 +1036,10 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
            {"profile --model synthetic:tiny --split-clients 0 --transports ''", "split-clients"},
            {"sim --profile " + profile + " --workload chat --rate 1 --split fp16=1",
             "--split and --arms go together"},
+           {"sim --profile " + profile + " --workload chat --concurrency 2 --split-sticky",
+            "--split-sticky needs --split"},
+           {"sim --profile " + profile + " --workload chat --rate 1 --client-ids",
+            "--client-ids names closed-loop clients: it needs --concurrency"},
            {"sim --profile " + profile +
                 " --workload chat --rate 1 --split fp16=1,w8a8=1 --arms fp16=1M:fp16",
             "pool 'w8a8' of --split has no workers"},

@@ -169,7 +169,7 @@ TEST(LoadGeneratorTest, PromptsAreTheirOwnOrShareAPrefixOfExactlyTheTokensAsked)
             absl::StatusCode::kInvalidArgument);
 }
 
-// pdq bench --temperature reaches an OpenAI-compatible server: the
+// pdq bench --temperature (and --client-ids) reach an OpenAI-compatible server: the
 // target's request carries it (0, greedy, unless asked), and the streamed
 // answer is timed and counted.
 TEST(OpenAiBenchTargetTest, SendsTheTemperatureAskedFor) {
@@ -198,7 +198,8 @@ TEST(OpenAiBenchTargetTest, SendsTheTemperatureAskedFor) {
         absl::StrCat("http://127.0.0.1:", port, "/v1"), "", "", "", &used, temperature);
     ASSERT_TRUE(target.ok()) << target.status();
     EXPECT_EQ(used, "m");
-    const BenchRecord r = (*target)->Run(BenchPrompt{{1, 2}, "hello"}, 2, 10, "req-1");
+    const BenchRecord r = (*target)->Run(BenchPrompt{{1, 2}, "hello"}, 2, 10, "req-1",
+                                         temperature > 0 ? "bench-client-3" : "");
     EXPECT_TRUE(r.ok) << r.error;
     EXPECT_EQ(r.output_tokens, 2);
     EXPECT_EQ(r.output_text, "ab");
@@ -206,6 +207,12 @@ TEST(OpenAiBenchTargetTest, SendsTheTemperatureAskedFor) {
     ASSERT_FALSE(bodies.empty());
     ASSERT_TRUE(bodies.back().contains("temperature")) << bodies.back().dump();
     EXPECT_DOUBLE_EQ(bodies.back()["temperature"].get<double>(), temperature);
+    // A client id goes as OpenAI's "user"; none, no field.
+    if (temperature > 0) {
+      EXPECT_EQ(bodies.back().value("user", ""), "bench-client-3") << bodies.back().dump();
+    } else {
+      EXPECT_FALSE(bodies.back().contains("user")) << bodies.back().dump();
+    }
   }
   server.stop();
   serving.join();

@@ -10,8 +10,10 @@
 #include <map>
 #include <tuple>
 
+#include "common/arrivals.h"
 #include "kvtransfer/transport.h"
 #include "nlohmann/json.hpp"
+#include "policy/traffic_split.h"
 #include "serving_cluster.h"
 
 namespace pdq::testing {
@@ -486,13 +488,16 @@ TEST_F(ServingTest, AnAbSplitSendsEachPoolItsShareAndLabelsTheMetrics) {
   EXPECT_EQ(Metric(router.metrics, "pdq_ttft_seconds_count{pool=\"treatment\"}"),
             to_treatment.load());
 
-  // Sticky: a client id keeps its pool. Find one that lands in treatment.
+  // Sticky: a client id keeps its pool, the one the simulator's clients of
+  // pdq bench --client-ids land in (pdq sim --split-sticky --client-ids).
+  // Find one that lands in treatment.
+  const policy::TrafficSplit split = *policy::TrafficSplit::Parse("control=90,treatment=10");
   std::string treated;
   for (int id = 0; id < 500 && treated.empty(); ++id) {
     v1::GenerateRequest req;
     req.set_text("Hello");
     req.set_max_tokens(1);
-    req.set_client_id("user-" + std::to_string(id));
+    req.set_client_id(id % 2 == 0 ? BenchClientId(id / 2) : "user-" + std::to_string(id));
     std::string first;
     for (int k = 0; k < 3; ++k) {
       const Answer a = Generate(*stub, req);
@@ -500,6 +505,7 @@ TEST_F(ServingTest, AnAbSplitSendsEachPoolItsShareAndLabelsTheMetrics) {
       if (k == 0) first = a.summary.pool();
       EXPECT_EQ(a.summary.pool(), first) << req.client_id();
     }
+    EXPECT_EQ(first, split.arms()[split.IndexOfClient(req.client_id())].pool) << req.client_id();
     if (first == "treatment") treated = req.client_id();
   }
   ASSERT_FALSE(treated.empty()) << "no client id of 500 landed in a 10% pool";

@@ -3,12 +3,15 @@
 // own rules (batch size, the TPOT target, KV capacity).
 #include "sim/sim.h"
 
+#include <algorithm>
 #include <numeric>
+#include <set>
 #include <tuple>
 
 #include "common/arrivals.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "policy/traffic_split.h"
 #include "sim/plan.h"
 #include "sim/profile.h"
 
@@ -549,6 +552,58 @@ TEST(SimTest, BadAbRolloutsAreRefusedByName) {
   Deployment scaled = TwoArms();
   scaled.monolithic_hpa = HpaSpec{};
   EXPECT_NE(Validate(scaled, w).message().find("not modelled"), std::string::npos);
+  Deployment sticky_alone = TwoArms();
+  sticky_alone.arms.clear();
+  sticky_alone.monolithic = 1;
+  sticky_alone.monolithic_worker = TwoArms().arms[0].monolithic_worker;
+  sticky_alone.split_sticky = true;
+  EXPECT_NE(Validate(sticky_alone, w).message().find("sticky split needs"), std::string::npos);
+  Workload open_ids = w;
+  open_ids.client_ids = true;
+  EXPECT_NE(Validate(TwoArms(), open_ids).message().find("not with open-loop"), std::string::npos);
+}
+
+// pdq bench --client-ids against a router with --split-sticky: every
+// request of a client goes to the pool its id hashes to, the router's
+// (policy::TrafficSplit::IndexOfClient of BenchClientId), whatever the
+// seed; without ids, or without stickiness, each request is drawn.
+TEST(SimTest, StickyClientsKeepThePoolTheirIdHashesTo) {
+  Deployment d = TwoArms();
+  d.split_sticky = true;
+  Workload w = ClosedLoop(8, 16, 8, 200);
+  w.client_ids = true;
+  const policy::TrafficSplit split =
+      *policy::TrafficSplit::Make({{"fast", d.arms[0].weight}, {"slow", d.arms[1].weight}});
+  std::vector<int> arms_seen;
+  for (uint64_t seed : {1, 2}) {
+    w.seed = seed;
+    const RunResult r = *Simulate(d, w);
+    std::vector<int> per_client(8, 0);
+    for (const RequestRecord& q : r.requests) {
+      ASSERT_GE(q.client, 0);
+      ASSERT_LT(q.client, 8);
+      EXPECT_EQ(q.arm, split.IndexOfClient(BenchClientId(q.client))) << "client " << q.client;
+      EXPECT_EQ(r.workers[q.decode_worker].arm, q.arm);
+      ++per_client[q.client];
+    }
+    // Every client sent requests (one after another, each its own).
+    for (int c = 0; c < 8; ++c) EXPECT_GT(per_client[c], 0) << c;
+    for (const RequestRecord& q : r.requests) arms_seen.push_back(q.arm);
+  }
+  // Both seeds sent the same clients to the same pools: the same runs.
+  EXPECT_TRUE(std::equal(arms_seen.begin(), arms_seen.begin() + 200, arms_seen.begin() + 200));
+  // Without ids a client's requests are drawn: some client sees both pools.
+  for (bool ids : {false, true}) {
+    Deployment drawn = TwoArms();
+    drawn.split_sticky = ids;  // ids without stickiness, then stickiness without ids
+    Workload v = ClosedLoop(8, 16, 8, 200);
+    v.client_ids = !ids;
+    const RunResult r = *Simulate(drawn, v);
+    std::vector<std::set<int>> pools(8);
+    for (const RequestRecord& q : r.requests) pools[q.client].insert(q.arm);
+    EXPECT_TRUE(
+        std::any_of(pools.begin(), pools.end(), [](const auto& p) { return p.size() == 2; }));
+  }
 }
 
 // A profile of one precision whose decode steps are dear next to its

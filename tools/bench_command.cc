@@ -48,6 +48,7 @@ struct BenchFlags {
           until_flat = 0, arrival_seed = 1;
   double ttft_target_ms = 0, tpot_target_ms = 0, rate = 0, max_rss_growth_mib = 256,
          temperature = 0;
+  bool client_ids = false;
 
   void Register(FlagParser& flags);
   // Checks the combination given and fills in the workload's lengths; the
@@ -111,6 +112,12 @@ void BenchFlags::Register(FlagParser& flags) {
             "with --rate: the seed of the arrival times (the first request at once, then "
             "exponential gaps); `pdq sim --seed N` draws the same arrivals, so a simulated run "
             "can be set beside a real one request for request");
+  flags.Bool("client-ids", &client_ids,
+             "closed loop: each client sends its own id with every request (bench-client-0, "
+             "bench-client-1, ...; OpenAI's \"user\"), so a router splitting an A/B rollout "
+             "with --split-sticky keeps each client in one pool, as `pdq sim --sticky-clients` "
+             "predicts (the router also uses the id for its per-client rate limits and to "
+             "break ties between workers)");
   flags.Int("requests", &requests, 0, 1 << 20,
             "requests counted per level (default: 4 x the level, at least 8; with --rate, 32)");
   flags.Int("requests-per-client", &per_client, 0, 1 << 20,
@@ -184,6 +191,10 @@ absl::Status BenchFlags::Resolve(const FlagParser& flags, std::vector<int>* leve
   if (!openai_url.empty() && pattern == "alternate") {
     return absl::InvalidArgumentError(
         "--pattern alternate reads the workers' metrics: it needs --router");
+  }
+  if (client_ids && (rate > 0 || conversation())) {
+    return absl::InvalidArgumentError(
+        "--client-ids names closed-loop clients: not with --rate or --workload conversation");
   }
   if (flags.Given("arrival-seed") && !(rate > 0)) {
     return absl::InvalidArgumentError("--arrival-seed seeds --rate's arrivals: it needs --rate");
@@ -357,6 +368,8 @@ int BenchCommand(int argc, char** argv) {
                     f.shared_prefix_tokens, f.prompt_seed);
     if (!prompts.ok()) return Fail("bench", prompts.status());
     Driver driver(*c->target, std::move(*prompts), f.output_tokens, f.timeout_s);
+    driver.set_client_ids(f.client_ids);
+    out.client_ids = f.client_ids;
     PrintLevelHeader();
     if (f.pattern == "alternate") {
       const AlternateOptions o{(int)f.cycles, (int)f.high, (int)f.low, f.max_rss_growth_mib,

@@ -44,7 +44,7 @@ int SimCommand(int argc, char** argv) {
   double rate = 0, burstiness = 1, spread = 0, ttft_ms = 2000, tpot_ms = 200, step_target_ms = 0,
          prompt_share = 0, noise = 0, pod_start_seconds = -1, hpa_sync_seconds = 15,
          heartbeat_ms = 500;
-  bool idle_passes = false, co_located = false;
+  bool idle_passes = false, co_located = false, split_sticky = false, client_ids = false;
   FlagParser flags(
       "sim",
       "Simulates a deployment serving a workload from a measured profile (pdq profile): the "
@@ -69,6 +69,13 @@ int SimCommand(int argc, char** argv) {
                "POOL=DEPLOYMENT:PREFILL/DECODE,... (e.g. fp16=1M:fp16,w8a8-w4a16=1M:w8a8/w4a16; "
                "a monolithic worker computes prompts at PREFILL on a second model where the two "
                "differ)");
+  flags.Bool("split-sticky", &split_sticky,
+             "with --split: the router keeps each client id in one pool (pdq-router "
+             "--split-sticky); requests without an id are still drawn");
+  flags.Bool("client-ids", &client_ids,
+             "closed loop: each client sends its own id, as pdq bench --client-ids does, so "
+             "with --split-sticky a client's requests all go to the pool its id hashes to, the "
+             "router's pool for that id");
   flags.Int("threads", &threads, 0, 1024,
             "the profile's passes at this many threads (0: the most)");
   flags.String("transport", &transport, "the KV link of the profile to use");
@@ -162,6 +169,13 @@ int SimCommand(int argc, char** argv) {
   if (split.empty() != arms.empty()) {
     return fail(absl::InvalidArgumentError("--split and --arms go together"));
   }
+  if (split_sticky && split.empty()) {
+    return fail(absl::InvalidArgumentError("--split-sticky needs --split"));
+  }
+  if (client_ids && !(concurrency > 0)) {
+    return fail(absl::InvalidArgumentError(
+        "--client-ids names closed-loop clients: it needs --concurrency"));
+  }
   if (!split.empty() && !hpas.empty()) {
     return fail(absl::InvalidArgumentError(
         "--hpa with --split: HPAs on an A/B rollout's pools are not modelled"));
@@ -218,6 +232,7 @@ int SimCommand(int argc, char** argv) {
   d.pod_start_seconds = std::max(0.0, pod_start_seconds);
   d.heartbeat_seconds = heartbeat_ms / 1e3;
   d.bound_streams = bound_streams;
+  d.split_sticky = split_sticky;
   sim::Workload w;
   w.arrivals = concurrency > 0   ? sim::Workload::Arrivals::kClosedLoop
                : burstiness == 1 ? sim::Workload::Arrivals::kPoisson
@@ -226,6 +241,7 @@ int SimCommand(int argc, char** argv) {
   w.phases = phases;
   w.burstiness = burstiness;
   w.concurrency = (int)concurrency;
+  w.client_ids = client_ids;
   w.requests = (int)requests;
   w.warmup = (int)warmup;
   w.prompt_tokens = prompt_tokens;
@@ -301,7 +317,8 @@ int SimCommand(int argc, char** argv) {
                                    absl::StrJoin(stepped, ", "), ")")
                           .c_str());
   }
-  if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0 && d.arms.empty()) {
+  if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0 &&
+      (d.arms.empty() || (split_sticky && client_ids))) {
     // Nothing in such a run draws from the seed.
     std::printf(
         "  (every seed runs alike here: closed loop, fixed lengths, no --noise; the intervals are "
@@ -430,7 +447,9 @@ int SimCommand(int argc, char** argv) {
     if (!arm_json.empty()) {
       j["split"] = split;
       j["arms"] = arm_json;
+      if (split_sticky) j["split_sticky"] = true;
     }
+    if (client_ids) j["client_ids"] = true;
     std::ofstream out(json_path);
     out << j.dump(2) << "\n";
     if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
