@@ -652,7 +652,7 @@ compare_split() {
   mkdir -p "$out"
   for c in "${configs[@]}"; do
     IFS='|' read -r name workers flags <<<"$c"
-    # Draws only: a sticky split's runs split as predicted.
+    # Draws only: a sticky split sends each client where its prediction does.
     [[ $flags == *--split* && $flags != *--client-ids* ]] || continue
     compgen -G "$dir/measured/$name$suffix-*.json" >/dev/null || continue
     for level in "${levels[@]}"; do

@@ -2,7 +2,7 @@
 // that a simulated run can be set beside a real one request for request:
 // open-loop (Poisson) arrival times (`pdq bench --rate R --arrival-seed S`,
 // `pdq sim --rate R --seed S`) and the closed-loop clients' ids (`pdq bench
-// --client-ids`, `pdq sim --sticky-clients`).
+// --client-ids`, `pdq sim --split-sticky --client-ids`).
 #pragma once
 
 #include <cstdint>

@@ -77,9 +77,12 @@ struct Completion {
 
 // Greedy completions: `prefill` reads each prompt and picks the first token,
 // `decode` continues from its KV cache. Deterministic; with a W4A16 or W8A8
-// decode model the batch size does not change them either (those decode
-// steps are batch-invariant, tests/forward_test.cc), while FP16's can differ
-// in near-ties. InvalidArgument for an empty stop sequence.
+// decode model loaded batch-invariant (`--batch-invariant`: decode steps of
+// up to 64 rows on the int16 kernels, tests/forward_test.cc) the batch size
+// does not change them either. By default, on CPUs with AMX-BF16, steps of
+// 16 rows or more take the bf16 tiles, so a completion can differ in
+// near-ties with its batch-mates, as FP16's can. InvalidArgument for an
+// empty stop sequence.
 absl::StatusOr<std::vector<Completion>> CompleteGreedy(Context& prefill, Context& decode,
                                                        const std::vector<std::string>& prompts,
                                                        const CompletionOptions& options);

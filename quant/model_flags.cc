@@ -1,7 +1,6 @@
 // The model flags and the load they describe (quant/model_flags.h).
 #include "quant/model_flags.h"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -74,16 +73,17 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
             "W4A16: in decode steps of this many rows up to 64 (batched decode; prompt\n"
             "rows never) the activations are int8 per group (W4A8) where the kernels have\n"
             "it (AVX-512); 0: never");
-  flags.Int("bf16-rows", &bf16_rows, 0, 1 << 20,
+  flags.Int("bf16-rows", &bf16_rows, -1, 1 << 20,
             "W4A16 and W8A16 layers, on CPUs with AMX-BF16: prompt rows (any number) and\n"
             "decode steps of this many rows or more meet the dequantized weights as bf16\n"
-            "in AMX tiles (fp32 sums; KL 1e-4 against FP16; 1.2-1.7x the int16 kernels\n"
-            "at 16-32 rows, slower below 12); 0: never (prompt rows then take int16)");
+            "in AMX tiles (fp32 sums; KL 1e-4 against FP16; 1.1-1.7x the int16 kernels\n"
+            "at 16-32 rows, slower below 12); 0: never (prompt rows then take int16); -1:\n"
+            "16, or 65 with --batch-invariant");
   flags.Bool("batch-invariant", &batch_invariant,
              "a decode row's logits are its logits alone, bit for bit, in steps of up to 64\n"
              "rows (W4A16, W8A16 and W8A8 layers; FP16's GEMM is not): those steps stay on\n"
              "the int16 kernels (--bf16-rows 65), so on CPUs with AMX-BF16 batched decode\n"
-             "runs 1.2-1.7x slower. For reproducible answers whatever shares the step");
+             "runs 1.1-1.7x slower. For reproducible answers whatever shares the step");
   flags.Bool("bf16-attention", &bf16_attention,
              "prompt attention on AMX-BF16 tiles, on CPUs with AMX-BF16 (Q and K as two\n"
              "bf16 parts each, softmax weights and V as bf16, fp32 sums; decode rows stay\n"
@@ -136,7 +136,9 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
   PDQ_ASSIGN_OR_RETURN(o.kv_dtype, ParseKvDtype(kv_dtype));
   o.w4_group = (int)group_size;
   o.w4_a8_min_rows = (int)w4a8_rows;
-  o.bf16_min_rows = (int)bf16_rows;
+  o.bf16_min_rows = bf16_rows >= 0    ? (int)bf16_rows
+                    : batch_invariant ? kBatchInvariantBf16MinRows
+                                      : kDefaultBf16MinRows;
   if (batch_invariant) {
     if (w4a8_rows > 0) {
       return absl::InvalidArgumentError(
@@ -144,15 +146,13 @@ absl::StatusOr<LoadedModel> ModelFlags::Load(bool quiet,
                        ": decode steps of W4A8 rows answer differently from smaller ones; "
                        "drop one of the two"));
     }
-    if (bf16_rows > 0 && bf16_rows < kBatchInvariantBf16MinRows &&
-        bf16_rows != kDefaultBf16MinRows) {
+    if (bf16_rows > 0 && bf16_rows < kBatchInvariantBf16MinRows) {
       return absl::InvalidArgumentError(
           absl::StrCat("--batch-invariant and --bf16-rows ", bf16_rows,
                        ": decode steps of that many rows would take the bf16 tiles; drop "
                        "--bf16-rows, or give it 0 or ",
                        kBatchInvariantBf16MinRows, " or more"));
     }
-    if (bf16_rows > 0) o.bf16_min_rows = std::max<int>(kBatchInvariantBf16MinRows, (int)bf16_rows);
   }
   // A --*-layers value: "default" (the precision's), "none", or patterns.
   auto layer_list = [](const std::string& value, std::vector<std::string> defaults) {

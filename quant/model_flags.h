@@ -29,7 +29,9 @@ struct ModelFlags {
   int64_t threads = 0;
   int64_t group_size = 0;                   // 0: the default (quant/quantized_load.h)
   int64_t w4a8_rows = kDefaultW4A8MinRows;  // W4A8 batched decode from this many rows; 0: never
-  int64_t bf16_rows = kDefaultBf16MinRows;  // bf16 AMX tiles from this many rows; 0: never
+  // bf16 AMX tiles from this many rows; 0: never; -1: the default
+  // (kDefaultBf16MinRows, or kBatchInvariantBf16MinRows with batch_invariant).
+  int64_t bf16_rows = -1;
   bool fp16_output = false;
   bool batch_invariant = false;  // decode steps of up to 64 rows on the int16 kernels
   bool bf16_attention = true;  // prompt attention on bf16 AMX tiles where the CPU has them

@@ -587,7 +587,13 @@ TEST(CliTest, BatchInvariantKeepsDecodeStepsOfUpTo64RowsOffTheTiles) {
   EXPECT_NE(loaded.status().message().find("--batch-invariant and --bf16-rows 32"),
             std::string::npos)
       << loaded.status();
-  f.bf16_rows = 16;
+  f.bf16_rows = 16;  // given, not the default: refused too
+  loaded = f.Load(true);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("--batch-invariant and --bf16-rows 16"),
+            std::string::npos)
+      << loaded.status();
+  f.bf16_rows = -1;
   f.w4a8_rows = 8;
   loaded = f.Load(true);
   ASSERT_FALSE(loaded.ok());
@@ -876,6 +882,22 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
     const double fp16 = a["arms"][0]["measured"]["mean"].get<double>();
     EXPECT_GE(fp16, to_fp16) << a;
     EXPECT_LE(fp16, 64 - (8 - to_fp16)) << a;
+    // Nothing drawn: the two seeds sent the same requests to each pool.
+    EXPECT_EQ(a["arms"][0]["measured"]["ci95_half_width"].get<double>(), 0) << a;
+  }
+  // One client, whose id hashes to one pool: the other arm has no figures.
+  {
+    const pdq::policy::TrafficSplit split = *pdq::policy::TrafficSplit::Parse("fp16=3,w8a8=1");
+    const std::string unused = split.arms()[1 - split.IndexOfClient(pdq::BenchClientId(0))].pool;
+    r = RunPdq("sim --profile " + profile +
+               " --split fp16=3,w8a8=1 --arms fp16=1M:fp16,w8a8=1P+1D:w8a8/fp16 --split-sticky "
+               "--client-ids --prompt-tokens 200 --output-tokens 100 --concurrency 1 "
+               "--requests 4 --warmup 0 --seeds 1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const std::string line = "arm " + unused + " (weight " +
+                             (unused == "fp16" ? "3, 1M fp16" : "1, 1P+1D w8a8/fp16") +
+                             "): no measured request in any seed";
+    EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
   }
 
   // An HPA (Kubernetes' JSON) scales the pool under a trace of rate phases.

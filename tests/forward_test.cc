@@ -43,9 +43,11 @@ TEST_P(SyntheticModelTest, BatchedSequencesMatchSeparateRuns) {
 }
 
 // Continuous batching changes who shares a decode step with a sequence; for
-// the decode precision (W4A16, up to kW4IntMaxRows rows) and W8A8 its logits
-// do not change with that, bit for bit, so a served answer does not depend
-// on the other requests. FP16 is not batch-invariant: above 4 rows its GEMM
+// the decode precision (W4A16, up to kW4IntMaxRows rows) and W8A8 on the
+// int16 kernels its logits do not change with that, bit for bit, so a served
+// answer does not depend on the other requests (the workers' --batch-invariant;
+// by default steps of 16 rows or more take the bf16 tiles where the CPU has
+// AMX-BF16; LoadOptions here keeps them off). FP16 is not batch-invariant: above 4 rows its GEMM
 // blocks k differently (kernels/cpu/avx2.cc), so greedy FP16 answers can
 // differ in the last bits between batch sizes.
 class BatchInvariantTest : public ::testing::TestWithParam<std::string> {};

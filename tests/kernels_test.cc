@@ -1303,7 +1303,9 @@ TEST(W4Test, InputScaleEqualsPrescaledActivations) {
 // path: their group sums are exact integers and the scales follow in the same
 // order whichever row tile (or the single-row GEMV) a row lands in. So a
 // sequence's greedy answer does not depend on how many others decode beside
-// it (ServingTest checks it end to end; this says which kernels keep it). A
+// it while decode steps stay on these kernels (--batch-invariant; by default
+// steps of 16 rows or more take the bf16 tiles on AMX-BF16 CPUs); ServingTest
+// checks it end to end, this says which kernels keep it. A
 // kernel that adds rows in tiles of its own must keep it too: the AMX table
 // equals the AVX-512 one here, and the AVX-VNNI table (its own tiles and
 // row kernel on vpdpwssd) the AVX2 one.

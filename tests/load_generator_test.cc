@@ -7,6 +7,8 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -167,6 +169,49 @@ TEST(LoadGeneratorTest, PromptsAreTheirOwnOrShareAPrefixOfExactlyTheTokensAsked)
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MakePrompts(tokenize, detokenize, "w1 w2 w3", 40, 2).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// pdq bench --client-ids: closed-loop client c sends BenchClientId(c) with
+// each of its requests, one at a time (the next when its last has ended);
+// open-loop arrivals send none.
+TEST(LoadGeneratorTest, ClosedLoopClientsSendTheirOwnIds) {
+  struct Fake : BenchTarget {
+    std::mutex mu;
+    std::map<std::string, int> in_flight;
+    std::vector<std::string> ids;
+    bool overlap = false;
+    BenchRecord Run(const BenchPrompt&, int64_t, int64_t, const std::string&,
+                    const std::string& client_id) override {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ids.push_back(client_id);
+        if (!client_id.empty() && in_flight[client_id]++ > 0) overlap = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!client_id.empty()) --in_flight[client_id];
+      }
+      BenchRecord r;
+      r.ok = true;
+      r.output_tokens = 1;
+      return r;
+    }
+  } fake;
+  Driver driver(fake, {BenchPrompt{{1}, "a"}}, 1, 10);
+  driver.set_client_ids(true);
+  double seconds = 0;
+  const std::vector<BenchRecord> records = driver.Run(3, 0, 12, 0, "ids", &seconds);
+  EXPECT_FALSE(fake.overlap) << "a client had two requests in flight";
+  EXPECT_EQ(std::set<std::string>(fake.ids.begin(), fake.ids.end()),
+            (std::set<std::string>{"bench-client-0", "bench-client-1", "bench-client-2"}));
+  ASSERT_EQ(records.size(), 12u);
+  for (const BenchRecord& r : records) EXPECT_TRUE(r.client_id.starts_with("bench-client-"));
+  fake.ids.clear();
+  for (const BenchRecord& r : driver.Run(0, 200.0, 4, 0, "open", &seconds)) {
+    EXPECT_EQ(r.client_id, "");
+  }
+  EXPECT_EQ(std::set<std::string>(fake.ids.begin(), fake.ids.end()), std::set<std::string>{""});
 }
 
 // pdq bench --temperature (and --client-ids) reach an OpenAI-compatible server: the

@@ -579,15 +579,29 @@ TEST(SimTest, StickyClientsKeepThePoolTheirIdHashesTo) {
     w.seed = seed;
     const RunResult r = *Simulate(d, w);
     std::vector<int> per_client(8, 0);
-    for (const RequestRecord& q : r.requests) {
+    std::vector<double> last_finish(8, -1);
+    for (const RequestRecord& q : r.requests) {  // in the order they were sent
       ASSERT_GE(q.client, 0);
       ASSERT_LT(q.client, 8);
       EXPECT_EQ(q.arm, split.IndexOfClient(BenchClientId(q.client))) << "client " << q.client;
+      ASSERT_FALSE(q.refused());
       EXPECT_EQ(r.workers[q.decode_worker].arm, q.arm);
+      // A client sends its next request when its last has ended, not before.
+      EXPECT_GE(q.arrival, last_finish[q.client]) << "request " << q.id;
+      last_finish[q.client] = q.finish;
       ++per_client[q.client];
     }
-    // Every client sent requests (one after another, each its own).
+    // The faster pool's clients sent more of the 200 (closed loop).
     for (int c = 0; c < 8; ++c) EXPECT_GT(per_client[c], 0) << c;
+    int fast = 0, slow = 0, fast_clients = 0;
+    for (int c = 0; c < 8; ++c) {
+      const bool in_fast = split.IndexOfClient(BenchClientId(c)) == 0;
+      (in_fast ? fast : slow) += per_client[c];
+      fast_clients += in_fast;
+    }
+    if (fast_clients > 0 && fast_clients < 8) {
+      EXPECT_GT(double(fast) / fast_clients, double(slow) / (8 - fast_clients));
+    }
     for (const RequestRecord& q : r.requests) arms_seen.push_back(q.arm);
   }
   // Both seeds sent the same clients to the same pools: the same runs.

@@ -112,12 +112,13 @@ void BenchFlags::Register(FlagParser& flags) {
             "with --rate: the seed of the arrival times (the first request at once, then "
             "exponential gaps); `pdq sim --seed N` draws the same arrivals, so a simulated run "
             "can be set beside a real one request for request");
-  flags.Bool("client-ids", &client_ids,
-             "closed loop: each client sends its own id with every request (bench-client-0, "
-             "bench-client-1, ...; OpenAI's \"user\"), so a router splitting an A/B rollout "
-             "with --split-sticky keeps each client in one pool, as `pdq sim --sticky-clients` "
-             "predicts (the router also uses the id for its per-client rate limits and to "
-             "break ties between workers)");
+  flags.Bool(
+      "client-ids", &client_ids,
+      "closed loop: each client sends its own id with every request (bench-client-0, "
+      "bench-client-1, ...; OpenAI's \"user\"), so a router splitting an A/B rollout "
+      "with --split-sticky keeps each client in one pool, as `pdq sim --split-sticky "
+      "--client-ids` predicts (the router also uses the id for its per-client rate limits and to "
+      "break ties between workers)");
   flags.Int("requests", &requests, 0, 1 << 20,
             "requests counted per level (default: 4 x the level, at least 8; with --rate, 32)");
   flags.Int("requests-per-client", &per_client, 0, 1 << 20,

@@ -235,7 +235,10 @@ int CodeEvalCommand(int argc, char** argv) {
                "precision");
   flags.Int("limit", &limit, 0, INT64_MAX, "the first N problems only; 0: all");
   flags.Int("max-tokens", &cf.max_tokens, 1, 4096, "most tokens per completion");
-  flags.Int("batch", &cf.batch, 1, 256, "completions decoded together");
+  flags.Int("batch", &cf.batch, 1, 256,
+            "completions decoded together (with --batch-invariant the answers do not depend "
+            "on it; by default, on CPUs with AMX-BF16, 16 or more take the bf16 tiles and a "
+            "near-tie can go either way)");
   flags.Bool("chat", &cf.chat,
              "ask for each completion in the model's chat template, the answer begun with the "
              "prompt in a python code block; default: the raw prompt, HumanEval's standard "

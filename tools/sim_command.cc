@@ -358,14 +358,22 @@ int SimCommand(int argc, char** argv) {
     const sim::Precisions& p = pool_precisions[i];
     const std::string pair = p.prefill == p.decode ? p.decode : p.prefill + "/" + p.decode;
     const std::string arm_bound = sim::NameBottleneck(a.busy, a.refusals);
-    std::printf(
-        "  arm %s (weight %g, %s %s): %s requests a seed; over the %d seeds that drew it one: TTFT "
-        "p50 %s  p90 %s; TPOT p50 %s  p90 %s; output %s; bound: %s\n",
-        a.pool.c_str(), d.arms[i].weight, d.arms[i].Name().c_str(), pair.c_str(),
-        absl::StrFormat("%.4g ± %.2g", a.measured.mean, a.measured.half_width).c_str(), a.seeds,
-        Figure(a.ttft_p50, 1e3, "ms").c_str(), Figure(a.ttft_p90, 1e3, "ms").c_str(),
-        Figure(a.tpot_p50, 1e3, "ms").c_str(), Figure(a.tpot_p90, 1e3, "ms").c_str(),
-        Figure(a.output_tokens_per_second, 1, "tokens/s").c_str(), arm_bound.c_str());
+    if (a.seeds == 0) {
+      // No seed sent it a measured request (a sticky split whose clients
+      // all hash elsewhere, or a small weight): no figures to show.
+      std::printf("  arm %s (weight %g, %s %s): no measured request in any seed\n", a.pool.c_str(),
+                  d.arms[i].weight, d.arms[i].Name().c_str(), pair.c_str());
+    } else {
+      std::printf(
+          "  arm %s (weight %g, %s %s): %s requests a seed; over the %d seeds that drew it one: "
+          "TTFT "
+          "p50 %s  p90 %s; TPOT p50 %s  p90 %s; output %s; bound: %s\n",
+          a.pool.c_str(), d.arms[i].weight, d.arms[i].Name().c_str(), pair.c_str(),
+          absl::StrFormat("%.4g ± %.2g", a.measured.mean, a.measured.half_width).c_str(), a.seeds,
+          Figure(a.ttft_p50, 1e3, "ms").c_str(), Figure(a.ttft_p90, 1e3, "ms").c_str(),
+          Figure(a.tpot_p50, 1e3, "ms").c_str(), Figure(a.tpot_p90, 1e3, "ms").c_str(),
+          Figure(a.output_tokens_per_second, 1, "tokens/s").c_str(), arm_bound.c_str());
+    }
     arm_json.push_back({{"pool", a.pool},
                         {"weight", d.arms[i].weight},
                         {"deployment", d.arms[i].Name()},
