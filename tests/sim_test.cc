@@ -361,6 +361,25 @@ TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {
   // without room, one gets the slot each time a request ends.
   EXPECT_GE(s.measured, 10);
   EXPECT_EQ(s.refusals.total() + s.measured, 40);
+  // Numbered clients (pdq bench --client-ids) run the same, and each one's
+  // requests, refused ones and their retries included, follow one another.
+  Workload numbered = w;
+  numbered.client_ids = true;
+  const RunResult n = *Simulate(d, numbered);
+  ASSERT_EQ(n.requests.size(), r.requests.size());
+  std::vector<double> last_end(4, -1);
+  std::set<int> clients;
+  for (size_t i = 0; i < n.requests.size(); ++i) {
+    const RequestRecord& q = n.requests[i];
+    EXPECT_EQ(q.finish, r.requests[i].finish) << q.id;
+    EXPECT_EQ(q.refused(), r.requests[i].refused()) << q.id;
+    ASSERT_GE(q.client, 0);
+    ASSERT_LT(q.client, 4);
+    EXPECT_GE(q.arrival, last_end[q.client]) << "client " << q.client << ", request " << q.id;
+    last_end[q.client] = q.finish;
+    clients.insert(q.client);
+  }
+  EXPECT_EQ(clients.size(), 4u);
   w.concurrency = 2;
   EXPECT_EQ(Summarize(*Simulate(d, w), {}).refusals.total(), 0);
 }
