@@ -157,7 +157,13 @@ configs=(
 # each request's A/B pool, the mean of SPLIT_SEEDS (20) seeds' draws (not
 # where each client's id decides its pool).
 config_seeds() {
-  if [[ $1 == *--split* && $1 != *--client-ids* ]]; then echo "${SPLIT_SEEDS:-20}"; else echo 1; fi
+  if drawn_split "$1"; then echo "${SPLIT_SEEDS:-20}"; else echo 1; fi
+}
+
+# drawn_split FLAGS: whether the router draws each request's A/B pool at
+# random (a split whose clients send no ids).
+drawn_split() {
+  [[ $1 == *--split* && $1 != *--client-ids* ]]
 }
 
 # up_config NAME WORKERS FLAGS: lib.sh's up, with the router's --split (and
@@ -653,7 +659,7 @@ compare_split() {
   for c in "${configs[@]}"; do
     IFS='|' read -r name workers flags <<<"$c"
     # Draws only: a sticky split sends each client where its prediction does.
-    [[ $flags == *--split* && $flags != *--client-ids* ]] || continue
+    drawn_split "$flags" || continue
     compgen -G "$dir/measured/$name$suffix-*.json" >/dev/null || continue
     for level in "${levels[@]}"; do
       # Kept from an earlier call unless the profile is newer.
@@ -669,7 +675,8 @@ compare_split() {
       rm -f "$out/one.json"
     done
   done
-  CONFIGS="$(for c in "${configs[@]}"; do IFS='|' read -r name workers flags <<<"$c"; printf '%s\t%s\t%s\n' "$name" "$workers" "$flags"; done)" \
+  # The configurations with drawn splits, for the comparison below.
+  CONFIGS="$(for c in "${configs[@]}"; do IFS='|' read -r name workers flags <<<"$c"; drawn_split "$flags" && printf '%s\t%s\t%s\n' "$name" "$workers" "$flags"; done)" \
     python3 - "$dir" "$suffix" <<'PY'
 import glob, json, os, re, statistics, sys
 d, suffix = sys.argv[1], sys.argv[2]
@@ -677,8 +684,6 @@ metrics = [("ttft", "p50"), ("ttft", "p90"), ("tpot", "p50"), ("tpot", "p90"), (
 rows, errors = [], {f"{m} {q}".strip(): [] for m, q in metrics}
 for line in os.environ["CONFIGS"].splitlines():
     name, workers, flags = line.split("\t")
-    if "--split" not in flags or "--client-ids" in flags:
-        continue
     # Each worker's pool by its precision (the A/B arms differ in decode precision).
     pool_of = {w["precision"]: w["pool"] for w in json.loads(workers)}
     if len(pool_of) != len(json.loads(workers)):

@@ -491,7 +491,7 @@ class Simulation {
     // The router draws the pool first (a client that sends an id, its
     // sticky pool); only its workers are candidates.
     if (split_) {
-      r.arm = d_.split_sticky && w_.client_ids && r.client >= 0
+      r.arm = StickyClients(d_, w_)
                   ? split_->IndexOfClient(BenchClientId(r.client))
                   : split_->IndexAt(std::uniform_real_distribution<double>(0, 1)(split_rng_));
     }

@@ -165,6 +165,13 @@ struct Workload {
   std::vector<Phase> phases;
 };
 
+// True when each closed-loop client's requests all go to the A/B pool its
+// id hashes to (a sticky split, clients that send ids): nothing is drawn.
+inline bool StickyClients(const Deployment& d, const Workload& w) {
+  return !d.arms.empty() && d.split_sticky && w.client_ids &&
+         w.arrivals == Workload::Arrivals::kClosedLoop;
+}
+
 // Why the router refused a request, as its refusal trailer
 // (server::kRefusalTrailer) names it: no worker of the role it needed
 // had room for its KV ("kv_full"), or every decode worker's batch was full

@@ -318,7 +318,7 @@ int SimCommand(int argc, char** argv) {
                           .c_str());
   }
   if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0 &&
-      (d.arms.empty() || (split_sticky && client_ids))) {
+      (d.arms.empty() || sim::StickyClients(d, w))) {
     // Nothing in such a run draws from the seed.
     std::printf(
         "  (every seed runs alike here: closed loop, fixed lengths, no --noise; the intervals are "
@@ -366,8 +366,7 @@ int SimCommand(int argc, char** argv) {
     } else {
       std::printf(
           "  arm %s (weight %g, %s %s): %s requests a seed; over the %d seeds that drew it one: "
-          "TTFT "
-          "p50 %s  p90 %s; TPOT p50 %s  p90 %s; output %s; bound: %s\n",
+          "TTFT p50 %s  p90 %s; TPOT p50 %s  p90 %s; output %s; bound: %s\n",
           a.pool.c_str(), d.arms[i].weight, d.arms[i].Name().c_str(), pair.c_str(),
           absl::StrFormat("%.4g ± %.2g", a.measured.mean, a.measured.half_width).c_str(), a.seeds,
           Figure(a.ttft_p50, 1e3, "ms").c_str(), Figure(a.ttft_p90, 1e3, "ms").c_str(),
