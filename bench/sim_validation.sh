@@ -411,7 +411,8 @@ for p in profile["passes"]:
     s = scale.get(p["precision"])
     if s is None:
         continue
-    for k in ("fixed", "per_row", "per_token", "per_pair", "step_overhead", "step_overhead_per_row"):
+    for k in ("fixed", "per_row", "per_token", "per_pair", "per_decode_pair", "step_overhead",
+              "step_overhead_per_row"):
         if k in p:
             p[k] *= s
     p["row_steps"] = [[rows, seconds * s] for rows, seconds in p.get("row_steps", [])]
@@ -449,8 +450,9 @@ import json, os, sys
 p = json.load(open(sys.argv[1]))
 k = float(sys.argv[2])
 for q in p["passes"]:
-    for f in ("fixed", "per_row", "per_token", "per_pair"):
-        q[f] *= k
+    for f in ("fixed", "per_row", "per_token", "per_pair", "per_decode_pair"):
+        if f in q:
+            q[f] *= k
     for step in q.get("row_steps", []):
         step[1] *= k
     q.pop("samples", None)
@@ -758,9 +760,10 @@ def row_step(p, rows):  # PassTime::RowStep: interpolated, held beyond the ends
         if rows <= r1:
             return s0 + (s1 - s0) * (rows - r0) / (r1 - r0)
     return steps[-1][1]
-def alone(p, rows, tokens, pairs):
+def alone(p, rows, tokens, pairs, decode_pairs=0):
+    # Profiles before 2026-12 priced decode pairs as prompt pairs.
     return (p["fixed"] + p["per_row"] * rows + p["per_token"] * tokens + p["per_pair"] * pairs
-            + row_step(p, rows + tokens))
+            + p.get("per_decode_pair", p["per_pair"]) * decode_pairs + row_step(p, rows + tokens))
 def p50_error(pred, level, metric):
     return pred[f"{metric}_p50"]["mean"] / level[f"{metric}_s"]["p50"] - 1
 out = ["| run | prompt passes, served / alone | decode steps, served / alone | TTFT p50 error | TPOT p50 error |",
@@ -797,8 +800,7 @@ for measured, predicted in (("measured", "predicted"), ("measured-open", "predic
                     # Prompt tokens in the same pass (a monolithic worker of one model).
                     fused = mono and not flag(flags, "monolithic-prefill-precision")
                     ptok = (w.get("decode_step_prompt_tokens") or 0) / steps if fused else 0
-                    pairs = rows * (L + (out_tokens - 1) / 2) + ptok * L / 2
-                    model = alone(decode_p, rows, ptok, pairs)
+                    model = alone(decode_p, rows, ptok, ptok * L / 2, rows * (L + (out_tokens - 1) / 2))
                     decode_ratio = w["decode_step_seconds"] / steps / model
             c = level["concurrency"]
             pf = (f"{d}/{predicted}/{name}{frac}-s{r.get('arrival_seed', 1)}.json" if frac

@@ -28,7 +28,7 @@ StepComposition FormStep(std::span<const StreamView> streams, const BatchOptions
   for (size_t i : c.rows) {
     StepWork w;
     w.AddDecodeRow(streams[i].kv_tokens);
-    in.decode_attention += w.attention;
+    in.decode_attention += w.decode_attention;
   }
   in.decode_rows = (int64_t)c.rows.size();
   c.plan = PlanStep(in, prefill_cost, decode_cost);

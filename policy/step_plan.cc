@@ -14,7 +14,7 @@ void StepWork::AddChunk(int64_t past, int64_t tokens) {
 
 void StepWork::AddDecodeRow(int64_t past) {
   ++decode_rows;
-  attention += double(past) + 0.5;
+  decode_attention += double(past) + 0.5;
 }
 
 namespace {
@@ -24,17 +24,20 @@ constexpr double kForget = 0.95;  // a pass's weight, per pass since
 // the normal equations stay well conditioned.
 constexpr double kRowScale = 1.0 / 16, kTokenScale = 1.0 / 256, kPairScale = 1e-6;
 
-void Features(const StepWork& w, double x[4]) {
+constexpr int kParts = NormalEquations::kParts;
+
+void Features(const StepWork& w, double x[kParts]) {
   x[0] = 1;
   x[1] = double(w.decode_rows) * kRowScale;
   x[2] = double(w.prefill_tokens) * kTokenScale;
   x[3] = w.attention * kPairScale;
+  x[4] = w.decode_attention * kPairScale;
 }
 
 // Solves a[n][n] y = b in place (Gauss-Jordan, partial pivoting); false when
 // a pivot is negligible against the matrix's size (parts that moved
 // together in every sample).
-bool Solve(int n, double a[4][5], double y[4]) {
+bool Solve(int n, double a[kParts][kParts + 1], double y[kParts]) {
   double size = 0;
   for (int i = 0; i < n; ++i) size = std::max(size, std::abs(a[i][i]));
   for (int c = 0; c < n; ++c) {
@@ -58,27 +61,27 @@ bool Solve(int n, double a[4][5], double y[4]) {
 
 void NormalEquations::Add(const StepWork& w, double seconds, double weight) {
   if (!(seconds > 0) || !(weight > 0)) return;
-  double x[4];
+  double x[kParts];
   Features(w, x);
   const double k = weight / (seconds * seconds);
-  for (int i = 0; i < 4; ++i) {
-    for (int j = 0; j < 4; ++j) a[i][j] += k * x[i] * x[j];
+  for (int i = 0; i < kParts; ++i) {
+    for (int j = 0; j < kParts; ++j) a[i][j] += k * x[i] * x[j];
     b[i] += k * x[i] * seconds;
   }
   yy += k * seconds * seconds;
 }
 
 void NormalEquations::Scale(double f) {
-  for (int i = 0; i < 4; ++i) {
-    for (int j = 0; j < 4; ++j) a[i][j] *= f;
+  for (int i = 0; i < kParts; ++i) {
+    for (int j = 0; j < kParts; ++j) a[i][j] *= f;
     b[i] *= f;
   }
   yy *= f;
 }
 
 void NormalEquations::Plus(const NormalEquations& o) {
-  for (int i = 0; i < 4; ++i) {
-    for (int j = 0; j < 4; ++j) a[i][j] += o.a[i][j];
+  for (int i = 0; i < kParts; ++i) {
+    for (int j = 0; j < kParts; ++j) a[i][j] += o.a[i][j];
     b[i] += o.b[i];
   }
   yy += o.yy;
@@ -87,46 +90,51 @@ void NormalEquations::Plus(const NormalEquations& o) {
 StepCoefficients NormalEquations::Fit() const {
   // Each part scaled by its diagonal so that the solves compare like with
   // like; a part no sample exercised (zero diagonal) stays out.
-  double d[4];
-  for (int i = 0; i < 4; ++i) d[i] = a[i][i] > 0 ? std::sqrt(a[i][i]) : 0;
+  double d[kParts];
+  for (int i = 0; i < kParts; ++i) d[i] = a[i][i] > 0 ? std::sqrt(a[i][i]) : 0;
   // Fewer parts first; more only for a residual that is really smaller.
   static const std::vector<int> masks = [] {
     std::vector<int> m;
-    for (int mask = 1; mask < 16; ++mask) m.push_back(mask);
+    for (int mask = 1; mask < (1 << kParts); ++mask) m.push_back(mask);
     std::stable_sort(m.begin(), m.end(),
                      [](int l, int r) { return __builtin_popcount(l) < __builtin_popcount(r); });
     return m;
   }();
-  double best[4] = {0, 0, 0, 0}, best_residual = INFINITY;
+  double best[kParts] = {}, best_residual = INFINITY;
   for (int mask : masks) {
-    int idx[4], n = 0;
+    int idx[kParts], n = 0;
     bool usable = true;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kParts; ++i) {
       if (!(mask >> i & 1)) continue;
       usable = usable && d[i] > 0;
       idx[n++] = i;
     }
     if (!usable) continue;
-    double m[4][5], y[4];
+    double m[kParts][kParts + 1], y[kParts];
     for (int r = 0; r < n; ++r) {
       for (int c = 0; c < n; ++c) m[r][c] = a[idx[r]][idx[c]] / (d[idx[r]] * d[idx[c]]);
       m[r][n] = b[idx[r]] / d[idx[r]];
     }
     if (!Solve(n, m, y)) continue;
     if (std::any_of(y, y + n, [](double v) { return v < 0; })) continue;
-    double g[4] = {0, 0, 0, 0};
+    double g[kParts] = {};
     for (int r = 0; r < n; ++r) g[idx[r]] = y[r] / d[idx[r]];
     double residual = yy;
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kParts; ++i) {
       residual -= 2 * g[i] * b[i];
-      for (int j = 0; j < 4; ++j) residual += g[i] * a[i][j] * g[j];
+      for (int j = 0; j < kParts; ++j) residual += g[i] * a[i][j] * g[j];
     }
     if (residual < best_residual - 1e-9 * yy) {
       best_residual = residual;
-      std::copy(g, g + 4, best);
+      std::copy(g, g + kParts, best);
     }
   }
-  return {best[0], best[1] * kRowScale, best[2] * kTokenScale, best[3] * kPairScale, {}};
+  return {best[0],
+          best[1] * kRowScale,
+          best[2] * kTokenScale,
+          best[3] * kPairScale,
+          best[4] * kPairScale,
+          {}};
 }
 
 double StepCoefficients::RowStep(double rows) const {
@@ -183,9 +191,10 @@ void StepCostModel::Refit() {
 }
 
 std::string StepCostModel::Describe() const {
-  return absl::StrFormat("%.2f ms + %.3f ms/row + %.3f ms/token + %.2f ms/M pairs",
-                         fit_.fixed * 1e3, fit_.per_row * 1e3, fit_.per_token * 1e3,
-                         fit_.per_pair * 1e9);
+  return absl::StrFormat(
+      "%.2f ms + %.3f ms/row + %.3f ms/token + %.2f ms/M pairs + %.2f ms/M decode pairs",
+      fit_.fixed * 1e3, fit_.per_row * 1e3, fit_.per_token * 1e3, fit_.per_pair * 1e9,
+      fit_.per_decode_pair * 1e9);
 }
 
 StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
@@ -194,7 +203,7 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
   plan.chunk.assign(in.prefill.size(), 0);
   StepWork decode;
   decode.decode_rows = in.decode_rows;
-  decode.attention = in.decode_attention;
+  decode.decode_attention = in.decode_attention;
   const bool bound = (in.tpot_target > 0 || in.prompt_share > 0) && in.decode_rows > 0;
   // Until the prompt pass has been timed, a bounded step takes a few
   // blocks: the first step measures, the next ones fit.

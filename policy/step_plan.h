@@ -24,10 +24,16 @@ namespace pdq::policy {
 struct StepWork {
   int64_t decode_rows = 0;     // sequences advanced by one token
   int64_t prefill_tokens = 0;  // prompt tokens computed
-  // Attention's share: for each entry, new tokens x (tokens before them +
-  // half the new ones), summed (a decode row over a 300-token sequence
-  // counts 300.5).
+  // Attention's share, its pairs: for each prompt chunk, new tokens x
+  // (tokens before them + half the new ones), summed.
   double attention = 0;
+  // The decode rows' pairs, apart: a row over a 300-token sequence counts
+  // 300.5. A row reads its sequence's whole KV for one query (bound by
+  // memory bandwidth), while a chunk's tokens share each KV read (bound by
+  // compute): measured, a decode pair costs 5-6x a prompt pair (W4A16 and
+  // W8A8 on Emerald Rapids, bench/RESULTS.md), and one price for both
+  // missed decode steps at long contexts by up to two fifths.
+  double decode_attention = 0;
   void AddChunk(int64_t past, int64_t tokens);
   void AddDecodeRow(int64_t past);
 };
@@ -40,12 +46,13 @@ struct StepSample {
 };
 
 // The coefficients of a pass's time: fixed + per decode row + per prompt
-// token + per attention pair.
+// token + per prompt attention pair + per decode attention pair.
 struct StepCoefficients {
-  double fixed = 0;      // per pass (reading the weights)
-  double per_row = 0;    // per decode row
-  double per_token = 0;  // per prompt token
-  double per_pair = 0;   // per attention pair (StepWork::attention)
+  double fixed = 0;            // per pass (reading the weights)
+  double per_row = 0;          // per decode row
+  double per_token = 0;        // per prompt token
+  double per_pair = 0;         // per prompt attention pair (StepWork::attention)
+  double per_decode_pair = 0;  // per decode attention pair (StepWork::decode_attention)
   // Where measured passes leave that line by the rows their matrix products
   // run on (decode rows + prompt tokens): (rows, seconds added) at each row
   // count measured, rows ascending, interpolated linearly between them and
@@ -63,12 +70,12 @@ struct StepCoefficients {
       "row_steps' rows must be >= 1 and ascending, their seconds finite";
   double Seconds(const StepWork& w) const {
     return fixed + per_row * double(w.decode_rows) + per_token * double(w.prefill_tokens) +
-           per_pair * w.attention +
+           per_pair * w.attention + per_decode_pair * w.decode_attention +
            (row_steps.empty() ? 0 : RowStep(double(w.decode_rows + w.prefill_tokens)));
   }
 };
 
-// Non-negative weighted least squares of the samples' seconds on the four
+// Non-negative weighted least squares of the samples' seconds on the five
 // parts, each sample counting by its relative error (weight / seconds^2):
 // every subset of the parts is solved and the one with no negative
 // coefficient and the least residual kept (time is never saved by more
@@ -76,10 +83,11 @@ struct StepCoefficients {
 // workers' StepCostModel solves the same way.
 StepCoefficients FitStepTime(const std::vector<StepSample>& samples);
 
-// Weighted normal equations of a pass's time on its four parts, each sample
+// Weighted normal equations of a pass's time on its five parts, each sample
 // counting by its relative error (weight / seconds^2).
 struct NormalEquations {
-  double a[4][4] = {}, b[4] = {}, yy = 0;
+  static constexpr int kParts = 5;
+  double a[kParts][kParts] = {}, b[kParts] = {}, yy = 0;
   void Add(const StepWork& w, double seconds, double weight);
   void Scale(double f);
   void Plus(const NormalEquations& o);
@@ -111,7 +119,8 @@ class StepCostModel {
   // one has, their cost is not known).
   int64_t prefill_observations() const { return n_prefill_; }
   const StepCoefficients& coefficients() const { return fit_; }
-  // "2.1 ms + 0.40 ms/row + 0.52 ms/token + 31 ms/M pairs", for logs.
+  // "2.1 ms + 0.40 ms/row + 0.52 ms/token + 31 ms/M pairs + 190 ms/M decode
+  // pairs", for logs.
   std::string Describe() const;
 
  private:

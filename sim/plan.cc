@@ -270,6 +270,7 @@ absl::StatusOr<std::vector<Sensitivity>> PlanSensitivity(const Profile& profile,
         } else if (std::string(term) == "decode") {
           pass.time.fixed *= factor;
           pass.time.per_row *= factor;
+          pass.time.per_decode_pair *= factor;
           for (auto& [rows, seconds] : pass.time.row_steps) seconds *= factor;
         }
       }

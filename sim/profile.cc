@@ -99,7 +99,9 @@ namespace {
 
 // t with its attention times `pair` and the rest times f.
 PassTime Scaled(const PassTime& t, double f, double pair) {
-  PassTime served = {t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * pair, t.row_steps};
+  PassTime served = {
+      t.fixed * f, t.per_row * f, t.per_token * f, t.per_pair * pair, t.per_decode_pair * pair,
+      t.row_steps};
   for (auto& [rows, seconds] : served.row_steps) seconds *= f;
   return served;
 }
@@ -324,6 +326,7 @@ std::string ProfileToJson(const Profile& p) {
                            {"per_row", s.time.per_row},
                            {"per_token", s.time.per_token},
                            {"per_pair", s.time.per_pair},
+                           {"per_decode_pair", s.time.per_decode_pair},
                            {"points", s.points},
                            {"held_out", s.held_out},
                            {"held_out_median_error", s.held_out_median_error},
@@ -336,6 +339,8 @@ std::string ProfileToJson(const Profile& p) {
                                                {"pairs", x.pairs},
                                                {"seconds", x.seconds},
                                                {"held_out", x.held_out}});
+      if (x.decode_pairs >= 0)
+        j["passes"].back()["samples"].back()["decode_pairs"] = x.decode_pairs;
     }
     if (!s.time.row_steps.empty()) {
       json& steps = j["passes"].back()["row_steps"] = json::array();
@@ -538,6 +543,9 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
     PDQ_GET(e, path, "per_row", &s.time.per_row);
     PDQ_GET(e, path, "per_token", &s.time.per_token);
     PDQ_GET(e, path, "per_pair", &s.time.per_pair);
+    // Priced apart since 2026-12; before, one price fitted for both.
+    s.time.per_decode_pair = s.time.per_pair;
+    PDQ_GET_OPTIONAL(e, path, "per_decode_pair", &s.time.per_decode_pair);
     PDQ_GET(e, path, "points", &s.points);
     PDQ_GET(e, path, "held_out", &s.held_out);
     PDQ_GET(e, path, "held_out_median_error", &s.held_out_median_error);
@@ -569,6 +577,7 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       PDQ_GET(samples[k], at, "rows", &x.rows);
       PDQ_GET(samples[k], at, "tokens", &x.tokens);
       PDQ_GET(samples[k], at, "pairs", &x.pairs);
+      PDQ_GET_OPTIONAL(samples[k], at, "decode_pairs", &x.decode_pairs);
       PDQ_GET(samples[k], at, "seconds", &x.seconds);
       PDQ_GET_OPTIONAL(samples[k], at, "held_out", &x.held_out);
       s.samples.push_back(x);
@@ -595,7 +604,8 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
           "profile: ", path, ".step_overhead and .step_overhead_per_row must be >= 0"));
     }
     PDQ_RETURN_IF_ERROR(ReadServedLevels(e, path, "served", &s.served));
-    for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair}) {
+    for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair,
+                     s.time.per_decode_pair}) {
       if (!(v >= 0)) {
         return absl::InvalidArgumentError(
             absl::StrCat("profile: ", path, ": step time coefficients must be >= 0"));

@@ -9,7 +9,8 @@
 //    "model": {"path": "...", "num_layers": 30, "kv_bytes_per_token": 92160,
 //              "block_tokens": 16, "max_context": 8192, "kv_dtype": "fp16"},
 //    "passes": [{"precision": "fp16", "threads": 2, "fixed": 0.004, "per_row": ...,
-//                "per_token": ..., "per_pair": ..., "points": 24, "held_out": 8,
+//                "per_token": ..., "per_pair": ..., "per_decode_pair": ...,
+//                "points": 24, "held_out": 8,
 //                "held_out_median_error": 0.03, "held_out_max_error": 0.08,
 //                "served_factor": 1.12, "served": [{"clients": 4, ...}, ...]}, ...],
 //    "links": [{"transport": "tcp", "bytes_per_second": 2.1e9, "latency_seconds": 8e-5}],
@@ -29,7 +30,8 @@ inline constexpr int kProfileVersion = 1;
 // One measured forward pass.
 struct PassSample {
   int64_t rows = 0, tokens = 0;
-  double pairs = 0;  // policy::StepWork::attention
+  double pairs = 0;          // attention pairs: policy::StepWork::attention + decode_attention
+  double decode_pairs = -1;  // of them, the decode rows' (-1: not recorded, before 2026-12)
   double seconds = 0;
   bool held_out = false;  // not used by the fit
 };
@@ -45,7 +47,7 @@ struct ServedLevel {
   double prompt_tokens_per_step = 0;  // prompt tokens computed within them
   double step_seconds = 0;            // their mean time, served
   double model_seconds = 0;           // the pass model's time for the same mean work
-  double model_pair_seconds = 0;      // of it, the attention's (per_pair's) part
+  double model_pair_seconds = 0;      // of it, the attention's (the pair prices') part
   // The stepping loop's mean time outside the passes in those steps'
   // iterations (-1: not measured).
   double overhead_seconds = -1;

@@ -47,7 +47,7 @@ absl::StatusOr<policy::TrafficSplit> SplitOf(const Deployment& d) {
 }
 
 absl::Status CheckPass(const PassTime& p, const std::string& where) {
-  for (double v : {p.fixed, p.per_row, p.per_token, p.per_pair}) {
+  for (double v : {p.fixed, p.per_row, p.per_token, p.per_pair, p.per_decode_pair}) {
     if (!(v >= 0) || !std::isfinite(v)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": step time coefficients must be finite and >= 0"));

@@ -617,7 +617,7 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   const std::string profile = ::testing::TempDir() + "/cli_test_served_profile.json";
   Result r = RunPdq("profile --model " + model +
                     " --precisions w4a16 --threads 2 --reps 1 --transports '' "
-                    "--served-clients 1,2 --out " +
+                    "--served-clients 1,2 --decode-rows 1,4,16 --out " +
                     profile);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("w4a16 at 2 threads served: steps x"), std::string::npos) << r.out;
@@ -674,7 +674,7 @@ TEST(CliTest, ProfileServesAPrefillWorkerBesideADecodeWorker) {
   const std::string profile = ::testing::TempDir() + "/cli_test_split_profile.json";
   Result r = RunPdq("profile --model " + model +
                     " --precisions w8a8,w4a16 --thread-counts 1 --reps 1 --transports tcp "
-                    "--served-clients '' --split-clients 2,4 --out " +
+                    "--served-clients '' --split-clients 2,4 --decode-rows 1,4,16 --out " +
                     profile);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("split w8a8/w4a16 at 1 threads: prefill passes x"), std::string::npos)
@@ -759,6 +759,37 @@ TEST(CliTest, ProfileRefitsServedFactorsOfAnOlderProfile) {
   EXPECT_NE(r.out.find("/nonexistent/profile.json"), std::string::npos) << r.out;
 }
 
+// --decode-rows: the decode batches the passes are timed at, each at both
+// contexts, the largest beside prompt chunks too; a bad list is refused
+// before any work.
+TEST(CliTest, ProfileTimesTheDecodeRowsAsked) {
+  const std::string profile = ::testing::TempDir() + "/cli_test_rows_profile.json";
+  std::remove(profile.c_str());
+  Result r = RunPdq(
+      "profile --model synthetic:tiny --precisions fp16 --reps 1 --transports '' "
+      "--decode-rows 9,1,3,9 --out " +
+      profile);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream in(profile);
+  const nlohmann::json p = nlohmann::json::parse(in);
+  std::map<int64_t, int> alone, mixed;  // timings per row count without / with prompt tokens
+  for (const nlohmann::json& x : p["passes"][0]["samples"]) {
+    const int64_t rows = x["rows"].get<int64_t>();
+    if (rows == 0) continue;
+    ++(x["tokens"].get<int64_t>() > 0 ? mixed : alone)[rows];
+  }
+  EXPECT_EQ(alone, (std::map<int64_t, int>{{1, 2}, {3, 2}, {9, 2}}));
+  EXPECT_EQ(mixed, (std::map<int64_t, int>{{9, 4}}));
+  for (const char* bad : {"0", "1,300", "1,,2", ""}) {
+    r = RunPdq(std::string("profile --model synthetic:tiny --precisions fp16 --reps 1 "
+                           "--transports '' --decode-rows '") +
+               bad + "' --out " + profile + ".bad");
+    EXPECT_EQ(r.exit_code, 1) << bad;
+    EXPECT_NE(r.out.find("--decode-rows"), std::string::npos) << bad << ": " << r.out;
+    EXPECT_FALSE(std::ifstream(profile + ".bad")) << bad;
+  }
+}
+
 // pdq profile measures a (synthetic) model and a KV link; pdq sim runs a
 // deployment on that profile. Bad arguments are one clear line each.
 TEST(CliTest, ProfileThenSimulateADeployment) {
@@ -782,10 +813,14 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
     for (const nlohmann::json& pass : p["passes"]) {
       std::map<double, std::pair<double, int>> departures;
       for (const nlohmann::json& x : pass["samples"]) {
+        // Recorded with each sample: its decode rows' pairs among its pairs.
+        ASSERT_TRUE(x.contains("decode_pairs")) << x.dump();
+        EXPECT_LE(x["decode_pairs"].get<double>(), x["pairs"].get<double>()) << x.dump();
         if (x["tokens"].get<int64_t>() > 0) continue;
+        EXPECT_EQ(x["decode_pairs"].get<double>(), x["pairs"].get<double>()) << x.dump();
         const double line = pass["fixed"].get<double>() +
                             pass["per_row"].get<double>() * x["rows"].get<double>() +
-                            pass["per_pair"].get<double>() * x["pairs"].get<double>();
+                            pass["per_decode_pair"].get<double>() * x["pairs"].get<double>();
         auto& [sum, n] = departures[x["rows"].get<double>()];
         sum += x["seconds"].get<double>() - line;
         ++n;
@@ -810,7 +845,7 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
         ++n;
       return n;
     };
-    EXPECT_EQ(count("with steps by rows at 5 row counts"), stepped) << r.out;
+    EXPECT_EQ(count("with steps by rows at 7 row counts"), stepped) << r.out;
     EXPECT_EQ(count("(the line alone: "), stepped) << r.out;
     EXPECT_EQ(count("(with steps by rows, not kept: "), 2 - stepped) << r.out;
   }

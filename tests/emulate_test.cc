@@ -44,6 +44,7 @@ TEST(EmulateTest, PassWorkCountsDecodeRowsAndPromptChunks) {
   EXPECT_EQ(w.decode_rows, 1);
   EXPECT_EQ(w.prefill_tokens, 4);
   EXPECT_DOUBLE_EQ(w.attention, want.attention);
+  EXPECT_DOUBLE_EQ(w.decode_attention, 40.5);
 }
 
 TEST(EmulateTest, APassTakesTheProfileTimeLayerByLayerAndPredictsTheScript) {

@@ -95,6 +95,7 @@ TEST(SimTest, ARequestAloneTakesItsStepTimes) {
   // 1 ms + 0.1 ms a prompt token + 0.5 ms a row; one client at a time.
   Deployment d = OneWorker(1e-3, 1e-4, 5e-4);
   d.monolithic_worker.pass.per_pair = 1e-8;
+  d.monolithic_worker.pass.per_decode_pair = 3e-8;
   d.router_seconds = 2e-4;
   Workload w = ClosedLoop(1, 200, 5, 3);
   const RunResult r = *Simulate(d, w);
@@ -974,12 +975,26 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
   EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_token, 2e-5 * 1.25);
   // Attention takes its own factor where the profile has one.
   p.passes[0].time.per_pair = 1e-7;
+  p.passes[0].time.per_decode_pair = 5e-7;
   p.passes[0].served_pair_factor = 3;
   ASSERT_TRUE(SpecsFromProfile(p, {"w8a8", "fp16", "fp16", "w8a8"}, {}, &d).ok());
   EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_pair, 3e-7);
+  EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_decode_pair, 15e-7);
   EXPECT_DOUBLE_EQ(d.monolithic_worker.pass.per_row, 2e-3 * 1.25);
   EXPECT_EQ(ProfileFromJson(ProfileToJson(p))->passes[0].served_pair_factor, 3);
+  EXPECT_EQ(ProfileFromJson(ProfileToJson(p))->passes[0].time.per_decode_pair, 5e-7);
+  {
+    // A profile from before decode pairs were priced apart: its one price
+    // for both.
+    nlohmann::json j = nlohmann::json::parse(ProfileToJson(p));
+    j["passes"][0].erase("per_decode_pair");
+    EXPECT_EQ(ProfileFromJson(j.dump())->passes[0].time.per_decode_pair, 1e-7);
+    j["passes"][0]["per_decode_pair"] = -1e-7;
+    EXPECT_NE(ProfileFromJson(j.dump()).status().message().find("coefficients must be >= 0"),
+              std::string::npos);
+  }
   p.passes[0].time.per_pair = 0;
+  p.passes[0].time.per_decode_pair = 0;
   p.passes[0].served_pair_factor = 0;
   EXPECT_DOUBLE_EQ(d.monolithic_worker.prompt_pass.fixed, 5e-3);  // w8a8: not measured served
   WorkerOptions alone;
@@ -1150,6 +1165,7 @@ TEST(SimPlanTest, AnAbRolloutsArmsComeFromTheRoutersSplitAndEachPoolsPrecisions)
 TEST(SimPlanTest, CoLocatedWorkersTakeTheSplitProbesFactors) {
   Profile p = DecodeBoundProfile();
   p.passes[0].time.per_pair = 1e-7;
+  p.passes[0].time.per_decode_pair = 4e-7;
   p.passes[0].served_factor = 1.25;
   p.passes[0].step_overhead = 5e-4;
   PassProfile w4 = p.passes[0];
@@ -1182,6 +1198,7 @@ TEST(SimPlanTest, CoLocatedWorkersTakeTheSplitProbesFactors) {
   EXPECT_DOUBLE_EQ(d.prefill_worker.pass.per_pair, 1e-7 * 1.2);
   EXPECT_DOUBLE_EQ(d.decode_worker.pass.per_row, 2e-3 * 1.1);
   EXPECT_DOUBLE_EQ(d.decode_worker.pass.per_pair, 1e-7 * 1.5);
+  EXPECT_DOUBLE_EQ(d.decode_worker.pass.per_decode_pair, 4e-7 * 1.5);
   EXPECT_EQ(d.decode_worker.step_overhead, 3e-4);
   EXPECT_EQ(d.decode_worker.step_overhead_per_row, 2e-5);
   // Not co-located: the passes' served factors and loop time, as before.

@@ -23,10 +23,11 @@ using policy::StepPlan;
 using policy::StepWork;
 
 // A machine whose step takes 2 ms + 0.5 ms a decode row + 0.1 ms a prompt
-// token + 1 us per 1000 attention pairs.
+// token + 1 us per 1000 prompt attention pairs + 6 us per 1000 decode ones
+// (a decode row reads its KV alone, a prompt's tokens share theirs).
 double TrueCost(const StepWork& w) {
   return 2e-3 + 0.5e-3 * double(w.decode_rows) + 0.1e-3 * double(w.prefill_tokens) +
-         1e-9 * w.attention;
+         1e-9 * w.attention + 6e-9 * w.decode_attention;
 }
 
 // A model trained on a mix of steps like the scheduler's.
@@ -52,6 +53,13 @@ TEST(StepCostModelTest, LearnsALinearMachine) {
           << rows << " rows, " << tokens << " tokens";
     }
   }
+  // Each part's price, the two attention pairs' apart.
+  const policy::StepCoefficients& c = m.coefficients();
+  EXPECT_NEAR(c.fixed, 2e-3, 1e-5);
+  EXPECT_NEAR(c.per_row, 0.5e-3, 1e-6);
+  EXPECT_NEAR(c.per_token, 0.1e-3, 1e-7);
+  EXPECT_NEAR(c.per_pair, 1e-9, 1e-11);
+  EXPECT_NEAR(c.per_decode_pair, 6e-9, 6e-11);
 }
 
 TEST(StepCostModelTest, FollowsAMachineThatSlowsDown) {
@@ -82,7 +90,7 @@ TEST(StepCostModelTest, StaysFiniteAfterHoursOfIdenticalSteps) {
 }
 
 TEST(StepCoefficientsTest, RowStepsInterpolateBetweenRowCountsAndHoldBeyond) {
-  policy::StepCoefficients c{1e-3, 1e-4, 1e-5, 0, {{1, 2e-4}, {4, -1e-4}, {8, 5e-4}}};
+  policy::StepCoefficients c{1e-3, 1e-4, 1e-5, 0, 0, {{1, 2e-4}, {4, -1e-4}, {8, 5e-4}}};
   EXPECT_TRUE(c.RowStepsValid());
   EXPECT_DOUBLE_EQ(c.RowStep(0.5), 2e-4);
   EXPECT_DOUBLE_EQ(c.RowStep(1), 2e-4);
@@ -93,7 +101,7 @@ TEST(StepCoefficientsTest, RowStepsInterpolateBetweenRowCountsAndHoldBeyond) {
   StepWork w;
   for (int i = 0; i < 2; ++i) w.AddDecodeRow(0);
   w.AddChunk(0, 4);
-  EXPECT_DOUBLE_EQ(c.Seconds(w), 1e-3 + 2e-4 + 4e-5 + 2e-4 + w.attention * 0);
+  EXPECT_DOUBLE_EQ(c.Seconds(w), 1e-3 + 2e-4 + 4e-5 + 2e-4);
   c.row_steps.clear();
   EXPECT_DOUBLE_EQ(c.Seconds(w), 1e-3 + 2e-4 + 4e-5);
   for (const auto& bad : std::vector<std::vector<std::pair<double, double>>>{

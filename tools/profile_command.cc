@@ -2,7 +2,8 @@
 // precision, forward passes of this machine over a grid of prompt chunks,
 // decode batches and mixes of the two, fitted to the step model the
 // workers' own scheduler uses (policy::StepWork: a fixed part, per decode
-// row, per prompt token, per attention pair) with its error on points held
+// row, per prompt token, per prompt and per decode attention pair) with its
+// error on points held
 // out of the fit; the same passes served (a worker of each precision behind
 // the router, closed-loop clients on this machine: how much longer its
 // steps take than the model of the passes alone says, and the router's time
@@ -146,7 +147,12 @@ class PassProbe {
 struct Grid {
   std::vector<int64_t> chunks = {32, 128, 384, 1024};
   std::vector<int64_t> pasts = {0, 512};
-  std::vector<int64_t> rows = {1, 2, 4, 8, 16};
+  // Decode batches up to a worker's default --max-batch (64). The decode
+  // kernels change with the rows (on AMX-BF16 CPUs the bf16 tiles from 16),
+  // so a step's time is a line on each side of the switch, not one line: the
+  // fit's row steps (RowSteps) carry it between measured row counts, and
+  // beyond the largest they hold its departure.
+  std::vector<int64_t> rows = {1, 2, 4, 8, 16, 32, 64};
   std::vector<int64_t> contexts = {64, 512};
   // The grid within a model's context (a small model's context may be
   // shorter than the default grid): lengths halved until they fit.
@@ -230,7 +236,8 @@ sim::PassProfile FitWithHoldout(const std::vector<Point>& points, double* other_
     const bool out = i % 4 == 1;
     (out ? held : fit).push_back(points[i]);
     const policy::StepWork& w = points[i].work;
-    p.samples.push_back({w.decode_rows, w.prefill_tokens, w.attention, points[i].seconds, out});
+    p.samples.push_back({w.decode_rows, w.prefill_tokens, w.attention + w.decode_attention,
+                         w.decode_attention, points[i].seconds, out});
   }
   sim::PassTime without = FitWithSteps(fit);
   p.time = FitWithSteps(points);
@@ -527,9 +534,9 @@ std::optional<sim::ServedLevel> ServedLevelOf(const WorkerUsage& w, int clients,
   // The mean step's work: rows over contexts from the prompt's length to
   // the answer's end, prompt tokens each over half its prompt.
   const double row_past = double(shape.prompt_tokens) + double(shape.output_tokens - 1) / 2;
-  const double pairs =
-      s.rows_per_step * row_past + s.prompt_tokens_per_step * double(shape.prompt_tokens) / 2;
-  s.model_pair_seconds = pass.time.per_pair * pairs;
+  s.model_pair_seconds =
+      pass.time.per_decode_pair * s.rows_per_step * row_past +
+      pass.time.per_pair * s.prompt_tokens_per_step * double(shape.prompt_tokens) / 2;
   s.model_seconds = pass.time.fixed + pass.time.per_row * s.rows_per_step +
                     pass.time.per_token * s.prompt_tokens_per_step + s.model_pair_seconds +
                     pass.time.RowStep(s.rows_per_step + s.prompt_tokens_per_step);
@@ -800,7 +807,7 @@ int ProfileCommand(int argc, char** argv) {
   ModelFlags mf;
   std::string out_path = "profile.json", precisions = "fp16,w8a8,w4a16", transports = "tcp",
               thread_counts, served_clients = "1,4,16", refit_served, split_pairs = "auto",
-              split_clients = "4,8";
+              split_clients = "4,8", decode_rows = "1,2,4,8,16,32,64";
   int64_t reps = 3;
   double router_seconds = 0;
   FlagParser flags("profile",
@@ -812,6 +819,10 @@ int ProfileCommand(int argc, char** argv) {
   flags.String("precisions", &precisions, "comma-separated precisions to measure");
   flags.String("transports", &transports, "comma-separated KV transports to measure ('' for none)");
   flags.Int("reps", &reps, 1, 100, "timings of each point (their median counts)");
+  flags.String("decode-rows", &decode_rows,
+               "comma-separated decode batch sizes the passes are timed at (each at a short and "
+               "a long context; the largest and 4 beside prompt chunks too), at most 256; cover "
+               "the workers' --max-batch: beyond the largest the fit extrapolates");
   flags.Float("router-seconds", &router_seconds, 0, 10,
               "the router's time per request; 0: measured by the served probe (the median of "
               "its one-client levels), or left out without one");
@@ -839,6 +850,14 @@ int ProfileCommand(int argc, char** argv) {
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (!refit_served.empty()) return RefitServedProfile(refit_served, out_path);
   auto fail = [](const absl::Status& s) { return Fail("profile", s); };
+  Grid grid;
+  {
+    absl::StatusOr<std::vector<int64_t>> rows = IntList("decode-rows", decode_rows, 1, 256);
+    if (!rows.ok()) return fail(rows.status());
+    grid.rows = *std::move(rows);
+    std::sort(grid.rows.begin(), grid.rows.end());
+    grid.rows.erase(std::unique(grid.rows.begin(), grid.rows.end()), grid.rows.end());
+  }
   // The served probe's levels (none: skipped), checked before any work.
   std::optional<std::vector<int64_t>> clients;
   if (!served_clients.empty()) {
@@ -895,7 +914,6 @@ int ProfileCommand(int argc, char** argv) {
   profile.model_path = mf.model.empty() ? DefaultModelPath() : mf.model;
   profile.router_seconds = router_seconds;
   profile.cores = ThreadPool::UsableCores();
-  const Grid grid;
   std::optional<KvLayout> layout;
   for (const ModelFlags& run : runs) {
     for (absl::string_view precision : absl::StrSplit(precisions, ',', absl::SkipEmpty())) {
@@ -924,11 +942,12 @@ int ProfileCommand(int argc, char** argv) {
       std::fprintf(
           stderr,
           "pdq profile: %s at %d threads: %.2f ms + %.3f ms/row + %.4f ms/token + %.3f "
-          "ms/M pairs%s (fitted to %d points; fitted without %d of them, it misses those "
+          "ms/M prompt pairs + %.3f ms/M decode pairs%s (fitted to %d points; fitted without %d of "
+          "them, it misses those "
           "by %.1f%% median (%s: %.1f%%), %.1f%% at most, held out; loaded in %.2f s; "
           "%.0f s)\n",
           p.precision.c_str(), p.threads, p.time.fixed * 1e3, p.time.per_row * 1e3,
-          p.time.per_token * 1e3, p.time.per_pair * 1e9,
+          p.time.per_token * 1e3, p.time.per_pair * 1e9, p.time.per_decode_pair * 1e9,
           p.time.row_steps.empty()
               ? ""
               : absl::StrFormat(", with steps by rows at %zu row counts", p.time.row_steps.size())

@@ -263,10 +263,11 @@ int WorkerMain(int argc, char** argv, const char* program, Role default_role) {
     const policy::StepCoefficients& t = m->pass.time;
     LogLine(absl::StrFormat(
         "emulating %s at %s, %d threads, by %s: %.2f ms a pass + %.3f ms a decode row + %.3f ms "
-        "a prompt token + %.3g ms an attention pair and steps by rows at %zu row counts, x%g",
+        "a prompt token + %.3g ms a prompt attention pair + %.3g ms a decode one and steps by rows "
+        "at %zu row counts, x%g",
         model_flags.model, m->pass.precision, m->pass.threads, emulate_profile, t.fixed * 1e3,
-        t.per_row * 1e3, t.per_token * 1e3, t.per_pair * 1e3, t.row_steps.size(),
-        emulate_time_scale));
+        t.per_row * 1e3, t.per_token * 1e3, t.per_pair * 1e3, t.per_decode_pair * 1e3,
+        t.row_steps.size(), emulate_time_scale));
     emulated_load += m->pass.load_seconds;
     return LoadedModel{std::move(m->model), std::move(m->ctx)};
   };
