@@ -5,10 +5,13 @@ For each pass of a `pdq profile` file: the relative error, at each sample of
 8 or more decode rows, of (a) the profile's model and (b) the model the
 profile held before 2026-12-06 refitted to the same samples: four parts
 (decode and prompt attention pairs at one price) fitted to the passes of at
-most 16 decode rows (the old grid), with its row steps where they cut the
-held-out error. Both fits solve as policy::FitStepTime does (non-negative
-least squares on relative error, every subset of the parts). Standard
-library only.
+most 16 decode rows (the old grid's rows; its decode rows beside prompt
+chunks were at 4 and 16 rows, the new grid's at 4 and 64, so the refit has
+the 4-row ones only), with its row steps where they cut the error on every
+fourth of those passes held out, as pdq profile decides. Both fits solve as
+policy::FitStepTime does (non-negative least squares on relative error,
+every subset of the parts, a subset with more parts kept only for a residual
+smaller by more than 1e-9 of the total). Standard library only.
 
   python3 bench/step_model_check.py PROFILE.json
 """
@@ -28,10 +31,11 @@ def features(x, five):
 def solve(a, b):
     n = len(b)
     m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    size = max(abs(a[i][i]) for i in range(n))
     for c in range(n):
         p = max(range(c, n), key=lambda r: abs(m[r][c]))
         m[c], m[p] = m[p], m[c]
-        if abs(m[c][c]) < 1e-12:
+        if not abs(m[c][c]) > 1e-10 * size:
             return None
         for r in range(n):
             if r != c:
@@ -45,6 +49,7 @@ def fit(samples, five):
     ys = [x["seconds"] for x in samples]
     n = len(xs[0])
     scale = [max(abs(x[i]) for x in xs) or 1 for i in range(n)]
+    total = sum(1 for _ in ys)  # sum of (y / y)^2
     best, best_res = [0.0] * n, float("inf")
     for k in range(1, n + 1):
         for idx in itertools.combinations(range(n), k):
@@ -61,7 +66,7 @@ def fit(samples, five):
             for i, v in zip(idx, c):
                 g[i] = v / scale[i]
             res = sum((sum(gi * xi for gi, xi in zip(g, x)) - y) ** 2 / y / y for x, y in zip(xs, ys))
-            if res < best_res - 1e-12:
+            if res < best_res - 1e-9 * total:
                 best, best_res = g, res
     return best
 
@@ -93,7 +98,10 @@ def model(g, steps, x, five):
 def old_model(samples):
     """Four parts on the passes of at most 16 rows, steps kept as pdq profile keeps them."""
     grid = [x for x in samples if x["rows"] <= 16]
-    fitted, held = [x for x in grid if not x.get("held_out")], [x for x in grid if x.get("held_out")]
+    fitted = [x for i, x in enumerate(grid) if i % 4 != 1]
+    held = [x for i, x in enumerate(grid) if i % 4 == 1]
+    if not fitted or not held:
+        sys.exit("step_model_check: too few passes of at most 16 rows to refit the old model")
     g = fit(fitted, False)
     steps = row_steps(g, fitted, False)
     def median(v):

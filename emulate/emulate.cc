@@ -11,11 +11,12 @@ namespace pdq::emulate {
 policy::StepWork PassWork(std::span<const BatchEntry> batch, const ForwardPlan& plan) {
   policy::StepWork work;
   for (size_t e : plan.run) {
-    const int64_t n = (int64_t)batch[e].tokens.size();
-    if (n == 1 && plan.start[e] > 0) {
-      work.AddDecodeRow(plan.start[e]);
+    // As the scheduler counts its passes: a prompt's last token after a
+    // prefix-cache hit is a 1-token chunk, not a decode row.
+    if (IsPromptEntry(batch[e])) {
+      work.AddChunk(plan.start[e], (int64_t)batch[e].tokens.size());
     } else {
-      work.AddChunk(plan.start[e], n);
+      work.AddDecodeRow(plan.start[e]);
     }
   }
   return work;

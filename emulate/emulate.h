@@ -23,10 +23,10 @@
 
 namespace pdq::emulate {
 
-// What a planned pass computes, in the step models' terms: each entry of one
-// token appended to a sequence that has some is a decode row, every other
-// entry a prompt chunk (as the scheduler counts them; a prompt's last chunk
-// of a single token counts as a row).
+// What a planned pass computes, in the step models' terms: each prompt entry
+// (IsPromptEntry: marked so, or of 2 tokens or more) a prompt chunk, every
+// other entry a decode row, as the scheduler counts them (a prompt's last
+// token alone after a prefix-cache hit is a 1-token chunk).
 policy::StepWork PassWork(std::span<const BatchEntry> batch, const ForwardPlan& plan);
 
 struct TimedPassOptions {

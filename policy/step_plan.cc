@@ -301,32 +301,40 @@ StepWork CalibrationPass::RowWork() const {
 }
 
 namespace {
-constexpr int64_t kCalibrationContext = 16;
+constexpr int64_t kCalibrationContext = 16, kCalibrationLongContext = 128;
 constexpr int64_t kCalibrationRows = 4;
 }  // namespace
 
 std::vector<CalibrationPass> CalibrationPasses(bool fused) {
   // Prompt chunks of three sizes (a pass's fixed cost against its cost per
-  // token), decode batches of two (per row), and when fused the two
-  // together: 240 prompt tokens in all, so about a second on the slowest
-  // 2-core machine measured (a W8A8 pass at 4 ms a token, Zen 1).
+  // token), decode batches of two (per row) and at two contexts (per decode
+  // attention pair: at one, a row's pairs are a multiple of its rows and
+  // the fit cannot price them), and when fused the two together: 240 prompt
+  // tokens in all, so about a second on the slowest 2-core machine measured
+  // (a W8A8 pass at 4 ms a token, Zen 1), and about as long again filling
+  // the rows' sequences (4 x 128 tokens, untimed).
   const int64_t c = kCalibrationContext;
-  std::vector<CalibrationPass> passes = {
-      {0, 0, 16}, {0, 0, 64}, {0, 0, 160}, {1, c, 0}, {kCalibrationRows, c, 0}};
+  std::vector<CalibrationPass> passes = {{0, 0, 16},
+                                         {0, 0, 64},
+                                         {0, 0, 160},
+                                         {1, c, 0},
+                                         {kCalibrationRows, c, 0},
+                                         {kCalibrationRows, kCalibrationLongContext, 0}};
   if (fused) passes.push_back({2, c, 32});
   return passes;
 }
 
 int64_t CalibrationKvTokens(bool fused, int64_t block_tokens) {
-  int64_t rows = 0, chunk = 0;
+  int64_t rows = 0, chunk = 0, context = 0;
   for (const CalibrationPass& p : CalibrationPasses(fused)) {
     rows = std::max(rows, p.rows);
     chunk = std::max(chunk, p.chunk);
+    context = std::max(context, p.context);
   }
   const auto blocks = [&](int64_t tokens) {
     return (tokens + block_tokens - 1) / block_tokens * block_tokens;
   };
-  return rows * blocks(kCalibrationContext + 1) + blocks(chunk);
+  return rows * blocks(context + 1) + blocks(chunk);
 }
 
 }  // namespace pdq::policy

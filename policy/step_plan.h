@@ -194,7 +194,8 @@ StepPlan PlanStep(const StepInput& in, const StepCostModel& prefill_cost,
 // all alike, and from passes that are alike least squares cannot tell the
 // two apart (bench/RESULTS.md, "Stall-free steps"). Each pass: `rows` decode
 // rows over sequences of `context` tokens, and/or a prompt chunk of `chunk`
-// tokens from the start of a sequence. A fused worker times all of them on
+// tokens from the start of a sequence (the rows' sequences are filled to the
+// longest context and cut to each pass's). A fused worker times all of them on
 // its one model; otherwise the prompt chunks go to the prompt pass's model
 // and the decode rows to the decode pass's.
 struct CalibrationPass {

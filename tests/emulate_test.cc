@@ -32,18 +32,17 @@ int Argmax(const float* row, int n) { return int(std::max_element(row, row + n) 
 
 TEST(EmulateTest, PassWorkCountsDecodeRowsAndPromptChunks) {
   const std::vector<int32_t> one = {7}, three = {1, 2, 3};
-  const BatchEntry batch[] = {{1, one, 1}, {2, three, 1}, {3, one, 1}};
+  BatchEntry batch[] = {{1, one, 1}, {2, three, 1}, {3, one, 1}, {4, one, 1}};
+  batch[2].prompt = batch[3].prompt = true;
   ForwardPlan plan;
-  plan.run = {0, 1, 2};
-  plan.start = {40, 16, 0};  // a row over 40 tokens, a chunk after 16, a 1-token prompt
+  plan.run = {0, 1, 2, 3};
+  // A row over 40 tokens, a chunk after 16, a 1-token prompt, and a
+  // prompt's last token after 24 cached (a prefix-cache hit).
+  plan.start = {40, 16, 0, 24};
   const policy::StepWork w = PassWork(batch, plan);
-  policy::StepWork want;
-  want.AddDecodeRow(40);
-  want.AddChunk(16, 3);
-  want.AddChunk(0, 1);
   EXPECT_EQ(w.decode_rows, 1);
-  EXPECT_EQ(w.prefill_tokens, 4);
-  EXPECT_DOUBLE_EQ(w.attention, want.attention);
+  EXPECT_EQ(w.prefill_tokens, 5);
+  EXPECT_DOUBLE_EQ(w.attention, 3 * (16 + 1.5) + 0.5 + 24.5);
   EXPECT_DOUBLE_EQ(w.decode_attention, 40.5);
 }
 
@@ -56,7 +55,7 @@ TEST(EmulateTest, APassTakesTheProfileTimeLayerByLayerAndPredictsTheScript) {
   const ModelConfig& c = (*model)->config();
   FakeClock clock;
   TimedPassOptions o;
-  o.time = {0.010, 0.002, 0.001, 1e-6, {}};
+  o.time = {0.010, 0.002, 0.001, 1e-6, 6e-6, {}};
   o.time_scale = 2;
   o.num_layers = c.num_layers;
   o.vocab_size = c.vocab_size;
@@ -126,7 +125,7 @@ sim::Profile TinyProfile(const std::string& spec) {
       sim::PassProfile pass;
       pass.precision = precision;
       pass.threads = threads;
-      pass.time = {0.004 / threads, 0.001, 0.0005, 1e-7, {}};
+      pass.time = {0.004 / threads, 0.001, 0.0005, 1e-7, 6e-7, {}};
       pass.load_seconds = 3;
       p.passes.push_back(pass);
     }

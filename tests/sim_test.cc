@@ -23,7 +23,7 @@ namespace {
 Deployment OneWorker(double fixed, double per_token, double per_row) {
   Deployment d;
   d.monolithic = 1;
-  d.monolithic_worker.pass = {fixed, per_row, per_token, 0, {}};
+  d.monolithic_worker.pass = {fixed, per_row, per_token, 0, 0, {}};
   return d;
 }
 
@@ -198,8 +198,8 @@ TEST(SimTest, TheKvOfALongPromptIsOnTheWireAfterItsPass) {
   // 0.1 s after the pass started, plus the latency.
   Deployment d;
   d.prefill = d.decode = 1;
-  d.prefill_worker.pass = {0.01, 0, 1e-5, 0, {}};
-  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
+  d.prefill_worker.pass = {0.01, 0, 1e-5, 0, 0, {}};
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, 0, {}};
   d.kv_bytes_per_token = 100000;
   d.num_layers = 10;
   d.link = {1e9, 1e-3};
@@ -221,9 +221,9 @@ TEST(SimTest, ABusyDecodeWorkerSendsALandedPromptsFirstTokenAfterItsStep) {
   // between steps, as worker/scheduler.cc does).
   Deployment d;
   d.prefill = d.decode = 1;
-  d.prefill_worker.pass = {0.01, 0, 1e-5, 0, {}};
+  d.prefill_worker.pass = {0.01, 0, 1e-5, 0, 0, {}};
   d.prefill_worker.batch.token_budget = 100;
-  d.decode_worker.pass = {0.05, 1e-4, 0, 0, {}};
+  d.decode_worker.pass = {0.05, 1e-4, 0, 0, 0, {}};
   d.kv_bytes_per_token = 1000;
   d.num_layers = 1;
   Workload w = ClosedLoop(2, 100, 4, 2);
@@ -241,8 +241,8 @@ TEST(SimTest, TransfersShareALink) {
   Deployment d;
   d.prefill = 2;
   d.decode = 1;
-  d.prefill_worker.pass = {0.01, 0, 0, 0, {}};
-  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
+  d.prefill_worker.pass = {0.01, 0, 0, 0, 0, {}};
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, 0, {}};
   d.kv_bytes_per_token = 1000000;
   d.num_layers = 100;  // the last layer leaves 1 ms after the pass
   d.link = {1e9, 0};
@@ -264,8 +264,8 @@ TEST(SimTest, TheRouterSeesQueuedPromptsAsOfTheLastHeartbeat) {
   Deployment d;
   d.prefill = 2;
   d.decode = 1;
-  d.prefill_worker.pass = {0, 0, 1e-3, 0, {}};  // 1 s a prompt
-  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
+  d.prefill_worker.pass = {0, 0, 1e-3, 0, 0, {}};  // 1 s a prompt
+  d.decode_worker.pass = {1e-3, 1e-4, 0, 0, 0, {}};
   d.kv_bytes_per_token = 1;
   d.link = {1e9, 0};
   d.load_tokens = 0;
@@ -291,8 +291,8 @@ TEST(SimTest, APrefillWorkerCountsARequestUntilItsKvLanded) {
   Deployment d;
   d.prefill = 2;
   d.decode = 1;
-  d.prefill_worker.pass = {0, 0, 1e-4, 0, {}};
-  d.decode_worker.pass = {5e-3, 1e-3, 0, 0, {}};
+  d.prefill_worker.pass = {0, 0, 1e-4, 0, 0, {}};
+  d.decode_worker.pass = {5e-3, 1e-3, 0, 0, 0, {}};
   d.kv_bytes_per_token = 1;
   d.heartbeat_seconds = 0;
   Workload w;
@@ -314,8 +314,8 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   // prefill worker almost never.
   Deployment d;
   d.prefill = d.decode = 1;
-  d.prefill_worker.pass = {1e-3, 0, 0, 0, {}};
-  d.decode_worker.pass = {0.02, 0, 0, 0, {}};
+  d.prefill_worker.pass = {1e-3, 0, 0, 0, 0, {}};
+  d.decode_worker.pass = {0.02, 0, 0, 0, 0, {}};
   d.kv_bytes_per_token = 1000;
   Workload w = ClosedLoop(4, 100, 50, 40, 4);
   RunSummary s = Summarize(*Simulate(d, w), Targets{});
@@ -326,8 +326,8 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
   EXPECT_EQ(NameBottleneck(s.busy, {}).rfind("the decode workers, ", 0), 0u)
       << NameBottleneck(s.busy, {});
   // The other way round: long prompts at 1 s a pass, one output token each.
-  d.prefill_worker.pass = {1.0, 0, 0, 0, {}};
-  d.decode_worker.pass = {1e-3, 0, 0, 0, {}};
+  d.prefill_worker.pass = {1.0, 0, 0, 0, 0, {}};
+  d.decode_worker.pass = {1e-3, 0, 0, 0, 0, {}};
   w.output_tokens = 2;
   s = Summarize(*Simulate(d, w), Targets{});
   EXPECT_EQ(NameBottleneck(s.busy, {}).rfind("the prefill workers, ", 0), 0u)
@@ -413,7 +413,7 @@ TEST(SimTest, BadDeploymentsAndWorkloadsAreRefusedByName) {
   EXPECT_FALSE(Validate(none, w).ok());
   Deployment only_decode = d;
   only_decode.decode = 1;
-  only_decode.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
+  only_decode.decode_worker.pass = {1e-3, 1e-4, 0, 0, 0, {}};
   EXPECT_FALSE(Validate(only_decode, w).ok());
   Deployment free = OneWorker(0, 0, 1e-4);
   EXPECT_NE(Validate(free, w).message().find("no time"), std::string::npos);
@@ -440,7 +440,7 @@ Deployment TwoArms() {
   Arm slow = fast;
   slow.pool = "slow";
   slow.weight = 3;
-  slow.monolithic_worker.pass = {4e-3, 4e-4, 4e-5, 0, {}};
+  slow.monolithic_worker.pass = {4e-3, 4e-4, 4e-5, 0, 0, {}};
   d.arms = {fast, slow};
   return d;
 }
@@ -501,8 +501,8 @@ TEST(SimTest, AnArmsPromptsGoToItsOwnPrefillWorkers) {
     Arm arm;
     arm.pool = pool;
     arm.prefill = arm.decode = 1;
-    arm.prefill_worker.pass = {1e-3, 0, 1e-5, 0, {}};
-    arm.decode_worker.pass = {1e-3, 1e-4, 0, 0, {}};
+    arm.prefill_worker.pass = {1e-3, 0, 1e-5, 0, 0, {}};
+    arm.decode_worker.pass = {1e-3, 1e-4, 0, 0, 0, {}};
     d.arms.push_back(arm);
   }
   d.kv_bytes_per_token = 1000;
@@ -652,7 +652,7 @@ Profile DecodeBoundProfile() {
   PassProfile pass;
   pass.precision = "fp16";
   pass.threads = 1;
-  pass.time = {5e-3, 2e-3, 2e-5, 0, {}};
+  pass.time = {5e-3, 2e-3, 2e-5, 0, 0, {}};
   p.passes = {pass};
   p.links = {{"tcp", {1e10, 1e-4}}};
   return p;
@@ -956,7 +956,7 @@ TEST(SimPlanTest, APodStartsInItsModelLoadAndStartUpProbe) {
 }
 
 // A pass measured served (pdq profile's served probe) runs in the simulator
-// at its served time, all four parts scaled, unless the options ask for the
+// at its served time, all its parts scaled, unless the options ask for the
 // passes as timed alone; both models of a two-precision monolithic worker
 // take their own factor. The factor and its levels survive the file; a
 // factor of 0 or less is refused by field.

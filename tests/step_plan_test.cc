@@ -253,6 +253,24 @@ double DearPass(const StepWork& w) {
   return 50e-3 + 0.5e-3 * double(w.prefill_tokens) + 1e-9 * w.attention;
 }
 
+// The calibration's decode rows alone price a row and a decode attention
+// pair: a worker knows a long-context step's cost before it serves one.
+TEST(CalibrationTest, PricesDecodeRowsAndTheirAttention) {
+  for (bool fused : {false, true}) {
+    StepCostModel m;
+    for (const policy::CalibrationPass& p : policy::CalibrationPasses(fused)) {
+      const StepWork w = fused ? p.Work() : p.RowWork();
+      if (w.decode_rows > 0) m.Calibrate(w, TrueCost(w));
+    }
+    for (int64_t context : {16, 300, 2000}) {
+      StepWork w;
+      for (int r = 0; r < 8; ++r) w.AddDecodeRow(context);
+      EXPECT_NEAR(m.Predict(w), TrueCost(w), 0.01 * TrueCost(w)) << context << " " << fused;
+    }
+    EXPECT_NEAR(m.coefficients().per_decode_pair, 6e-9, 0.3e-9) << fused;
+  }
+}
+
 TEST(CalibrationTest, TellsAPassesFixedCostFromItsCostPerToken) {
   StepCostModel m;
   for (const policy::CalibrationPass& p : policy::CalibrationPasses(/*fused=*/false)) {

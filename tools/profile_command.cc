@@ -3,11 +3,10 @@
 // decode batches and mixes of the two, fitted to the step model the
 // workers' own scheduler uses (policy::StepWork: a fixed part, per decode
 // row, per prompt token, per prompt and per decode attention pair) with its
-// error on points held
-// out of the fit; the same passes served (a worker of each precision behind
-// the router, closed-loop clients on this machine: how much longer its
-// steps take than the model of the passes alone says, and the router's time
-// to a first token); and the KV link: transfers of several sizes over a real
+// error on points held out of the fit; the same passes served (a worker of
+// each precision behind the router, closed-loop clients on this machine: how
+// much longer its steps take than the model of the passes alone says, and
+// the router's time to a first token); and the KV link: transfers of several sizes over a real
 // transport on this machine, fitted to latency + bytes / bandwidth.
 #include <sched.h>
 #include <unistd.h>

@@ -354,8 +354,10 @@ absl::StatusOr<std::string> Scheduler::CalibrateStepCosts() {
     }
     for (const policy::CalibrationPass& p : passes) {
       std::vector<BatchEntry> decode_batch, prompt_batch;
-      for (int64_t r = 0; r < p.rows; ++r)
+      for (int64_t r = 0; r < p.rows; ++r) {
+        PDQ_RETURN_IF_ERROR(kv_->SetLength(seqs[r], p.context));  // filled to `context`
         decode_batch.push_back({seqs[r], {&row_tokens[r], 1}, 1});
+      }
       if (p.chunk > 0) {
         prompt_batch.push_back({prompt, std::span<const int32_t>(prompt_tokens).first(p.chunk), 1});
       }
@@ -373,7 +375,6 @@ absl::StatusOr<std::string> Scheduler::CalibrateStepCosts() {
           decode_cost_.Calibrate(p.RowWork(), t);
         }
       }
-      for (int64_t r = 0; r < p.rows; ++r) PDQ_RETURN_IF_ERROR(kv_->SetLength(seqs[r], context));
       if (p.chunk > 0) PDQ_RETURN_IF_ERROR(kv_->SetLength(prompt, 0));
     }
     return absl::OkStatus();
