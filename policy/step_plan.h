@@ -30,8 +30,8 @@ struct StepWork {
   // The decode rows' pairs, apart: a row over a 300-token sequence counts
   // 300.5. A row reads its sequence's whole KV for one query (bound by
   // memory bandwidth), while a chunk's tokens share each KV read (bound by
-  // compute): measured, a decode pair costs 5-6x a prompt pair (W4A16 and
-  // W8A8 on Emerald Rapids, bench/RESULTS.md), and one price for both
+  // compute): measured, a decode pair costs 3-7x a prompt pair (FP16, W8A8
+  // and W4A16 on Emerald Rapids, bench/RESULTS.md), and one price for both
   // missed decode steps at long contexts by up to two fifths.
   double decode_attention = 0;
   void AddChunk(int64_t past, int64_t tokens);

@@ -6,8 +6,9 @@
 // error on points held out of the fit; the same passes served (a worker of
 // each precision behind the router, closed-loop clients on this machine: how
 // much longer its steps take than the model of the passes alone says, and
-// the router's time to a first token); and the KV link: transfers of several sizes over a real
-// transport on this machine, fitted to latency + bytes / bandwidth.
+// the router's time to a first token); and the KV link: transfers of
+// several sizes over a real transport on this machine, fitted to latency +
+// bytes / bandwidth.
 #include <sched.h>
 #include <unistd.h>
 
@@ -98,8 +99,8 @@ class PassProbe {
   // every sequence is put back to its length after each repetition. The
   // same pass runs untimed first, for kWarmSeconds (at least once): a
   // worker runs its steps back to back, and on a CPU whose last-level cache
-  // holds the weights (a 135M-parameter W4A16 model is 70 MB; Emerald
-  // Rapids' is 160 MB or more) its steps read them from there, while a pass
+  // holds the weights (a 135M-parameter W4A16 model is 70 MB; the Emerald
+  // Rapids guest's L3 is 300 MB) its steps read them from there, while a pass
   // timed cold, after the previous point's KV writes, reads them from
   // memory: one-row W4A16 steps on one thread took 8.6-10 ms in the
   // profile's passes and 5-6 ms served (bench/RESULTS.md).
