@@ -90,10 +90,13 @@
 # out; both at 1 and 4), 2 requests per client plus one unmeasured request (pdq bench
 # --warmup 1: the clients share 2c+1 requests and the first to finish is
 # not counted). The simulator runs the same: every client starting at once,
-# the same count of requests, the first sent not counted, exact lengths (so
-# one seed is the whole prediction; for the A/B rollout, whose router draws
-# each request's pool at random, the mean of SPLIT_SEEDS (20) seeds' draws;
-# for its sticky twin, whose clients send ids, one seed again).
+# the same count of requests, the first sent not counted, exact lengths; the
+# prediction is the mean of CLOSED_SEEDS (20) seeds, each drawing every
+# request's time through the router (pdq sim --router-time exponential, its
+# default since 2026-12-06: which of the requests sent at once share a step
+# is a race the real runs decide one way or another; sets before it
+# predicted with one seed of fixed router times), and for the A/B rollout,
+# whose router draws each request's pool at random, of SPLIT_SEEDS (20).
 # A configuration and run of chat takes about 1 minute on a 2-core Zen 4, 4
 # on a Zen 1; summarize 1, analysis 1.5.
 set -euo pipefail
@@ -152,12 +155,12 @@ configs=(
   'ab-sticky-fp16-vs-w8a8-w4a16|[{"role": "both", "precision": "fp16", "threads": 1, "cpus": "0", "pool": "fp16"}, {"role": "both", "precision": "w4a16", "threads": 1, "cpus": "1", "pool": "w8a8-w4a16", "args": ["--prefill-precision", "w8a8"]}]|--split fp16=50,w8a8-w4a16=50 --split-sticky --client-ids --arms fp16=1M:fp16,w8a8-w4a16=1M:w8a8/w4a16 --threads 1'
 )
 
-# config_seeds FLAGS: the seeds a prediction of a configuration takes: one
-# (closed loop at exact lengths draws nothing), but where the router draws
-# each request's A/B pool, the mean of SPLIT_SEEDS (20) seeds' draws (not
+# config_seeds FLAGS: the seeds a prediction of a configuration takes:
+# CLOSED_SEEDS (20; each draws the requests' router times), and where the
+# router draws each request's A/B pool, SPLIT_SEEDS (20) seeds' draws (not
 # where each client's id decides its pool).
 config_seeds() {
-  if drawn_split "$1"; then echo "${SPLIT_SEEDS:-20}"; else echo 1; fi
+  if drawn_split "$1"; then echo "${SPLIT_SEEDS:-20}"; else echo "${CLOSED_SEEDS:-20}"; fi
 }
 
 # drawn_split FLAGS: whether the router draws each request's A/B pool at

@@ -103,7 +103,7 @@ static void Fields(auto& f, WorkerUsage& v) {
                 cpu_cores_busy, prefill_compute_utilization, decode_bandwidth_utilization,
                 weight_bytes, kv_used_peak_bytes, workspace_bytes, decode_steps, decode_rows,
                 decode_step_prompt_tokens, prefills, prefill_seconds, decode_step_overhead_seconds,
-                prefill_passes)
+                prefill_passes, streams_finished, stream_finish_seconds)
 }
 
 static void Fields(auto& f, LevelFigures& v) {

@@ -48,6 +48,10 @@ struct WorkerUsage {
   // The stepping loop's time outside the forward passes in those steps'
   // iterations (taking requests, sampling, sending tokens), summed.
   double decode_step_overhead_seconds = NAN;
+  // Streams that ended with their last token, and the loop's time ending
+  // them after it (pdq_stream_finish_seconds_total), summed. NaN from
+  // workers (or files) without them.
+  double streams_finished = NAN, stream_finish_seconds = NAN;
   double prefills = NAN, prefill_seconds = NAN;
   double kv_blocks_total = NAN, peak_resident_bytes = NAN, cpu_cores_busy = NAN;
   // What the worker reports it holds (/metrics), at the level's end: its

@@ -454,6 +454,10 @@ std::vector<WorkerUsage> Resources(const Snapshot& a, const Snapshot& b) {
     w.decode_step_overhead_seconds = after.count("pdq_decode_step_overhead_seconds_total")
                                          ? delta("pdq_decode_step_overhead_seconds_total")
                                          : NAN;
+    if (after.count("pdq_stream_finish_seconds_total")) {
+      w.streams_finished = delta("pdq_streams_finished_total");
+      w.stream_finish_seconds = delta("pdq_stream_finish_seconds_total");
+    }
     w.kv_blocks_total = get(after, "pdq_kv_blocks_total");
     w.worker_id = b.workers[j].worker_id();
     w.role = b.workers[j].role();

@@ -111,7 +111,12 @@ PassTime Scaled(const PassTime& t, double f, double pair) {
 PassTime Served(const PassProfile& pass, const WorkerOptions& o) {
   if (o.idle_passes || !(pass.served_factor > 0)) return pass.time;
   const double f = pass.served_factor;
-  return Scaled(pass.time, f, pass.served_pair_factor > 0 ? pass.served_pair_factor : f);
+  PassTime t = Scaled(pass.time, f, pass.served_pair_factor > 0 ? pass.served_pair_factor : f);
+  if (pass.served_prompt_factor > 0) {
+    t.per_token = pass.time.per_token * pass.served_prompt_factor;
+    t.per_pair = pass.time.per_pair * pass.served_prompt_factor;
+  }
+  return t;
 }
 
 absl::Status Spec(const Profile& p, const std::string& precision,
@@ -122,6 +127,7 @@ absl::Status Spec(const Profile& p, const std::string& precision,
   w->fused = true;
   w->step_overhead = o.idle_passes ? 0 : pass->step_overhead;
   w->step_overhead_per_row = o.idle_passes ? 0 : pass->step_overhead_per_row;
+  w->stream_finish_seconds = o.idle_passes ? 0 : pass->stream_finish_seconds;
   if (!prompt_precision.empty() && prompt_precision != precision) {
     absl::StatusOr<PassProfile> prompt = p.Pass(prompt_precision, o.threads);
     if (!prompt.ok()) return prompt.status();
@@ -289,6 +295,19 @@ absl::StatusOr<double> PodStartSeconds(const Profile& p, const Precisions& preci
 
 namespace {
 
+json PromptLevelsJson(const std::vector<PromptLevel>& levels) {
+  json a = json::array();
+  for (const PromptLevel& l : levels) {
+    a.push_back({{"clients", l.clients},
+                 {"prompt_tokens", l.prompt_tokens},
+                 {"passes", l.passes},
+                 {"tokens_per_pass", l.tokens_per_pass},
+                 {"pass_seconds", l.pass_seconds},
+                 {"model_seconds", l.model_seconds}});
+  }
+  return a;
+}
+
 json ServedLevelsJson(const std::vector<ServedLevel>& levels) {
   json a = json::array();
   for (const ServedLevel& l : levels) {
@@ -302,6 +321,10 @@ json ServedLevelsJson(const std::vector<ServedLevel>& levels) {
                  {"step_seconds", l.step_seconds},
                  {"model_seconds", l.model_seconds}});
     if (l.overhead_seconds >= 0) a.back()["overhead_seconds"] = l.overhead_seconds;
+    if (l.finish_seconds >= 0) {
+      a.back()["streams_finished"] = l.streams_finished;
+      a.back()["finish_seconds"] = l.finish_seconds;
+    }
   }
   return a;
 }
@@ -354,7 +377,12 @@ std::string ProfileToJson(const Profile& p) {
         e["step_overhead"] = s.step_overhead;
         e["step_overhead_per_row"] = s.step_overhead_per_row;
       }
+      if (s.stream_finish_seconds > 0) e["stream_finish_seconds"] = s.stream_finish_seconds;
       e["served"] = ServedLevelsJson(s.served);
+      if (s.served_prompt_factor > 0) {
+        e["served_prompt_factor"] = s.served_prompt_factor;
+        e["served_prompts"] = PromptLevelsJson(s.served_prompts);
+      }
     }
   }
   if (!p.splits.empty()) {
@@ -368,16 +396,8 @@ std::string ProfileToJson(const Profile& p) {
                 {"decode_pair_factor", s.decode_pair_factor},
                 {"decode_step_overhead", s.decode_step_overhead},
                 {"decode_step_overhead_per_row", s.decode_step_overhead_per_row},
-                {"prefill_levels", json::array()},
+                {"prefill_levels", PromptLevelsJson(s.prefill_levels)},
                 {"decode_levels", ServedLevelsJson(s.decode_levels)}};
-      for (const SplitPrefillLevel& l : s.prefill_levels) {
-        e["prefill_levels"].push_back({{"clients", l.clients},
-                                       {"prompt_tokens", l.prompt_tokens},
-                                       {"passes", l.passes},
-                                       {"tokens_per_pass", l.tokens_per_pass},
-                                       {"pass_seconds", l.pass_seconds},
-                                       {"model_seconds", l.model_seconds}});
-      }
       j["splits"].push_back(e);
     }
   }
@@ -438,6 +458,25 @@ absl::Status GetArray(const json& j, const std::string& path, const char* key, j
 #define PDQ_GET_ARRAY(j, path, key, out) \
   if (absl::Status s_ = GetArray(j, path, key, out); !s_.ok()) return s_
 
+// j[key]'s prompt levels (none where it is missing).
+absl::Status ReadPromptLevels(const json& j, const std::string& path, const char* key,
+                              std::vector<PromptLevel>* out) {
+  json levels;
+  PDQ_GET_ARRAY(j, path, key, &levels);
+  for (size_t k = 0; k < levels.size(); ++k) {
+    const std::string at = absl::StrCat(path, ".", key, "[", k, "]");
+    PromptLevel l;
+    PDQ_GET(levels[k], at, "clients", &l.clients);
+    PDQ_GET(levels[k], at, "prompt_tokens", &l.prompt_tokens);
+    PDQ_GET(levels[k], at, "passes", &l.passes);
+    PDQ_GET(levels[k], at, "tokens_per_pass", &l.tokens_per_pass);
+    PDQ_GET(levels[k], at, "pass_seconds", &l.pass_seconds);
+    PDQ_GET(levels[k], at, "model_seconds", &l.model_seconds);
+    out->push_back(l);
+  }
+  return absl::OkStatus();
+}
+
 // j[key]'s served levels (none where it is missing).
 absl::Status ReadServedLevels(const json& j, const std::string& path, const char* key,
                               std::vector<ServedLevel>* out) {
@@ -457,6 +496,8 @@ absl::Status ReadServedLevels(const json& j, const std::string& path, const char
     PDQ_GET_OPTIONAL(served[k], at, "output_tokens", &l.output_tokens);
     PDQ_GET_OPTIONAL(served[k], at, "model_pair_seconds", &l.model_pair_seconds);
     PDQ_GET_OPTIONAL(served[k], at, "overhead_seconds", &l.overhead_seconds);
+    PDQ_GET_OPTIONAL(served[k], at, "streams_finished", &l.streams_finished);
+    PDQ_GET_OPTIONAL(served[k], at, "finish_seconds", &l.finish_seconds);
     out->push_back(l);
   }
   return absl::OkStatus();
@@ -483,19 +524,7 @@ absl::Status ReadSplit(const json& e, const std::string& path, SplitProfile* s) 
     return absl::InvalidArgumentError(absl::StrCat(
         "profile: ", path, ".decode_step_overhead and .decode_step_overhead_per_row must be >= 0"));
   }
-  json levels;
-  PDQ_GET_ARRAY(e, path, "prefill_levels", &levels);
-  for (size_t k = 0; k < levels.size(); ++k) {
-    const std::string at = absl::StrCat(path, ".prefill_levels[", k, "]");
-    SplitPrefillLevel l;
-    PDQ_GET(levels[k], at, "clients", &l.clients);
-    PDQ_GET(levels[k], at, "prompt_tokens", &l.prompt_tokens);
-    PDQ_GET(levels[k], at, "passes", &l.passes);
-    PDQ_GET(levels[k], at, "tokens_per_pass", &l.tokens_per_pass);
-    PDQ_GET(levels[k], at, "pass_seconds", &l.pass_seconds);
-    PDQ_GET(levels[k], at, "model_seconds", &l.model_seconds);
-    s->prefill_levels.push_back(l);
-  }
+  PDQ_RETURN_IF_ERROR(ReadPromptLevels(e, path, "prefill_levels", &s->prefill_levels));
   return ReadServedLevels(e, path, "decode_levels", &s->decode_levels);
 }
 
@@ -603,7 +632,19 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       return absl::InvalidArgumentError(absl::StrCat(
           "profile: ", path, ".step_overhead and .step_overhead_per_row must be >= 0"));
     }
+    PDQ_GET_OPTIONAL(e, path, "stream_finish_seconds", &s.stream_finish_seconds);
+    if (!(s.stream_finish_seconds >= 0) || !std::isfinite(s.stream_finish_seconds)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile: ", path, ".stream_finish_seconds must be >= 0"));
+    }
     PDQ_RETURN_IF_ERROR(ReadServedLevels(e, path, "served", &s.served));
+    // Measured since the served probe read its prompt passes.
+    PDQ_GET_OPTIONAL(e, path, "served_prompt_factor", &s.served_prompt_factor);
+    if (!(s.served_prompt_factor >= 0) || !std::isfinite(s.served_prompt_factor)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile: ", path, ".served_prompt_factor must be > 0 where given"));
+    }
+    PDQ_RETURN_IF_ERROR(ReadPromptLevels(e, path, "served_prompts", &s.served_prompts));
     for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair,
                      s.time.per_decode_pair}) {
       if (!(v >= 0)) {

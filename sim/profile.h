@@ -51,6 +51,23 @@ struct ServedLevel {
   // The stepping loop's mean time outside the passes in those steps'
   // iterations (-1: not measured).
   double overhead_seconds = -1;
+  // Streams that ended with their last token in the level, and the loop's
+  // mean time ending one after it (-1: not measured).
+  int64_t streams_finished = 0;
+  double finish_seconds = -1;
+};
+
+// Prompt passes served: a level of the split probe (`pdq profile
+// --split-pairs`: the prefill worker's prompt passes beside a busy decode
+// worker), or of the served probe at one client (a monolithic worker's
+// prompt passes, nothing decoding beside them).
+struct PromptLevel {
+  int clients = 0;
+  int64_t prompt_tokens = 0;   // each request's
+  int64_t passes = 0;          // forward passes that computed prompt tokens
+  double tokens_per_pass = 0;  // their mean prompt tokens
+  double pass_seconds = 0;     // their mean time, served
+  double model_seconds = 0;    // the pass model's time for the same mean work
 };
 
 struct PassProfile {
@@ -78,18 +95,23 @@ struct PassProfile {
   // step_overhead + step_overhead_per_row x its decode rows (sampling and
   // sending are per row); WorkerSpec::step_overhead. 0: not measured.
   double step_overhead = 0, step_overhead_per_row = 0;
+  // The served levels' mean time the loop spends ending a stream that sent
+  // its last token, before it takes new requests: a step whose streams end
+  // holds the next requests' clients that long longer (WorkerSpec::
+  // stream_finish_seconds). 0: not measured.
+  double stream_finish_seconds = 0;
   std::vector<ServedLevel> served;
-};
-
-// A level of the split probe (`pdq profile --split-pairs`): the prefill
-// worker's prompt passes, served beside a busy decode worker.
-struct SplitPrefillLevel {
-  int clients = 0;
-  int64_t prompt_tokens = 0;   // each request's
-  int64_t passes = 0;          // forward passes that computed prompt tokens
-  double tokens_per_pass = 0;  // their mean prompt tokens
-  double pass_seconds = 0;     // their mean time, served
-  double model_seconds = 0;    // the pass model's time for the same mean work
+  // The served probe's prompt passes at one client (whole prompts, nothing
+  // decoding beside them) over the pass model's time for the same work,
+  // least squares on relative error: what `pdq sim` scales a pass's prompt
+  // tokens and their attention by, in place of served_factor (fitted on
+  // decode steps, where the router and the clients work between the
+  // passes; a prompt pass has no tokens to send while it runs). Not held at
+  // 1 or more: on the Emerald Rapids guest a monolithic worker's served W4A16
+  // prompts ran at 0.76-1.05 of the profile's model (bench/RESULTS.md). 0:
+  // not measured (profiles before it): served_factor scales them as before.
+  double served_prompt_factor = 0;
+  std::vector<PromptLevel> served_prompts;
 };
 
 // A prefill worker and a decode worker of `threads` each on one machine,
@@ -106,7 +128,7 @@ struct SplitProfile {
   // The prefill worker's passes: served / model, least squares on relative
   // error over its levels, at least 1 (as served_factor).
   double prefill_factor = 0;
-  std::vector<SplitPrefillLevel> prefill_levels;
+  std::vector<PromptLevel> prefill_levels;
   // The decode worker's steps, fitted as PassProfile's served factors and
   // step overhead are.
   double decode_factor = 0, decode_pair_factor = 0;

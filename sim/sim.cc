@@ -74,9 +74,12 @@ absl::Status CheckWorker(const WorkerSpec& s, const std::string& where, bool pro
     return absl::InvalidArgumentError(absl::StrCat(where, ": decode steps would take no time"));
   }
   if (!(s.step_overhead >= 0) || !(s.step_overhead_per_row >= 0) ||
-      !std::isfinite(s.step_overhead + s.step_overhead_per_row)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": step_overhead and step_overhead_per_row must be finite and >= 0"));
+      !(s.stream_finish_seconds >= 0) ||
+      !std::isfinite(s.step_overhead + s.step_overhead_per_row + s.stream_finish_seconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where,
+        ": step_overhead, step_overhead_per_row and stream_finish_seconds must be finite and "
+        ">= 0"));
   }
   if (s.batch.max_decode_batch < 1 || s.batch.token_budget < 1 || s.batch.block_tokens < 1 ||
       s.kv_blocks < 1 || s.max_context < 2 || s.batch.tpot_target < 0 || s.noise < 0) {
@@ -268,6 +271,7 @@ class Simulation {
         rng_(w.seed),
         noise_rng_(w.seed ^ 0x6e6f697365ull),
         split_rng_(w.seed ^ 0x73706c6974ull),
+        router_rng_(w.seed ^ 0x726f75746572ull),
         pools_(d.Pools()) {
     if (!d.arms.empty()) split_ = *SplitOf(d);
     for (int arm = 0; arm < (int)pools_.size(); ++arm) {
@@ -393,7 +397,11 @@ class Simulation {
     r.output_tokens = Length(w_.output_tokens);
     ++sent_;
     const int64_t id = r.id;
-    At(t + d_.router_seconds, [this, id] { Route(id); });
+    const double router =
+        d_.random_router_time && d_.router_seconds > 0
+            ? std::exponential_distribution<double>(1 / d_.router_seconds)(router_rng_)
+            : d_.router_seconds;
+    At(t + router, [this, id] { Route(id); });
   }
 
   void Done(int64_t id) {
@@ -554,31 +562,77 @@ class Simulation {
     }
     const double start = now_;
     step_end_[w] = now_ + seconds;
-    At(now_ + seconds,
+    // The loop samples and sends the rows' tokens after the pass, row by
+    // row (the step overhead's part per row), before it takes new requests:
+    // the pass ends that long before the step does.
+    const double sending = SendingSeconds(w, step);
+    At(now_ + seconds - sending,
        [this, w, start, times, step = std::move(step)] { EndStep(w, start, step, times); });
   }
 
+  // The part of a step's overhead that sends its rows' tokens.
+  double SendingSeconds(int w, const SimStep& step) const {
+    return workers_[w].spec().step_overhead_per_row * double(step.rows.size());
+  }
+
+  // At the end of a step's pass (`start`: when the step began): its rows'
+  // tokens leave one by one over the step's sending time, a finished row's
+  // stream taking the loop its stream_finish_seconds more after its token,
+  // and the client of each sending its next request as its last token
+  // leaves (so the next step may take it, as a real worker's does when its
+  // loop comes round); the step ends after the last.
   void EndStep(int w, double start, const SimStep& step, const StepTimes& times) {
-    busy_[w] = false;
     WorkerSim& worker = workers_[w];
+    const double per_row = worker.spec().step_overhead_per_row;
+    const double finish = worker.spec().stream_finish_seconds;
     const StepOutcome out = worker.Finish(step, times);
+    auto ended = [&](int64_t id) {
+      return std::find(out.finished.begin(), out.finished.end(), id) != out.finished.end();
+    };
+    // When each row's token left, and when the loop came round.
+    std::vector<double> sent(step.rows.size());
+    double t = now_;
+    for (size_t i = 0; i < step.rows.size(); ++i) {
+      t += per_row;
+      sent[i] = t;
+      if (ended(step.rows[i])) t += finish;
+    }
+    const double end = t;
+    result_.workers[w].busy_seconds += end - now_ - SendingSeconds(w, step);
     if (worker.role() == Role::kBoth) {
       // Two models: the first token comes after the prompt pass, before
       // the decode rows' pass.
-      const double first = worker.spec().fused ? now_ : start + times.prompt;
+      const double first = worker.spec().fused ? end : start + times.prompt;
       for (int64_t id : out.prefilled) result_.requests[id].first_token = first;
     }
     for (int64_t id : out.finished) {
       RequestRecord& r = result_.requests[id];
       if (worker.role() == Role::kPrefill) {
         SendKv(w, id, start);  // its blocks are held until the KV landed
+        continue;
+      }
+      worker.Unreserve(r.prompt_tokens + r.output_tokens);
+      // A row's last token leaves at its place among the step's rows; a
+      // stream that ends on its first token, with the prompt's.
+      const auto row = std::find(step.rows.begin(), step.rows.end(), id);
+      const double at = row == step.rows.end() ? end : sent[row - step.rows.begin()];
+      if (at > now_) {
+        At(at, [this, id] { Done(id); });
       } else {
-        worker.Unreserve(r.prompt_tokens + r.output_tokens);
         Done(id);
       }
     }
-    Kick(w);
-    MaybeRetire(w);
+    auto next = [this, w] {
+      busy_[w] = false;
+      Kick(w);
+      MaybeRetire(w);
+    };
+    if (end > now_) {
+      step_end_[w] = end;
+      At(end, next);
+    } else {
+      next();
+    }
   }
 
   // The prompt's KV streams out layer by layer while its last chunk
@@ -736,6 +790,7 @@ class Simulation {
   std::mt19937_64 rng_;        // arrivals and lengths: the workload
   std::mt19937_64 noise_rng_;  // step noise: so the same seed is the same workload anywhere
   std::mt19937_64 split_rng_;  // A/B draws: apart, for the same reason
+  std::mt19937_64 router_rng_;  // router times (Deployment::random_router_time): apart too
   std::vector<const Workers*> pools_;          // by arm: the deployment's own, or its arms
   std::optional<policy::TrafficSplit> split_;  // with arms
   std::vector<WorkerSim> workers_;

@@ -60,8 +60,15 @@ struct WorkerSpec {
   bool calibrate = false;
   // The stepping loop's time outside the forward passes in a step with
   // decode rows (taking requests, sampling, sending tokens): step_overhead
-  // + step_overhead_per_row x its rows, before its tokens go out.
+  // + step_overhead_per_row x its rows: the per-row part after the pass,
+  // each row's token leaving at its place among the rows.
   double step_overhead = 0, step_overhead_per_row = 0;
+  // The loop's time ending a stream after its last token left (summary,
+  // log line, the call's end, caching its KV): it adds to the step, and
+  // the rows after it leave that much later, so clients whose streams ended
+  // early in a step may send their next request before the loop takes
+  // new ones (bench/RESULTS.md, "Monolithic TTFT").
+  double stream_finish_seconds = 0;
 };
 
 // A link between two workers' hosts: each worker sends or receives one KV
@@ -99,6 +106,16 @@ struct Deployment : Workers {
   int64_t kv_bytes_per_token = 0;  // all layers, K and V
   int num_layers = 1;
   double router_seconds = 0;  // the router's time per request (parse, pick, relay)
+  // Each request's router time drawn from an exponential distribution of
+  // mean router_seconds (the profile measures only the mean), not the mean
+  // itself. Requests sent at once (a closed loop's start, or the next
+  // requests of streams that ended in the same step) race to a worker a
+  // fraction of a millisecond apart, and which of them share its next step
+  // goes one way or another from run to run of the real system; with one
+  // fixed time the simulator decides every such race alike in every seed,
+  // drawn the seeds' mean spans both ways (bench/RESULTS.md, "Monolithic
+  // TTFT: prompts served, and requests sent at once").
+  bool random_router_time = true;
   double load_tokens = 512;   // policy::BestCandidate's weight of a request of load
   // How often each worker reports its load to the router (pdq-router
   // --heartbeat-ms): the router picks workers by their queued prompt

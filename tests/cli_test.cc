@@ -638,6 +638,32 @@ TEST(CliTest, ProfileServesEachPrecisionBehindTheRouter) {
   EXPECT_EQ(pass["served"][3]["prompt_tokens"], 512);
   EXPECT_NEAR(pass["served"][0]["rows_per_step"].get<double>(), 1, 0.05);
   EXPECT_GT(pass["served"][1]["rows_per_step"].get<double>(), 1.2);
+  // The prompt passes at one client, each a whole prompt of its shape,
+  // against the passes' model: served_prompt_factor (a pass served, not
+  // many times off its model either way).
+  ASSERT_TRUE(pass.contains("served_prompt_factor")) << pass.dump();
+  EXPECT_GT(pass["served_prompt_factor"].get<double>(), 0.2);
+  EXPECT_LT(pass["served_prompt_factor"].get<double>(), 5);
+  ASSERT_EQ(pass["served_prompts"].size(), 2u) << pass.dump();
+  for (int k = 0; k < 2; ++k) {
+    const nlohmann::json& l = pass["served_prompts"][k];
+    EXPECT_EQ(l["clients"], 1) << l.dump();
+    EXPECT_EQ(l["prompt_tokens"], k == 0 ? 64 : 512) << l.dump();
+    EXPECT_GE(l["passes"].get<int>(), 2) << l.dump();
+    EXPECT_NEAR(l["tokens_per_pass"].get<double>(), k == 0 ? 64 : 512, 1e-9) << l.dump();
+    EXPECT_GT(l["pass_seconds"].get<double>(), 0) << l.dump();
+    EXPECT_GT(l["model_seconds"].get<double>(), 0) << l.dump();
+  }
+  EXPECT_NE(r.out.find("prompt passes at one client x"), std::string::npos) << r.out;
+  // The loop's time ending a stream: every level's streams end (three a
+  // client, each in well under a second).
+  for (const nlohmann::json& l : pass["served"]) {
+    EXPECT_GE(l["streams_finished"].get<int>(), 3) << l.dump();
+    EXPECT_GT(l["finish_seconds"].get<double>(), 0) << l.dump();
+    EXPECT_LT(l["finish_seconds"].get<double>(), 1) << l.dump();
+  }
+  EXPECT_GT(pass["stream_finish_seconds"].get<double>(), 0) << pass.dump();
+  EXPECT_NE(r.out.find("ms ending a stream"), std::string::npos) << r.out;
   // Measured at the one-client level (the line says so); the wait beyond
   // the prompt's compute is clamped at 0, which a loaded host can reach (a
   // CI run beside a build did), so the value alone cannot show it was read.

@@ -97,6 +97,7 @@ TEST(SimTest, ARequestAloneTakesItsStepTimes) {
   d.monolithic_worker.pass.per_pair = 1e-8;
   d.monolithic_worker.pass.per_decode_pair = 3e-8;
   d.router_seconds = 2e-4;
+  d.random_router_time = false;  // each request's router time the mean
   Workload w = ClosedLoop(1, 200, 5, 3);
   const RunResult r = *Simulate(d, w);
   policy::StepWork prompt;
@@ -113,6 +114,87 @@ TEST(SimTest, ARequestAloneTakesItsStepTimes) {
     EXPECT_NEAR(q.finish - q.first_token, decode, 1e-12);
   }
   EXPECT_NEAR(r.requests[2].arrival, 2 * (ttft + decode), 1e-12);
+}
+
+// Router times drawn per request (the default): their mean is the
+// profile's, a seed draws the same ones again, and another seed other ones,
+// so the races between requests sent at once (which of them share a step)
+// go another way; with the mean for each (--router-time fixed) every seed
+// runs alike.
+TEST(SimTest, RouterTimesAreDrawnPerRequest) {
+  Deployment d = OneWorker(1e-3, 1e-4, 5e-4);
+  d.router_seconds = 5e-4;
+  // One client: a request's TTFT is its router time and its prompt's pass.
+  const Workload one = ClosedLoop(1, 100, 2, 4000);
+  const RunResult r = *Simulate(d, one);
+  policy::StepWork prompt;
+  prompt.AddChunk(0, 100);
+  const double pass = d.monolithic_worker.pass.Seconds(prompt);
+  double sum = 0, least = 1, most = 0;
+  for (const RequestRecord& q : r.requests) {
+    const double router = q.ttft() - pass;
+    sum += router;
+    least = std::min(least, router);
+    most = std::max(most, router);
+  }
+  EXPECT_NEAR(sum / double(r.requests.size()), 5e-4, 0.05 * 5e-4);  // 4000 draws: ~1.6% s.e.
+  EXPECT_LT(least, 5e-5);  // exponential: a tenth of the draws fall below 0.1 x the mean
+  EXPECT_GT(most, 2e-3);   // and 1.8% above 4 x
+  const RunResult again = *Simulate(d, one);
+  ASSERT_EQ(again.requests.size(), r.requests.size());
+  for (size_t i = 0; i < r.requests.size(); ++i) {
+    EXPECT_EQ(again.requests[i].first_token, r.requests[i].first_token);
+  }
+
+  // Four clients sending at once to a worker whose steps take about a
+  // router time (0.3 ms a prompt), two seeds: how the steps were composed.
+  d = OneWorker(1e-4, 2e-6, 5e-5);
+  d.router_seconds = 5e-4;
+  RunOptions traced;
+  traced.trace_steps = true;
+  auto compositions = [&](uint64_t seed) {
+    Workload four = ClosedLoop(4, 100, 20, 40);
+    four.seed = seed;
+    std::vector<size_t> chunks;
+    const RunResult run = *Simulate(d, four, traced);
+    for (const StepRecord& s : run.steps) chunks.push_back(s.chunks.size());
+    return chunks;
+  };
+  EXPECT_NE(compositions(1), compositions(2));
+  d.random_router_time = false;
+  EXPECT_EQ(compositions(1), compositions(2));
+}
+
+// The loop's time ending a stream (stream_finish_seconds) holds it after
+// the stream's last token left: the client's next request, sent then,
+// waits for it, and the step is that much longer; a row's token leaves
+// after the pass and its share of the per-row overhead.
+TEST(SimTest, EndingAStreamHoldsTheLoop) {
+  Deployment d = OneWorker(1e-3, 0, 0);  // every pass 1 ms
+  d.router_seconds = 2e-4;
+  d.random_router_time = false;
+  d.monolithic_worker.step_overhead_per_row = 1e-4;
+  d.monolithic_worker.stream_finish_seconds = 1e-3;
+  const Workload w = ClosedLoop(1, 16, 2, 2);
+  const RunResult r = *Simulate(d, w);
+  ASSERT_EQ(r.requests.size(), 2u);
+  // Routed at 0.2 ms, prompt pass to 1.2 ms (its first token), the row's
+  // pass to 2.2 ms, its token out at 2.3 ms; the next request reaches the
+  // router then, the worker at 2.5 ms, and waits for the loop to end the
+  // stream (3.3 ms) before its own prompt pass (to 4.3 ms).
+  EXPECT_NEAR(r.requests[0].first_token, 1.2e-3, 1e-12);
+  EXPECT_NEAR(r.requests[0].finish, 2.3e-3, 1e-12);
+  EXPECT_NEAR(r.requests[1].arrival, 2.3e-3, 1e-12);
+  EXPECT_NEAR(r.requests[1].ttft(), 2.0e-3, 1e-12);
+  ASSERT_EQ(r.workers.size(), 1u);
+  EXPECT_NEAR(r.workers[0].busy_seconds, 4 * 1e-3 + 2 * 1e-4 + 2 * 1e-3, 1e-12);
+  // Without it the worker is idle when the request comes, and starts it.
+  d.monolithic_worker.stream_finish_seconds = 0;
+  const RunResult free = *Simulate(d, w);
+  EXPECT_NEAR(free.requests[1].ttft(), 2e-4 + 1e-3, 1e-12);
+  // Negative or not finite: refused.
+  d.monolithic_worker.stream_finish_seconds = -1e-3;
+  EXPECT_NE(Simulate(d, w).status().message().find("stream_finish_seconds"), std::string::npos);
 }
 
 // 10 closed-loop clients against one worker whose decode batch is 4, the
@@ -991,6 +1073,52 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
     EXPECT_EQ(ProfileFromJson(j.dump())->passes[0].time.per_decode_pair, 1e-7);
     j["passes"][0]["per_decode_pair"] = -1e-7;
     EXPECT_NE(ProfileFromJson(j.dump()).status().message().find("coefficients must be >= 0"),
+              std::string::npos);
+  }
+  {
+    // The served probe's prompt passes at one client price prompt tokens
+    // and their attention; the rest keeps the steps' factors.
+    Profile q = p;
+    Deployment e = d;
+    q.passes[0].served_prompt_factor = 0.8;
+    q.passes[0].stream_finish_seconds = 4e-4;
+    q.passes[0].served[0].streams_finished = 12;
+    q.passes[0].served[0].finish_seconds = 4e-4;
+    q.passes[0].served_prompts = {{1, 64, 3, 64, 0.006, 0.0075}, {1, 512, 3, 512, 0.02, 0.025}};
+    ASSERT_TRUE(SpecsFromProfile(q, {"w8a8", "fp16", "fp16", ""}, {}, &e).ok());
+    EXPECT_DOUBLE_EQ(e.monolithic_worker.pass.per_token, 2e-5 * 0.8);
+    EXPECT_DOUBLE_EQ(e.monolithic_worker.pass.per_pair, 1e-7 * 0.8);
+    EXPECT_DOUBLE_EQ(e.monolithic_worker.pass.per_decode_pair, 15e-7);
+    EXPECT_DOUBLE_EQ(e.monolithic_worker.pass.fixed, 5e-3 * 1.25);
+    EXPECT_DOUBLE_EQ(e.monolithic_worker.pass.per_row, 2e-3 * 1.25);
+    EXPECT_DOUBLE_EQ(e.monolithic_worker.stream_finish_seconds, 4e-4);
+    // Passes alone ignore it, and files keep it and its levels.
+    WorkerOptions idle;
+    idle.idle_passes = true;
+    ASSERT_TRUE(SpecsFromProfile(q, {"w8a8", "fp16", "fp16", ""}, idle, &e).ok());
+    EXPECT_DOUBLE_EQ(e.monolithic_worker.pass.per_token, 2e-5);
+    EXPECT_EQ(e.monolithic_worker.stream_finish_seconds, 0);
+    absl::StatusOr<Profile> read = ProfileFromJson(ProfileToJson(q));
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_EQ(read->passes[0].served_prompt_factor, 0.8);
+    ASSERT_EQ(read->passes[0].served_prompts.size(), 2u);
+    EXPECT_EQ(read->passes[0].served_prompts[1].prompt_tokens, 512);
+    EXPECT_EQ(read->passes[0].served_prompts[1].pass_seconds, 0.02);
+    EXPECT_EQ(read->passes[1].served_prompt_factor, 0);  // none measured: none written or read
+    EXPECT_EQ(read->passes[0].stream_finish_seconds, 4e-4);
+    EXPECT_EQ(read->passes[0].served[0].streams_finished, 12);
+    EXPECT_EQ(read->passes[0].served[0].finish_seconds, 4e-4);
+    EXPECT_EQ(read->passes[1].stream_finish_seconds, 0);
+    nlohmann::json j = nlohmann::json::parse(ProfileToJson(q));
+    EXPECT_FALSE(j["passes"][1].contains("served_prompt_factor"));
+    j["passes"][0]["stream_finish_seconds"] = -1;
+    EXPECT_NE(ProfileFromJson(j.dump()).status().message().find(
+                  "passes[0].stream_finish_seconds must be >= 0"),
+              std::string::npos);
+    j["passes"][0]["stream_finish_seconds"] = 4e-4;
+    j["passes"][0]["served_prompt_factor"] = -0.5;
+    EXPECT_NE(ProfileFromJson(j.dump()).status().message().find(
+                  "passes[0].served_prompt_factor must be > 0"),
               std::string::npos);
   }
   p.passes[0].time.per_pair = 0;

@@ -400,6 +400,9 @@ std::string Cpus(int skip, int n) {
 struct ServedResult {
   std::vector<sim::ServedLevel> levels;
   double factor = 0, pair_factor = 0;
+  double finish_seconds = 0;  // the levels' mean loop time ending a stream (0: none read)
+  std::vector<sim::PromptLevel> prompts;      // prompt passes at one client
+  double prompt_factor = 0;                   // FitPromptFactor's of them (0: none)
   double overhead = 0, overhead_per_row = 0;  // FitOverhead's
   double router_seconds = -1;  // < 0: not measured (no one-client level)
 };
@@ -546,6 +549,10 @@ std::optional<sim::ServedLevel> ServedLevelOf(const WorkerUsage& w, int clients,
   if (std::isfinite(w.decode_step_overhead_seconds)) {
     s.overhead_seconds = w.decode_step_overhead_seconds / w.decode_steps;
   }
+  if (w.streams_finished >= 1 && std::isfinite(w.stream_finish_seconds)) {
+    s.streams_finished = (int64_t)w.streams_finished;
+    s.finish_seconds = w.stream_finish_seconds / w.streams_finished;
+  }
   // The mean step's work: rows over contexts from the prompt's length to
   // the answer's end, prompt tokens each over half its prompt.
   const double row_past = double(shape.prompt_tokens) + double(shape.output_tokens - 1) / 2;
@@ -556,6 +563,42 @@ std::optional<sim::ServedLevel> ServedLevelOf(const WorkerUsage& w, int clients,
                     pass.time.per_token * s.prompt_tokens_per_step + s.model_pair_seconds +
                     pass.time.RowStep(s.rows_per_step + s.prompt_tokens_per_step);
   return s;
+}
+
+// The levels' prompt passes as a x their model's time, least squares on
+// relative error weighted by passes, a at least `floor`; 0 without levels.
+double FitPromptFactor(const std::vector<sim::PromptLevel>& levels, double floor) {
+  double mm = 0, ms = 0;
+  for (const sim::PromptLevel& l : levels) {
+    const double w = double(l.passes) / (l.pass_seconds * l.pass_seconds);
+    mm += w * l.model_seconds * l.model_seconds, ms += w * l.model_seconds * l.pass_seconds;
+  }
+  return mm > 0 ? std::max(floor, ms / mm) : 0;
+}
+
+// A level's prompt passes from a worker's counters: `prompt_tokens` a
+// request, each pass's tokens whole prompts (a pass of several prompts holds
+// each one's attention), against `t`'s time for that mean pass; nullopt with
+// fewer than `min_passes`.
+std::optional<sim::PromptLevel> PromptLevelOf(const WorkerUsage& w, int clients,
+                                              int64_t prompt_tokens, const sim::PassTime& t,
+                                              int min_passes) {
+  if (!(w.prefill_passes >= min_passes) || !(w.prefill_busy_seconds > 0) ||
+      !(w.prefill_tokens > 0)) {
+    return std::nullopt;
+  }
+  sim::PromptLevel p;
+  p.clients = clients;
+  p.prompt_tokens = prompt_tokens;
+  p.passes = (int64_t)w.prefill_passes;
+  p.tokens_per_pass = w.prefill_tokens / w.prefill_passes;
+  p.pass_seconds = w.prefill_busy_seconds / w.prefill_passes;
+  policy::StepWork prompt;  // one prompt's attention
+  prompt.AddChunk(0, prompt_tokens);
+  p.model_seconds = t.fixed + t.per_token * p.tokens_per_pass +
+                    t.per_pair * prompt.attention * p.tokens_per_pass / double(prompt_tokens) +
+                    t.RowStep(p.tokens_per_pass);
+  return p;
 }
 
 // One worker of `pass`'s precision and threads (role both, pinned to the
@@ -586,6 +629,14 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
     for (const LevelResult& l : bench.levels) {
       if (l.workers.size() != 1) continue;
       const WorkerUsage& w = l.workers[0];
+      // One client: each prompt a pass of its own, nothing decoding beside
+      // it (the closed loop's next request comes after the answer).
+      if (l.concurrency == 1) {
+        if (std::optional<sim::PromptLevel> p =
+                PromptLevelOf(w, 1, shape.prompt_tokens, pass.time, /*min_passes=*/1)) {
+          r.prompts.push_back(*p);
+        }
+      }
       std::optional<sim::ServedLevel> s = ServedLevelOf(w, l.concurrency, shape, pass);
       if (!s) continue;
       r.levels.push_back(*s);
@@ -605,6 +656,14 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
   }
   FitServed(&r);
   FitOverhead(&r);
+  r.prompt_factor = FitPromptFactor(r.prompts, /*floor=*/0);
+  double finished = 0, finishing = 0;
+  for (const sim::ServedLevel& l : r.levels) {
+    if (l.finish_seconds < 0) continue;
+    finished += double(l.streams_finished);
+    finishing += l.finish_seconds * double(l.streams_finished);
+  }
+  if (finished > 0) r.finish_seconds = finishing / finished;
   return r;
 }
 
@@ -624,18 +683,6 @@ absl::StatusOr<std::string> ScratchDir() {
 // the decode worker is busy while the prefill worker computes the next
 // prompts.
 constexpr ServedShape kSplitShape = {128, 256};
-
-// The prefill levels' passes as a x their model's time, least squares on
-// relative error weighted by passes, a at least 1 (as FitServed's factors);
-// 0 without levels.
-double FitPrefillFactor(const std::vector<sim::SplitPrefillLevel>& levels) {
-  double mm = 0, ms = 0;
-  for (const sim::SplitPrefillLevel& l : levels) {
-    const double w = double(l.passes) / (l.pass_seconds * l.pass_seconds);
-    mm += w * l.model_seconds * l.model_seconds, ms += w * l.model_seconds * l.pass_seconds;
-  }
-  return mm > 0 ? std::max(1.0, ms / mm) : 0;
-}
 
 // A prefill worker of `prefill`'s precision and a decode worker of
 // `decode`'s, `threads` each, pinned to CPUs apart, behind the router (the
@@ -669,25 +716,13 @@ absl::StatusOr<sim::SplitProfile> MeasureSplit(const ModelFlags& mf, const std::
   split.decode_precision = decode.precision;
   split.threads = threads;
   ServedResult r;
-  policy::StepWork prompt;  // one prompt's attention
-  prompt.AddChunk(0, kSplitShape.prompt_tokens);
   for (const LevelResult& l : bench->levels) {
     for (const WorkerUsage& w : l.workers) {
-      if (w.role == "prefill" && w.prefill_passes >= 2 && w.prefill_busy_seconds > 0) {
-        sim::SplitPrefillLevel p;
-        p.clients = l.concurrency;
-        p.prompt_tokens = kSplitShape.prompt_tokens;
-        p.passes = (int64_t)w.prefill_passes;
-        p.tokens_per_pass = w.prefill_tokens / w.prefill_passes;
-        p.pass_seconds = w.prefill_busy_seconds / w.prefill_passes;
-        // The mean pass: its tokens, as whole prompts (a pass of several
-        // prompts holds each one's attention).
-        const sim::PassTime& t = prefill.time;
-        p.model_seconds =
-            t.fixed + t.per_token * p.tokens_per_pass +
-            t.per_pair * prompt.attention * p.tokens_per_pass / double(kSplitShape.prompt_tokens) +
-            t.RowStep(p.tokens_per_pass);
-        split.prefill_levels.push_back(p);
+      if (w.role == "prefill") {
+        if (std::optional<sim::PromptLevel> p = PromptLevelOf(
+                w, l.concurrency, kSplitShape.prompt_tokens, prefill.time, /*min_passes=*/2)) {
+          split.prefill_levels.push_back(*p);
+        }
       } else if (w.role == "decode") {
         if (std::optional<sim::ServedLevel> s =
                 ServedLevelOf(w, l.concurrency, kSplitShape, decode)) {
@@ -702,7 +737,7 @@ absl::StatusOr<sim::SplitProfile> MeasureSplit(const ModelFlags& mf, const std::
         "(its log: ",
         dir, "/up.log)"));
   }
-  split.prefill_factor = FitPrefillFactor(split.prefill_levels);
+  split.prefill_factor = FitPromptFactor(split.prefill_levels, /*floor=*/1);
   FitServed(&r);
   FitOverhead(&r);
   split.decode_levels = r.levels;
@@ -737,6 +772,9 @@ int RefitServedProfile(const std::string& in_path, const std::string& out_path) 
                  r.pair_factor, p.served.size());
     p.served_factor = r.factor;
     p.served_pair_factor = r.pair_factor;
+    if (!p.served_prompts.empty()) {
+      p.served_prompt_factor = FitPromptFactor(p.served_prompts, /*floor=*/0);
+    }
     ++refitted;
   }
   if (refitted == 0) {
@@ -791,7 +829,7 @@ absl::Status MeasureSplits(const ModelFlags& mf,
         return split.status();
       }
       std::string each;
-      for (const sim::SplitPrefillLevel& l : split->prefill_levels) {
+      for (const sim::PromptLevel& l : split->prefill_levels) {
         absl::StrAppendFormat(&each, "%s%d clients: prompt passes of %.0f tokens %.1f/%.1f ms",
                               each.empty() ? "" : "; ", l.clients, l.tokens_per_pass,
                               l.pass_seconds * 1e3, l.model_seconds * 1e3);
@@ -861,7 +899,9 @@ int ProfileCommand(int argc, char** argv) {
   flags.String("refit-served", &refit_served,
                "a profile FILE to refit instead of measuring: each pass's served_factor and "
                "served_pair_factor fitted again from its recorded served levels by today's rule "
-               "(factors at least 1), written to --out; for profiles measured before that rule");
+               "(factors at least 1), and its served_prompt_factor from its recorded prompt "
+               "passes where it has them, written to --out; for profiles measured before that "
+               "rule");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (!refit_served.empty()) return RefitServedProfile(refit_served, out_path);
   auto fail = [](const absl::Status& s) { return Fail("profile", s); };
@@ -999,6 +1039,9 @@ int ProfileCommand(int argc, char** argv) {
       p.served = r->levels;
       p.served_factor = r->factor;
       p.served_pair_factor = r->pair_factor;
+      p.served_prompt_factor = r->prompt_factor;
+      p.served_prompts = r->prompts;
+      p.stream_finish_seconds = r->finish_seconds;
       p.step_overhead = r->overhead;
       p.step_overhead_per_row = r->overhead_per_row;
       std::string each;
@@ -1010,10 +1053,12 @@ int ProfileCommand(int argc, char** argv) {
       }
       std::fprintf(stderr,
                    "pdq profile: %s at %d threads served: steps x%.2f the passes' model without "
-                   "attention and x%.2f its attention (%s: served/model); the loop outside the "
-                   "passes %.2f ms + %.3f ms a row a step%s; %.0f s\n",
+                   "attention and x%.2f its attention (%s: served/model); prompt passes at one "
+                   "client x%.2f; the loop outside the passes %.2f ms + %.3f ms a row a step, "
+                   "%.3f ms ending a stream%s; %.0f s\n",
                    p.precision.c_str(), p.threads, r->factor, r->pair_factor, each.c_str(),
-                   r->overhead * 1e3, r->overhead_per_row * 1e3,
+                   r->prompt_factor, r->overhead * 1e3, r->overhead_per_row * 1e3,
+                   r->finish_seconds * 1e3,
                    r->router_seconds >= 0
                        ? absl::StrFormat("; first token %.1f ms after the prompt's compute",
                                          r->router_seconds * 1e3)

@@ -32,11 +32,58 @@ const char* PoolName(sim::Role r) {
   return r == sim::Role::kPrefill ? "prefill" : r == sim::Role::kDecode ? "decode" : "monolithic";
 }
 
+// --trace: the first seed's run, request by request and step by step.
+absl::Status WriteTrace(const sim::Deployment& d, const sim::Workload& w, const std::string& path) {
+  sim::RunOptions o;
+  o.trace_steps = true;
+  absl::StatusOr<sim::RunResult> run = sim::Simulate(d, w, o);
+  if (!run.ok()) return run.status();
+  nlohmann::json requests = nlohmann::json::array(), steps = nlohmann::json::array(),
+                 workers = nlohmann::json::array();
+  for (const sim::WorkerRecord& x : run->workers) {
+    workers.push_back({{"role", PoolName(x.role)},
+                       {"arm", x.arm},
+                       {"steps", x.steps},
+                       {"busy_seconds", x.busy_seconds}});
+  }
+  for (const sim::RequestRecord& r : run->requests) {
+    requests.push_back({{"id", r.id},
+                        {"client", r.client},
+                        {"measured", r.measured},
+                        {"refused", r.refused()},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"output_tokens", r.output_tokens},
+                        {"arrival", r.arrival},
+                        {"first_token", r.first_token},
+                        {"finish", r.finish},
+                        {"prefill_worker", r.prefill_worker},
+                        {"decode_worker", r.decode_worker}});
+  }
+  for (const sim::StepRecord& s : run->steps) {
+    nlohmann::json chunks = nlohmann::json::array();
+    for (const auto& [id, tokens] : s.chunks) chunks.push_back({id, tokens});
+    steps.push_back({{"worker", s.worker},
+                     {"start", s.start},
+                     {"seconds", s.seconds},
+                     {"rows", s.rows},
+                     {"chunks", chunks}});
+  }
+  std::ofstream out(path);
+  out << nlohmann::json{{"seed", w.seed},
+                        {"workers", workers},
+                        {"requests", requests},
+                        {"steps", steps}}
+             .dump(1)
+      << "\n";
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int SimCommand(int argc, char** argv) {
-  std::string profile_path, deployment = "1P+1D", workload, json_path, hpa_path, rate_phases, split,
-                            arms;
+  std::string profile_path, deployment = "1P+1D", workload, json_path, trace_path, hpa_path,
+                            rate_phases, split, arms, router_time = "exponential";
   std::string prefill_precision = "w8a8", decode_precision = "w4a16", mono_precision = "fp16",
               mono_prefill_precision, transport = "tcp";
   int64_t threads = 0, prompt_tokens = 0, output_tokens = 0, concurrency = 0, requests = 500,
@@ -131,13 +178,26 @@ int SimCommand(int argc, char** argv) {
              "the router's --max-streams-per-worker batch (its default): a worker that decodes "
              "takes no stream past its --batch, the router refuses it; --bound-streams=false: "
              "--max-streams-per-worker off (streams past the batch take turns)");
+  flags.String("router-time", &router_time,
+               "each request's time through the router (the profile's router_seconds is its "
+               "mean): exponential (drawn per request, seeded: requests sent at once reach a "
+               "worker apart, and an idle worker starts its step on the first, as real ones do) "
+               "or fixed (the mean for every request: requests sent at once arrive together)");
   flags.Float("heartbeat-ms", &heartbeat_ms, 0, 60000,
               "the router's --heartbeat-ms: it routes on each worker's load as of its last "
               "heartbeat (0: on the exact load)");
   flags.String("json", &json_path, "also write the results here");
+  flags.String("trace", &trace_path,
+               "write the first seed's run here (JSON): each request's arrival, first token and "
+               "end (seconds), its workers, and each step's worker, start, time, decode rows and "
+               "prompt chunks (request id, tokens)");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   auto fail = [](const absl::Status& s) { return Fail("sim", s); };
   if (profile_path.empty()) return fail(absl::InvalidArgumentError("--profile is required"));
+  if (router_time != "exponential" && router_time != "fixed") {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--router-time: '", router_time, "' is neither exponential nor fixed")));
+  }
   if ((rate > 0) + (concurrency > 0) + !rate_phases.empty() != 1) {
     return fail(absl::InvalidArgumentError("give one of --rate, --rate-phases and --concurrency"));
   }
@@ -232,6 +292,7 @@ int SimCommand(int argc, char** argv) {
   d.pod_start_seconds = std::max(0.0, pod_start_seconds);
   d.heartbeat_seconds = heartbeat_ms / 1e3;
   d.bound_streams = bound_streams;
+  d.random_router_time = router_time == "exponential";
   d.split_sticky = split_sticky;
   sim::Workload w;
   w.arrivals = concurrency > 0   ? sim::Workload::Arrivals::kClosedLoop
@@ -286,9 +347,15 @@ int SimCommand(int argc, char** argv) {
       if (pass->served_pair_factor > 0 && pass->served_pair_factor != pass->served_factor) {
         absl::StrAppendFormat(&f, " (attention x%.2f)", pass->served_pair_factor);
       }
+      if (pass->served_prompt_factor > 0) {
+        absl::StrAppendFormat(&f, ", prompt tokens x%.2f", pass->served_prompt_factor);
+      }
       if (pass->step_overhead > 0 || pass->step_overhead_per_row > 0) {
         absl::StrAppendFormat(&f, ", +%.2f ms +%.3f ms a row a step outside the passes",
                               pass->step_overhead * 1e3, pass->step_overhead_per_row * 1e3);
+      }
+      if (pass->stream_finish_seconds > 0) {
+        absl::StrAppendFormat(&f, ", +%.3f ms a stream ending", pass->stream_finish_seconds * 1e3);
       }
       if (std::find(factors.begin(), factors.end(), f) == factors.end()) factors.push_back(f);
     }
@@ -318,11 +385,13 @@ int SimCommand(int argc, char** argv) {
                           .c_str());
   }
   if (r->seeds > 1 && concurrency > 0 && spread == 0 && noise == 0 &&
-      (d.arms.empty() || sim::StickyClients(d, w))) {
+      (d.arms.empty() || sim::StickyClients(d, w)) &&
+      !(d.random_router_time && d.router_seconds > 0)) {
     // Nothing in such a run draws from the seed.
     std::printf(
-        "  (every seed runs alike here: closed loop, fixed lengths, no --noise; the intervals are "
-        "0 by construction, not certainty: --length-spread or --noise give them a spread)\n");
+        "  (every seed runs alike here: closed loop, fixed lengths, no --noise, fixed router "
+        "time; the intervals are 0 by construction, not certainty: --length-spread, --noise or "
+        "--router-time exponential give them a spread)\n");
   }
   std::printf("  TTFT p50 %s  p90 %s  p99 %s\n", Figure(r->ttft_p50, 1e3, "ms").c_str(),
               Figure(r->ttft_p90, 1e3, "ms").c_str(), Figure(r->ttft_p99, 1e3, "ms").c_str());
@@ -414,6 +483,9 @@ int SimCommand(int argc, char** argv) {
       std::printf("    ... %zu more (seed %lld; --json has them all)\n", first.size() - shown,
                   (long long)seed);
     }
+  }
+  if (!trace_path.empty()) {
+    if (absl::Status s = WriteTrace(d, w, trace_path); !s.ok()) return fail(s);
   }
   if (!json_path.empty()) {
     nlohmann::json j = {{"projected_from", profile_path},

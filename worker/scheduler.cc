@@ -114,6 +114,16 @@ struct WorkMetrics {
                                                    "Sequences advanced, summed over decode steps.");
   server::Histogram& decode_step_seconds = m.GetHistogram(
       "pdq_decode_step_seconds", "Time of one decode step.", server::LatencyBuckets());
+  server::Counter& streams_finished = m.GetCounter(
+      "pdq_streams_finished_total",
+      "Streams that ended with their last token (length, stop or end of text), in the stepping "
+      "loop.");
+  server::Counter& stream_finish_seconds = m.GetCounter(
+      "pdq_stream_finish_seconds_total",
+      "Time the stepping loop spent ending those streams after sending their last token (the "
+      "summary, the log line, the call's end, caching their KV blocks), summed: with "
+      "pdq_streams_finished_total, how long a step's finished streams hold the loop before it "
+      "takes new requests.");
   server::Counter& decode_step_overhead = m.GetCounter(
       "pdq_decode_step_overhead_seconds_total",
       "Time the stepping loop spent outside the forward passes in iterations that ran decode "
@@ -1355,6 +1365,7 @@ void Scheduler::EmitToken(Sequence& s, int32_t token) {
     WorkMetrics::Get().generated_tokens.Add();
   }
   if (!done) return;
+  const absl::Time finishing = absl::Now();
   Summary sum;
   sum.reason = reason;
   sum.prompt_tokens = s.summary_prompt_tokens >= 0 ? s.summary_prompt_tokens : s.prompt_tokens;
@@ -1371,6 +1382,9 @@ void Scheduler::EmitToken(Sequence& s, int32_t token) {
   s.stream->Finish(absl::OkStatus(), sum);
   s.stream = nullptr;
   FinishSequence(s, absl::OkStatus());
+  WorkMetrics& wm = WorkMetrics::Get();
+  wm.streams_finished.Add();
+  wm.stream_finish_seconds.Add(Seconds(absl::Now() - finishing));
 }
 
 void Scheduler::FinishSequence(Sequence& s, const absl::Status& status) {
