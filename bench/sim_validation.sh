@@ -415,7 +415,7 @@ for p in profile["passes"]:
     if s is None:
         continue
     for k in ("fixed", "per_row", "per_token", "per_pair", "per_decode_pair", "step_overhead",
-              "step_overhead_per_row"):
+              "step_overhead_per_row", "stream_finish_seconds"):
         if k in p:
             p[k] *= s
     p["row_steps"] = [[rows, seconds * s] for rows, seconds in p.get("row_steps", [])]
@@ -461,12 +461,13 @@ for q in p["passes"]:
     q.pop("samples", None)
     # Emulated workers take their passes' time exactly, not served ones; but
     # their stepping loop is the real one (it samples the emulated logits and
-    # sends the tokens), so the loop time the profile measured beside the
-    # passes stays, unscaled (EMULATED_LOOP=0 drops it, as sets before
-    # 2026-12-06 did).
-    drop = ["served_factor", "served_pair_factor", "served"]
+    # sends the tokens, and ends streams), so the loop time the profile
+    # measured beside the passes stays, unscaled (EMULATED_LOOP=0 drops it,
+    # as sets before 2026-12-06 did).
+    drop = ["served_factor", "served_pair_factor", "served", "served_prompt_factor",
+            "served_prompts"]
     if os.environ.get("EMULATED_LOOP", "1") == "0":
-        drop += ["step_overhead", "step_overhead_per_row"]
+        drop += ["step_overhead", "step_overhead_per_row", "stream_finish_seconds"]
     for f in drop:
         q.pop(f, None)
 json.dump(p, sys.stdout, indent=1)

@@ -109,8 +109,8 @@ PassTime Scaled(const PassTime& t, double f, double pair) {
 // A pass's time as the simulated worker takes it: served (times the
 // profile's served_factor, where measured) unless the options say alone.
 PassTime Served(const PassProfile& pass, const WorkerOptions& o) {
-  if (o.idle_passes || !(pass.served_factor > 0)) return pass.time;
-  const double f = pass.served_factor;
+  if (o.idle_passes) return pass.time;
+  const double f = pass.served_factor > 0 ? pass.served_factor : 1;
   PassTime t = Scaled(pass.time, f, pass.served_pair_factor > 0 ? pass.served_pair_factor : f);
   if (pass.served_prompt_factor > 0) {
     t.per_token = pass.time.per_token * pass.served_prompt_factor;
@@ -377,12 +377,15 @@ std::string ProfileToJson(const Profile& p) {
         e["step_overhead"] = s.step_overhead;
         e["step_overhead_per_row"] = s.step_overhead_per_row;
       }
-      if (s.stream_finish_seconds > 0) e["stream_finish_seconds"] = s.stream_finish_seconds;
       e["served"] = ServedLevelsJson(s.served);
-      if (s.served_prompt_factor > 0) {
-        e["served_prompt_factor"] = s.served_prompt_factor;
-        e["served_prompts"] = PromptLevelsJson(s.served_prompts);
-      }
+    }
+    if (s.stream_finish_seconds > 0) {
+      j["passes"].back()["stream_finish_seconds"] = s.stream_finish_seconds;
+    }
+    if (s.served_prompt_factor > 0) {
+      json& e = j["passes"].back();
+      e["served_prompt_factor"] = s.served_prompt_factor;
+      e["served_prompts"] = PromptLevelsJson(s.served_prompts);
     }
   }
   if (!p.splits.empty()) {
@@ -472,6 +475,13 @@ absl::Status ReadPromptLevels(const json& j, const std::string& path, const char
     PDQ_GET(levels[k], at, "tokens_per_pass", &l.tokens_per_pass);
     PDQ_GET(levels[k], at, "pass_seconds", &l.pass_seconds);
     PDQ_GET(levels[k], at, "model_seconds", &l.model_seconds);
+    if (l.passes < 1 || !(l.tokens_per_pass > 0) || !(l.pass_seconds > 0) ||
+        !(l.model_seconds > 0) || !std::isfinite(l.pass_seconds + l.model_seconds)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "profile: ", at,
+          ": passes must be >= 1 and tokens_per_pass, pass_seconds and model_seconds finite and "
+          "> 0"));
+    }
     out->push_back(l);
   }
   return absl::OkStatus();
@@ -642,7 +652,7 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
     PDQ_GET_OPTIONAL(e, path, "served_prompt_factor", &s.served_prompt_factor);
     if (!(s.served_prompt_factor >= 0) || !std::isfinite(s.served_prompt_factor)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("profile: ", path, ".served_prompt_factor must be > 0 where given"));
+          absl::StrCat("profile: ", path, ".served_prompt_factor must be >= 0 (0: not measured)"));
     }
     PDQ_RETURN_IF_ERROR(ReadPromptLevels(e, path, "served_prompts", &s.served_prompts));
     for (double v : {s.time.fixed, s.time.per_row, s.time.per_token, s.time.per_pair,

@@ -193,8 +193,8 @@ absl::Status Validate(const Deployment& d, const Workload& w) {
       return absl::InvalidArgumentError("kv_bytes_per_token and num_layers must be >= 1");
     }
   }
-  if (!(d.router_seconds >= 0) || !(d.load_tokens >= 0)) {
-    return absl::InvalidArgumentError("router_seconds and load_tokens must be >= 0");
+  if (!(d.router_seconds >= 0) || !std::isfinite(d.router_seconds) || !(d.load_tokens >= 0)) {
+    return absl::InvalidArgumentError("router_seconds and load_tokens must be finite and >= 0");
   }
   for (const auto& [hpa, n, name] : {std::tuple{&d.prefill_hpa, d.prefill, "prefill"},
                                      std::tuple{&d.decode_hpa, d.decode, "decode"},
@@ -552,7 +552,9 @@ class Simulation {
       times.pass *= f;
       times.prompt *= f;
     }
-    const double seconds = times.total();
+    // A stream that ends holds the loop after its token (EndStep).
+    const double seconds =
+        times.total() + double(workers_[w].Ending(step)) * workers_[w].spec().stream_finish_seconds;
     busy_[w] = true;
     WorkerRecord& wr = result_.workers[w];
     wr.busy_seconds += seconds;
@@ -562,25 +564,24 @@ class Simulation {
     }
     const double start = now_;
     step_end_[w] = now_ + seconds;
-    // The loop samples and sends the rows' tokens after the pass, row by
-    // row (the step overhead's part per row), before it takes new requests:
-    // the pass ends that long before the step does.
-    const double sending = SendingSeconds(w, step);
+    // After the pass the loop samples and sends the rows' tokens row by
+    // row (the step overhead's part per row), ending each stream whose last
+    // token it was, before it takes new requests: EndStep runs that long
+    // before the step ends.
+    const double sending =
+        workers_[w].spec().step_overhead_per_row * double(step.rows.size()) +
+        double(workers_[w].Ending(step)) * workers_[w].spec().stream_finish_seconds;
     At(now_ + seconds - sending,
        [this, w, start, times, step = std::move(step)] { EndStep(w, start, step, times); });
   }
 
-  // The part of a step's overhead that sends its rows' tokens.
-  double SendingSeconds(int w, const SimStep& step) const {
-    return workers_[w].spec().step_overhead_per_row * double(step.rows.size());
-  }
-
-  // At the end of a step's pass (`start`: when the step began): its rows'
-  // tokens leave one by one over the step's sending time, a finished row's
-  // stream taking the loop its stream_finish_seconds more after its token,
-  // and the client of each sending its next request as its last token
-  // leaves (so the next step may take it, as a real worker's does when its
-  // loop comes round); the step ends after the last.
+  // After a step's pass (`start`: when the step began): its rows' tokens
+  // leave one by one, each after its share of the per-row overhead, a row
+  // whose stream ends holding the loop its stream_finish_seconds more after
+  // its token; such a stream's KV is freed and its client sends its next
+  // request as its last token leaves (so the next step may take it, as a
+  // real worker's does when its loop comes round); the step ends after the
+  // last, at step_end_ (Kick counted the same holds).
   void EndStep(int w, double start, const SimStep& step, const StepTimes& times) {
     WorkerSim& worker = workers_[w];
     const double per_row = worker.spec().step_overhead_per_row;
@@ -598,7 +599,6 @@ class Simulation {
       if (ended(step.rows[i])) t += finish;
     }
     const double end = t;
-    result_.workers[w].busy_seconds += end - now_ - SendingSeconds(w, step);
     if (worker.role() == Role::kBoth) {
       // Two models: the first token comes after the prompt pass, before
       // the decode rows' pass.
@@ -611,15 +611,20 @@ class Simulation {
         SendKv(w, id, start);  // its blocks are held until the KV landed
         continue;
       }
-      worker.Unreserve(r.prompt_tokens + r.output_tokens);
       // A row's last token leaves at its place among the step's rows; a
-      // stream that ends on its first token, with the prompt's.
+      // stream that ends on its first token (from a prompt chunk), at the
+      // step's end.
       const auto row = std::find(step.rows.begin(), step.rows.end(), id);
       const double at = row == step.rows.end() ? end : sent[row - step.rows.begin()];
-      if (at > now_) {
-        At(at, [this, id] { Done(id); });
-      } else {
+      const int64_t kv = r.prompt_tokens + r.output_tokens;
+      auto ends = [this, w, id, kv] {
+        workers_[w].Unreserve(kv);
         Done(id);
+      };
+      if (at > now_) {
+        At(at, ends);
+      } else {
+        ends();
       }
     }
     auto next = [this, w] {
@@ -628,7 +633,6 @@ class Simulation {
       MaybeRetire(w);
     };
     if (end > now_) {
-      step_end_[w] = end;
       At(end, next);
     } else {
       next();

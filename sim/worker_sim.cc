@@ -40,6 +40,16 @@ int64_t WorkerSim::decoding() const {
                        [](const SimStream& s) { return s.stage == Stage::kDecoding; });
 }
 
+int64_t WorkerSim::Ending(const SimStep& step) const {
+  int64_t n = 0;
+  for (int64_t id : step.rows) {
+    for (const SimStream& s : streams_) {
+      if (s.id == id && s.emitted + 1 >= s.output_tokens) ++n;
+    }
+  }
+  return n;
+}
+
 int64_t WorkerSim::BlocksFor(int64_t tokens) const {
   const int64_t bt = spec_.batch.block_tokens;
   return (tokens + bt - 1) / bt;

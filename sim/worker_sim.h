@@ -70,6 +70,8 @@ class WorkerSim {
   int64_t queued_prompt_tokens() const;
   // Streams decoding (the worker's active sequences).
   int64_t decoding() const;
+  // The step's decode rows whose streams end with this step's token.
+  int64_t Ending(const SimStep& step) const;
   int64_t streams() const { return (int64_t)streams_.size(); }
   // KV blocks held (reserved for prompt + output, as the worker reserves).
   int64_t kv_blocks_used() const { return kv_blocks_used_; }

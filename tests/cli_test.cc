@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "policy/traffic_split.h"
 #include "quant/model_flags.h"
+#include "sim/profile.h"
 
 namespace {
 
@@ -771,6 +772,31 @@ TEST(CliTest, ProfileRefitsServedFactorsOfAnOlderProfile) {
       EXPECT_EQ(g[key], b[key]) << i << " " << key;
   }
   EXPECT_GT(below_one, 0);  // the fixture still tests a refit
+  {
+    // A profile with the served probe's prompt passes (set 06e, whose
+    // served_prompt_factor scaled the whole pass): refitted, it prices the
+    // pass's prompt part beside its fixed part at served_factor, the least
+    // squares of relative error over the prompt levels.
+    const std::string e = "bench/sim_validation/emr-2core-2026-12-06e/profile.json";
+    r = RunPdq("profile --refit-served " + e + " --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    absl::StatusOr<pdq::sim::Profile> refit = pdq::sim::ReadProfile(out);
+    ASSERT_TRUE(refit.ok()) << refit.status();
+    int priced = 0;
+    for (const pdq::sim::PassProfile& p : refit->passes) {
+      if (p.served_prompts.empty()) continue;
+      double pp = 0, py = 0;
+      for (const pdq::sim::PromptLevel& l : p.served_prompts) {
+        const double fixed = p.time.fixed + p.time.RowStep(l.tokens_per_pass);
+        const double w = double(l.passes) / (l.pass_seconds * l.pass_seconds);
+        pp += w * (l.model_seconds - fixed) * (l.model_seconds - fixed);
+        py += w * (l.model_seconds - fixed) * (l.pass_seconds - fixed * p.served_factor);
+      }
+      EXPECT_NEAR(p.served_prompt_factor, py / pp, 1e-9) << p.precision << " " << p.threads;
+      ++priced;
+    }
+    EXPECT_EQ(priced, 6);
+  }
   const std::string bare = ::testing::TempDir() + "/cli_test_refit_bare.json";
   r = RunPdq(
       "profile --model synthetic:tiny --precisions fp16 --reps 1 --transports '' "

@@ -192,6 +192,32 @@ TEST(SimTest, EndingAStreamHoldsTheLoop) {
   d.monolithic_worker.stream_finish_seconds = 0;
   const RunResult free = *Simulate(d, w);
   EXPECT_NEAR(free.requests[1].ttft(), 2e-4 + 1e-3, 1e-12);
+  // Two rows in a step, one of them ending its stream: its token leaves
+  // after its place among the rows' shares (0.1 ms each), the loop ends it
+  // (1 ms), and its client's next request (0.2 ms through the router)
+  // arrives before the loop comes round and rides the next step.
+  d.monolithic_worker.stream_finish_seconds = 1e-3;
+  RunOptions traced;
+  traced.trace_steps = true;
+  const RunResult two = *Simulate(d, ClosedLoop(2, 16, 3, 3), traced);
+  // Steps: [P0], [R0, P1], [R0 (its last), R1], [R1 (its last), P2] ...
+  ASSERT_GE(two.steps.size(), 4u);
+  const StepRecord& third = two.steps[2];
+  ASSERT_EQ(third.rows.size(), 2u);
+  ASSERT_EQ(third.chunks.size(), 0u);
+  const int at = two.requests[third.rows[0]].id == 0 ? 0 : 1;  // request 0's place
+  ASSERT_EQ(third.rows[at], 0);
+  const double pass_end = third.start + 1e-3;
+  EXPECT_NEAR(two.requests[0].finish, pass_end + (at + 1) * 1e-4, 1e-12);
+  EXPECT_NEAR(third.seconds, 1e-3 + 2 * 1e-4 + 1e-3, 1e-12);  // the trace holds the hold too
+  const StepRecord& fourth = two.steps[3];
+  EXPECT_NEAR(fourth.start, third.start + third.seconds, 1e-12);
+  ASSERT_EQ(fourth.chunks.size(), 1u);
+  const RequestRecord& next = two.requests[fourth.chunks[0].first];
+  EXPECT_EQ(next.client, two.requests[0].client);
+  EXPECT_NEAR(next.arrival, two.requests[0].finish, 1e-12);
+  ASSERT_EQ(fourth.rows.size(), 1u);
+  EXPECT_EQ(fourth.rows[0], 1);
   // Negative or not finite: refused.
   d.monolithic_worker.stream_finish_seconds = -1e-3;
   EXPECT_NE(Simulate(d, w).status().message().find("stream_finish_seconds"), std::string::npos);
@@ -315,6 +341,13 @@ TEST(SimTest, ABusyDecodeWorkerSendsALandedPromptsFirstTokenAfterItsStep) {
   EXPECT_NEAR(b.first_token, a.first_token + 0.05 + 1e-4, 1e-12);
   // Its KV landed well before: a prefill step (11 ms) after the first's.
   EXPECT_GT(b.first_token - a.first_token, 0.03);
+  // Two tokens each: the first stream ends in that step, and the loop
+  // holds 20 ms ending it before it sends the landed prompt's first token.
+  d.decode_worker.stream_finish_seconds = 0.02;
+  const RunResult held = *Simulate(d, ClosedLoop(2, 100, 2, 2));
+  const RequestRecord &c = held.requests[0], &e = held.requests[1];
+  EXPECT_NEAR(c.finish, c.first_token + 0.05 + 1e-4, 1e-12);
+  EXPECT_NEAR(e.first_token, c.first_token + 0.05 + 1e-4 + 0.02, 1e-12);
 }
 
 TEST(SimTest, TransfersShareALink) {
@@ -1118,7 +1151,7 @@ TEST(SimPlanTest, ServedPassesTakeTheProfilesServedFactor) {
     j["passes"][0]["stream_finish_seconds"] = 4e-4;
     j["passes"][0]["served_prompt_factor"] = -0.5;
     EXPECT_NE(ProfileFromJson(j.dump()).status().message().find(
-                  "passes[0].served_prompt_factor must be > 0"),
+                  "passes[0].served_prompt_factor must be >= 0"),
               std::string::npos);
   }
   p.passes[0].time.per_pair = 0;

@@ -546,12 +546,17 @@ std::optional<sim::ServedLevel> ServedLevelOf(const WorkerUsage& w, int clients,
   s.prompt_tokens_per_step =
       std::isfinite(w.decode_step_prompt_tokens) ? w.decode_step_prompt_tokens / w.decode_steps : 0;
   s.step_seconds = w.decode_step_seconds / w.decode_steps;
-  if (std::isfinite(w.decode_step_overhead_seconds)) {
-    s.overhead_seconds = w.decode_step_overhead_seconds / w.decode_steps;
-  }
-  if (w.streams_finished >= 1 && std::isfinite(w.stream_finish_seconds)) {
+  const bool finishes = w.streams_finished >= 1 && std::isfinite(w.stream_finish_seconds);
+  if (finishes) {
     s.streams_finished = (int64_t)w.streams_finished;
     s.finish_seconds = w.stream_finish_seconds / w.streams_finished;
+  }
+  if (std::isfinite(w.decode_step_overhead_seconds)) {
+    // Less the streams' ends, which the loop's time outside the passes
+    // holds too and the simulator adds apart (stream_finish_seconds).
+    s.overhead_seconds =
+        std::max(0.0, w.decode_step_overhead_seconds - (finishes ? w.stream_finish_seconds : 0)) /
+        w.decode_steps;
   }
   // The mean step's work: rows over contexts from the prompt's length to
   // the answer's end, prompt tokens each over half its prompt.
@@ -565,8 +570,26 @@ std::optional<sim::ServedLevel> ServedLevelOf(const WorkerUsage& w, int clients,
   return s;
 }
 
+// The served probe's prompt passes at one client as the simulator prices
+// them: the pass model's fixed part and row steps times the steps' served
+// factor `f`, its prompt tokens and their attention times g, g fitted (least
+// squares on relative error weighted by passes); 0 without levels or where
+// the fixed part alone outruns the passes (g would not be positive).
+double FitServedPromptFactor(const std::vector<sim::PromptLevel>& levels, const sim::PassTime& t,
+                             double f) {
+  double pp = 0, py = 0;
+  for (const sim::PromptLevel& l : levels) {
+    const double fixed = t.fixed + t.RowStep(l.tokens_per_pass);
+    const double prompt = l.model_seconds - fixed, y = l.pass_seconds - fixed * f;
+    const double w = double(l.passes) / (l.pass_seconds * l.pass_seconds);
+    pp += w * prompt * prompt, py += w * prompt * y;
+  }
+  return pp > 0 && py > 0 ? py / pp : 0;
+}
+
 // The levels' prompt passes as a x their model's time, least squares on
 // relative error weighted by passes, a at least `floor`; 0 without levels.
+// (The split probe's prefill_factor, which scales the whole pass.)
 double FitPromptFactor(const std::vector<sim::PromptLevel>& levels, double floor) {
   double mm = 0, ms = 0;
   for (const sim::PromptLevel& l : levels) {
@@ -656,7 +679,7 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
   }
   FitServed(&r);
   FitOverhead(&r);
-  r.prompt_factor = FitPromptFactor(r.prompts, /*floor=*/0);
+  r.prompt_factor = FitServedPromptFactor(r.prompts, pass.time, r.factor);
   double finished = 0, finishing = 0;
   for (const sim::ServedLevel& l : r.levels) {
     if (l.finish_seconds < 0) continue;
@@ -773,7 +796,7 @@ int RefitServedProfile(const std::string& in_path, const std::string& out_path) 
     p.served_factor = r.factor;
     p.served_pair_factor = r.pair_factor;
     if (!p.served_prompts.empty()) {
-      p.served_prompt_factor = FitPromptFactor(p.served_prompts, /*floor=*/0);
+      p.served_prompt_factor = FitServedPromptFactor(p.served_prompts, p.time, r.factor);
     }
     ++refitted;
   }

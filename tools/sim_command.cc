@@ -151,10 +151,12 @@ int SimCommand(int argc, char** argv) {
               "--step-target-ms; 0: workers with --tpot-target-ms off)");
   flags.Int("kv-blocks", &kv_blocks, 1, 1LL << 40, "KV blocks per decode or monolithic worker");
   flags.Float("noise", &noise, 0, 2, "relative spread of step times (log-normal sigma)");
-  flags.Bool("idle-passes", &idle_passes,
-             "forward passes as the profile timed them alone, not times its measured "
-             "served_factor (the router, gRPC and clients sharing the cores), and no stepping-loop "
-             "time outside them (its step_overhead)");
+  flags.Bool(
+      "idle-passes", &idle_passes,
+      "forward passes as the profile timed them alone, not times its measured "
+      "served_factor (the router, gRPC and clients sharing the cores) or served_prompt_factor, "
+      "and no stepping-loop time outside them (its step_overhead and "
+      "stream_finish_seconds)");
   flags.Bool("co-located", &co_located,
              "each prefill worker shares a machine with a decode worker, pinned to cores apart "
              "(1P+1D on one box): both run on the profile's split probe of their pair (pdq "
@@ -342,8 +344,14 @@ int SimCommand(int argc, char** argv) {
           std::find(stepped.begin(), stepped.end(), precision) == stepped.end()) {
         stepped.push_back(precision);
       }
-      if (precision.empty() || !pass.ok() || !(pass->served_factor > 0)) continue;
-      std::string f = absl::StrFormat("%s x%.2f", precision, pass->served_factor);
+      if (precision.empty() || !pass.ok() ||
+          !(pass->served_factor > 0 || pass->served_prompt_factor > 0 ||
+            pass->stream_finish_seconds > 0)) {
+        continue;
+      }
+      std::string f = pass->served_factor > 0
+                          ? absl::StrFormat("%s x%.2f", precision, pass->served_factor)
+                          : absl::StrFormat("%s x1 (no served_factor)", precision);
       if (pass->served_pair_factor > 0 && pass->served_pair_factor != pass->served_factor) {
         absl::StrAppendFormat(&f, " (attention x%.2f)", pass->served_pair_factor);
       }
@@ -529,6 +537,7 @@ int SimCommand(int argc, char** argv) {
       if (split_sticky) j["split_sticky"] = true;
     }
     if (client_ids) j["client_ids"] = true;
+    j["router_time"] = router_time;
     std::ofstream out(json_path);
     out << j.dump(2) << "\n";
     if (!out) return fail(absl::UnavailableError(absl::StrCat("cannot write ", json_path)));
