@@ -494,8 +494,10 @@ absl::StatusOr<std::string> StartProbe(const std::string& model_path, const nloh
 absl::StatusOr<BenchResult> BenchDeployment(const LocalDeployment& dep, const std::string& text,
                                             const ServedShape& shape,
                                             const std::vector<int64_t>& clients, int prompt_seed,
-                                            const std::string& dir) {
-  const std::string base = absl::StrCat(dir, "/bench-", shape.prompt_tokens);
+                                            const std::string& dir, int requests_per_client = 2,
+                                            int warmup = 1) {
+  const std::string base = absl::StrCat(dir, "/bench-", shape.prompt_tokens,
+                                        warmup == 1 ? "" : absl::StrCat("-warmup", warmup));
   const int rc = RunChild({SelfPath(),
                            "bench",
                            "--router",
@@ -513,9 +515,9 @@ absl::StatusOr<BenchResult> BenchDeployment(const LocalDeployment& dep, const st
                            "--concurrency",
                            absl::StrJoin(clients, ","),
                            "--requests-per-client",
-                           "2",
+                           std::to_string(requests_per_client),
                            "--warmup",
-                           "1",
+                           std::to_string(warmup),
                            "--prompt-seed",
                            std::to_string(prompt_seed)},
                           base + ".log", /*stderr_too=*/true);
@@ -663,11 +665,23 @@ absl::StatusOr<ServedResult> MeasureServed(const ModelFlags& mf, const std::stri
       std::optional<sim::ServedLevel> s = ServedLevelOf(w, l.concurrency, shape, pass);
       if (!s) continue;
       r.levels.push_back(*s);
-      // One client of the short shape: nothing else runs while a prompt
-      // computes, so its first token's wait beyond the prompt's compute is
-      // the router's and gRPC's.
-      if (shape_index == 1 && l.concurrency == 1 && w.prefills > 0 &&
-          std::isfinite(w.prefill_seconds) && l.ttft_s.mean > 0) {
+    }
+  }
+  // The router's time: one client of the short shape, the worker warm by
+  // now and no request left out (the levels above leave their first out of
+  // the client's figures but not of the worker's counters, which set a
+  // cold prompt pass against warm first tokens): nothing else runs while a
+  // prompt computes, so its first token's wait beyond the prompt's compute
+  // is the router's and gRPC's.
+  if (std::find(clients.begin(), clients.end(), 1) != clients.end()) {
+    constexpr int kRouterRequests = 4;
+    PDQ_ASSIGN_OR_RETURN(const BenchResult bench,
+                         BenchDeployment(dep, text, kServedShapes[0], {1}, ++shape_index, dir,
+                                         kRouterRequests, /*warmup=*/0));
+    for (const LevelResult& l : bench.levels) {
+      if (l.workers.size() != 1 || l.requests_ok != kRouterRequests) continue;
+      const WorkerUsage& w = l.workers[0];
+      if (w.prefills == kRouterRequests && std::isfinite(w.prefill_seconds) && l.ttft_s.mean > 0) {
         r.router_seconds = std::max(0.0, l.ttft_s.mean - w.prefill_seconds / w.prefills);
       }
     }
