@@ -552,9 +552,15 @@ class Simulation {
       times.pass *= f;
       times.prompt *= f;
     }
-    // A stream that ends holds the loop after its token (EndStep).
-    const double seconds =
-        times.total() + double(workers_[w].Ending(step)) * workers_[w].spec().stream_finish_seconds;
+    // After the pass the loop samples and sends the rows' tokens row by
+    // row (the step overhead's part per row), ending each stream whose last
+    // token it was, before it takes new requests: EndStep runs that long
+    // before the step ends.
+    const double holds =
+        double(workers_[w].Ending(step)) * workers_[w].spec().stream_finish_seconds;
+    const double sending =
+        workers_[w].spec().step_overhead_per_row * double(step.rows.size()) + holds;
+    const double seconds = times.total() + holds;
     busy_[w] = true;
     WorkerRecord& wr = result_.workers[w];
     wr.busy_seconds += seconds;
@@ -564,13 +570,6 @@ class Simulation {
     }
     const double start = now_;
     step_end_[w] = now_ + seconds;
-    // After the pass the loop samples and sends the rows' tokens row by
-    // row (the step overhead's part per row), ending each stream whose last
-    // token it was, before it takes new requests: EndStep runs that long
-    // before the step ends.
-    const double sending =
-        workers_[w].spec().step_overhead_per_row * double(step.rows.size()) +
-        double(workers_[w].Ending(step)) * workers_[w].spec().stream_finish_seconds;
     At(now_ + seconds - sending,
        [this, w, start, times, step = std::move(step)] { EndStep(w, start, step, times); });
   }
@@ -590,7 +589,7 @@ class Simulation {
     auto ended = [&](int64_t id) {
       return std::find(out.finished.begin(), out.finished.end(), id) != out.finished.end();
     };
-    // When each row's token left, and when the loop came round.
+    // When each row's token left; the loop comes round at the step's end.
     std::vector<double> sent(step.rows.size());
     double t = now_;
     for (size_t i = 0; i < step.rows.size(); ++i) {
@@ -598,7 +597,7 @@ class Simulation {
       sent[i] = t;
       if (ended(step.rows[i])) t += finish;
     }
-    const double end = t;
+    const double end = step_end_[w];
     if (worker.role() == Role::kBoth) {
       // Two models: the first token comes after the prompt pass, before
       // the decode rows' pass.

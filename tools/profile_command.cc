@@ -402,7 +402,7 @@ struct ServedResult {
   double factor = 0, pair_factor = 0;
   double finish_seconds = 0;  // the levels' mean loop time ending a stream (0: none read)
   std::vector<sim::PromptLevel> prompts;      // prompt passes at one client
-  double prompt_factor = 0;                   // FitPromptFactor's of them (0: none)
+  double prompt_factor = 0;                   // FitServedPromptFactor's (0: none)
   double overhead = 0, overhead_per_row = 0;  // FitOverhead's
   double router_seconds = -1;  // < 0: not measured (no one-client level)
 };
@@ -589,16 +589,16 @@ double FitServedPromptFactor(const std::vector<sim::PromptLevel>& levels, const 
   return pp > 0 && py > 0 ? py / pp : 0;
 }
 
-// The levels' prompt passes as a x their model's time, least squares on
-// relative error weighted by passes, a at least `floor`; 0 without levels.
-// (The split probe's prefill_factor, which scales the whole pass.)
-double FitPromptFactor(const std::vector<sim::PromptLevel>& levels, double floor) {
+// The split probe's prefill_factor: the levels' prompt passes as a x their
+// model's time (the whole pass), least squares on relative error weighted by
+// passes, a at least 1 (as FitServed's factors); 0 without levels.
+double FitPrefillFactor(const std::vector<sim::PromptLevel>& levels) {
   double mm = 0, ms = 0;
   for (const sim::PromptLevel& l : levels) {
     const double w = double(l.passes) / (l.pass_seconds * l.pass_seconds);
     mm += w * l.model_seconds * l.model_seconds, ms += w * l.model_seconds * l.pass_seconds;
   }
-  return mm > 0 ? std::max(floor, ms / mm) : 0;
+  return mm > 0 ? std::max(1.0, ms / mm) : 0;
 }
 
 // A level's prompt passes from a worker's counters: `prompt_tokens` a
@@ -774,7 +774,7 @@ absl::StatusOr<sim::SplitProfile> MeasureSplit(const ModelFlags& mf, const std::
         "(its log: ",
         dir, "/up.log)"));
   }
-  split.prefill_factor = FitPromptFactor(split.prefill_levels, /*floor=*/1);
+  split.prefill_factor = FitPrefillFactor(split.prefill_levels);
   FitServed(&r);
   FitOverhead(&r);
   split.decode_levels = r.levels;
