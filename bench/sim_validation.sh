@@ -14,10 +14,15 @@
 #   bench/sim_validation.sh measure BUILD DIR [RUNS] [NAMES]
 #       the real deployments (pdq up + pdq bench, closed loop), RUNS times
 #       each (3), the configurations alternating within each round
-#       -> DIR/measured/NAME-RUN.json
+#       -> DIR/measured/NAME-RUN.json; TRACK_SPEED=1: before each run,
+#       speed_probe (as measure-open's, below) and that run's levels predicted
+#       as predict does on the profile scaled by it, written before the run
+#       starts -> DIR/predicted-tracked/NAME-RUN-cLEVEL.json (speed.txt: each
+#       run's ratios; not for the A/B rollout)
 #   bench/sim_validation.sh compare DIR
 #       DIR/validation-PREDICTED.md: predicted against measured, each cell's error,
-#       the run-to-run spread, the bias of each metric
+#       the run-to-run spread, the bias of each metric; TRACKED=1: each run
+#       against its own tracked prediction -> DIR/validation-predicted-tracked.md
 #   bench/sim_validation.sh predict-open BUILD DIR
 #       open loop: each of OPEN_NAMES' capacity by pdq sim (16 clients back to
 #       back), then Poisson rates at 50%, 70% and 85% of it, 20 requests after
@@ -259,6 +264,13 @@ measure() {
       IFS='|' read -r name workers flags <<<"$c"
       [[ -z $only || ",$only," == *",$name,"* ]] || continue
       log "round $r: $name$suffix"
+      if [[ ${TRACK_SPEED:-0} != 0 ]]; then
+        if tracks_speed "$name"; then
+          predict_tracked_closed "$name" "$r"
+        else
+          log "TRACK_SPEED=1: $name's A/B arms are not scaled; its run has no tracked prediction"
+        fi
+      fi
       up_config "$name" "$workers" "$flags"
       # shellcheck disable=SC2046  # bench_flags are words
       "$bin/pdq" bench --router "$router" --input-tokens "$prompt_tokens" \
@@ -349,14 +361,15 @@ compare_open() { OPEN=1 compare; }
 
 # speed_probe OUT: the host's speed now, on each CPU the 1P+1D
 # configurations pin a worker to -> OUT (JSON: per CPU, W8A8 prompt and
-# W4A16 decode tokens/s at one thread, each the mean of 5 repetitions).
+# W4A16 decode tokens/s at one thread, each the mean of 10 repetitions;
+# sets before 2026-12-06 night took 5).
 speed_probe() {
   python3 - "$build/bin/pdq" "$1" <<'PY'
 import json, subprocess, sys
 pdq, out = sys.argv[1], sys.argv[2]
 def run(cpu, args, key):
     r = subprocess.run(["taskset", "-c", str(cpu), pdq, "bench-engine", "--threads", "1",
-                        "--repetitions", "5", "--json", *args],
+                        "--repetitions", "10", "--json", *args],
                        capture_output=True, text=True, check=True)
     return json.loads(r.stdout)[key]
 probe = {}
@@ -377,23 +390,20 @@ speed_reference() {
   cat "$dir/speed-reference.json"
 }
 
-# predict_tracked NAME FRACTION RATE RUN: speed_probe now, the profile's
-# passes scaled by how much slower than DIR/speed-reference.json it ran,
-# and run RUN's arrivals simulated on that (TRACK_SPEED=1).
-predict_tracked() {
-  local name="$1" f="$2" rate="$3" r="$4" c flags out="$dir/predicted-open-tracked"
+# tracked_profile NAME LABEL OUT: speed_probe now, and DIR/profile.json's
+# passes scaled by how much slower than DIR/speed-reference.json it ran, for
+# configuration NAME's precisions -> $work/profile-tracked.json (LABEL and
+# the ratios appended to OUT/speed.txt); prints NAME's pdq sim flags on it.
+tracked_profile() {
+  local name="$1" label="$2" out="$3" c flags
   [[ -f $dir/speed-reference.json ]] || { echo "no $dir/speed-reference.json (speed-reference)" >&2; exit 1; }
   mkdir -p "$out"
   for c in "${configs[@]}"; do
     [[ ${c%%|*} == "$name" ]] && flags="${c##*|}"
   done
-  if [[ $flags == *--split* ]]; then
-    echo "TRACK_SPEED=1 scales one pair's passes; the A/B rollout's are in --arms: measure $name without it" >&2
-    exit 1
-  fi
   speed_probe "$work/speed-now.json"
   python3 - "$dir/profile.json" "$dir/speed-reference.json" "$work/speed-now.json" "$flags" \
-    "$name-f$f run $r" >"$work/profile-tracked.json" 2>>"$out/speed.txt" <<'PY'
+    "$label" >"$work/profile-tracked.json" 2>>"$out/speed.txt" <<'PY'
 import json, re, statistics, sys
 profile, ref, now = (json.load(open(f)) for f in sys.argv[1:4])
 flags, label = sys.argv[4], sys.argv[5]
@@ -427,13 +437,51 @@ print(f"{label}: " + ", ".join(f"{k} x{v:.3f}" for k, v in scale.items()) + " (p
       "; ".join(f"{c} prompts x{slow[c]['prompt_tokens_per_s']:.3f}, decode x{slow[c]['decode_tokens_per_s']:.3f}"
                 for c in slow) + ")", file=sys.stderr)
 PY
-  flags="$(config_sim_flags "$work/profile-tracked.json" "$flags")"
+  tail -1 "$out/speed.txt" >&2
+  config_sim_flags "$work/profile-tracked.json" "$flags"
+}
+
+# tracks_speed NAME: whether TRACK_SPEED=1 can scale NAME's passes (one
+# precision pair: the A/B rollout's arms are in --arms, which it does not
+# rewrite).
+tracks_speed() {
+  local c
+  for c in "${configs[@]}"; do
+    [[ ${c%%|*} == "$1" && $c == *--split* ]] && return 1
+  done
+  return 0
+}
+
+# predict_tracked NAME FRACTION RATE RUN: tracked_profile, and run RUN's
+# arrivals simulated on it (measure-open with TRACK_SPEED=1).
+predict_tracked() {
+  local name="$1" f="$2" rate="$3" r="$4" flags out="$dir/predicted-open-tracked"
+  if ! tracks_speed "$name"; then
+    echo "TRACK_SPEED=1 scales one pair's passes; the A/B rollout's are in --arms: measure $name without it" >&2
+    exit 1
+  fi
+  flags="$(tracked_profile "$name" "$name-f$f run $r" "$out")"
   # shellcheck disable=SC2086  # flags are words
   "$build/bin/pdq" sim --profile "$work/profile-tracked.json" $flags \
     --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" --rate "$rate" \
     --requests "$open_requests" --warmup "$open_warmup" --seeds 1 --seed "$r" \
     --json "$out/$name-f$f-s$r.json" >/dev/null
-  tail -1 "$out/speed.txt" >&2
+}
+
+# predict_tracked_closed NAME RUN: tracked_profile, and the closed-loop
+# levels predicted on it as predict does (CLOSED_SEEDS seeds) ->
+# DIR/predicted-tracked/NAME-RUN-cLEVEL.json (measure with TRACK_SPEED=1).
+predict_tracked_closed() {
+  local name="$1" r="$2" flags level out="$dir/predicted-tracked"
+  flags="$(tracked_profile "$name" "$name$suffix run $r" "$out")"
+  for level in "${levels[@]}"; do
+    # shellcheck disable=SC2086  # flags are words
+    "$build/bin/pdq" sim --profile "$work/profile-tracked.json" $flags \
+      --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
+      --concurrency "$level" --requests $((level * per_client)) --warmup 1 \
+      --seeds "$(config_seeds "$flags")" \
+      --json "$out/$name$suffix-$r-c$level.json" >/dev/null
+  done
 }
 
 # pdq sim's flags for an emulated deployment SIZE ("3P+5D").
@@ -576,12 +624,16 @@ def predicted_cell(p, m, q):
 rows, errors = [], {f"{m} {q}".strip(): [] for m, q in metrics}
 emulated = os.environ.get("EMULATED") == "1"
 matched = os.environ.get("MATCHED") == "1"
+# TRACKED=1 (closed loop): each run beside the prediction measure wrote just
+# before it with TRACK_SPEED=1 (predicted-tracked/NAME-RUN-cLEVEL.json).
+tracked = not open_loop and os.environ.get("TRACKED") == "1"
+matched = matched or tracked
 tag = os.environ.get("EMULATED_TAG", "")
 runs_tag = os.environ.get("EMULATED_RUNS_TAG", tag)
 measured = f"measured-emulated{runs_tag}" if emulated else "measured-open" if open_loop else "measured"
 open_tag = os.environ.get("OPEN_TAG", "")
 predicted = (f"predicted-emulated{tag}" if emulated else f"predicted-open{open_tag}" if open_loop
-             else os.environ.get("PREDICTED", "predicted"))
+             else "predicted-tracked" if tracked else os.environ.get("PREDICTED", "predicted"))
 # The simulator against the emulation tier: 5% (the issue's bound), p99 10%.
 base_bound = 0.05 if emulated else 0.10
 names = sorted({re.sub(r"-\d+\.json$", "", os.path.basename(f))
@@ -589,8 +641,10 @@ names = sorted({re.sub(r"-\d+\.json$", "", os.path.basename(f))
 for name in names:
     # NAME-RUN.json exactly: NAME-* would also take another name's runs
     # (1p1d-fp16-* those of 1p1d-fp16-w4a16).
-    runs = [json.load(open(f)) for f in sorted(glob.glob(f"{d}/{measured}/{name}-*.json"))
-            if re.fullmatch(re.escape(name) + r"-\d+\.json", os.path.basename(f))]
+    files = [f for f in sorted(glob.glob(f"{d}/{measured}/{name}-*.json"))
+             if re.fullmatch(re.escape(name) + r"-\d+\.json", os.path.basename(f))]
+    runs = [json.load(open(f)) for f in files]
+    run_ids = [re.search(r"-(\d+)\.json$", f).group(1) for f in files]
     for level in runs[0]["levels"]:
         c = level["concurrency"]
         # Open loop: NAME is DEPLOYMENT-fFRACTION, one level (concurrency 0).
@@ -598,6 +652,9 @@ for name in names:
         # MATCHED=1: each run beside the prediction of its own arrivals
         # (NAME-sSEED.json; runs before --arrival-seed sent seed 1's).
         same = [f"{d}/{predicted}/{name}-s{r.get('arrival_seed', 1)}.json" for r in runs]
+        if tracked:  # TRACKED=1: each run beside its prediction on its own probe's speed
+            same = [f"{d}/{predicted}/{name}-{i}-c{c}.json" for i in run_ids]
+            pf = same[0]
         if matched and not all(os.path.exists(f) for f in same):
             continue
         if not os.path.exists(pf):
@@ -625,7 +682,9 @@ out = [
     f"| deployment | {'rate' if open_loop else 'clients'} | runs | " + " | ".join(heads) + " |",
     "| --- | ---: | ---: |" + " --- |" * len(metrics),
     *rows, "",
-    *(["Predicted: the mean of each run's own arrivals simulated (pdq sim --seed = the run's",
+    *(["Predicted: the mean of each run's own prediction, written just before it on the profile scaled",
+       "by the speed probe run then (TRACK_SPEED=1; predicted-tracked/speed.txt)."] if tracked else
+      ["Predicted: the mean of each run's own arrivals simulated (pdq sim --seed = the run's",
        "--arrival-seed), not of five seeds."] if matched else []),
     "Each cell: predicted / measured mean of the runs (the prediction's error, the runs' spread: their",
     "largest distance from their mean). ** : outside the bound (the larger of "
@@ -641,7 +700,7 @@ for k, cells in errors.items():
     out.append(f"| {k} | {statistics.fmean(es):+.1%} | {statistics.median(abs(e) for e in es):.1%} | "
                f"{max(abs(e) for e in es):.1%} | {sum(ok for _, ok in cells)} of {len(cells)} |")
 open(f"{d}/validation-{'emulated' + tag if emulated else 'open' + open_tag if open_loop else predicted}"
-     f"{'-matched' if matched else ''}{os.environ.get('VALIDATION_SUFFIX', '')}.md", "w").write("\n".join(out) + "\n")
+     f"{'-matched' if matched and not tracked else ''}{os.environ.get('VALIDATION_SUFFIX', '')}.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
 }
