@@ -46,7 +46,9 @@
 #   bench/sim_validation.sh speed-reference BUILD DIR
 #       speed_probe right after the profile -> DIR/speed-reference.json: one-
 #       thread W8A8 prompts (128 tokens) and W4A16 decode steps (4 rows over
-#       128 tokens) by pdq bench-engine, pinned to CPU 0 and to CPU 1
+#       128 tokens) by pdq bench-engine, pinned to CPU 0 and to CPU 1; the
+#       median of SPEED_REFERENCE_PROBES (3) probes (sets before 2026-12-07
+#       took one)
 #   bench/sim_validation.sh compare-open DIR
 #       DIR/validation-open.md, as compare (p99 judged at 20%); MATCHED=1
 #       sets each run beside its own arrivals simulated (run r sent
@@ -82,7 +84,9 @@
 #       timed alone for the same mean work, beside the run's TTFT and TPOT
 #       p50 errors against its own arrivals simulated (open loop) or the
 #       prediction (closed loop). A drifting host shows as errors that follow
-#       the speed (the fit is not refitted: a diagnosis, not a correction)
+#       the speed (the fit is not refitted: a diagnosis, not a correction);
+#       where runs were measured with TRACK_SPEED=1, also the scale each
+#       run's probe gave and its tracked prediction's errors
 #   EMULATED_TAG=-NAME names another set of them (predicted-emulated-NAME,
 #   measured-emulated-NAME, validation-emulated-NAME.md): a later model or
 #   router, beside the earlier; EMULATED_RUNS_TAG=-OTHER compares them with
@@ -384,9 +388,26 @@ json.dump(probe, open(out, "w"), indent=1)
 PY
 }
 
+# speed_reference: SPEED_REFERENCE_PROBES (3) speed probes in a row, each
+# figure their median -> DIR/speed-reference.json (the probes themselves:
+# speed-reference-probes.json). This guest's one-thread W8A8 prompts moved
+# 1.0-2.1 thousand tokens/s between probes a minute apart (2026-12-06): one
+# probe would set every tracked prediction by one moment's speed.
 speed_reference() {
   [[ -f $dir/profile.json ]] || { echo "no $dir/profile.json: profile first" >&2; exit 1; }
-  speed_probe "$dir/speed-reference.json"
+  local i n="${SPEED_REFERENCE_PROBES:-3}"
+  for i in $(seq "$n"); do
+    speed_probe "$dir/speed-reference-$i.json"
+  done
+  python3 - "$dir" "$n" <<'PY'
+import json, statistics, sys
+d, n = sys.argv[1], int(sys.argv[2])
+probes = [json.load(open(f"{d}/speed-reference-{i}.json")) for i in range(1, n + 1)]
+ref = {cpu: {k: statistics.median(p[cpu][k] for p in probes) for k in probes[0][cpu]} for cpu in probes[0]}
+json.dump(ref, open(f"{d}/speed-reference.json", "w"), indent=1)
+json.dump(probes, open(f"{d}/speed-reference-probes.json", "w"), indent=1)
+PY
+  rm -f "$dir"/speed-reference-[0-9]*.json
   cat "$dir/speed-reference.json"
 }
 
@@ -829,9 +850,18 @@ def alone(p, rows, tokens, pairs, decode_pairs=0):
             + p.get("per_decode_pair", p["per_pair"]) * decode_pairs + row_step(p, rows + tokens))
 def p50_error(pred, level, metric):
     return pred[f"{metric}_p50"]["mean"] / level[f"{metric}_s"]["p50"] - 1
-out = ["| run | prompt passes, served / alone | decode steps, served / alone | TTFT p50 error | TPOT p50 error |",
-       "| --- | ---: | ---: | ---: | ---: |"]
-pairs_of = []
+# TRACK_SPEED=1's speed probe before each run: "LABEL run R: PRECISION xS, ... (probe: ...)".
+probes = {}
+for f in (f"{d}/predicted-tracked/speed.txt", f"{d}/predicted-open-tracked/speed.txt"):
+    for line in open(f) if os.path.exists(f) else []:
+        m = re.match(r"(\S+) run (\d+): (.*?) \(probe", line)
+        if m:
+            probes[(m.group(1), int(m.group(2)))] = dict(
+                (k, float(v)) for k, v in re.findall(r"(\S+) x([\d.]+)", m.group(3)))
+out = ["| run | prompt passes, served / alone | decode steps, served / alone | TTFT p50 error | TPOT p50 error |"
+       + (" probe before the run: passes x | tracked TTFT p50 error | tracked TPOT p50 error |" if probes else ""),
+       "| --- | ---: | ---: | ---: | ---: |" + (" --- | ---: | ---: |" if probes else "")]
+pairs_of, probe_pairs = [], []
 for measured, predicted in (("measured", "predicted"), ("measured-open", "predicted-open")):
     for f in sorted(glob.glob(f"{d}/{measured}/*.json")):
         base = os.path.basename(f)[:-5]
@@ -876,7 +906,21 @@ for measured, predicted in (("measured", "predicted"), ("measured-open", "predic
                     pairs_of.append((prompt_ratio, p50_error(pred, level, "ttft")))
             label = f"{name}{suffix}{frac} run {run}" + ("" if frac else f", {c} clients")
             ratio = lambda x: f"{x:.2f}" if x else ""
-            out.append(f"| {label} | {ratio(prompt_ratio)} | {ratio(decode_ratio)} | {errs[0]} | {errs[1]} |")
+            row = f"| {label} | {ratio(prompt_ratio)} | {ratio(decode_ratio)} | {errs[0]} | {errs[1]} |"
+            if probes:
+                probe = probes.get((f"{name}{suffix}{frac}", run))
+                tf = (f"{d}/predicted-open-tracked/{name}{frac}-s{run}.json" if frac
+                      else f"{d}/predicted-tracked/{name}{suffix}-{run}-c{c}.json")
+                terrs = ["", ""]
+                if probe and os.path.exists(tf):
+                    tp = json.load(open(tf))
+                    terrs = [f"{p50_error(tp, level, 'ttft'):+.0%}", f"{p50_error(tp, level, 'tpot'):+.0%}"]
+                scale = ", ".join(f"{k} {v:.2f}" for k, v in probe.items()) if probe else ""
+                row += f" {scale} | {terrs[0]} | {terrs[1]} |"
+                prompt_precision = (prompt_p or {}).get("precision")
+                if probe and prompt_ratio and prompt_precision in probe:
+                    probe_pairs.append((probe[prompt_precision], prompt_ratio))
+            out.append(row)
 out += ["", "Served / alone: the workers' mean prompt pass and decode step (their /metrics) over the",
         "profile's passes timed alone for the same mean work (decode rows over contexts from the prompt",
         "to the answer's middle). Errors: the prediction (open loop: the run's own arrivals simulated)",
@@ -885,6 +929,10 @@ if len(pairs_of) > 2:
     xs, ys = zip(*pairs_of)
     out.append(f"Across {len(xs)} runs, TTFT p50 error against the prompt passes' served / alone: "
                f"correlation {statistics.correlation(xs, ys):+.2f}.")
+if len(probe_pairs) > 2:
+    xs, ys = zip(*probe_pairs)
+    out.append(f"Across {len(xs)} runs, the probe's prompt pass scale before the run against the run's "
+               f"served / alone: correlation {statistics.correlation(xs, ys):+.2f}.")
 open(f"{d}/host-speed.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY
