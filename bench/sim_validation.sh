@@ -99,7 +99,9 @@
 # out; both at 1 and 4), 2 requests per client plus one unmeasured request (pdq bench
 # --warmup 1: the clients share 2c+1 requests and the first to finish is
 # not counted). The simulator runs the same: every client starting at once,
-# the same count of requests, the first sent not counted, exact lengths; the
+# the same count of requests, the first to end not counted (pdq sim since
+# 2026-12-07; before, the first sent, which with drawn router times need
+# not be the one a step took alone and that ended first), exact lengths; the
 # prediction is the mean of CLOSED_SEEDS (20) seeds, each drawing every
 # request's time through the router (pdq sim --router-time exponential, its
 # default since 2026-12-06: which of the requests sent at once share a step

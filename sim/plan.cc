@@ -255,32 +255,53 @@ absl::StatusOr<SimPlan> PlanBySimulation(const Profile& profile, const PlanQuery
   return plan;
 }
 
+absl::StatusOr<Profile> ScaleProfileTerm(const Profile& profile, std::string_view term,
+                                         double factor) {
+  if (!(factor > 0) || !std::isfinite(factor)) {
+    return absl::InvalidArgumentError(absl::StrCat("profile term factor ", factor, ": want > 0"));
+  }
+  Profile p = profile;
+  if (term == "prompt") {
+    for (PassProfile& pass : p.passes) {
+      pass.time.per_token *= factor;
+      pass.time.per_pair *= factor;
+    }
+  } else if (term == "decode") {
+    for (PassProfile& pass : p.passes) {
+      pass.time.fixed *= factor;
+      pass.time.per_row *= factor;
+      pass.time.per_decode_pair *= factor;
+      for (auto& [rows, seconds] : pass.time.row_steps) seconds *= factor;
+      pass.step_overhead *= factor;
+      pass.step_overhead_per_row *= factor;
+      pass.stream_finish_seconds *= factor;
+    }
+    for (SplitProfile& s : p.splits) {
+      s.decode_step_overhead *= factor;
+      s.decode_step_overhead_per_row *= factor;
+    }
+  } else if (term == "link") {
+    for (LinkProfile& l : p.links) {
+      l.link.bytes_per_second /= factor;
+      l.link.latency_seconds *= factor;
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("profile term \"", std::string(term), "\": want prompt, decode or link"));
+  }
+  return p;
+}
+
 absl::StatusOr<std::vector<Sensitivity>> PlanSensitivity(const Profile& profile, const PlanQuery& q,
                                                          const WorkerOptions& wo,
                                                          const SimPlan& plan, double change) {
   const std::string base = plan.best >= 0 ? Describe(plan.options[plan.best]) : "none";
   std::vector<Sensitivity> out;
-  for (const char* term : {"prompt", "decode", "link"}) {
+  for (const char* term : kProfileTerms) {
     for (double factor : {1 - change, 1 + change}) {
-      Profile p = profile;
-      for (PassProfile& pass : p.passes) {
-        if (std::string(term) == "prompt") {
-          pass.time.per_token *= factor;
-          pass.time.per_pair *= factor;
-        } else if (std::string(term) == "decode") {
-          pass.time.fixed *= factor;
-          pass.time.per_row *= factor;
-          pass.time.per_decode_pair *= factor;
-          for (auto& [rows, seconds] : pass.time.row_steps) seconds *= factor;
-        }
-      }
-      if (std::string(term) == "link") {
-        for (LinkProfile& l : p.links) {
-          l.link.bytes_per_second /= factor;
-          l.link.latency_seconds *= factor;
-        }
-      }
-      absl::StatusOr<SimPlan> r = PlanBySimulation(p, q, wo);
+      absl::StatusOr<Profile> p = ScaleProfileTerm(profile, term, factor);
+      if (!p.ok()) return p.status();
+      absl::StatusOr<SimPlan> r = PlanBySimulation(*p, q, wo);
       if (!r.ok()) return r.status();
       Sensitivity s;
       s.term = term;

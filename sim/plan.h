@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -75,9 +76,17 @@ struct SimPlan {
 absl::StatusOr<SimPlan> PlanBySimulation(const Profile& profile, const PlanQuery& query,
                                          const WorkerOptions& workers);
 
-// The recommendation again with one term of the profile changed by a
-// factor: "prompt" (every pass's per-token and per-pair cost), "decode"
-// (every pass's fixed and per-row cost) or "link" (the KV link's time).
+// One term of a profile: "prompt" (every pass's per-token and per-pair
+// cost), "decode" (every pass's fixed and per-row cost, its decode
+// attention, row steps and the loop's time around a step, and each split's
+// decode step overhead) or "link" (the KV links' time).
+inline constexpr const char* kProfileTerms[] = {"prompt", "decode", "link"};
+
+// `profile` with `term` (one of kProfileTerms) taking `factor` times as long.
+absl::StatusOr<Profile> ScaleProfileTerm(const Profile& profile, std::string_view term,
+                                         double factor);
+
+// The recommendation again with each of kProfileTerms changed by a factor.
 struct Sensitivity {
   std::string term;
   double factor = 1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <queue>
 #include <random>
@@ -322,6 +323,7 @@ class Simulation {
     for (WorkerRecord& wr : result_.workers) {
       if (wr.gone < 0) wr.gone = now_;
     }
+    MarkWarmup();
     return std::move(result_);
   }
 
@@ -391,7 +393,6 @@ class Simulation {
     RequestRecord& r = result_.requests[sent_];
     r.id = sent_;
     r.client = client;
-    r.measured = sent_ >= w_.warmup;
     r.arrival = t;
     r.prompt_tokens = Length(w_.prompt_tokens);
     r.output_tokens = Length(w_.output_tokens);
@@ -427,6 +428,20 @@ class Simulation {
     const int pw = result_.requests[id].prefill_worker;
     if (pw >= 0 && prefill_counted_[id]) --in_flight_[pw];
     prefill_counted_[id] = false;
+  }
+
+  // The warm-up requests are the first `warmup` to end (answered or
+  // refused), as pdq bench counts them, not the first sent: which of the
+  // requests sent at once ends first is a race (the one a step took alone).
+  void MarkWarmup() {
+    std::vector<int64_t> order(result_.requests.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [this](int64_t a, int64_t b) {
+      return result_.requests[a].finish < result_.requests[b].finish;
+    });
+    for (size_t i = 0; i < order.size(); ++i) {
+      result_.requests[order[i]].measured = i >= (size_t)w_.warmup;
+    }
   }
 
   // No worker has room for its KV or a place in its decode batch (or none

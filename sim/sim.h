@@ -166,7 +166,7 @@ struct Workload {
   // policy::Affinity, is not modelled: the simulated workers have no ids.)
   bool client_ids = false;
   int requests = 200;     // measured
-  int warmup = 20;        // sent first and not measured
+  int warmup = 20;        // not measured: the first to end, as pdq bench counts
   int64_t prompt_tokens = 512, output_tokens = 64;
   double length_spread = 0;  // each length uniform in (1 +- spread) x its mean
   // Open-loop arrivals without phases are those `pdq bench --rate R
@@ -200,7 +200,7 @@ struct RequestRecord {
   int64_t id = 0;
   int arm = 0;      // the A/B arm it was drawn for (Deployment::arms; 0 without)
   int client = -1;  // kClosedLoop: the client that sent it (from 0)
-  bool measured = false;
+  bool measured = false;             // not one of the first Workload::warmup to end
   Refusal refusal = Refusal::kNone;  // why it was refused, if it was
   bool refused() const { return refusal != Refusal::kNone; }
   int64_t prompt_tokens = 0, output_tokens = 0;

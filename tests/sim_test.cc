@@ -4,6 +4,7 @@
 #include "sim/sim.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 #include <tuple>
@@ -163,6 +164,34 @@ TEST(SimTest, RouterTimesAreDrawnPerRequest) {
   EXPECT_NE(compositions(1), compositions(2));
   d.random_router_time = false;
   EXPECT_EQ(compositions(1), compositions(2));
+}
+
+// The warm-up requests are the first to end, as pdq bench counts them, not
+// the first sent: of eight requests sent at once, the one a step took alone
+// (its router time drawn shortest) ends first and is not measured.
+TEST(SimTest, TheWarmupIsTheFirstRequestToEnd) {
+  Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
+  d.router_seconds = 5e-4;
+  int not_first_sent = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    Workload w = ClosedLoop(8, 128, 16, 8, /*warmup=*/1);
+    w.seed = seed;
+    const RunResult r = *Simulate(d, w);
+    ASSERT_EQ(r.requests.size(), 9u);
+    const RequestRecord* warm = nullptr;
+    double first_end = INFINITY;
+    for (const RequestRecord& q : r.requests) {
+      first_end = std::min(first_end, q.finish);
+      if (q.measured) continue;
+      EXPECT_EQ(warm, nullptr) << "seed " << seed << ": two warm-up requests";
+      warm = &q;
+    }
+    ASSERT_NE(warm, nullptr) << "seed " << seed;
+    EXPECT_EQ(warm->finish, first_end) << "seed " << seed;
+    not_first_sent += warm->id != 0;
+    EXPECT_EQ(Summarize(r, Targets{}).measured, 8);
+  }
+  EXPECT_GT(not_first_sent, 0);  // which one is a race the router times decide
 }
 
 // The loop's time ending a stream (stream_finish_seconds) holds it after
@@ -827,6 +856,58 @@ TEST(SimPlanTest, TheSmallestDeploymentThatMeetsTheTargetsIsRecommended) {
       EXPECT_GE(d.monolithic + d.prefill + d.decode, plan.workers) << x.recommendation;
     }
   }
+}
+
+// Each term of plan's sensitivity scales its own coefficients and no other's:
+// decode the step's fixed and per-row time, decode attention (not prompt
+// attention), the row steps and the loop's time; prompt the prompt tokens
+// and their attention; link the KV links' time.
+TEST(SimPlanTest, ScalingAProfileTermScalesItsCoefficientsOnly) {
+  Profile p = DecodeBoundProfile();
+  PassProfile& pass = p.passes[0];
+  pass.time.per_pair = 3e-9;
+  pass.time.per_decode_pair = 7e-9;
+  pass.time.row_steps = {{1, 1e-4}, {8, 2e-4}};
+  pass.step_overhead = 1e-4;
+  pass.step_overhead_per_row = 1e-5;
+  pass.stream_finish_seconds = 2e-4;
+  SplitProfile split;
+  split.prefill_precision = split.decode_precision = "fp16";
+  split.decode_step_overhead = 3e-4;
+  split.decode_step_overhead_per_row = 3e-5;
+  p.splits = {split};
+
+  const Profile d = *ScaleProfileTerm(p, "decode", 1.5);
+  const PassProfile& dp = d.passes[0];
+  EXPECT_DOUBLE_EQ(dp.time.fixed, 1.5 * pass.time.fixed);
+  EXPECT_DOUBLE_EQ(dp.time.per_row, 1.5 * pass.time.per_row);
+  EXPECT_DOUBLE_EQ(dp.time.per_decode_pair, 1.5 * 7e-9);
+  EXPECT_DOUBLE_EQ(dp.time.row_steps[1].second, 1.5 * 2e-4);
+  EXPECT_DOUBLE_EQ(dp.time.row_steps[1].first, 8);
+  EXPECT_DOUBLE_EQ(dp.step_overhead, 1.5e-4);
+  EXPECT_DOUBLE_EQ(dp.step_overhead_per_row, 1.5e-5);
+  EXPECT_DOUBLE_EQ(dp.stream_finish_seconds, 3e-4);
+  EXPECT_DOUBLE_EQ(d.splits[0].decode_step_overhead, 4.5e-4);
+  EXPECT_DOUBLE_EQ(d.splits[0].decode_step_overhead_per_row, 4.5e-5);
+  EXPECT_DOUBLE_EQ(dp.time.per_token, pass.time.per_token);
+  EXPECT_DOUBLE_EQ(dp.time.per_pair, 3e-9);
+  EXPECT_DOUBLE_EQ(d.links[0].link.bytes_per_second, p.links[0].link.bytes_per_second);
+
+  const Profile q = *ScaleProfileTerm(p, "prompt", 1.5);
+  EXPECT_DOUBLE_EQ(q.passes[0].time.per_token, 1.5 * pass.time.per_token);
+  EXPECT_DOUBLE_EQ(q.passes[0].time.per_pair, 4.5e-9);
+  EXPECT_DOUBLE_EQ(q.passes[0].time.per_decode_pair, 7e-9);
+  EXPECT_DOUBLE_EQ(q.passes[0].time.fixed, pass.time.fixed);
+  EXPECT_DOUBLE_EQ(q.passes[0].step_overhead, 1e-4);
+
+  const Profile l = *ScaleProfileTerm(p, "link", 2);
+  EXPECT_DOUBLE_EQ(l.links[0].link.bytes_per_second, p.links[0].link.bytes_per_second / 2);
+  EXPECT_DOUBLE_EQ(l.links[0].link.latency_seconds, 2 * p.links[0].link.latency_seconds);
+  EXPECT_DOUBLE_EQ(l.passes[0].time.per_decode_pair, 7e-9);
+
+  EXPECT_FALSE(ScaleProfileTerm(p, "attention", 1.2).ok());
+  EXPECT_FALSE(ScaleProfileTerm(p, "decode", 0).ok());
+  EXPECT_FALSE(ScaleProfileTerm(p, "decode", std::nan("")).ok());
 }
 
 // Capacity at cluster scale: each deployment's rate meets the targets and a

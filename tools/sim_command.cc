@@ -136,7 +136,8 @@ int SimCommand(int argc, char** argv) {
               "coefficient of variation of the gaps between arrivals (1: Poisson)");
   flags.Int("concurrency", &concurrency, 0, 1 << 20, "closed loop: clients sending back to back");
   flags.Int("requests", &requests, 1, 1 << 24, "measured requests a seed");
-  flags.Int("warmup", &warmup, 0, 1 << 24, "requests sent first and not measured");
+  flags.Int("warmup", &warmup, 0, 1 << 24,
+            "requests not measured: the first to end, as pdq bench counts");
   flags.Int("seeds", &seeds, 1, 1000, "runs, each with its own seed");
   flags.Int("seed", &seed, 0, 1LL << 62,
             "the first seed (seed N's arrivals at --burstiness 1 without --rate-phases are those "
