@@ -433,8 +433,9 @@ class Simulation {
   // The warm-up requests are the first `warmup` to end (answered or
   // refused), as pdq bench counts them, not the first sent: which of the
   // requests sent at once ends first is a race (the one a step took alone).
+  // Requests never sent (records past sent_) stay unmeasured.
   void MarkWarmup() {
-    std::vector<int64_t> order(result_.requests.size());
+    std::vector<int64_t> order(sent_);
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [this](int64_t a, int64_t b) {
       return result_.requests[a].finish < result_.requests[b].finish;
