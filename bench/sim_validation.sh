@@ -424,9 +424,12 @@ tracked_profile() {
   for c in "${configs[@]}"; do
     [[ ${c%%|*} == "$name" ]] && flags="${c##*|}"
   done
-  speed_probe "$work/speed-now.json"
-  python3 - "$dir/profile.json" "$dir/speed-reference.json" "$work/speed-now.json" "$flags" \
-    "$label" >"$work/profile-tracked.json" 2>>"$out/speed.txt" <<'PY'
+  # Called as $(tracked_profile ...), where set -e does not reach: each
+  # step exits on failure itself.
+  rm -f "$work/speed-now.json"
+  speed_probe "$work/speed-now.json" || exit 1
+  python3 - "${PROFILE:-$dir/profile.json}" "$dir/speed-reference.json" "$work/speed-now.json" "$flags" \
+    "$label" >"$work/profile-tracked.json" 2>"$work/speed-line.txt" <<'PY' || { cat "$work/speed-line.txt" >&2; exit 1; }
 import json, re, statistics, sys
 profile, ref, now = (json.load(open(f)) for f in sys.argv[1:4])
 flags, label = sys.argv[4], sys.argv[5]
@@ -460,7 +463,8 @@ print(f"{label}: " + ", ".join(f"{k} x{v:.3f}" for k, v in scale.items()) + " (p
       "; ".join(f"{c} prompts x{slow[c]['prompt_tokens_per_s']:.3f}, decode x{slow[c]['decode_tokens_per_s']:.3f}"
                 for c in slow) + ")", file=sys.stderr)
 PY
-  tail -1 "$out/speed.txt" >&2
+  cat "$work/speed-line.txt" >>"$out/speed.txt"
+  cat "$work/speed-line.txt" >&2
   config_sim_flags "$work/profile-tracked.json" "$flags"
 }
 
@@ -499,7 +503,7 @@ predict_tracked_closed() {
   flags="$(tracked_profile "$name" "$name$suffix run $r" "$out")"
   for level in "${levels[@]}"; do
     # shellcheck disable=SC2086  # flags are words
-    "$build/bin/pdq" sim --profile "$work/profile-tracked.json" $flags \
+    "$build/bin/pdq" sim --profile "$work/profile-tracked.json" $flags ${SIM_FLAGS:-} \
       --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
       --concurrency "$level" --requests $((level * per_client)) --warmup 1 \
       --seeds "$(config_seeds "$flags")" \
@@ -679,6 +683,9 @@ for name in names:
             same = [f"{d}/{predicted}/{name}-{i}-c{c}.json" for i in run_ids]
             pf = same[0]
         if matched and not all(os.path.exists(f) for f in same):
+            if tracked:
+                print(f"{name} at {c} clients: a run without its tracked prediction "
+                      "(measured without TRACK_SPEED=1): left out", file=sys.stderr)
             continue
         if not os.path.exists(pf):
             if not matched:
@@ -934,7 +941,8 @@ if len(pairs_of) > 2:
 if len(probe_pairs) > 2:
     xs, ys = zip(*probe_pairs)
     out.append(f"Across {len(xs)} runs, the probe's prompt pass scale before the run against the run's "
-               f"served / alone: correlation {statistics.correlation(xs, ys):+.2f}.")
+               f"served / alone: correlation {statistics.correlation(xs, ys):+.2f} (where one precision "
+               "serves prompts and decode, its scale is the mean of the probe's two).")
 open(f"{d}/host-speed.md", "w").write("\n".join(out) + "\n")
 print("\n".join(out))
 PY

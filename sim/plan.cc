@@ -47,6 +47,9 @@ absl::StatusOr<SeedSummary> RunSteady(const Deployment& d, Workload w, const Tar
   if (w.arrivals == Workload::Arrivals::kClosedLoop || !(w.rate > 0) || !w.phases.empty()) {
     return RunSeeds(d, w, t, seeds);
   }
+  // The ramp is the first requests sent (they found idle workers), not the
+  // first to end: under overload those are refusals, which Meets must see.
+  w.warmup_first_to_end = false;
   for (int round = 0;; ++round) {
     absl::StatusOr<SeedSummary> r = RunSeeds(d, w, t, seeds);
     if (!r.ok()) return r.status();

@@ -45,7 +45,8 @@ struct PlanQuery {
 // during one request's lifetime have ended, a run measures the ramp, not
 // the load: 300 requests of 512-token answers at 2 a second end before
 // the first of them leave, and a deployment that falls behind the load
-// looks as if it kept up. So the warm-up and the measured requests are each
+// looks as if it kept up. So the warm-up (here the first requests sent, not
+// the first to end: Workload::warmup_first_to_end) and the measured requests are each
 // at least kSteadyLifetimes lifetimes of arrivals (a lifetime: the last
 // run's TTFT p90 plus TPOT p90 per output token), run again until they
 // are (at most three times more, kMaxSteadyRequests in all); a run that

@@ -433,13 +433,21 @@ class Simulation {
   // The warm-up requests are the first `warmup` to end (answered or
   // refused), as pdq bench counts them, not the first sent: which of the
   // requests sent at once ends first is a race (the one a step took alone).
-  // Requests never sent (records past sent_) stay unmeasured.
+  // Requests never sent (records past sent_) stay unmeasured; one sent and
+  // never ended (none should be: the run goes on until no event is left)
+  // would count last, not hide among the warm-up. With
+  // Workload::warmup_first_to_end false, the first sent.
   void MarkWarmup() {
     std::vector<int64_t> order(sent_);
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [this](int64_t a, int64_t b) {
-      return result_.requests[a].finish < result_.requests[b].finish;
-    });
+    auto end = [this](int64_t id) {
+      const RequestRecord& r = result_.requests[id];
+      return r.finish > 0 || r.refused() ? r.finish : INFINITY;
+    };
+    if (w_.warmup_first_to_end) {
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return end(a) < end(b); });
+    }
     for (size_t i = 0; i < order.size(); ++i) {
       result_.requests[order[i]].measured = i >= (size_t)w_.warmup;
     }

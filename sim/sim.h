@@ -167,6 +167,9 @@ struct Workload {
   bool client_ids = false;
   int requests = 200;     // measured
   int warmup = 20;        // not measured: the first to end, as pdq bench counts
+  // false: the first sent instead (what a run that means to drop its ramp,
+  // the requests that found idle workers, leaves out: RunSteady in plan.h).
+  bool warmup_first_to_end = true;
   int64_t prompt_tokens = 512, output_tokens = 64;
   double length_spread = 0;  // each length uniform in (1 +- spread) x its mean
   // Open-loop arrivals without phases are those `pdq bench --rate R
@@ -200,7 +203,7 @@ struct RequestRecord {
   int64_t id = 0;
   int arm = 0;      // the A/B arm it was drawn for (Deployment::arms; 0 without)
   int client = -1;  // kClosedLoop: the client that sent it (from 0)
-  bool measured = false;             // not one of the first Workload::warmup to end
+  bool measured = false;             // not one of the Workload::warmup left out
   Refusal refusal = Refusal::kNone;  // why it was refused, if it was
   bool refused() const { return refusal != Refusal::kNone; }
   int64_t prompt_tokens = 0, output_tokens = 0;

@@ -190,6 +190,10 @@ TEST(SimTest, TheWarmupIsTheFirstRequestToEnd) {
     EXPECT_EQ(warm->finish, first_end) << "seed " << seed;
     not_first_sent += warm->id != 0;
     EXPECT_EQ(Summarize(r, Targets{}).measured, 8);
+    // What a run that drops its ramp leaves out instead: the first sent.
+    w.warmup_first_to_end = false;
+    const RunResult sent = *Simulate(d, w);
+    for (const RequestRecord& q : sent.requests) EXPECT_EQ(q.measured, q.id != 0);
   }
   EXPECT_GT(not_first_sent, 0);  // which one is a race the router times decide
 }
@@ -899,11 +903,15 @@ TEST(SimPlanTest, ScalingAProfileTermScalesItsCoefficientsOnly) {
   EXPECT_DOUBLE_EQ(q.passes[0].time.per_decode_pair, 7e-9);
   EXPECT_DOUBLE_EQ(q.passes[0].time.fixed, pass.time.fixed);
   EXPECT_DOUBLE_EQ(q.passes[0].step_overhead, 1e-4);
+  EXPECT_DOUBLE_EQ(q.passes[0].stream_finish_seconds, 2e-4);
+  EXPECT_DOUBLE_EQ(q.splits[0].decode_step_overhead, 3e-4);
 
   const Profile l = *ScaleProfileTerm(p, "link", 2);
   EXPECT_DOUBLE_EQ(l.links[0].link.bytes_per_second, p.links[0].link.bytes_per_second / 2);
   EXPECT_DOUBLE_EQ(l.links[0].link.latency_seconds, 2 * p.links[0].link.latency_seconds);
   EXPECT_DOUBLE_EQ(l.passes[0].time.per_decode_pair, 7e-9);
+  EXPECT_DOUBLE_EQ(l.passes[0].step_overhead_per_row, 1e-5);
+  EXPECT_DOUBLE_EQ(l.splits[0].decode_step_overhead_per_row, 3e-5);
 
   EXPECT_FALSE(ScaleProfileTerm(p, "attention", 1.2).ok());
   EXPECT_FALSE(ScaleProfileTerm(p, "decode", 0).ok());
