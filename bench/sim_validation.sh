@@ -239,14 +239,21 @@ predict() {
     [[ -z $only || ",$only," == *",$name,"* ]] || continue
     flags="$(config_sim_flags "$profile" "$flags")"
     for level in "${levels[@]}"; do
-      # shellcheck disable=SC2086  # flags are words
-      "$build/bin/pdq" sim --profile "$profile" $flags ${SIM_FLAGS:-} \
-        --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
-        --concurrency "$level" --requests $((level * per_client)) --warmup 1 \
-        --seeds "$(config_seeds "$flags")" \
-        --json "$dir/$predicted/$name$suffix-c$level.json" | sed "s/^/$name$suffix c=$level: /"
+      predict_level "$profile" "$flags" "$level" "$dir/$predicted/$name$suffix-c$level.json" |
+        sed "s/^/$name$suffix c=$level: /"
     done
   done
+}
+
+# predict_level PROFILE FLAGS LEVEL OUT: pdq sim of a closed-loop level as
+# the runs send it (CLOSED_SEEDS seeds, SIM_FLAGS added) -> OUT, its summary
+# on stdout.
+predict_level() {
+  # shellcheck disable=SC2086  # flags are words
+  "$build/bin/pdq" sim --profile "$1" $2 ${SIM_FLAGS:-} \
+    --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
+    --concurrency "$3" --requests $(($3 * per_client)) --warmup 1 \
+    --seeds "$(config_seeds "$2")" --json "$4"
 }
 
 # lib.sh's pdq up helpers, and DIR/$1 for the runs; names the host.
@@ -502,12 +509,8 @@ predict_tracked_closed() {
   local name="$1" r="$2" flags level out="$dir/predicted-tracked"
   flags="$(tracked_profile "$name" "$name$suffix run $r" "$out")"
   for level in "${levels[@]}"; do
-    # shellcheck disable=SC2086  # flags are words
-    "$build/bin/pdq" sim --profile "$work/profile-tracked.json" $flags ${SIM_FLAGS:-} \
-      --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
-      --concurrency "$level" --requests $((level * per_client)) --warmup 1 \
-      --seeds "$(config_seeds "$flags")" \
-      --json "$out/$name$suffix-$r-c$level.json" >/dev/null
+    predict_level "$work/profile-tracked.json" "$flags" "$level" \
+      "$out/$name$suffix-$r-c$level.json" >/dev/null
   done
 }
 

@@ -44,7 +44,7 @@ int64_t WorkerSim::Ending(const SimStep& step) const {
   int64_t n = 0;
   for (int64_t id : step.rows) {
     for (const SimStream& s : streams_) {
-      if (s.id == id && s.emitted + 1 >= s.output_tokens) ++n;
+      if (s.id == id && LastToken(s)) ++n;
     }
   }
   return n;
@@ -135,10 +135,10 @@ StepOutcome WorkerSim::Finish(const SimStep& step, const StepTimes& times) {
   };
   for (int64_t id : step.rows) {
     auto s = find(id);
+    if (LastToken(*s)) out.finished.push_back(id);
     ++s->emitted;
     ++s->kv_tokens;
     out.tokens.push_back(id);
-    if (s->emitted >= s->output_tokens) out.finished.push_back(id);
   }
   for (const auto& [id, n] : step.chunks) {
     auto s = find(id);

@@ -91,6 +91,9 @@ class WorkerSim {
 
  private:
   int64_t BlocksFor(int64_t tokens) const;
+  // Whether a decode row's next token is its stream's last (Ending before
+  // the step, Finish after it).
+  static bool LastToken(const SimStream& s) { return s.emitted + 1 >= s.output_tokens; }
 
   Role role_;
   WorkerSpec spec_;
