@@ -22,7 +22,8 @@ struct CpuContext {
   ThreadPool* pool = nullptr;
   // Attention's prompt rows (AttentionSeq::prompt, head_dim 64) on AMX-BF16
   // tiles where the CPU has them (Bf16AttentionSupported): Q and K as two
-  // bf16 parts each, softmax weights and V as bf16, fp32 sums. Decode rows
+  // bf16 parts each (a bf16 cache's K as one, exact), softmax weights and V
+  // as bf16, fp32 sums. Decode rows
   // stay fp32. Off here; the command-line flags turn it on
   // (ModelFlags::bf16_attention, bench/RESULTS.md).
   bool bf16_prompt_attention = false;

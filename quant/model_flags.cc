@@ -86,9 +86,9 @@ void ModelFlags::Register(FlagParser& flags, bool device_flag) {
              "runs 1.1-1.7x slower. For reproducible answers whatever shares the step");
   flags.Bool("bf16-attention", &bf16_attention,
              "prompt attention on AMX-BF16 tiles, on CPUs with AMX-BF16 (Q and K as two\n"
-             "bf16 parts each, softmax weights and V as bf16, fp32 sums; decode rows stay\n"
-             "fp32): 1.5x prefill at 2048 tokens, KL 1e-5 against fp32 attention. On by\n"
-             "default; --bf16-attention=false computes it in fp32");
+             "bf16 parts each, a bf16 cache's K as one; softmax weights and V as bf16, fp32\n"
+             "sums; decode rows stay fp32): 1.5x prefill at 2048 tokens, KL 1e-5 against\n"
+             "fp32 attention. On by default; --bf16-attention=false computes it in fp32");
   flags.String("kv-dtype", &kv_dtype,
                "the KV cache's element type: fp16, or bf16 (3 fewer mantissa bits; decode\n"
                "attention of a GQA group of 3 or 4 queries, head_dim 32 or 64, on\n"

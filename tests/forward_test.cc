@@ -321,11 +321,18 @@ INSTANTIATE_TEST_SUITE_P(Precisions, PromptRowsTest,
 // CPUs with AMX-BF16), on SmolLM2-135M's shape (head_dim 64, GQA group 3):
 // a prompt computed in chunks, or beside many others in one batch, gives
 // the logits it gives in one piece, up to bf16 rounding; a batch of the
-// same prompt gives every copy the same bits.
-TEST(Bf16PromptAttentionTest, ChunksAndBatchesMatchOnePiece) {
+// same prompt gives every copy the same bits. On an fp16 cache and on a
+// bf16 one (--kv-dtype bf16), each against the fp32 kernels on the same
+// cache.
+class Bf16PromptAttentionTest : public ::testing::TestWithParam<KvDtype> {};
+
+TEST_P(Bf16PromptAttentionTest, ChunksAndBatchesMatchOnePiece) {
   if (!Bf16AttentionSupported()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
-  auto t = LoadOrDie("synthetic:smollm2-135m@w4a16");
+  LoadOptions o;
+  o.kv_dtype = GetParam();
+  auto t = LoadOrDie("synthetic:smollm2-135m@w4a16", 2, o);
   ASSERT_TRUE(t);
+  ASSERT_EQ(t->kv_layout().dtype, GetParam());
   Context bf16(*t.model, CpuContext{t.pool.get(), true});
   const int vocab = t->config().vocab_size;
   const auto tokens = Tokens(30, vocab, 4);
@@ -360,6 +367,10 @@ TEST(Bf16PromptAttentionTest, ChunksAndBatchesMatchOnePiece) {
   ExpectRowsNear(batched[0].data(), chunked[0].data(), vocab, 5e-2f, "in a batch of 64");
   for (int c = 1; c < 64; ++c) ASSERT_EQ(batched[c], batched[0]) << "copy " << c << " of 64";
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, Bf16PromptAttentionTest,
+                         ::testing::Values(KvDtype::kFp16, KvDtype::kBf16),
+                         [](const auto& info) { return KvDtypeName(info.param); });
 
 // A bf16 KV cache (--kv-dtype bf16): the layout says so (two workers never
 // mix the dtypes), a token's KV costs what fp16's does, and a prompt in

@@ -659,8 +659,9 @@ TEST(KernelsTest, AttentionOnLargerBlocksIsTheSameArithmetic) {
 // Prompt attention on AMX-BF16 tiles (attend_bf16): within the rounding of
 // the softmax weights and V to bf16 (about 2^-8 of the largest |v|) of
 // attention computed in double (Q and K are split in two bf16 parts each,
-// so scores keep about 16 bits); and each query's output bit for bit the
-// same whatever rows share its call.
+// so scores keep about 16 bits; a bf16 cache's K and V go in exactly); and
+// each query's output bit for bit the same whatever rows share its call.
+// On an fp16 cache and a bf16 one.
 TEST(KernelsTest, Bf16PromptAttentionMatchesABf16Reference) {
   if (!Bf16AttentionSupported()) {
     GTEST_SKIP() << "no AMX-BF16 on this CPU (amx_bf16 with the OS's tile permission)";
@@ -668,73 +669,77 @@ TEST(KernelsTest, Bf16PromptAttentionMatchesABf16Reference) {
   const auto attend = cpu::ActiveKernels().attend_bf16;
   std::mt19937 rng(16);
   const int d = 64;
-  for (int group : {1, 3, 4, 8}) {
-    for (int rows : {1, 2, 3, 5, 8, 16}) {
-      if (rows * group > 64) continue;
-      for (int64_t n_pos : {1, 15, 16, 17, 100, 700}) {
-        const int64_t n_max = n_pos + rows - 1;
-        auto layer = MakeLayer(2, d, n_max, rng);
-        const int64_t stride = group * d + 5;
-        auto q = Random(rows * stride, rng);
-        for (float& x : q) x *= 4;  // scores of a few units: a softmax with peaks
-        // A few large components, as trained models have: one bf16 part of
-        // Q alone would move such scores by tenths.
-        for (int r = 0; r < rows; ++r) {
-          for (int g = 0; g < group; ++g) q[r * stride + g * d] *= 16;
-        }
-        std::vector<float> got(rows * stride, 0.0f);
-        std::vector<float> scratch(cpu::AttendScratch(n_max, rows * group, d));
-        const float scale = 0.125f;
-        attend(layer.view, layer.table.data(), n_pos, rows, 1, group, q.data(), stride, scale,
-               got.data(), stride, scratch.data());
-        auto kv_at = [&](const std::vector<fp16_t>& base, int64_t j, int i) {
-          const int64_t block = layer.table[j / 16];
-          return Fp16ToFp32(base[((block * 2 + 1) * 16 + j % 16) * d + i]);
-        };
-        for (int r = 0; r < rows; ++r) {
-          for (int g = 0; g < group; ++g) {
-            const float* qh = q.data() + r * stride + g * d;
-            const int64_t n = n_pos + r;
-            std::vector<double> sc(n);
-            double mx = -1e300;
-            for (int64_t j = 0; j < n; ++j) {
-              double s = 0;
-              for (int i = 0; i < d; ++i) s += (double)(qh[i] * scale) * kv_at(layer.k, j, i);
-              sc[j] = s;
-              mx = std::max(mx, s);
-            }
-            double sum = 0;
-            std::vector<double> p(n);
-            for (int64_t j = 0; j < n; ++j) {
-              p[j] = std::exp(sc[j] - mx);
-              sum += p[j];
-            }
-            for (int i = 0; i < d; ++i) {
-              double o = 0, vmax = 0;
-              for (int64_t j = 0; j < n; ++j) {
-                o += p[j] * kv_at(layer.v, j, i);
-                vmax = std::max(vmax, (double)std::fabs(kv_at(layer.v, j, i)));
-              }
-              // The weights' rounding (2^-9 each) and V's (2^-9): at most
-              // about 2^-8 of the largest |v| the query averages.
-              ASSERT_NEAR(got[r * stride + g * d + i], o / sum, vmax * 1.5 / 256 + 1e-6)
-                  << "group=" << group << " rows=" << rows << " n=" << n_pos << " row " << r
-                  << " head " << g << " output " << i;
-            }
-          }
-        }
-        // The same rows two at a time (a prompt chunked otherwise): the
-        // same bits.
-        if (rows % 2 == 0) {
-          std::vector<float> pairs(rows * stride, 0.0f);
-          for (int r = 0; r < rows; r += 2) {
-            attend(layer.view, layer.table.data(), n_pos + r, 2, 1, group, q.data() + r * stride,
-                   stride, scale, pairs.data() + r * stride, stride, scratch.data());
-          }
+  for (bool bf16_cache : {false, true}) {
+    for (int group : {1, 3, 4, 8}) {
+      for (int rows : {1, 2, 3, 5, 8, 16}) {
+        if (rows * group > 64) continue;
+        for (int64_t n_pos : {1, 15, 16, 17, 100, 700}) {
+          const int64_t n_max = n_pos + rows - 1;
+          auto layer = MakeLayer(2, d, n_max, rng, bf16_cache);
+          const int64_t stride = group * d + 5;
+          auto q = Random(rows * stride, rng);
+          for (float& x : q) x *= 4;  // scores of a few units: a softmax with peaks
+          // A few large components, as trained models have: one bf16 part of
+          // Q alone would move such scores by tenths.
           for (int r = 0; r < rows; ++r) {
-            for (int i = 0; i < group * d; ++i) {
-              ASSERT_EQ(pairs[r * stride + i], got[r * stride + i])
-                  << "group=" << group << " rows=" << rows << " n=" << n_pos << " row " << r;
+            for (int g = 0; g < group; ++g) q[r * stride + g * d] *= 16;
+          }
+          std::vector<float> got(rows * stride, 0.0f);
+          std::vector<float> scratch(cpu::AttendScratch(n_max, rows * group, d));
+          const float scale = 0.125f;
+          attend(layer.view, layer.table.data(), n_pos, rows, 1, group, q.data(), stride, scale,
+                 got.data(), stride, scratch.data());
+          auto kv_at = [&](const std::vector<fp16_t>& base, int64_t j, int i) {
+            const int64_t block = layer.table[j / 16];
+            const uint16_t x = base[((block * 2 + 1) * 16 + j % 16) * d + i];
+            return bf16_cache ? cpu::Bf16ToFp32(x) : Fp16ToFp32(x);
+          };
+          for (int r = 0; r < rows; ++r) {
+            for (int g = 0; g < group; ++g) {
+              const float* qh = q.data() + r * stride + g * d;
+              const int64_t n = n_pos + r;
+              std::vector<double> sc(n);
+              double mx = -1e300;
+              for (int64_t j = 0; j < n; ++j) {
+                double s = 0;
+                for (int i = 0; i < d; ++i) s += (double)(qh[i] * scale) * kv_at(layer.k, j, i);
+                sc[j] = s;
+                mx = std::max(mx, s);
+              }
+              double sum = 0;
+              std::vector<double> p(n);
+              for (int64_t j = 0; j < n; ++j) {
+                p[j] = std::exp(sc[j] - mx);
+                sum += p[j];
+              }
+              for (int i = 0; i < d; ++i) {
+                double o = 0, vmax = 0;
+                for (int64_t j = 0; j < n; ++j) {
+                  o += p[j] * kv_at(layer.v, j, i);
+                  vmax = std::max(vmax, (double)std::fabs(kv_at(layer.v, j, i)));
+                }
+                // The weights' rounding (2^-9 each) and V's (2^-9): at most
+                // about 2^-8 of the largest |v| the query averages.
+                ASSERT_NEAR(got[r * stride + g * d + i], o / sum, vmax * 1.5 / 256 + 1e-6)
+                    << (bf16_cache ? "bf16" : "fp16") << " cache, group=" << group
+                    << " rows=" << rows << " n=" << n_pos << " row " << r << " head " << g
+                    << " output " << i;
+              }
+            }
+          }
+          // The same rows two at a time (a prompt chunked otherwise): the
+          // same bits.
+          if (rows % 2 == 0) {
+            std::vector<float> pairs(rows * stride, 0.0f);
+            for (int r = 0; r < rows; r += 2) {
+              attend(layer.view, layer.table.data(), n_pos + r, 2, 1, group, q.data() + r * stride,
+                     stride, scale, pairs.data() + r * stride, stride, scratch.data());
+            }
+            for (int r = 0; r < rows; ++r) {
+              for (int i = 0; i < group * d; ++i) {
+                ASSERT_EQ(pairs[r * stride + i], got[r * stride + i])
+                    << "group=" << group << " rows=" << rows << " n=" << n_pos << " row " << r;
+              }
             }
           }
         }

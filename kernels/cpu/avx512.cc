@@ -1932,23 +1932,25 @@ __attribute__((target("avx512bf16"))) inline void SplitBf16(__m512 a, __m512 b, 
 // One 16-query x 16-key block of scores into C tile C through A tile A
 // (configured for the tile's query rows): Qhi (Khi + Klo) + Qlo Khi over 64
 // inputs, with K's B tiles in tiles 4-7 (hi 0-31, hi 32-63, lo 0-31, lo
-// 32-63) and the queries' hi rows at a, lo rows at a + d; stored at dst. A
-// macro: the tile intrinsics paste their tile numbers into the assembly,
-// so they must be literals (a template parameter is not).
-#define PDQ_SCORE_TILE_BF16(C, A, a, a_stride, d, dst, dst_stride) \
-  do {                                                             \
-    _tile_zero(C);                                                 \
-    _tile_loadd(A, (a), (a_stride));                               \
-    _tile_dpbf16ps(C, A, 4);                                       \
-    _tile_dpbf16ps(C, A, 6);                                       \
-    _tile_loadd(A, (a) + 32, (a_stride));                          \
-    _tile_dpbf16ps(C, A, 5);                                       \
-    _tile_dpbf16ps(C, A, 7);                                       \
-    _tile_loadd(A, (a) + (d), (a_stride));                         \
-    _tile_dpbf16ps(C, A, 4);                                       \
-    _tile_loadd(A, (a) + (d) + 32, (a_stride));                    \
-    _tile_dpbf16ps(C, A, 5);                                       \
-    _tile_stored(C, (dst), (dst_stride));                          \
+// 32-63) and the queries' hi rows at a, lo rows at a + d; stored at dst.
+// Without k_lo (a bf16 cache: K exact in its hi part), Qhi Khi + Qlo Khi
+// and tiles 6 and 7 unread. A macro: the tile intrinsics paste their tile
+// numbers into the assembly, so they must be literals (a template
+// parameter is not).
+#define PDQ_SCORE_TILE_BF16(C, A, a, a_stride, d, dst, dst_stride, k_lo) \
+  do {                                                                   \
+    _tile_zero(C);                                                       \
+    _tile_loadd(A, (a), (a_stride));                                     \
+    _tile_dpbf16ps(C, A, 4);                                             \
+    if (k_lo) _tile_dpbf16ps(C, A, 6);                                   \
+    _tile_loadd(A, (a) + 32, (a_stride));                                \
+    _tile_dpbf16ps(C, A, 5);                                             \
+    if (k_lo) _tile_dpbf16ps(C, A, 7);                                   \
+    _tile_loadd(A, (a) + (d), (a_stride));                               \
+    _tile_dpbf16ps(C, A, 4);                                             \
+    _tile_loadd(A, (a) + (d) + 32, (a_stride));                          \
+    _tile_dpbf16ps(C, A, 5);                                             \
+    _tile_stored(C, (dst), (dst_stride));                                \
   } while (0)
 
 // The prefill attention (AttendAvx2's contract) for head_dim 64 and 16-token
@@ -1964,15 +1966,16 @@ __attribute__((target("avx512bf16"))) inline void SplitBf16(__m512 a, __m512 b, 
 // all of them); keys past the last one any row sees are zero in both. A
 // query's result does not depend on the others in its call: its scores are
 // its own row of each C tile, and keys it does not see add zero products.
-__attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx(
+// A bf16 cache (kBf16Cache) holds K and V exactly as the tiles take them: K
+// is one part (S = Qhi K + Qlo K, four products a block where fp16 takes
+// six) and V goes into its tiles as it lies, so its numbers are those of
+// the same arithmetic in double on the cache's values, up to the softmax
+// weights' rounding.
+template <bool kBf16Cache>
+__attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16AmxBody(
     const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows, int kv_head,
     int group, const float* q, int64_t q_stride, float scale, float* out, int64_t out_stride,
     float* scratch) {
-  if (layer.bf16) {  // (Attention never sends one here: the tiles split fp16 K and V)
-    AttendAvx512Body<false, true>(layer, block_table, n_pos, rows, kv_head, group, q, q_stride,
-                                  scale, out, out_stride, scratch);
-    return;
-  }
   constexpr int d = 64;
   const int nq = rows * group;
   const int64_t n_max = n_pos + rows - 1;  // positions the last row sees
@@ -2009,36 +2012,40 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx
     for (int c = 0; c < 2; ++c) {  // inputs [32 c, 32 c + 32): 16 pairs x 16 keys
       __m512 hi[16], lo[16];
       for (int t = 0; t < 16; ++t) {
-        if (t < nj) {
+        if (t >= nj) {
+          hi[t] = lo[t] = _mm512_setzero_ps();
+        } else if (kBf16Cache) {  // a key's 32 bf16 inputs: 16 pairs as they lie
+          hi[t] = _mm512_loadu_ps(src + t * d + 32 * c);
+        } else {
           __m512i h, l;
           SplitBf16(LoadF16x16(src + t * d + 32 * c), LoadF16x16(src + t * d + 32 * c + 16), &h,
                     &l);
           hi[t] = _mm512_castsi512_ps(h);
           lo[t] = _mm512_castsi512_ps(l);
-        } else {
-          hi[t] = lo[t] = _mm512_setzero_ps();
         }
       }
       Transpose16(hi);  // row t: pair t of every key
-      Transpose16(lo);
       float* th = reinterpret_cast<float*>(kt + 512 * c);
-      float* tl = reinterpret_cast<float*>(kt + 512 * (2 + c));
-      for (int t = 0; t < 16; ++t) {
-        _mm512_store_ps(th + 16 * t, hi[t]);
-        _mm512_store_ps(tl + 16 * t, lo[t]);
+      for (int t = 0; t < 16; ++t) _mm512_store_ps(th + 16 * t, hi[t]);
+      if (!kBf16Cache) {
+        Transpose16(lo);
+        float* tl = reinterpret_cast<float*>(kt + 512 * (2 + c));
+        for (int t = 0; t < 16; ++t) _mm512_store_ps(tl + 16 * t, lo[t]);
       }
     }
     _tile_loadd(4, kt, 64);
     _tile_loadd(5, kt + 512, 64);
-    _tile_loadd(6, kt + 1024, 64);
-    _tile_loadd(7, kt + 1536, 64);
+    if (!kBf16Cache) {
+      _tile_loadd(6, kt + 1024, 64);
+      _tile_loadd(7, kt + 1536, 64);
+    }
     for (int qt = 0; qt < tiles; ++qt) {
       float* dst = scores + (int64_t)16 * qt * stride + j0;
       const uint16_t* a = qb + 2 * 16 * qt * d;  // hi at a, lo at a + d
       if (qt + 1 < tiles) {
-        PDQ_SCORE_TILE_BF16(0, 2, a, a_stride, d, dst, stride * 4);
+        PDQ_SCORE_TILE_BF16(0, 2, a, a_stride, d, dst, stride * 4, !kBf16Cache);
       } else {
-        PDQ_SCORE_TILE_BF16(1, 3, a, a_stride, d, dst, stride * 4);
+        PDQ_SCORE_TILE_BF16(1, 3, a, a_stride, d, dst, stride * 4, !kBf16Cache);
       }
     }
   }
@@ -2047,17 +2054,30 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx
     // The two 16-key blocks of these 32 keys (the second may lie past n_max).
     const fp16_t* blocks[2] = {at.Block(layer.v, j0),
                                j0 + 16 < n_max ? at.Block(layer.v, j0 + 16) : nullptr};
-    auto v_row = [&](int64_t j, int c) {
-      return j < n_max ? LoadF16x16(blocks[(j - j0) / 16] + (j % 16) * d + 16 * c)
-                       : _mm512_setzero_ps();
+    // Key j's outputs [16 c, 16 c + 16) in the cache; a bf16 cache's as 16
+    // bf16, zero past n_max. (An fp16 cache's conversion stays in the body:
+    // a lambda does not take the function's target.)
+    auto v_row = [&](int64_t j, int c) { return blocks[(j - j0) / 16] + (j % 16) * d + 16 * c; };
+    auto v_bf16 = [&](int64_t j, int c) {
+      if (j >= n_max) return _mm256_setzero_si256();
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(v_row(j, c)));
     };
     for (int c = 0; c < 4; ++c) {
       uint16_t* tile = vt + (j0 / 32 * 4 + c) * 512;
       for (int t = 0; t < 16; ++t) {
         const int64_t j = j0 + 2 * t;
-        const __m512 a = v_row(j, c), b = v_row(j + 1, c);
-        const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
-        const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
+        __m256i a, b;
+        if (kBf16Cache) {
+          a = v_bf16(j, c);
+          b = v_bf16(j + 1, c);
+        } else {
+          a = (__m256i)_mm512_cvtneps_pbh(j < n_max ? LoadF16x16(v_row(j, c))
+                                                    : _mm512_setzero_ps());
+          b = (__m256i)_mm512_cvtneps_pbh(j + 1 < n_max ? LoadF16x16(v_row(j + 1, c))
+                                                        : _mm512_setzero_ps());
+        }
+        const __m512i lo = _mm512_cvtepu16_epi32(a);
+        const __m512i hi = _mm512_cvtepu16_epi32(b);
         _mm512_store_si512(tile + 32 * t, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
       }
     }
@@ -2127,6 +2147,14 @@ __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16Amx
   _tile_release();
 }
 #undef PDQ_SCORE_TILE_BF16
+
+void AttendPromptBf16Amx(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos,
+                         int rows, int kv_head, int group, const float* q, int64_t q_stride,
+                         float scale, float* out, int64_t out_stride, float* scratch) {
+  (layer.bf16 ? AttendPromptBf16AmxBody<true>
+              : AttendPromptBf16AmxBody<false>)(layer, block_table, n_pos, rows, kv_head, group, q,
+                                                q_stride, scale, out, out_stride, scratch);
+}
 
 }  // namespace
 

@@ -76,9 +76,9 @@ struct KernelTable {
                               const uint16_t* xb, int64_t m, float* y, int64_t ldy);
   // attend's contract for head_dim 64, 16-token blocks and at most 64
   // queries on AMX tiles, fp32 sums: Q * scale and K as two bf16 parts each
-  // (scores to about 16 bits), the softmax weights and V as bf16
-  // (CpuContext::bf16_prompt_attention takes it for prompt rows). Null
-  // where the path has no bf16 tiles.
+  // (scores to about 16 bits; a bf16 cache's K is one part, exact), the
+  // softmax weights and V as bf16 (CpuContext::bf16_prompt_attention takes
+  // it for prompt rows). Null where the path has no bf16 tiles.
   void (*attend_bf16)(const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows,
                       int kv_head, int group, const float* q, int64_t q_stride, float scale,
                       float* out, int64_t out_stride, float* scratch);

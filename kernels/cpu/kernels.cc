@@ -416,10 +416,11 @@ void Attention(const CpuContext& ctx, const KvLayerView& layer, const AttentionS
                          kt.attend_decode_heads_lse(layer, group);
   // Prompt rows on attend_prompt, or on the bf16 tiles when the context
   // asks for them and the path has them; decode rows on attend.
-  // (The tiles' kernel splits fp16 K and V into bf16 parts: fp16 caches only.
-  // 16-token blocks only: its chunk addressing takes any multiple of 16 as
-  // the vector kernels' does, but no AMX host has run it on another size.)
-  const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr && !layer.bf16 &&
+  // (16-token blocks only: the tiles' chunk addressing takes any multiple of
+  // 16 as the vector kernels' does, but no AMX host has run it on another
+  // size. Either cache dtype: fp16 K is split into two bf16 parts, bf16 K
+  // and V go in as they lie.)
+  const bool bf16 = ctx.bf16_prompt_attention && kt.attend_bf16 != nullptr &&
                     layer.head_dim == 64 && layer.block_tokens == 16 && group <= 32;
   // Decode rows read every kv head's blocks together where the path can
   // (attend_decode_heads: the cache's runs stream, where one kv head's rows
