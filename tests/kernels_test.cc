@@ -720,7 +720,9 @@ TEST(KernelsTest, Bf16PromptAttentionMatchesABf16Reference) {
                 }
                 // The weights' rounding (2^-9 each) and V's (2^-9): at most
                 // about 2^-8 of the largest |v| the query averages.
-                ASSERT_NEAR(got[r * stride + g * d + i], o / sum, vmax * 1.5 / 256 + 1e-6)
+                // (A bf16 cache's V goes in exactly: only the weights' rounding.)
+                const double bound = (bf16_cache ? 0.75 : 1.5) * vmax / 256 + 1e-6;
+                ASSERT_NEAR(got[r * stride + g * d + i], o / sum, bound)
                     << (bf16_cache ? "bf16" : "fp16") << " cache, group=" << group
                     << " rows=" << rows << " n=" << n_pos << " row " << r << " head " << g
                     << " output " << i;
@@ -738,7 +740,8 @@ TEST(KernelsTest, Bf16PromptAttentionMatchesABf16Reference) {
             for (int r = 0; r < rows; ++r) {
               for (int i = 0; i < group * d; ++i) {
                 ASSERT_EQ(pairs[r * stride + i], got[r * stride + i])
-                    << "group=" << group << " rows=" << rows << " n=" << n_pos << " row " << r;
+                    << (bf16_cache ? "bf16" : "fp16") << " cache, group=" << group
+                    << " rows=" << rows << " n=" << n_pos << " row " << r;
               }
             }
           }

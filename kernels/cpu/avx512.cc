@@ -1969,8 +1969,8 @@ __attribute__((target("avx512bf16"))) inline void SplitBf16(__m512 a, __m512 b, 
 // A bf16 cache (kBf16Cache) holds K and V exactly as the tiles take them: K
 // is one part (S = Qhi K + Qlo K, four products a block where fp16 takes
 // six) and V goes into its tiles as it lies, so its numbers are those of
-// the same arithmetic in double on the cache's values, up to the softmax
-// weights' rounding.
+// the same arithmetic in double on the cache's values, up to Q's split
+// (about 2^-17) and the softmax weights' rounding.
 template <bool kBf16Cache>
 __attribute__((target("amx-tile,amx-bf16,avx512bf16"))) void AttendPromptBf16AmxBody(
     const KvLayerView& layer, const int32_t* block_table, int64_t n_pos, int rows, int kv_head,
