@@ -560,8 +560,19 @@ class Simulation {
     p.prompt_tokens = r.prompt_tokens;
     p.output_tokens = 1;
     p.prefill_only = true;
-    workers_[pw].Add(p);
-    Kick(pw);
+    // The router sends the Prefill call once the decode worker has answered
+    // its Reserve call, which that worker's loop runs between its steps
+    // (worker/scheduler.cc, as the landed KV's command): after the step in
+    // flight there, on a busy decode worker.
+    auto prefill = [this, pw, p] {
+      workers_[pw].Add(p);
+      Kick(pw);
+    };
+    if (busy_[dw] && step_end_[dw] > now_) {
+      At(step_end_[dw], prefill);
+    } else {
+      prefill();
+    }
   }
 
   void Kick(int w) {

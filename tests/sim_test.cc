@@ -383,6 +383,48 @@ TEST(SimTest, ABusyDecodeWorkerSendsALandedPromptsFirstTokenAfterItsStep) {
   EXPECT_NEAR(e.first_token, c.first_token + 0.05 + 1e-4 + 0.02, 1e-12);
 }
 
+TEST(SimTest, ABusyDecodeWorkerAnswersAReservationAfterItsStep) {
+  // 1P+1D: the router sends a prompt to its prefill worker once the decode
+  // worker has answered the Reserve call, which that worker's loop runs
+  // between its steps (worker/scheduler.cc). Open loop at 5 a second against
+  // 50 ms decode steps: a request that arrives while the decode worker is
+  // stepping has its prompt's pass start no earlier than that step's end.
+  Deployment d;
+  d.prefill = d.decode = 1;
+  d.prefill_worker.pass = {0.01, 0, 0, 0, 0, {}};
+  d.decode_worker.pass = {0.05, 0, 0, 0, 0, {}};
+  d.kv_bytes_per_token = 1000;
+  d.link = {1e9, 0};
+  Workload w;
+  w.arrivals = Workload::Arrivals::kPoisson;
+  w.rate = 5;
+  w.requests = 40;
+  w.warmup = 0;
+  w.prompt_tokens = 100;
+  w.output_tokens = 8;
+  RunOptions o;
+  o.trace_steps = true;
+  const RunResult r = *Simulate(d, w, o);
+  int waited = 0;
+  for (const RequestRecord& q : r.requests) {
+    ASSERT_FALSE(q.refused());
+    double in_flight_end = -1, pass_start = -1;
+    for (const StepRecord& s : r.steps) {
+      if (s.worker == q.decode_worker && s.start < q.arrival && q.arrival < s.start + s.seconds) {
+        in_flight_end = s.start + s.seconds;
+      }
+      for (const auto& [id, tokens] : s.chunks) {
+        if (id == q.id && s.worker == q.prefill_worker) pass_start = s.start;
+      }
+    }
+    ASSERT_GE(pass_start, q.arrival) << "request " << q.id;
+    if (in_flight_end < 0) continue;
+    ++waited;
+    EXPECT_GE(pass_start, in_flight_end - 1e-12) << "request " << q.id;
+  }
+  EXPECT_GT(waited, 10);  // most arrive while the decode worker steps
+}
+
 TEST(SimTest, TransfersShareALink) {
   // Two prefill workers send to one decode worker at once: its link carries
   // one KV at a time, so the second lands a transfer later.
