@@ -13,7 +13,10 @@
 // a prefill worker's KV streaming out layer by layer during its last chunk,
 // over a sender and a receiver link that each carry one transfer at a time;
 // the decode worker's KV reservation (a request that finds no room is
-// refused, as the router refuses it); an A/B rollout's pools, each request
+// refused, as the router refuses it), answered between that worker's steps
+// before the prompt goes to its prefill worker (a refusal is immediate
+// here, where the real worker's exact check also waits for the step); an
+// A/B rollout's pools, each request
 // drawn to one by the router's split (policy/traffic_split.h). What it
 // does not model yet: the prefix
 // cache, deadlines and cancels, live migration, co-located pods sharing
