@@ -561,19 +561,22 @@ class Simulation {
     p.output_tokens = 1;
     p.prefill_only = true;
     // The router sends the Prefill call once the decode worker has answered
-    // its Reserve call, which that worker's loop runs between its steps
-    // (worker/scheduler.cc, as the landed KV's command): after the step in
-    // flight there, on a busy decode worker.
+    // its Reserve call, a command of that worker's loop.
     auto prefill = [this, pw, p] {
       workers_[pw].Add(p);
       Kick(pw);
     };
-    if (busy_[dw] && step_end_[dw] > now_) {
-      At(step_end_[dw], prefill);
+    if (const double reserved = NextCommand(dw); reserved > now_) {
+      At(reserved, prefill);
     } else {
       prefill();
     }
   }
+
+  // When worker w's loop next runs a command (a Reserve call, a transfer's
+  // completion: worker/scheduler.cc runs them between steps): now when it is
+  // idle, else at the end of its step in flight.
+  double NextCommand(int w) const { return busy_[w] ? step_end_[w] : now_; }
 
   void Kick(int w) {
     if (busy_[w] || !workers_[w].HasWork()) return;
@@ -695,9 +698,8 @@ class Simulation {
       Kick(pw);
       MaybeRetire(pw);
       // The decode worker takes the landed KV, and sends the first token
-      // the prefill drew, between its steps (worker/scheduler.cc: the
-      // transfer's completion is a command its loop runs after the step).
-      q.first_token = busy_[dw] ? step_end_[dw] : now_;
+      // the prefill drew, as a command of its loop.
+      q.first_token = NextCommand(dw);
       WorkerSim& d = workers_[dw];
       if (q.output_tokens <= 1) {
         d.Remove(id);
