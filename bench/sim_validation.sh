@@ -39,14 +39,15 @@
 #       TRACK_SPEED=1: before each run, speed_probe on the idle machine
 #       against DIR/speed-reference.json, and that run's own arrivals
 #       simulated on the profile scaled by how much slower the probe ran
-#       (prompt passes by the W8A8 prompts' ratio, decode by the W4A16
-#       steps', on the CPU each worker is pinned to, their mean where it
-#       floats) -> DIR/predicted-open-tracked/NAME-fF-sR.json, written before
+#       (FP16 prompt passes by the FP16 prompts' ratio, other prompt passes
+#       by the W8A8 prompts', decode by the W4A16 steps', on the CPU each
+#       worker is pinned to, their mean where it floats; a reference without
+#       FP16 prompts, before 2026-12-07 later, scales FP16 by W8A8's) -> DIR/predicted-open-tracked/NAME-fF-sR.json, written before
 #       the run starts (speed.txt: each run's ratios)
 #   bench/sim_validation.sh speed-reference BUILD DIR
 #       speed_probe right after the profile -> DIR/speed-reference.json: one-
-#       thread W8A8 prompts (128 tokens) and W4A16 decode steps (4 rows over
-#       128 tokens) by pdq bench-engine, pinned to CPU 0 and to CPU 1; the
+#       thread W8A8 and FP16 prompts (128 tokens) and W4A16 decode steps (4
+#       rows over 128 tokens) by pdq bench-engine, pinned to CPU 0 and to CPU 1; the
 #       median of SPEED_REFERENCE_PROBES (3) probes (sets before 2026-12-07
 #       took one)
 #   bench/sim_validation.sh compare-open DIR
@@ -373,9 +374,10 @@ measure_open() {
 compare_open() { OPEN=1 compare; }
 
 # speed_probe OUT: the host's speed now, on each CPU the 1P+1D
-# configurations pin a worker to -> OUT (JSON: per CPU, W8A8 prompt and
-# W4A16 decode tokens/s at one thread, each the mean of 10 repetitions;
-# sets before 2026-12-06 night took 5).
+# configurations pin a worker to -> OUT (JSON: per CPU, W8A8 prompt, FP16
+# prompt and W4A16 decode tokens/s at one thread, each the mean of 10
+# repetitions; sets before 2026-12-06 night took 5, sets before 2026-12-07
+# later timed no FP16 prompts: on Zen 3 they drifted apart from W8A8's).
 speed_probe() {
   python3 - "$build/bin/pdq" "$1" <<'PY'
 import json, subprocess, sys
@@ -390,6 +392,8 @@ for cpu in (0, 1):
     probe[f"cpu{cpu}"] = {
         "prompt_tokens_per_s": run(cpu, ["--precision", "w8a8", "--prompt-tokens", "128",
                                          "--gen-tokens", "4"], "prefill_tokens_per_s"),
+        "fp16_prompt_tokens_per_s": run(cpu, ["--precision", "fp16", "--prompt-tokens", "128",
+                                              "--gen-tokens", "4"], "prefill_tokens_per_s"),
         "decode_tokens_per_s": run(cpu, ["--precision", "w4a16", "--prompt-tokens", "16",
                                          "--batch", "4", "--decode-context", "128",
                                          "--gen-tokens", "32"], "decode_tokens_per_s")}
@@ -443,15 +447,19 @@ flags, label = sys.argv[4], sys.argv[5]
 def flag(name):
     m = re.search(rf"--{name} (\S+)", flags)
     return m.group(1) if m else None
-# How much longer a pass takes now than at the reference, per CPU and kind.
-slow = {cpu: {k: ref[cpu][k] / now[cpu][k] for k in ref[cpu]} for cpu in ref}
-mean = {k: statistics.fmean(slow[c][k] for c in slow) for k in ("prompt_tokens_per_s", "decode_tokens_per_s")}
+# How much longer a pass takes now than at the reference, per CPU and kind
+# (references before 2026-12-07 later have no FP16 prompts: W8A8's stand in).
+slow = {cpu: {k: ref[cpu][k] / now[cpu][k] for k in ref[cpu] if k in now[cpu]} for cpu in ref}
+def prompt_slow(precision, cpus):
+    key = "fp16_prompt_tokens_per_s" if precision == "fp16" else "prompt_tokens_per_s"
+    return statistics.fmean(slow[c].get(key, slow[c]["prompt_tokens_per_s"]) for c in cpus)
 if "--deployment 1M" in flags:  # its threads float over both CPUs
     prompt = flag("monolithic-prefill-precision") or flag("monolithic-precision")
-    decode, p_slow, d_slow = flag("monolithic-precision"), mean["prompt_tokens_per_s"], mean["decode_tokens_per_s"]
+    decode, p_slow = flag("monolithic-precision"), prompt_slow(prompt, slow)
+    d_slow = statistics.fmean(slow[c]["decode_tokens_per_s"] for c in slow)
 else:  # pinned as configs pins them: the prefill worker on CPU 0, the decode worker on CPU 1
     prompt, decode = flag("prefill-precision"), flag("decode-precision")
-    p_slow, d_slow = slow["cpu0"]["prompt_tokens_per_s"], slow["cpu1"]["decode_tokens_per_s"]
+    p_slow, d_slow = prompt_slow(prompt, ["cpu0"]), slow["cpu1"]["decode_tokens_per_s"]
 scale = ({prompt: (p_slow + d_slow) / 2} if prompt == decode else {prompt: p_slow, decode: d_slow})
 for p in profile["passes"]:
     s = scale.get(p["precision"])
@@ -467,8 +475,10 @@ for s_ in profile.get("splits", []):
         s_[k] *= scale.get(s_["decode_precision"], 1)
 print(json.dumps(profile))
 print(f"{label}: " + ", ".join(f"{k} x{v:.3f}" for k, v in scale.items()) + " (probe: " +
-      "; ".join(f"{c} prompts x{slow[c]['prompt_tokens_per_s']:.3f}, decode x{slow[c]['decode_tokens_per_s']:.3f}"
-                for c in slow) + ")", file=sys.stderr)
+      "; ".join(f"{c} prompts x{slow[c]['prompt_tokens_per_s']:.3f}"
+                + (f", fp16 prompts x{slow[c]['fp16_prompt_tokens_per_s']:.3f}"
+                   if "fp16_prompt_tokens_per_s" in slow[c] else "")
+                + f", decode x{slow[c]['decode_tokens_per_s']:.3f}" for c in slow) + ")", file=sys.stderr)
 PY
   cat "$work/speed-line.txt" >>"$out/speed.txt"
   cat "$work/speed-line.txt" >&2
