@@ -41,15 +41,17 @@
 #       simulated on the profile scaled by how much slower the probe ran
 #       (FP16 prompt passes by the FP16 prompts' ratio, other prompt passes
 #       by the W8A8 prompts', decode by the W4A16 steps', on the CPU each
-#       worker is pinned to, their mean where it floats; a reference without
-#       FP16 prompts, before 2026-12-07 later, scales FP16 by W8A8's) -> DIR/predicted-open-tracked/NAME-fF-sR.json, written before
-#       the run starts (speed.txt: each run's ratios)
+#       worker is pinned to, their mean where it floats; where one precision
+#       serves both, the mean of its two; a reference without FP16 prompts,
+#       before 2026-12-07 later, scales FP16 by W8A8's)
+#       -> DIR/predicted-open-tracked/NAME-fF-sR.json, written before the
+#       run starts (speed.txt: each run's ratios)
 #   bench/sim_validation.sh speed-reference BUILD DIR
 #       speed_probe right after the profile -> DIR/speed-reference.json: one-
 #       thread W8A8 and FP16 prompts (128 tokens) and W4A16 decode steps (4
-#       rows over 128 tokens) by pdq bench-engine, pinned to CPU 0 and to CPU 1; the
-#       median of SPEED_REFERENCE_PROBES (3) probes (sets before 2026-12-07
-#       took one)
+#       rows over 128 tokens) by pdq bench-engine, pinned to CPU 0 and to
+#       CPU 1; the median of SPEED_REFERENCE_PROBES (3) probes (sets before
+#       2026-12-07 took one)
 #   bench/sim_validation.sh compare-open DIR
 #       DIR/validation-open.md, as compare (p99 judged at 20%); MATCHED=1
 #       sets each run beside its own arrivals simulated (run r sent
