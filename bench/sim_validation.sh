@@ -451,7 +451,7 @@ def flag(name):
     return m.group(1) if m else None
 # How much longer a pass takes now than at the reference, per CPU and kind
 # (references before 2026-12-07 later have no FP16 prompts: W8A8's stand in).
-slow = {cpu: {k: ref[cpu][k] / now[cpu][k] for k in ref[cpu] if k in now[cpu]} for cpu in ref}
+slow = {cpu: {k: ref[cpu][k] / now[cpu][k] for k in ref[cpu]} for cpu in ref}
 def prompt_slow(precision, cpus):
     key = "fp16_prompt_tokens_per_s" if precision == "fp16" else "prompt_tokens_per_s"
     return statistics.fmean(slow[c].get(key, slow[c]["prompt_tokens_per_s"]) for c in cpus)
