@@ -10,14 +10,17 @@
 #   LLAMA_BIN     folder with llama-bench and llama-batched-bench
 #   LLAMA_MODELS  folder with f16.gguf, q8_0.gguf and q4_0.gguf
 #   ROUNDS        alternating rounds (default 3)
-# Prints every raw line; about 5 minutes a round on a 2-core AMX Xeon (all
-# four paths), less where the CPU has fewer. ISAS="amx" (PDQ_ISA names,
+# Prints every raw line (kept in ISA_LOG, default a new file under /tmp),
+# then each round's tables and the issue's targets as ratios within each
+# round (bench/isa_speed_summary.py LOG redoes them from a saved log).
+# About 5 minutes a round on a 2-core AMX Xeon (all four paths), less
+# where the CPU has fewer. ISAS="amx" (PDQ_ISA names,
 # space-separated) runs only those paths, so that pdq's and llama.cpp's
 # runs of a round are about a minute apart (the issue's targets on the
 # fastest path; the comparisons with AVX2 need avx2 in the list).
 set -euo pipefail
 if [ $# -lt 3 ]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 build="$1"
@@ -56,6 +59,10 @@ run() {
   "$@" 2>&1 | grep -v '^pdq: \|^llama_\|^load\|^print_info\|^main: \|^build_\|^common_\|^system_info' || true
 }
 
+# Every raw line goes to the log too; its tables and the targets' ratios
+# (bench/isa_speed_summary.py) follow at the end.
+log="${ISA_LOG:-$(mktemp "${TMPDIR:-/tmp}/isa_speed.XXXXXX")}"
+{
 echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
   "flags: $(grep -o 'avx512[a-z_0-9]*\|amx_[a-z0-9]*\|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 for round in $(seq 1 "$rounds"); do
@@ -92,3 +99,6 @@ for round in $(seq 1 "$rounds"); do
   run "$llama_bin/llama-batched-bench" -m "$llama_models/q4_0.gguf" -t 2 -c 8192 -b 2048 \
     -ub 512 -npp 128 -ntg 64 -npl 32
 done
+} | tee "$log"
+echo "== summary (raw lines in $log)"
+python3 "$(dirname "$0")/isa_speed_summary.py" "$log"
