@@ -10,14 +10,14 @@
 #   LLAMA_BIN     folder with llama-bench and llama-batched-bench
 #   LLAMA_MODELS  folder with f16.gguf, q8_0.gguf and q4_0.gguf
 #   ROUNDS        alternating rounds (default 3)
-# Prints every raw line (kept in ISA_LOG, default a new file under /tmp),
-# then each round's tables and the issue's targets as ratios within each
-# round (bench/isa_speed_summary.py LOG redoes them from a saved log).
-# About 5 minutes a round on a 2-core AMX Xeon (all four paths), less
-# where the CPU has fewer. ISAS="amx" (PDQ_ISA names,
-# space-separated) runs only those paths, so that pdq's and llama.cpp's
-# runs of a round are about a minute apart (the issue's targets on the
-# fastest path; the comparisons with AVX2 need avx2 in the list).
+# Prints every raw line (kept in ISA_LOG, default a new file in $TMPDIR or
+# /tmp), then each round's tables and the issue's targets as ratios within
+# each round (bench/isa_speed_summary.py LOG redoes them from a saved log).
+# About 5 minutes a round on a 2-core AMX Xeon (all four paths), less where
+# the CPU has fewer. ISAS="amx" (PDQ_ISA names, space-separated) runs only
+# those paths, so that pdq's and llama.cpp's runs of a round are about a
+# minute apart (the issue's targets on the fastest path; the comparisons
+# with AVX2 need avx2 in the list).
 set -euo pipefail
 if [ $# -lt 3 ]; then
   sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
@@ -54,51 +54,56 @@ if [ -n "${ISAS:-}" ]; then
   isas=("${kept[@]}")
 fi
 
-run() {
-  echo "+ $*"
-  "$@" 2>&1 | grep -v '^pdq: \|^llama_\|^load\|^print_info\|^main: \|^build_\|^common_\|^system_info' || true
-}
-
-# Every raw line goes to the log too; its tables and the targets' ratios
+# Every raw line goes to the log too (a path that cannot be written fails
+# here, not after the rounds); its tables and the targets' ratios
 # (bench/isa_speed_summary.py) follow at the end.
 log="${ISA_LOG:-$(mktemp "${TMPDIR:-/tmp}/isa_speed.XXXXXX")}"
-{
-echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
-  "flags: $(grep -o 'avx512[a-z_0-9]*\|amx_[a-z0-9]*\|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-for round in $(seq 1 "$rounds"); do
-  echo "== round $round"
-  # Batch 1: prefill pp512 and decode tg128, each precision on each path;
-  # on the fastest path also W4A16 as it was before the W8A16 output
-  # projection and the bf16 tiles (FP16 output, int16/fp32 activations).
-  for isa in "${isas[@]}"; do
-    for precision in w8a8 w4a16 fp16; do
-      run env PDQ_ISA="$isa" "$pdq" bench-engine --precision "$precision" --threads 2 \
-        --prompt-tokens 512 --gen-tokens 128 --repetitions 2 --json
+: > "$log"
+
+run() {
+  echo "+ $*"
+  "$@" 2>&1 | grep --line-buffered -v '^pdq: \|^llama_\|^load\|^print_info\|^main: \|^build_\|^common_\|^system_info' || true
+}
+
+all_rounds() {
+  echo "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(nproc) cores;" \
+    "flags: $(grep -o 'avx512[a-z_0-9]*\|amx_[a-z0-9]*\|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  for round in $(seq 1 "$rounds"); do
+    echo "== round $round"
+    # Batch 1: prefill pp512 and decode tg128, each precision on each path;
+    # on the fastest path also W4A16 as it was before the W8A16 output
+    # projection and the bf16 tiles (FP16 output, int16/fp32 activations).
+    for isa in "${isas[@]}"; do
+      for precision in w8a8 w4a16 fp16; do
+        run env PDQ_ISA="$isa" "$pdq" bench-engine --precision "$precision" --threads 2 \
+          --prompt-tokens 512 --gen-tokens 128 --repetitions 2 --json
+      done
     done
+    run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 \
+      --prompt-tokens 512 --gen-tokens 128 --repetitions 2 --fp16-output --bf16-rows 0 --json
+    run "$llama_bin/llama-bench" -m "$llama_models/f16.gguf" -m "$llama_models/q8_0.gguf" \
+      -m "$llama_models/q4_0.gguf" -t 2 -p 512 -n 128 -r 2 -o md
+    # Batched decode: 32 sequences, each with 128 tokens of context, on each
+    # path with the defaults (on AMX the bf16 tiles from 16 rows, elsewhere
+    # int16 activations up to 64 rows); where there is AMX also with
+    # --batch-invariant (int16 up to 64 rows: each row's logits its own
+    # alone), and with W4A8 instead (int8 activations from 8 rows a step).
+    for isa in "${isas[@]}"; do
+      run env PDQ_ISA="$isa" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
+        --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --json
+    done
+    if [ "${isas[-1]}" = amx ]; then
+      run env PDQ_ISA=amx "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
+        --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --batch-invariant --json
+    fi
+    run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
+      --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 0 \
+      --w4a8-rows 8 --json
+    run "$llama_bin/llama-batched-bench" -m "$llama_models/q4_0.gguf" -t 2 -c 8192 -b 2048 \
+      -ub 512 -npp 128 -ntg 64 -npl 32
   done
-  run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 \
-    --prompt-tokens 512 --gen-tokens 128 --repetitions 2 --fp16-output --bf16-rows 0 --json
-  run "$llama_bin/llama-bench" -m "$llama_models/f16.gguf" -m "$llama_models/q8_0.gguf" \
-    -m "$llama_models/q4_0.gguf" -t 2 -p 512 -n 128 -r 2 -o md
-  # Batched decode: 32 sequences, each with 128 tokens of context, on each
-  # path with the defaults (on AMX the bf16 tiles from 16 rows, elsewhere
-  # int16 activations up to 64 rows); where there is AMX also with
-  # --batch-invariant (int16 up to 64 rows: each row's logits its own
-  # alone), and with W4A8 instead (int8 activations from 8 rows a step).
-  for isa in "${isas[@]}"; do
-    run env PDQ_ISA="$isa" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
-      --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --json
-  done
-  if [ "${isas[-1]}" = amx ]; then
-    run env PDQ_ISA=amx "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
-      --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --batch-invariant --json
-  fi
-  run env PDQ_ISA="${isas[-1]}" "$pdq" bench-engine --precision w4a16 --threads 2 --batch 32 \
-    --decode-context 128 --prompt-tokens 64 --gen-tokens 64 --repetitions 1 --bf16-rows 0 \
-    --w4a8-rows 8 --json
-  run "$llama_bin/llama-batched-bench" -m "$llama_models/q4_0.gguf" -t 2 -c 8192 -b 2048 \
-    -ub 512 -npp 128 -ntg 64 -npl 32
-done
-} | tee "$log"
+}
+
+all_rounds | tee "$log"
 echo "== summary (raw lines in $log)"
 python3 "$(dirname "$0")/isa_speed_summary.py" "$log"
