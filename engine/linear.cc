@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "engine/huge_pages.h"
 #include "quant/smoothquant.h"
 #include "quant/w4_quantize.h"
 
@@ -138,7 +139,7 @@ class Fp16Linear final : public WritableLinear {
 
  private:
   int64_t out_, in_;
-  std::vector<fp16_t> packed_;
+  HugeVector<fp16_t> packed_;
 };
 
 // Calibrated methods (GPTQ, AWQ) stage the rows until Finalize, which has
@@ -248,8 +249,8 @@ class W4A16Linear final : public WritableLinear {
   }
   int a8_min_rows_;
   int bf16_min_rows_;
-  std::vector<uint8_t> q_;
-  std::vector<fp16_t> scale_, min_;
+  HugeVector<uint8_t> q_;
+  HugeVector<fp16_t> scale_, min_;
   std::vector<float> inv_s_;   // per input channel with AWQ, else empty
   std::vector<float> staged_;  // rows waiting for Finalize (calibrated methods)
 };
@@ -300,8 +301,8 @@ class W8A16Linear final : public WritableLinear {
   PackedW8 view() const { return PackedW8{q_.data(), scale_.data(), out_, in_, bf16_min_rows_}; }
   int64_t out_, in_;
   int bf16_min_rows_;
-  std::vector<int8_t> q_;
-  std::vector<fp16_t> scale_;
+  HugeVector<int8_t> q_;
+  HugeVector<fp16_t> scale_;
 };
 
 // With SmoothQuant (quant/smoothquant.h), activation outliers migrate into
@@ -369,8 +370,8 @@ class W8A8Linear final : public WritableLinear {
  private:
   int64_t out_, in_;
   float alpha_;
-  std::vector<int8_t> q_;
-  std::vector<float> scale_;
+  HugeVector<int8_t> q_;
+  HugeVector<float> scale_;
   std::vector<float> inv_s_;   // per input channel when smoothing, else empty
   std::vector<float> staged_;  // rows waiting for Finalize
 };

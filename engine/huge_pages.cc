@@ -1,0 +1,151 @@
+#include "engine/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace pdq {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kChunk = size_t{32} << 20;
+// Arrays this large get a mapping of their own (a chunk holds at least 4).
+constexpr size_t kOwnMapping = kChunk / 4;
+constexpr size_t kAlign = 64;
+
+bool ReadEnabled() {
+  if (const char* v = std::getenv("PDQ_HUGE_PAGES"); v != nullptr && std::strcmp(v, "0") == 0) {
+    return false;
+  }
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  const std::string mode((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return mode.find("[always]") != std::string::npos || mode.find("[madvise]") != std::string::npos;
+}
+
+// A 2 MiB-aligned anonymous mapping of `bytes` (a multiple of kHugePage),
+// marked for huge pages before anything touches it; null if the system has
+// no address space or memory left.
+void* MapAligned(size_t bytes) {
+  const size_t span = bytes + kHugePage;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (base + kHugePage - 1) & ~(kHugePage - 1);
+  if (aligned > base) munmap(raw, aligned - base);
+  if (aligned + bytes < base + span) {
+    munmap(reinterpret_cast<void*>(aligned + bytes), base + span - aligned - bytes);
+  }
+  void* p = reinterpret_cast<void*>(aligned);
+  madvise(p, bytes, MADV_HUGEPAGE);  // no THP in this kernel: small pages, same memory
+  return p;
+}
+
+struct Chunk {
+  size_t used = 0;  // bytes handed out from the start, bump-allocated
+  size_t live = 0;  // arrays not yet freed
+};
+
+class Arena {
+ public:
+  void* Allocate(size_t bytes) {
+    const size_t size = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (size >= kOwnMapping) {
+      const size_t mapped = (size + kHugePage - 1) / kHugePage * kHugePage;
+      void* p = MapAligned(mapped);
+      if (p == nullptr) throw std::bad_alloc();
+      own_[reinterpret_cast<uintptr_t>(p)] = mapped;
+      mapped_ += mapped;
+      return p;
+    }
+    if (current_ == 0 || chunks_[current_].used + size > kChunk) {
+      void* p = MapAligned(kChunk);
+      if (p == nullptr) throw std::bad_alloc();
+      current_ = reinterpret_cast<uintptr_t>(p);
+      chunks_[current_] = Chunk{};
+      mapped_ += kChunk;
+    }
+    Chunk& c = chunks_[current_];
+    void* p = reinterpret_cast<void*>(current_ + c.used);
+    c.used += size;
+    ++c.live;
+    return p;
+  }
+
+  void Free(void* p) {
+    if (p == nullptr) return;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = own_.find(a); it != own_.end()) {
+      munmap(p, it->second);
+      mapped_ -= it->second;
+      own_.erase(it);
+      return;
+    }
+    auto it = chunks_.upper_bound(a);  // the chunk holding a starts at or before it
+    if (it == chunks_.begin() || a >= std::prev(it)->first + kChunk) {
+      std::abort();  // not from AllocateHuge: a double free or a foreign pointer
+    }
+    --it;
+    if (--it->second.live > 0) return;
+    // Its last array: the whole chunk goes back (the current one too: the
+    // next allocation maps a fresh one).
+    munmap(reinterpret_cast<void*>(it->first), kChunk);
+    mapped_ -= kChunk;
+    if (it->first == current_) current_ = 0;
+    chunks_.erase(it);
+  }
+
+  size_t mapped() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return mapped_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<uintptr_t, Chunk> chunks_;  // by start address
+  std::map<uintptr_t, size_t> own_;    // own mappings: start -> bytes
+  uintptr_t current_ = 0;              // the chunk being filled (0: none)
+  size_t mapped_ = 0;
+};
+
+Arena& TheArena() {
+  static Arena* arena = new Arena();  // never destroyed: frees may run at exit
+  return *arena;
+}
+
+}  // namespace
+
+bool HugePagesEnabled() {
+  static const bool enabled = ReadEnabled();
+  return enabled;
+}
+
+void* AllocateHuge(size_t bytes) {
+  if (!HugePagesEnabled()) {
+    void* p =
+        std::aligned_alloc(kAlign, (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign);
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  return TheArena().Allocate(bytes);
+}
+
+void FreeHuge(void* p) {
+  if (!HugePagesEnabled()) {
+    std::free(p);
+    return;
+  }
+  TheArena().Free(p);
+}
+
+size_t HugeMappedBytes() { return HugePagesEnabled() ? TheArena().mapped() : 0; }
+
+}  // namespace pdq
