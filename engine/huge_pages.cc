@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +11,9 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_set>
+
+#include "common/check.h"
 
 namespace pdq {
 namespace {
@@ -21,8 +25,10 @@ constexpr size_t kOwnMapping = kChunk / 4;
 constexpr size_t kAlign = 64;
 
 bool ReadEnabled() {
-  if (const char* v = std::getenv("PDQ_HUGE_PAGES"); v != nullptr && std::strcmp(v, "0") == 0) {
-    return false;
+  if (const char* v = std::getenv("PDQ_HUGE_PAGES"); v != nullptr) {
+    for (const char* off : {"0", "off", "false", "no"}) {
+      if (std::strcmp(v, off) == 0) return false;
+    }
   }
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   const std::string mode((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -76,6 +82,7 @@ class Arena {
     void* p = reinterpret_cast<void*>(current_ + c.used);
     c.used += size;
     ++c.live;
+    live_.insert(reinterpret_cast<uintptr_t>(p));
     return p;
   }
 
@@ -89,11 +96,10 @@ class Arena {
       own_.erase(it);
       return;
     }
-    auto it = chunks_.upper_bound(a);  // the chunk holding a starts at or before it
-    if (it == chunks_.begin() || a >= std::prev(it)->first + kChunk) {
-      std::abort();  // not from AllocateHuge: a double free or a foreign pointer
-    }
-    --it;
+    // A pointer AllocateHuge did not hand out, or one freed already, would
+    // unmap a chunk under arrays still in use: stop here instead.
+    PDQ_CHECK(live_.erase(a) == 1);
+    auto it = std::prev(chunks_.upper_bound(a));  // the chunk holding a starts at or before it
     if (--it->second.live > 0) return;
     // Its last array: the whole chunk goes back (the current one too: the
     // next allocation maps a fresh one).
@@ -112,6 +118,7 @@ class Arena {
   std::mutex mu_;
   std::map<uintptr_t, Chunk> chunks_;  // by start address
   std::map<uintptr_t, size_t> own_;    // own mappings: start -> bytes
+  std::unordered_set<uintptr_t> live_;  // arrays handed out from chunks
   uintptr_t current_ = 0;              // the chunk being filled (0: none)
   size_t mapped_ = 0;
 };

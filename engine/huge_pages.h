@@ -1,28 +1,26 @@
 // Memory for the weights, which every forward pass streams, on transparent
-// huge pages where the kernel offers them. A decode token reads
-// all of a model's weights (96 MB for SmolLM2 at W4A16): on 4 KiB pages that
-// is a TLB miss every 4 KiB, each a two-level page walk in a virtual machine;
-// on 2 MiB pages batch-1 decode ran 8-12% faster on a 2-vCPU Zen 4 guest
-// (geometric means of six alternations; bench/RESULTS.md, "Weights on huge
-// pages").
+// huge pages where the kernel offers them: on 4 KiB pages a decode token's
+// weights are a TLB miss every 4 KiB (bench/RESULTS.md, "Weights on huge
+// pages", has what it measured).
 //
 // Why our own allocator: glibc's malloc puts large arrays each in its own
-// mmap, which the kernel gives huge pages only where a whole aligned 2 MiB
-// lies inside one mapping that asked for them before it was touched (glibc's
-// glibc.malloc.hugetlb tunable does that, but only from the environment at
-// process start). Here small arrays share 32 MiB chunks, 2 MiB aligned and
-// marked MADV_HUGEPAGE before first use, and large ones get a mapping of
-// their own; a chunk goes back to the system when its last array is freed.
-// Untouched parts of a chunk cost address space only.
+// mapping, and a mapping gets huge pages only where a whole aligned 2 MiB of
+// it asked for them before it was touched (glibc's glibc.malloc.hugetlb
+// tunable does that, but only from the environment at process start). Here
+// small arrays share 32 MiB chunks, 2 MiB aligned and marked MADV_HUGEPAGE
+// before first use, and large ones get a mapping of their own. A chunk goes
+// back to the system with its last array; space freed inside a live chunk is
+// neither reused nor returned until then (weights live as long as their
+// model). Untouched parts of a chunk cost address space only.
 //
-// The KV pool stays on small pages: its blocks are touched as they are first
-// used, and on 2 MiB pages a worker's resident memory would grow in steps of
-// up to 2 MiB per layer's K and V, which the serving soak's leak check
-// (resident growth beyond the KV held) would read as a leak.
+// The KV pool stays on malloc's pages: its blocks are touched as they are
+// first used, and where THP is "madvise" (Debian's default) that keeps a
+// worker's resident memory growing by the blocks it holds, which the serving
+// soak's leak check counts on.
 //
-// PDQ_HUGE_PAGES=0 (read once) uses plain malloc instead, for same-machine
-// comparisons; so does a kernel with THP "never" (the memory is the same,
-// the pages small).
+// PDQ_HUGE_PAGES=0 (read once) uses malloc for the weights too, for
+// same-machine comparisons; so does a kernel with THP "never". Under THP
+// "always" the kernel may give malloc's large arrays huge pages anyway.
 #pragma once
 
 #include <cstddef>
