@@ -35,8 +35,8 @@ void* AllocateHuge(size_t bytes);
 // p from AllocateHuge (or null).
 void FreeHuge(void* p);
 
-// Whether AllocateHuge asks for huge pages: PDQ_HUGE_PAGES is not 0 and the
-// kernel's THP mode is "always" or "madvise".
+// Whether AllocateHuge asks for huge pages: PDQ_HUGE_PAGES is not 0, off,
+// false or no, and the kernel's THP mode is "always" or "madvise".
 bool HugePagesEnabled();
 // Bytes mapped for AllocateHuge now (chunks and own mappings; 0 when off).
 size_t HugeMappedBytes();
