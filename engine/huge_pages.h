@@ -14,7 +14,7 @@
 // model). Untouched parts of a chunk cost address space only.
 //
 // The KV pool stays on malloc's pages: its blocks are touched as they are
-// first used, and where THP is "madvise" (Debian's default) that keeps a
+// first used, and where THP is "madvise" (as on the hosts measured) that keeps a
 // worker's resident memory growing by the blocks it holds, which the serving
 // soak's leak check counts on.
 //
