@@ -95,6 +95,12 @@ def paths(r):
     return [i for i in ISA_ORDER if any(k[0] == i for k in r["pdq"])]
 
 
+def top_path(r):
+    """The round's fastest path (the last it ran), or None."""
+    ran = paths(r)
+    return ran[-1] if ran else None
+
+
 def get(r, isa, kind, key):
     j = r["pdq"].get((isa, kind))
     return None if j is None else j.get(key)
@@ -110,7 +116,7 @@ def best_llama_pp(r):
 
 
 def against_avx2(r):
-    top = paths(r)[-1] if paths(r) else None
+    top = top_path(r)
     if top in ("avx2", None) or "avx2" not in paths(r):
         return None
     pairs = [("w8a8", "prefill_tokens_per_s"), ("w4a16", "prefill_tokens_per_s"),
@@ -119,7 +125,7 @@ def against_avx2(r):
 
 
 def fastest(r, kind, key):
-    return get(r, paths(r)[-1], kind, key) if paths(r) else None
+    return get(r, top_path(r), kind, key)
 
 
 # The issue's targets: label, goal (None: measured, no goal), the round's
@@ -195,7 +201,7 @@ def render_llama(rounds):
 
 
 def render_targets(rounds):
-    heads = [f"round {n}: {ISA_LABEL[paths(r)[-1]]}" if paths(r) else f"round {n}"
+    heads = [f"round {n}: {ISA_LABEL[top_path(r)]}" if top_path(r) else f"round {n}"
              for n, r in enumerate(rounds, 1)]
     out = ["| target | " + " | ".join(heads) + " | met |",
            "| --- | " + " | ".join("---:" for _ in rounds) + " | --- |"]

@@ -24,6 +24,9 @@ constexpr size_t kChunk = size_t{32} << 20;
 constexpr size_t kOwnMapping = kChunk / 4;
 constexpr size_t kAlign = 64;
 
+// n rounded up to a multiple of `to`.
+constexpr size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
 bool ReadEnabled() {
   if (const char* v = std::getenv("PDQ_HUGE_PAGES"); v != nullptr) {
     for (const char* off : {"0", "off", "false", "no"}) {
@@ -43,7 +46,7 @@ void* MapAligned(size_t bytes) {
   void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (raw == MAP_FAILED) return nullptr;
   const uintptr_t base = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (base + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t aligned = RoundUp(base, kHugePage);
   if (aligned > base) munmap(raw, aligned - base);
   if (aligned + bytes < base + span) {
     munmap(reinterpret_cast<void*>(aligned + bytes), base + span - aligned - bytes);
@@ -61,10 +64,10 @@ struct Chunk {
 class Arena {
  public:
   void* Allocate(size_t bytes) {
-    const size_t size = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    const size_t size = RoundUp(std::max<size_t>(bytes, 1), kAlign);
     std::lock_guard<std::mutex> lock(mu_);
     if (size >= kOwnMapping) {
-      const size_t mapped = (size + kHugePage - 1) / kHugePage * kHugePage;
+      const size_t mapped = RoundUp(size, kHugePage);
       void* p = MapAligned(mapped);
       if (p == nullptr) throw std::bad_alloc();
       own_[reinterpret_cast<uintptr_t>(p)] = mapped;
@@ -137,8 +140,7 @@ bool HugePagesEnabled() {
 
 void* AllocateHuge(size_t bytes) {
   if (!HugePagesEnabled()) {
-    void* p =
-        std::aligned_alloc(kAlign, (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign);
+    void* p = std::aligned_alloc(kAlign, RoundUp(std::max<size_t>(bytes, 1), kAlign));
     if (p == nullptr) throw std::bad_alloc();
     return p;
   }
