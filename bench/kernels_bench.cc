@@ -442,6 +442,16 @@ BENCHMARK(BM_AttentionDecodeStep)
     ->ArgsProduct({{1, 2, 4, 16}, {256, 512, 768, 1024, 2048}})
     ->Unit(benchmark::kMicrosecond);
 
+// One fork-join round trip of the pool, as each GEMV of a one-row decode
+// step makes (four a layer): Run of an empty function, which returns once
+// every thread has run it, so an iteration is the publish, the workers'
+// wake-up and the join alone.
+void BM_ThreadPoolHandOff(benchmark::State& state) {
+  for (auto _ : state) Pool().Run([](int) {});
+}
+
+BENCHMARK(BM_ThreadPoolHandOff)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace pdq
 
