@@ -27,6 +27,10 @@ constexpr size_t kAlign = 64;
 // n rounded up to a multiple of `to`.
 constexpr size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// What an array of `bytes` takes, on either path: at least one byte, in
+// whole kAlign units (aligned_alloc wants a multiple of the alignment).
+constexpr size_t Padded(size_t bytes) { return RoundUp(std::max<size_t>(bytes, 1), kAlign); }
+
 bool ReadEnabled() {
   if (const char* v = std::getenv("PDQ_HUGE_PAGES"); v != nullptr) {
     for (const char* off : {"0", "off", "false", "no"}) {
@@ -64,7 +68,7 @@ struct Chunk {
 class Arena {
  public:
   void* Allocate(size_t bytes) {
-    const size_t size = RoundUp(std::max<size_t>(bytes, 1), kAlign);
+    const size_t size = Padded(bytes);
     std::lock_guard<std::mutex> lock(mu_);
     if (size >= kOwnMapping) {
       const size_t mapped = RoundUp(size, kHugePage);
@@ -140,7 +144,7 @@ bool HugePagesEnabled() {
 
 void* AllocateHuge(size_t bytes) {
   if (!HugePagesEnabled()) {
-    void* p = std::aligned_alloc(kAlign, RoundUp(std::max<size_t>(bytes, 1), kAlign));
+    void* p = std::aligned_alloc(kAlign, Padded(bytes));
     if (p == nullptr) throw std::bad_alloc();
     return p;
   }
