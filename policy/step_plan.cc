@@ -137,16 +137,19 @@ StepCoefficients NormalEquations::Fit() const {
           {}};
 }
 
-double StepCoefficients::RowStep(double rows) const {
-  if (row_steps.empty()) return 0;
-  if (rows <= row_steps.front().first) return row_steps.front().second;
-  for (size_t i = 1; i < row_steps.size(); ++i) {
-    const auto& [r1, s1] = row_steps[i];
-    if (rows > r1) continue;
-    const auto& [r0, s0] = row_steps[i - 1];
-    return s0 + (s1 - s0) * (rows - r0) / (r1 - r0);
+double Interpolated(const std::vector<std::pair<double, double>>& points, double x) {
+  if (x <= points.front().first) return points.front().second;
+  for (size_t i = 1; i < points.size(); ++i) {
+    const auto& [x1, y1] = points[i];
+    if (x > x1) continue;
+    const auto& [x0, y0] = points[i - 1];
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
   }
-  return row_steps.back().second;
+  return points.back().second;
+}
+
+double StepCoefficients::RowStep(double rows) const {
+  return row_steps.empty() ? 0 : Interpolated(row_steps, rows);
 }
 
 bool StepCoefficients::RowStepsValid() const {

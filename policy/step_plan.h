@@ -45,6 +45,11 @@ struct StepSample {
   double weight = 1;
 };
 
+// points' y at x, linear between them, held beyond the ends; points are
+// non-empty, their x strictly ascending (StepCoefficients::row_steps,
+// sim::WorkerSpec::row_factors).
+double Interpolated(const std::vector<std::pair<double, double>>& points, double x);
+
 // The coefficients of a pass's time: fixed + per decode row + per prompt
 // token + per prompt attention pair + per decode attention pair.
 struct StepCoefficients {

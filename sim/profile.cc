@@ -128,6 +128,8 @@ absl::Status Spec(const Profile& p, const std::string& precision,
   w->step_overhead = o.idle_passes ? 0 : pass->step_overhead;
   w->step_overhead_per_row = o.idle_passes ? 0 : pass->step_overhead_per_row;
   w->stream_finish_seconds = o.idle_passes ? 0 : pass->stream_finish_seconds;
+  w->row_factors =
+      o.idle_passes ? std::vector<std::pair<double, double>>{} : pass->served_row_factors;
   if (!prompt_precision.empty() && prompt_precision != precision) {
     absl::StatusOr<PassProfile> prompt = p.Pass(prompt_precision, o.threads);
     if (!prompt.ok()) return prompt.status();
@@ -170,6 +172,7 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
       d->decode_worker.pass = Scaled(decode.time, split->decode_factor, split->decode_pair_factor);
       d->decode_worker.step_overhead = split->decode_step_overhead;
       d->decode_worker.step_overhead_per_row = split->decode_step_overhead_per_row;
+      d->decode_worker.row_factors.clear();  // the split's factors are fitted on its own levels
     }
     absl::StatusOr<LinkProfile> link = p.Link(o.transport);
     if (!link.ok()) return link.status();
@@ -378,6 +381,10 @@ std::string ProfileToJson(const Profile& p) {
         e["step_overhead_per_row"] = s.step_overhead_per_row;
       }
       e["served"] = ServedLevelsJson(s.served);
+      if (!s.served_row_factors.empty()) {
+        json& rows = e["served_row_factors"] = json::array();
+        for (const auto& [n, f] : s.served_row_factors) rows.push_back({n, f});
+      }
     }
     if (s.stream_finish_seconds > 0) {
       j["passes"].back()["stream_finish_seconds"] = s.stream_finish_seconds;
@@ -635,6 +642,22 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
             absl::StrCat("profile: ", path, ".served_pair_factor must be > 0"));
       }
     }
+    // Fitted since 2026-12-07 (FitServed's row factors).
+    json row_factors;
+    PDQ_GET_ARRAY(e, path, "served_row_factors", &row_factors);
+    WorkerSpec factors;
+    for (const json& x : row_factors) {
+      if (!x.is_array() || x.size() != 2 || !x[0].is_number() || !x[1].is_number()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("profile: ", path, ".served_row_factors must be [rows, factor] pairs"));
+      }
+      factors.row_factors.push_back({x[0].get<double>(), x[1].get<double>()});
+    }
+    if (!factors.RowFactorsValid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile: ", path, ".served_", WorkerSpec::kRowFactorsRule));
+    }
+    s.served_row_factors = std::move(factors.row_factors);
     // Measured since the probe read the stepping loop's time.
     PDQ_GET_OPTIONAL(e, path, "step_overhead", &s.step_overhead);
     PDQ_GET_OPTIONAL(e, path, "step_overhead_per_row", &s.step_overhead_per_row);

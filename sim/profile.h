@@ -91,6 +91,13 @@ struct PassProfile {
   // measured; `pdq sim` then runs the passes as timed alone. A profile with
   // no served_pair_factor takes served_factor for both.
   double served_factor = 0, served_pair_factor = 0;
+  // The one-client levels' steps against those factors' fit, as
+  // WorkerSpec::row_factors: [[1, their served steps (or their passes'
+  // model, where that is more: serving never speeds a pass) over the fit,
+  // weighted by steps], [the next client count's mean rows, 1]]. Empty: not
+  // measured (profiles before it, or no one-client level); 1 at every row
+  // count.
+  std::vector<std::pair<double, double>> served_row_factors;
   // The served levels' loop time outside the passes a step, fitted as
   // step_overhead + step_overhead_per_row x its decode rows (sampling and
   // sending are per row); WorkerSpec::step_overhead. 0: not measured.

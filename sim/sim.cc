@@ -39,6 +39,15 @@ std::vector<const Workers*> Deployment::Pools() const {
   return pools;
 }
 
+bool WorkerSpec::RowFactorsValid() const {
+  for (size_t i = 0; i < row_factors.size(); ++i) {
+    const auto& [rows, factor] = row_factors[i];
+    if (!std::isfinite(rows) || rows < 1 || !std::isfinite(factor) || !(factor > 0)) return false;
+    if (i > 0 && !(rows > row_factors[i - 1].first)) return false;
+  }
+  return true;
+}
+
 namespace {
 
 absl::StatusOr<policy::TrafficSplit> SplitOf(const Deployment& d) {
@@ -62,6 +71,9 @@ absl::Status CheckPass(const PassTime& p, const std::string& where) {
 
 absl::Status CheckWorker(const WorkerSpec& s, const std::string& where, bool prompts,
                          bool decodes) {
+  if (!s.RowFactorsValid()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", WorkerSpec::kRowFactorsRule));
+  }
   if (prompts && !s.fused && s.prompt_pass.fixed + s.prompt_pass.per_token <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": prompt_pass is zero"));
   }

@@ -30,6 +30,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -72,6 +73,22 @@ struct WorkerSpec {
   // early in a step may send their next request before the loop takes
   // new ones (bench/RESULTS.md, "Monolithic TTFT").
   double stream_finish_seconds = 0;
+  // A decode step's pass (decode rows, no prompt tokens) against `pass`'s
+  // time, by its decode rows: (rows, factor) points, rows ascending,
+  // interpolated between them and held beyond the ends
+  // (policy::Interpolated); empty: 1. From the profile's served probe
+  // (PassProfile::served_row_factors): one served factor for every load
+  // missed one-row steps, on Zen 4 FP16 ones served at x1.3-1.4 their passes
+  // where the levels of 3 and 11 rows ran x1.0-1.1 (bench/RESULTS.md,
+  // "Served steps by their rows").
+  std::vector<std::pair<double, double>> row_factors;
+  double RowFactor(int64_t decode_rows) const {
+    return row_factors.empty() || decode_rows < 1 ? 1
+                                                  : policy::Interpolated(row_factors, decode_rows);
+  }
+  static constexpr const char* kRowFactorsRule =
+      "row_factors' rows must be >= 1 and ascending, their factors finite and > 0";
+  bool RowFactorsValid() const;
 };
 
 // A link between two workers' hosts: each worker sends or receives one KV

@@ -797,6 +797,50 @@ TEST(CliTest, ProfileRefitsServedFactorsOfAnOlderProfile) {
     }
     EXPECT_EQ(priced, 6);
   }
+  {
+    // A profile with one-client levels and the split probe (Zen 4,
+    // 2026-12-07): each pass gains its one-row factor, the one-client
+    // levels' max(step, model) over the factors' fit weighted by steps, back
+    // to 1 at the four-client levels' mean rows; each split's two levels
+    // one factor for both terms, the least squares of relative error.
+    const std::string z = "bench/sim_validation/zen4-2core-2026-12-07/profile.json";
+    r = RunPdq("profile --refit-served " + z + " --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("one-row decode steps x1.20 that (x1 from 3.0 rows)"), std::string::npos)
+        << r.out;
+    absl::StatusOr<pdq::sim::Profile> refit = pdq::sim::ReadProfile(out);
+    ASSERT_TRUE(refit.ok()) << refit.status();
+    int above = 0;
+    for (const pdq::sim::PassProfile& p : refit->passes) {
+      double n = 0, ratio = 0, n4 = 0, rows4 = 0;
+      for (const pdq::sim::ServedLevel& l : p.served) {
+        if (l.clients == 4) n4 += double(l.steps), rows4 += double(l.steps) * l.rows_per_step;
+        if (l.clients != 1) continue;
+        const double fit = p.served_factor * (l.model_seconds - l.model_pair_seconds) +
+                           p.served_pair_factor * l.model_pair_seconds;
+        n += double(l.steps);
+        ratio += double(l.steps) * std::max(l.step_seconds, l.model_seconds) / fit;
+      }
+      ASSERT_GT(n, 0) << p.precision << " " << p.threads;
+      ASSERT_EQ(p.served_row_factors.size(), 2u) << p.precision << " " << p.threads;
+      EXPECT_EQ(p.served_row_factors[0].first, 1);
+      EXPECT_NEAR(p.served_row_factors[0].second, ratio / n, 1e-9);
+      EXPECT_NEAR(p.served_row_factors[1].first, rows4 / n4, 1e-9);
+      EXPECT_EQ(p.served_row_factors[1].second, 1);
+      above += ratio / n > 1.1;
+    }
+    EXPECT_GT(above, 0);  // FP16 at two threads: x1.20 at one row
+    ASSERT_EQ(refit->splits.size(), 2u);
+    for (const pdq::sim::SplitProfile& s : refit->splits) {
+      double mm = 0, ms = 0;
+      for (const pdq::sim::ServedLevel& l : s.decode_levels) {
+        const double w = double(l.steps) / (l.step_seconds * l.step_seconds);
+        mm += w * l.model_seconds * l.model_seconds, ms += w * l.model_seconds * l.step_seconds;
+      }
+      EXPECT_NEAR(s.decode_factor, std::max(1.0, ms / mm), 1e-9) << s.prefill_precision;
+      EXPECT_EQ(s.decode_pair_factor, s.decode_factor) << s.prefill_precision;
+    }
+  }
   const std::string bare = ::testing::TempDir() + "/cli_test_refit_bare.json";
   r = RunPdq(
       "profile --model synthetic:tiny --precisions fp16 --reps 1 --transports '' "

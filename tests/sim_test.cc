@@ -15,6 +15,7 @@
 #include "policy/traffic_split.h"
 #include "sim/plan.h"
 #include "sim/profile.h"
+#include "sim/worker_sim.h"
 
 namespace pdq::sim {
 namespace {
@@ -1477,6 +1478,80 @@ TEST(SimPlanTest, AnAbRolloutsArmsComeFromTheRoutersSplitAndEachPoolsPrecisions)
     EXPECT_NE(bad.status().message().find(message), std::string::npos)
         << split << " " << arms_text << ": " << bad.status();
   }
+}
+
+// The served probe's one-row factor: a decode step of one row takes its
+// pass times it, the factor falling linearly to the next point's and held
+// there; a step with prompt tokens, the passes as timed alone and a
+// co-located decode worker (the split probe's own fit) take none. The
+// points survive the file and bad ones are refused by name.
+TEST(SimPlanTest, OneRowDecodeStepsTakeTheServedRowFactor) {
+  WorkerSpec spec;
+  spec.pass = {5e-3, 2e-3, 2e-5, 0, 0, {}};
+  spec.row_factors = {{1, 1.5}, {3, 1}};
+  EXPECT_EQ(spec.RowFactor(0), 1);
+  EXPECT_DOUBLE_EQ(spec.RowFactor(1), 1.5);
+  EXPECT_DOUBLE_EQ(spec.RowFactor(2), 1.25);
+  EXPECT_DOUBLE_EQ(spec.RowFactor(16), 1);
+  WorkerSim worker(Role::kBoth, spec);
+  SimStep step;
+  step.pass_work.decode_rows = 1;
+  EXPECT_DOUBLE_EQ(worker.ModelTimes(step).pass, (5e-3 + 2e-3) * 1.5);
+  step.pass_work.decode_rows = 2;
+  EXPECT_DOUBLE_EQ(worker.ModelTimes(step).pass, (5e-3 + 4e-3) * 1.25);
+  step.pass_work.prefill_tokens = 100;  // a prompt's tokens beside: not a decode step alone
+  EXPECT_DOUBLE_EQ(worker.ModelTimes(step).pass, 5e-3 + 4e-3 + 100 * 2e-5);
+
+  // From the profile: a request's one-row decoding takes it, as timed alone none.
+  Profile p = DecodeBoundProfile();
+  p.passes[0].served_factor = 1.25;
+  p.passes[0].served = {{1, 128, 512, 500, 1, 0, 0.01, 0.007, 0.001, -1}};
+  Deployment d;
+  ASSERT_TRUE(ParseDeployment("1M", &d).ok());
+  const Precisions fp16{"fp16", "fp16", "fp16", ""};
+  ASSERT_TRUE(SpecsFromProfile(p, fp16, {}, &d).ok());
+  const Workload w = ClosedLoop(1, 100, 20, 2);
+  const RunResult before = *Simulate(d, w);
+  p.passes[0].served_row_factors = {{1, 1.2}, {3, 1}};
+  ASSERT_TRUE(SpecsFromProfile(p, fp16, {}, &d).ok());
+  EXPECT_EQ(d.monolithic_worker.row_factors, p.passes[0].served_row_factors);
+  const RunResult after = *Simulate(d, w);
+  const RequestRecord &a = after.requests[0], &b = before.requests[0];
+  EXPECT_NEAR((a.finish - a.first_token) / (b.finish - b.first_token), 1.2, 1e-9);
+  WorkerOptions alone;
+  alone.idle_passes = true;
+  ASSERT_TRUE(SpecsFromProfile(p, fp16, alone, &d).ok());
+  EXPECT_TRUE(d.monolithic_worker.row_factors.empty());
+  Deployment split;
+  ASSERT_TRUE(ParseDeployment("1P+1D", &split).ok());
+  ASSERT_TRUE(SpecsFromProfile(p, fp16, {}, &split).ok());
+  EXPECT_EQ(split.decode_worker.row_factors, p.passes[0].served_row_factors);
+  p.splits.push_back({"fp16", "fp16", 1, 1.1, {}, 1.2, 1.2, 0, 0, {}});
+  WorkerOptions co;
+  co.co_located = true;
+  ASSERT_TRUE(SpecsFromProfile(p, fp16, co, &split).ok());
+  EXPECT_TRUE(split.decode_worker.row_factors.empty());
+
+  absl::StatusOr<Profile> read = ProfileFromJson(ProfileToJson(p));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->passes[0].served_row_factors, p.passes[0].served_row_factors);
+  const nlohmann::json good = nlohmann::json::parse(ProfileToJson(p));
+  EXPECT_FALSE(nlohmann::json::parse(ProfileToJson(DecodeBoundProfile()))["passes"][0].contains(
+      "served_row_factors"));
+  for (const auto& [value, says] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {nlohmann::json::parse("[[3, 1], [1, 1.2]]"),
+            "passes[0].served_row_factors' rows must be >= 1 and ascending"},
+           {nlohmann::json::parse("[[1, 0]]"), "their factors finite and > 0"},
+           {nlohmann::json::parse("[[1]]"), "served_row_factors must be [rows, factor] pairs"},
+           {"x", "passes[0].served_row_factors must be an array"}}) {
+    nlohmann::json bad = good;
+    bad["passes"][0]["served_row_factors"] = value;
+    EXPECT_NE(ProfileFromJson(bad.dump()).status().message().find(says), std::string::npos)
+        << value << ": " << ProfileFromJson(bad.dump()).status();
+  }
+  d.monolithic_worker.row_factors = {{0.5, 1.2}};
+  EXPECT_NE(Simulate(d, w).status().message().find("row_factors' rows must be >= 1"),
+            std::string::npos);
 }
 
 TEST(SimPlanTest, CoLocatedWorkersTakeTheSplitProbesFactors) {

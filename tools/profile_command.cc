@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -20,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -400,6 +402,7 @@ std::string Cpus(int skip, int n) {
 struct ServedResult {
   std::vector<sim::ServedLevel> levels;
   double factor = 0, pair_factor = 0;
+  std::vector<std::pair<double, double>> row_factors;  // FitRowFactors'
   double finish_seconds = 0;  // the levels' mean loop time ending a stream (0: none read)
   std::vector<sim::PromptLevel> prompts;      // prompt passes at one client
   double prompt_factor = 0;                   // FitServedPromptFactor's (0: none)
@@ -432,13 +435,55 @@ void FitOverhead(ServedResult* r) {
   r->overhead_per_row = b;
 }
 
+// The one-client levels' served steps against FitServed's fit, as row
+// factors (sim::PassProfile::served_row_factors): max(step, model) / fit,
+// weighted by steps, at one row, falling to 1 at the next client count's
+// mean rows; none without a one-client level and another. The other levels
+// are left to the fit: given factors of their own too, they followed the
+// probe's noise as much as the host (post hoc on eleven committed sets,
+// with the split rule of FitServed: latency cells within the bound 494 of
+// 624, throughput 96 of 156; one-row factors only 500 and 96; neither 497
+// and 89: bench/RESULTS.md, "Served steps by their rows").
+void FitRowFactors(ServedResult* r) {
+  std::map<int, std::array<double, 3>> by_clients;  // steps, steps x rows, steps x ratio
+  for (const sim::ServedLevel& l : r->levels) {
+    const double fit = r->factor * (l.model_seconds - l.model_pair_seconds) +
+                       r->pair_factor * l.model_pair_seconds;
+    if (!(fit > 0) || !(l.steps > 0)) continue;
+    std::array<double, 3>& c = by_clients[l.clients];
+    const double n = double(l.steps);
+    c[0] += n, c[1] += n * l.rows_per_step;
+    c[2] += n * std::max(l.step_seconds, l.model_seconds) / fit;
+  }
+  r->row_factors.clear();
+  if (by_clients.size() < 2 || by_clients.begin()->first != 1) return;
+  const std::array<double, 3>& one = by_clients.begin()->second;
+  const std::array<double, 3>& next = std::next(by_clients.begin())->second;
+  const double next_rows = next[1] / next[0];
+  if (!(next_rows > 1)) return;
+  r->row_factors = {{1.0, one[2] / one[0]}, {next_rows, 1.0}};
+}
+
+// FitRowFactors' points as "one-row decode steps x1.20 that (x1 from 3.0
+// rows)".
+std::string RowFactorsText(const std::vector<std::pair<double, double>>& row_factors) {
+  if (row_factors.size() < 2) return "no one-row factor (no one-client level)";
+  return absl::StrFormat("one-row decode steps x%.2f that (x1 from %.1f rows)",
+                         row_factors[0].second, row_factors[1].first);
+}
+
 // The served levels' step time as a * (the model's time without attention)
 // + b * (its attention's time), least squares on relative error, each level
 // weighted by its steps, a and b >= 1: serving adds to a pass (the router,
 // the gRPC threads and the clients on the same cores), it cannot take from
 // it; a factor below 1 is the host's speed drifting between the profile's
 // passes and the probe (on Zen 4 it made the predictions 11-22% short where
-// the passes as timed alone held within 10%: bench/RESULTS.md).
+// the passes as timed alone held within 10%: bench/RESULTS.md). Fewer than
+// three levels (the split probe's two) leave nothing to judge a second term
+// by, and two levels whose attention was 7.5-9.4% of the step put x2.23 on
+// attention where one factor fitted barely worse (Zen 4, bench/RESULTS.md):
+// they get one factor for both. Then the row factors over that fit
+// (FitRowFactors).
 void FitServed(ServedResult* r) {
   double nn = 0, nt = 0, tt = 0, ns = 0, ts = 0;
   for (const sim::ServedLevel& l : r->levels) {
@@ -448,8 +493,9 @@ void FitServed(ServedResult* r) {
     ns += w * n * l.step_seconds, ts += w * t * l.step_seconds;
   }
   if (!(nn > 0)) return;
-  if (!(tt > 0)) {  // no attention to tell apart: one factor for both
-    r->factor = r->pair_factor = std::max(1.0, ns / nn);
+  if (!(tt > 0) || r->levels.size() < 3) {  // one factor for both
+    r->factor = r->pair_factor = std::max(1.0, (ns + ts) / (nn + 2 * nt + tt));
+    FitRowFactors(r);
     return;
   }
   // The residual's part that depends on (a, b), and the best of the
@@ -470,6 +516,7 @@ void FitServed(ServedResult* r) {
   }
   r->factor = best.first;
   r->pair_factor = best.second;
+  FitRowFactors(r);
 }
 
 // `workers` (pdq up's entries) behind the router in a `pdq up` of the
@@ -786,9 +833,10 @@ absl::StatusOr<sim::SplitProfile> MeasureSplit(const ModelFlags& mf, const std::
 }
 
 // --refit-served: the profile at in_path with each pass's served factors
-// fitted again from the served levels it recorded, by FitServed's rule (a
-// profile measured before the factors were held at 1 or more, 85a16df),
-// written to out_path; nothing measured.
+// and each split probe's decode factors fitted again from the levels it
+// recorded, by FitServed's rule (a profile measured before the factors were
+// held at 1 or more, 85a16df, or before the row factors), written to
+// out_path; nothing measured.
 int RefitServedProfile(const std::string& in_path, const std::string& out_path) {
   auto fail = [](const absl::Status& s) { return Fail("profile", s); };
   absl::StatusOr<sim::Profile> read = sim::ReadProfile(in_path);
@@ -804,14 +852,30 @@ int RefitServedProfile(const std::string& in_path, const std::string& out_path) 
     FitServed(&r);
     std::fprintf(stderr,
                  "pdq profile: %s at %d threads: served factors x%.3f and x%.3f (attention) -> "
-                 "x%.3f and x%.3f, from %zu served levels\n",
+                 "x%.3f and x%.3f, %s, from %zu served levels\n",
                  p.precision.c_str(), p.threads, p.served_factor, p.served_pair_factor, r.factor,
-                 r.pair_factor, p.served.size());
+                 r.pair_factor, RowFactorsText(r.row_factors).c_str(), p.served.size());
     p.served_factor = r.factor;
     p.served_pair_factor = r.pair_factor;
+    p.served_row_factors = r.row_factors;
     if (!p.served_prompts.empty()) {
       p.served_prompt_factor = FitServedPromptFactor(p.served_prompts, p.time, r.factor);
     }
+    ++refitted;
+  }
+  for (sim::SplitProfile& s : profile.splits) {
+    if (s.decode_levels.empty()) continue;
+    ServedResult r;
+    r.levels = s.decode_levels;
+    FitServed(&r);
+    std::fprintf(stderr,
+                 "pdq profile: split %s/%s at %d threads: decode factors x%.3f and x%.3f "
+                 "(attention) -> x%.3f and x%.3f, from %zu levels\n",
+                 s.prefill_precision.c_str(), s.decode_precision.c_str(), s.threads,
+                 s.decode_factor, s.decode_pair_factor, r.factor, r.pair_factor,
+                 s.decode_levels.size());
+    s.decode_factor = r.factor;
+    s.decode_pair_factor = r.pair_factor;
     ++refitted;
   }
   if (refitted == 0) {
@@ -934,11 +998,12 @@ int ProfileCommand(int argc, char** argv) {
                "cores runs each worker on 1; pdq sim --threads picks); default: --threads");
   flags.String("out", &out_path, "where to write the profile");
   flags.String("refit-served", &refit_served,
-               "a profile FILE to refit instead of measuring: each pass's served_factor and "
-               "served_pair_factor fitted again from its recorded served levels by today's rule "
-               "(factors at least 1), and its served_prompt_factor from its recorded prompt "
-               "passes where it has them, written to --out; for profiles measured before that "
-               "rule");
+               "a profile FILE to refit instead of measuring: each pass's served_factor, "
+               "served_pair_factor and served_row_factors fitted again from its recorded served "
+               "levels by today's rule (factors at least 1; one factor from fewer than three "
+               "levels), its served_prompt_factor from its recorded prompt passes where it has "
+               "them, and each split probe's decode factors from its levels, written to --out; "
+               "for profiles measured before those rules");
   if (int rc = ParseOrExit(flags, argc, argv); rc >= 0) return rc;
   if (!refit_served.empty()) return RefitServedProfile(refit_served, out_path);
   auto fail = [](const absl::Status& s) { return Fail("profile", s); };
@@ -1076,6 +1141,7 @@ int ProfileCommand(int argc, char** argv) {
       p.served = r->levels;
       p.served_factor = r->factor;
       p.served_pair_factor = r->pair_factor;
+      p.served_row_factors = r->row_factors;
       p.served_prompt_factor = r->prompt_factor;
       p.served_prompts = r->prompts;
       p.stream_finish_seconds = r->finish_seconds;
@@ -1090,12 +1156,12 @@ int ProfileCommand(int argc, char** argv) {
       }
       std::fprintf(stderr,
                    "pdq profile: %s at %d threads served: steps x%.2f the passes' model without "
-                   "attention and x%.2f its attention (%s: served/model); prompt passes at one "
-                   "client x%.2f; the loop outside the passes %.2f ms + %.3f ms a row a step, "
-                   "%.3f ms ending a stream%s; %.0f s\n",
+                   "attention and x%.2f its attention (%s: served/model), %s; prompt passes at one "
+                   "client x%.2f; the loop outside the passes %.2f "
+                   "ms + %.3f ms a row a step, %.3f ms ending a stream%s; %.0f s\n",
                    p.precision.c_str(), p.threads, r->factor, r->pair_factor, each.c_str(),
-                   r->prompt_factor, r->overhead * 1e3, r->overhead_per_row * 1e3,
-                   r->finish_seconds * 1e3,
+                   RowFactorsText(r->row_factors).c_str(), r->prompt_factor, r->overhead * 1e3,
+                   r->overhead_per_row * 1e3, r->finish_seconds * 1e3,
                    r->router_seconds >= 0
                        ? absl::StrFormat("; first token %.1f ms after the prompt's compute",
                                          r->router_seconds * 1e3)

@@ -359,6 +359,10 @@ int SimCommand(int argc, char** argv) {
       if (pass->served_prompt_factor > 0) {
         absl::StrAppendFormat(&f, ", prompt tokens x%.2f", pass->served_prompt_factor);
       }
+      if (!pass->served_row_factors.empty()) {
+        absl::StrAppendFormat(&f, ", one-row decode steps x%.2f more",
+                              pass->served_row_factors.front().second);
+      }
       if (pass->step_overhead > 0 || pass->step_overhead_per_row > 0) {
         absl::StrAppendFormat(&f, ", +%.2f ms +%.3f ms a row a step outside the passes",
                               pass->step_overhead * 1e3, pass->step_overhead_per_row * 1e3);
