@@ -555,7 +555,7 @@ for q in p["passes"]:
     # measured beside the passes stays, unscaled (EMULATED_LOOP=0 drops it,
     # as sets before 2026-12-06 did).
     drop = ["served_factor", "served_pair_factor", "served", "served_prompt_factor",
-            "served_prompts"]
+            "served_prompts", "served_row_factors"]
     if os.environ.get("EMULATED_LOOP", "1") == "0":
         drop += ["step_overhead", "step_overhead_per_row", "stream_finish_seconds"]
     for f in drop:

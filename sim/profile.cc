@@ -128,8 +128,10 @@ absl::Status Spec(const Profile& p, const std::string& precision,
   w->step_overhead = o.idle_passes ? 0 : pass->step_overhead;
   w->step_overhead_per_row = o.idle_passes ? 0 : pass->step_overhead_per_row;
   w->stream_finish_seconds = o.idle_passes ? 0 : pass->stream_finish_seconds;
-  w->row_factors =
-      o.idle_passes ? std::vector<std::pair<double, double>>{} : pass->served_row_factors;
+  // Over the served factors' fit: nothing without them (as the file keeps them).
+  w->row_factors = o.idle_passes || !(pass->served_factor > 0)
+                       ? std::vector<std::pair<double, double>>{}
+                       : pass->served_row_factors;
   if (!prompt_precision.empty() && prompt_precision != precision) {
     absl::StatusOr<PassProfile> prompt = p.Pass(prompt_precision, o.threads);
     if (!prompt.ok()) return prompt.status();
@@ -645,19 +647,17 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
     // Fitted since 2026-12-07 (FitServed's row factors).
     json row_factors;
     PDQ_GET_ARRAY(e, path, "served_row_factors", &row_factors);
-    WorkerSpec factors;
     for (const json& x : row_factors) {
       if (!x.is_array() || x.size() != 2 || !x[0].is_number() || !x[1].is_number()) {
         return absl::InvalidArgumentError(
             absl::StrCat("profile: ", path, ".served_row_factors must be [rows, factor] pairs"));
       }
-      factors.row_factors.push_back({x[0].get<double>(), x[1].get<double>()});
+      s.served_row_factors.push_back({x[0].get<double>(), x[1].get<double>()});
     }
-    if (!factors.RowFactorsValid()) {
+    if (!RowFactorsValidFor(s.served_row_factors)) {
       return absl::InvalidArgumentError(
           absl::StrCat("profile: ", path, ".served_", WorkerSpec::kRowFactorsRule));
     }
-    s.served_row_factors = std::move(factors.row_factors);
     // Measured since the probe read the stepping loop's time.
     PDQ_GET_OPTIONAL(e, path, "step_overhead", &s.step_overhead);
     PDQ_GET_OPTIONAL(e, path, "step_overhead_per_row", &s.step_overhead_per_row);

@@ -95,8 +95,8 @@ struct PassProfile {
   // WorkerSpec::row_factors: [[1, their served steps (or their passes'
   // model, where that is more: serving never speeds a pass) over the fit,
   // weighted by steps], [the next client count's mean rows, 1]]. Empty: not
-  // measured (profiles before it, or no one-client level); 1 at every row
-  // count.
+  // measured (profiles before it, a probe without a one-client level and
+  // another), or no served_factor; 1 at every row count.
   std::vector<std::pair<double, double>> served_row_factors;
   // The served levels' loop time outside the passes a step, fitted as
   // step_overhead + step_overhead_per_row x its decode rows (sampling and

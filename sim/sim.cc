@@ -39,11 +39,11 @@ std::vector<const Workers*> Deployment::Pools() const {
   return pools;
 }
 
-bool WorkerSpec::RowFactorsValid() const {
-  for (size_t i = 0; i < row_factors.size(); ++i) {
-    const auto& [rows, factor] = row_factors[i];
+bool RowFactorsValidFor(const std::vector<std::pair<double, double>>& points) {
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& [rows, factor] = points[i];
     if (!std::isfinite(rows) || rows < 1 || !std::isfinite(factor) || !(factor > 0)) return false;
-    if (i > 0 && !(rows > row_factors[i - 1].first)) return false;
+    if (i > 0 && !(rows > points[i - 1].first)) return false;
   }
   return true;
 }

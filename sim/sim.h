@@ -46,6 +46,10 @@ using PassTime = policy::StepCoefficients;
 
 enum class Role { kPrefill, kDecode, kBoth };
 
+// Whether (rows, factor) points are WorkerSpec::row_factors' kind:
+// kRowFactorsRule below.
+bool RowFactorsValidFor(const std::vector<std::pair<double, double>>& points);
+
 struct WorkerSpec {
   // `pass`: the worker's model; it computes prompts and decode rows in one
   // forward pass. Unless `fused`, prompts run on a second model of another
@@ -73,14 +77,11 @@ struct WorkerSpec {
   // early in a step may send their next request before the loop takes
   // new ones (bench/RESULTS.md, "Monolithic TTFT").
   double stream_finish_seconds = 0;
-  // A decode step's pass (decode rows, no prompt tokens) against `pass`'s
-  // time, by its decode rows: (rows, factor) points, rows ascending,
-  // interpolated between them and held beyond the ends
+  // A decode step's pass (decode rows, no prompt tokens in the step)
+  // against `pass`'s time, by its decode rows: (rows, factor) points, rows
+  // ascending, interpolated between them and held beyond the ends
   // (policy::Interpolated); empty: 1. From the profile's served probe
-  // (PassProfile::served_row_factors): one served factor for every load
-  // missed one-row steps, on Zen 4 FP16 ones served at x1.3-1.4 their passes
-  // where the levels of 3 and 11 rows ran x1.0-1.1 (bench/RESULTS.md,
-  // "Served steps by their rows").
+  // (PassProfile::served_row_factors).
   std::vector<std::pair<double, double>> row_factors;
   double RowFactor(int64_t decode_rows) const {
     return row_factors.empty() || decode_rows < 1 ? 1
@@ -88,7 +89,7 @@ struct WorkerSpec {
   }
   static constexpr const char* kRowFactorsRule =
       "row_factors' rows must be >= 1 and ascending, their factors finite and > 0";
-  bool RowFactorsValid() const;
+  bool RowFactorsValid() const { return RowFactorsValidFor(row_factors); }
 };
 
 // A link between two workers' hosts: each worker sends or receives one KV

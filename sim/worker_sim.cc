@@ -116,9 +116,12 @@ StepTimes WorkerSim::ModelTimes(const SimStep& step) const {
   if (step.prompt_work.prefill_tokens > 0) t.prompt = spec_.prompt_pass.Seconds(step.prompt_work);
   if (step.pass_work.decode_rows > 0 || step.pass_work.prefill_tokens > 0) {
     t.pass = spec_.pass.Seconds(step.pass_work);
-    // Decode steps alone: a prompt's tokens in the pass are priced served
-    // apart (sim::PassProfile::served_prompt_factor).
-    if (step.pass_work.prefill_tokens == 0) t.pass *= spec_.RowFactor(step.pass_work.decode_rows);
+    // Decode steps alone (no prompt tokens in either model's pass), as the
+    // served probe's one-client levels ran them; a prompt's tokens are
+    // priced served apart (sim::PassProfile::served_prompt_factor).
+    if (step.pass_work.prefill_tokens == 0 && step.prompt_work.prefill_tokens == 0) {
+      t.pass *= spec_.RowFactor(step.pass_work.decode_rows);
+    }
   }
   if (!step.rows.empty()) {
     t.overhead = spec_.step_overhead + spec_.step_overhead_per_row * double(step.rows.size());

@@ -1482,10 +1482,11 @@ TEST(SimPlanTest, AnAbRolloutsArmsComeFromTheRoutersSplitAndEachPoolsPrecisions)
 
 // The served probe's one-row factor: a decode step of one row takes its
 // pass times it, the factor falling linearly to the next point's and held
-// there; a step with prompt tokens, the passes as timed alone and a
-// co-located decode worker (the split probe's own fit) take none. The
-// points survive the file and bad ones are refused by name.
-TEST(SimPlanTest, OneRowDecodeStepsTakeTheServedRowFactor) {
+// there; a step with prompt tokens (in either model's pass), the passes as
+// timed alone, a pass without a served factor and a co-located decode worker
+// (the split probe's own fit) take none. The points survive the file and bad
+// ones are refused by name.
+TEST(SimTest, OneRowDecodeStepsTakeTheServedRowFactor) {
   WorkerSpec spec;
   spec.pass = {5e-3, 2e-3, 2e-5, 0, 0, {}};
   spec.row_factors = {{1, 1.5}, {3, 1}};
@@ -1501,6 +1502,18 @@ TEST(SimPlanTest, OneRowDecodeStepsTakeTheServedRowFactor) {
   EXPECT_DOUBLE_EQ(worker.ModelTimes(step).pass, (5e-3 + 4e-3) * 1.25);
   step.pass_work.prefill_tokens = 100;  // a prompt's tokens beside: not a decode step alone
   EXPECT_DOUBLE_EQ(worker.ModelTimes(step).pass, 5e-3 + 4e-3 + 100 * 2e-5);
+  {
+    // A two-model worker: a prompt chunk on the prompt model is beside too.
+    WorkerSpec two = spec;
+    two.fused = false;
+    two.prompt_pass = spec.pass;
+    WorkerSim w2(Role::kBoth, two);
+    SimStep s;
+    s.pass_work.decode_rows = 1;
+    EXPECT_DOUBLE_EQ(w2.ModelTimes(s).pass, (5e-3 + 2e-3) * 1.5);
+    s.prompt_work.prefill_tokens = 100;
+    EXPECT_DOUBLE_EQ(w2.ModelTimes(s).pass, 5e-3 + 2e-3);
+  }
 
   // From the profile: a request's one-row decoding takes it, as timed alone none.
   Profile p = DecodeBoundProfile();
@@ -1522,6 +1535,12 @@ TEST(SimPlanTest, OneRowDecodeStepsTakeTheServedRowFactor) {
   alone.idle_passes = true;
   ASSERT_TRUE(SpecsFromProfile(p, fp16, alone, &d).ok());
   EXPECT_TRUE(d.monolithic_worker.row_factors.empty());
+  {
+    Profile unserved = p;  // factors over a fit the profile does not have
+    unserved.passes[0].served_factor = 0;
+    ASSERT_TRUE(SpecsFromProfile(unserved, fp16, {}, &d).ok());
+    EXPECT_TRUE(d.monolithic_worker.row_factors.empty());
+  }
   Deployment split;
   ASSERT_TRUE(ParseDeployment("1P+1D", &split).ok());
   ASSERT_TRUE(SpecsFromProfile(p, fp16, {}, &split).ok());

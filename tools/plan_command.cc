@@ -46,7 +46,8 @@ struct SimPlanFlags {
     flags.Bool(
         "idle-passes", &idle_passes,
         "--sim: forward passes as the profile timed them alone, not times its measured "
-        "served_factor (the router, gRPC and clients sharing the cores) or served_prompt_factor, "
+        "served_factor (the router, gRPC and clients sharing the cores), served_prompt_factor "
+        "or served_row_factors, "
         "and no stepping-loop time outside them (its step_overhead and stream_finish_seconds)");
     flags.Int("max-workers", &max_workers, 1, 1024, "--sim: the largest deployment to try");
     flags.Int("seeds", &seeds, 1, 100, "--sim: runs per deployment");

@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -438,36 +437,40 @@ void FitOverhead(ServedResult* r) {
 // The one-client levels' served steps against FitServed's fit, as row
 // factors (sim::PassProfile::served_row_factors): max(step, model) / fit,
 // weighted by steps, at one row, falling to 1 at the next client count's
-// mean rows; none without a one-client level and another. The other levels
+// mean rows (4 with the default --served-clients); none without a
+// one-client level and another. The other levels
 // are left to the fit: given factors of their own too, they followed the
 // probe's noise as much as the host (post hoc on eleven committed sets,
 // with the split rule of FitServed: latency cells within the bound 494 of
 // 624, throughput 96 of 156; one-row factors only 500 and 96; neither 497
 // and 89: bench/RESULTS.md, "Served steps by their rows").
 void FitRowFactors(ServedResult* r) {
-  std::map<int, std::array<double, 3>> by_clients;  // steps, steps x rows, steps x ratio
+  struct Sums {
+    double steps = 0, rows = 0, ratio = 0;  // steps, and rows and ratio weighted by steps
+  };
+  std::map<int, Sums> by_clients;  // ascending client counts
   for (const sim::ServedLevel& l : r->levels) {
     const double fit = r->factor * (l.model_seconds - l.model_pair_seconds) +
                        r->pair_factor * l.model_pair_seconds;
     if (!(fit > 0) || !(l.steps > 0)) continue;
-    std::array<double, 3>& c = by_clients[l.clients];
+    Sums& c = by_clients[l.clients];
     const double n = double(l.steps);
-    c[0] += n, c[1] += n * l.rows_per_step;
-    c[2] += n * std::max(l.step_seconds, l.model_seconds) / fit;
+    c.steps += n, c.rows += n * l.rows_per_step;
+    c.ratio += n * std::max(l.step_seconds, l.model_seconds) / fit;
   }
   r->row_factors.clear();
   if (by_clients.size() < 2 || by_clients.begin()->first != 1) return;
-  const std::array<double, 3>& one = by_clients.begin()->second;
-  const std::array<double, 3>& next = std::next(by_clients.begin())->second;
-  const double next_rows = next[1] / next[0];
+  const Sums& one = by_clients.begin()->second;
+  const Sums& next = std::next(by_clients.begin())->second;
+  const double next_rows = next.rows / next.steps;
   if (!(next_rows > 1)) return;
-  r->row_factors = {{1.0, one[2] / one[0]}, {next_rows, 1.0}};
+  r->row_factors = {{1.0, one.ratio / one.steps}, {next_rows, 1.0}};
 }
 
 // FitRowFactors' points as "one-row decode steps x1.20 that (x1 from 3.0
 // rows)".
 std::string RowFactorsText(const std::vector<std::pair<double, double>>& row_factors) {
-  if (row_factors.size() < 2) return "no one-row factor (no one-client level)";
+  if (row_factors.size() < 2) return "no one-row factor (no one-client level and another)";
   return absl::StrFormat("one-row decode steps x%.2f that (x1 from %.1f rows)",
                          row_factors[0].second, row_factors[1].first);
 }
@@ -480,8 +483,10 @@ std::string RowFactorsText(const std::vector<std::pair<double, double>>& row_fac
 // passes and the probe (on Zen 4 it made the predictions 11-22% short where
 // the passes as timed alone held within 10%: bench/RESULTS.md). Fewer than
 // three levels (the split probe's two) leave nothing to judge a second term
-// by, and two levels whose attention was 7.5-9.4% of the step put x2.23 on
-// attention where one factor fitted barely worse (Zen 4, bench/RESULTS.md):
+// by, and two levels whose attention was 7.5-9.4% of the model's step put
+// x2.23 on attention where one factor fitted barely worse (Zen 4,
+// bench/RESULTS.md, "Zen 4: the FP16 configurations with FP16's own speed
+// probe"):
 // they get one factor for both. Then the row factors over that fit
 // (FitRowFactors).
 void FitServed(ServedResult* r) {
@@ -867,6 +872,8 @@ int RefitServedProfile(const std::string& in_path, const std::string& out_path) 
     if (s.decode_levels.empty()) continue;
     ServedResult r;
     r.levels = s.decode_levels;
+    r.factor = s.decode_factor;  // kept where the levels give no fit
+    r.pair_factor = s.decode_pair_factor;
     FitServed(&r);
     std::fprintf(stderr,
                  "pdq profile: split %s/%s at %d threads: decode factors x%.3f and x%.3f "

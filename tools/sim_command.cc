@@ -152,12 +152,12 @@ int SimCommand(int argc, char** argv) {
               "--step-target-ms; 0: workers with --tpot-target-ms off)");
   flags.Int("kv-blocks", &kv_blocks, 1, 1LL << 40, "KV blocks per decode or monolithic worker");
   flags.Float("noise", &noise, 0, 2, "relative spread of step times (log-normal sigma)");
-  flags.Bool(
-      "idle-passes", &idle_passes,
-      "forward passes as the profile timed them alone, not times its measured "
-      "served_factor (the router, gRPC and clients sharing the cores) or served_prompt_factor, "
-      "and no stepping-loop time outside them (its step_overhead and "
-      "stream_finish_seconds)");
+  flags.Bool("idle-passes", &idle_passes,
+             "forward passes as the profile timed them alone, not times its measured "
+             "served_factor (the router, gRPC and clients sharing the cores), served_prompt_factor "
+             "or served_row_factors, "
+             "and no stepping-loop time outside them (its step_overhead and "
+             "stream_finish_seconds)");
   flags.Bool("co-located", &co_located,
              "each prefill worker shares a machine with a decode worker, pinned to cores apart "
              "(1P+1D on one box): both run on the profile's split probe of their pair (pdq "
@@ -359,9 +359,10 @@ int SimCommand(int argc, char** argv) {
       if (pass->served_prompt_factor > 0) {
         absl::StrAppendFormat(&f, ", prompt tokens x%.2f", pass->served_prompt_factor);
       }
-      if (!pass->served_row_factors.empty()) {
-        absl::StrAppendFormat(&f, ", one-row decode steps x%.2f more",
-                              pass->served_row_factors.front().second);
+      if (pass->served_factor > 0 && !pass->served_row_factors.empty()) {
+        const auto& [rows, factor] = pass->served_row_factors.front();
+        absl::StrAppendFormat(&f, ", decode steps of %.0f row%s x%.2f that", rows,
+                              rows == 1 ? "" : "s", factor);
       }
       if (pass->step_overhead > 0 || pass->step_overhead_per_row > 0) {
         absl::StrAppendFormat(&f, ", +%.2f ms +%.3f ms a row a step outside the passes",
