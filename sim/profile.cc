@@ -129,6 +129,7 @@ absl::Status Spec(const Profile& p, const std::string& precision,
   w->step_overhead_per_row = o.idle_passes ? 0 : pass->step_overhead_per_row;
   w->stream_finish_seconds = o.idle_passes ? 0 : pass->stream_finish_seconds;
   // Over the served factors' fit: nothing without them (as the file keeps them).
+  w->neighbour_idle.reset();  // SpecsFromProfile sets it where workers are co-located
   w->row_factors = o.idle_passes || !(pass->served_factor > 0)
                        ? std::vector<std::pair<double, double>>{}
                        : pass->served_row_factors;
@@ -161,10 +162,21 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
       return s;
     }
   }
+  d->co_located = false;
   if (d->prefill > 0 || d->decode > 0) {
     if (absl::Status s = Spec(p, precisions.prefill, "", o, &d->prefill_worker); !s.ok()) return s;
     if (absl::Status s = Spec(p, precisions.decode, "", o, &d->decode_worker); !s.ok()) return s;
     if (o.co_located && !o.idle_passes) {
+      // The decode worker's steps while the prefill worker runs none: as the
+      // one-worker served probe measured them (Spec's); the split probe's
+      // factors while it does. The prefill worker keeps the split probe's
+      // on every pass: given the one-worker factors while the decode worker
+      // was idle too, it lost latency cells post hoc (bench/RESULTS.md,
+      // "A co-located decode worker beside an idle prefill worker").
+      const WorkerSpec& w = d->decode_worker;
+      d->decode_worker.neighbour_idle =
+          WorkerSpec::Steps{w.pass, w.step_overhead, w.step_overhead_per_row, w.row_factors};
+      d->co_located = true;
       absl::StatusOr<SplitProfile> split = CoLocatedSplit(p, precisions, o);
       if (!split.ok()) return split.status();
       // Spec found both passes.

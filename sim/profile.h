@@ -192,7 +192,8 @@ struct WorkerOptions {
   bool idle_passes = false;
   // Each prefill worker shares a machine with a decode worker, pinned to
   // cores apart (1P+1D on one box): both take the profile's split probe
-  // (Profile::splits) instead of their passes' served factors.
+  // (Profile::splits) instead of their passes' served factors, the decode
+  // worker only for steps that start while the prefill worker runs one.
   bool co_located = false;
 };
 

@@ -74,6 +74,20 @@ absl::Status CheckWorker(const WorkerSpec& s, const std::string& where, bool pro
   if (!s.RowFactorsValid()) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": ", WorkerSpec::kRowFactorsRule));
   }
+  if (s.neighbour_idle) {
+    const WorkerSpec::Steps& n = *s.neighbour_idle;
+    if (absl::Status st = CheckPass(n.pass, where + ".neighbour_idle.pass"); !st.ok()) return st;
+    if (!RowFactorsValidFor(n.row_factors)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".neighbour_idle: ", WorkerSpec::kRowFactorsRule));
+    }
+    if (!(n.step_overhead >= 0) || !(n.step_overhead_per_row >= 0) ||
+        !std::isfinite(n.step_overhead + n.step_overhead_per_row)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          ".neighbour_idle: step_overhead and step_overhead_per_row must be finite and >= 0"));
+    }
+  }
   if (prompts && !s.fused && s.prompt_pass.fixed + s.prompt_pass.per_token <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": prompt_pass is zero"));
   }
@@ -290,8 +304,14 @@ class Simulation {
     for (int arm = 0; arm < (int)pools_.size(); ++arm) {
       const Workers& p = *pools_[arm];
       for (int i = 0; i < p.monolithic; ++i) AddWorker(Role::kBoth, arm, /*serving=*/true);
+      const int first_prefill = (int)workers_.size();
       for (int i = 0; i < p.prefill; ++i) AddWorker(Role::kPrefill, arm, true);
+      const int first_decode = (int)workers_.size();
       for (int i = 0; i < p.decode; ++i) AddWorker(Role::kDecode, arm, true);
+      for (int k = 0; p.co_located && k < std::min(p.prefill, p.decode); ++k) {
+        neighbour_[first_prefill + k] = first_decode + k;
+        neighbour_[first_decode + k] = first_prefill + k;
+      }
     }
     for (Role role : {Role::kPrefill, Role::kDecode, Role::kBoth}) {
       const std::optional<HpaSpec>& hpa = d.hpa(role);
@@ -594,7 +614,9 @@ class Simulation {
     if (busy_[w] || !workers_[w].HasWork()) return;
     SimStep step = workers_[w].Form();
     if (step.empty()) return;
-    StepTimes times = workers_[w].ModelTimes(step);
+    // A co-located worker whose neighbour runs no step as this one starts.
+    const bool neighbour_idle = neighbour_[w] >= 0 && !busy_[neighbour_[w]];
+    StepTimes times = workers_[w].ModelTimes(step, neighbour_idle);
     const double noise = workers_[w].spec().noise;
     if (noise > 0) {
       const double f =
@@ -737,6 +759,7 @@ class Simulation {
     workers_.emplace_back(role, spec);
     state_.push_back(serving ? State::kServing : State::kStarting);
     busy_.push_back(false);
+    neighbour_.push_back(-1);
     step_end_.push_back(0);
     in_flight_.push_back(0);
     link_free_.push_back(0);
@@ -854,6 +877,7 @@ class Simulation {
   std::vector<Autoscaler> hpas_;
   int64_t ended_ = 0;  // requests done or refused
   std::vector<bool> busy_;
+  std::vector<int> neighbour_;    // the worker sharing w's machine (Workers::co_located), or -1
   std::vector<double> step_end_;  // when each busy worker's step ends
   std::vector<int64_t> in_flight_;
   std::vector<Seen> seen_;             // by worker: as of its last heartbeat

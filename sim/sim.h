@@ -49,6 +49,12 @@ enum class Role { kPrefill, kDecode, kBoth };
 // Whether (rows, factor) points are WorkerSpec::row_factors' kind:
 // kRowFactorsRule below.
 bool RowFactorsValidFor(const std::vector<std::pair<double, double>>& points);
+// Such points' factor at `decode_rows` (policy::Interpolated); 1 where they
+// are empty or there are no rows.
+inline double RowFactorAt(const std::vector<std::pair<double, double>>& points,
+                          int64_t decode_rows) {
+  return points.empty() || decode_rows < 1 ? 1 : policy::Interpolated(points, double(decode_rows));
+}
 
 struct WorkerSpec {
   // `pass`: the worker's model; it computes prompts and decode rows in one
@@ -83,13 +89,22 @@ struct WorkerSpec {
   // (policy::Interpolated); empty: 1. From the profile's served probe
   // (PassProfile::served_row_factors).
   std::vector<std::pair<double, double>> row_factors;
-  double RowFactor(int64_t decode_rows) const {
-    return row_factors.empty() || decode_rows < 1 ? 1
-                                                  : policy::Interpolated(row_factors, decode_rows);
-  }
+  double RowFactor(int64_t decode_rows) const { return RowFactorAt(row_factors, decode_rows); }
   static constexpr const char* kRowFactorsRule =
       "row_factors' rows must be >= 1 and ascending, their factors finite and > 0";
   bool RowFactorsValid() const { return RowFactorsValidFor(row_factors); }
+  // A co-located worker's steps (Workers::co_located) while the worker it
+  // shares a machine with runs none: these in place of pass, step_overhead,
+  // step_overhead_per_row and row_factors (`pdq sim --co-located`: the
+  // one-worker served probe's, where the fields above are the split
+  // probe's, measured with both workers busy). Unset: the fields above
+  // always.
+  struct Steps {
+    PassTime pass;
+    double step_overhead = 0, step_overhead_per_row = 0;
+    std::vector<std::pair<double, double>> row_factors;
+  };
+  std::optional<Steps> neighbour_idle;
 };
 
 // A link between two workers' hosts: each worker sends or receives one KV
@@ -103,6 +118,11 @@ struct LinkSpec {
 struct Workers {
   int monolithic = 0, prefill = 0, decode = 0;
   WorkerSpec monolithic_worker, prefill_worker, decode_worker;
+  // Prefill worker k and decode worker k share a machine, pinned to cores
+  // apart (k below both counts; workers an HPA adds share none): a step
+  // either starts while the other has none running takes its spec's
+  // neighbour_idle, where it has one.
+  bool co_located = false;
   // "1P+1D", "2M": for tables.
   std::string Name() const;
 };

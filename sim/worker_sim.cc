@@ -111,21 +111,25 @@ WorkerSim::WorkerSim(Role role, const WorkerSpec& spec) : role_(role), spec_(spe
   }
 }
 
-StepTimes WorkerSim::ModelTimes(const SimStep& step) const {
+StepTimes WorkerSim::ModelTimes(const SimStep& step, bool neighbour_idle) const {
+  const WorkerSpec::Steps* alone =
+      neighbour_idle && spec_.neighbour_idle.has_value() ? &*spec_.neighbour_idle : nullptr;
+  const PassTime& pass = alone ? alone->pass : spec_.pass;
+  const auto& row_factors = alone ? alone->row_factors : spec_.row_factors;
+  const double overhead = alone ? alone->step_overhead : spec_.step_overhead;
+  const double per_row = alone ? alone->step_overhead_per_row : spec_.step_overhead_per_row;
   StepTimes t;
   if (step.prompt_work.prefill_tokens > 0) t.prompt = spec_.prompt_pass.Seconds(step.prompt_work);
   if (step.pass_work.decode_rows > 0 || step.pass_work.prefill_tokens > 0) {
-    t.pass = spec_.pass.Seconds(step.pass_work);
+    t.pass = pass.Seconds(step.pass_work);
     // Decode steps alone (no prompt tokens in either model's pass), as the
     // served probe's one-client levels ran them; a prompt's tokens are
     // priced served apart (sim::PassProfile::served_prompt_factor).
     if (step.pass_work.prefill_tokens == 0 && step.prompt_work.prefill_tokens == 0) {
-      t.pass *= spec_.RowFactor(step.pass_work.decode_rows);
+      t.pass *= RowFactorAt(row_factors, step.pass_work.decode_rows);
     }
   }
-  if (!step.rows.empty()) {
-    t.overhead = spec_.step_overhead + spec_.step_overhead_per_row * double(step.rows.size());
-  }
+  if (!step.rows.empty()) t.overhead = overhead + per_row * double(step.rows.size());
   return t;
 }
 

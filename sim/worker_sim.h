@@ -81,8 +81,10 @@ class WorkerSim {
   // The next step: policy::FormStep over the streams, the rows then move to
   // the back. Empty when there is nothing to do.
   SimStep Form();
-  // The step's times by the spec's pass models.
-  StepTimes ModelTimes(const SimStep& step) const;
+  // The step's times by the spec's pass models; with `neighbour_idle` (a
+  // co-located worker whose neighbour runs no step), by the spec's
+  // neighbour_idle ones where it has them.
+  StepTimes ModelTimes(const SimStep& step, bool neighbour_idle = false) const;
   // Ends the step: the cost models observe each pass's time (as the
   // worker's do), tokens are emitted, chunks advance.
   StepOutcome Finish(const SimStep& step, const StepTimes& times);

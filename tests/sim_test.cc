@@ -1573,6 +1573,56 @@ TEST(SimTest, OneRowDecodeStepsTakeTheServedRowFactor) {
             std::string::npos);
 }
 
+// A co-located decode worker runs on the split probe's factors only for
+// steps that start while the prefill worker runs one: at one client (closed
+// loop: the prompt, then its answer) its answers take as long as the two
+// workers' apart; at eight, between that and the split probe's factors on
+// every step. The prefill worker's passes take the split probe's always.
+TEST(SimTest, CoLocatedWorkersTakeTheSplitFactorsOnlyWhileBothRun) {
+  Profile p = DecodeBoundProfile();
+  p.passes[0].served_factor = 1;
+  PassProfile w4 = p.passes[0];
+  w4.precision = "w4a16";
+  p.passes.push_back(w4);
+  SplitProfile split;
+  split.prefill_precision = "fp16";
+  split.decode_precision = "w4a16";
+  split.threads = 1;
+  split.prefill_factor = split.decode_factor = split.decode_pair_factor = 1.5;
+  p.splits.push_back(split);
+  const Precisions pair{"fp16", "w4a16", "fp16", ""};
+  Deployment apart, co;
+  ASSERT_TRUE(ParseDeployment("1P+1D", &apart).ok());
+  ASSERT_TRUE(ParseDeployment("1P+1D", &co).ok());
+  ASSERT_TRUE(SpecsFromProfile(p, pair, {}, &apart).ok());
+  WorkerOptions o;
+  o.co_located = true;
+  ASSERT_TRUE(SpecsFromProfile(p, pair, o, &co).ok());
+  Deployment always = co;  // the split factors on every step
+  always.decode_worker.neighbour_idle.reset();
+  auto decode_seconds = [](const RunResult& r) {
+    double s = 0;
+    for (const RequestRecord& q : r.requests) s += q.finish - q.first_token;
+    return s;
+  };
+  const Workload one = ClosedLoop(1, 200, 40, 4);
+  const RunResult a = *Simulate(apart, one), c = *Simulate(co, one), b = *Simulate(always, one);
+  EXPECT_NEAR(decode_seconds(c), decode_seconds(a), 1e-9);
+  EXPECT_GT(decode_seconds(b), 1.3 * decode_seconds(a));
+  EXPECT_NEAR(MeanTtft(c), MeanTtft(b), 1e-9);
+  EXPECT_GT(MeanTtft(c), 1.3 * MeanTtft(a));
+  const Workload eight = ClosedLoop(8, 2000, 40, 48);  // prompts long enough to overlap
+  const double a8 = decode_seconds(*Simulate(apart, eight)),
+               c8 = decode_seconds(*Simulate(co, eight)),
+               b8 = decode_seconds(*Simulate(always, eight));
+  EXPECT_GT(c8, 1.02 * a8) << a8 << " " << b8;
+  EXPECT_LT(c8, 0.98 * b8);
+  // A bad idle-neighbour spec is refused by name.
+  co.decode_worker.neighbour_idle->step_overhead = -1;
+  EXPECT_NE(Simulate(co, one).status().message().find("neighbour_idle: step_overhead"),
+            std::string::npos);
+}
+
 TEST(SimPlanTest, CoLocatedWorkersTakeTheSplitProbesFactors) {
   Profile p = DecodeBoundProfile();
   p.passes[0].time.per_pair = 1e-7;
@@ -1612,10 +1662,19 @@ TEST(SimPlanTest, CoLocatedWorkersTakeTheSplitProbesFactors) {
   EXPECT_DOUBLE_EQ(d.decode_worker.pass.per_decode_pair, 4e-7 * 1.5);
   EXPECT_EQ(d.decode_worker.step_overhead, 3e-4);
   EXPECT_EQ(d.decode_worker.step_overhead_per_row, 2e-5);
+  // While the prefill worker runs no step, the decode worker's run as the
+  // one-worker probe served them; the prefill worker's passes have no such.
+  EXPECT_TRUE(d.co_located);
+  ASSERT_TRUE(d.decode_worker.neighbour_idle.has_value());
+  EXPECT_FALSE(d.prefill_worker.neighbour_idle.has_value());
+  EXPECT_DOUBLE_EQ(d.decode_worker.neighbour_idle->pass.per_row, 2e-3 * 1.25);
+  EXPECT_EQ(d.decode_worker.neighbour_idle->step_overhead, 5e-4);
   // Not co-located: the passes' served factors and loop time, as before.
   ASSERT_TRUE(SpecsFromProfile(p, pair, {}, &d).ok());
   EXPECT_DOUBLE_EQ(d.prefill_worker.pass.fixed, 5e-3 * 1.25);
   EXPECT_EQ(d.decode_worker.step_overhead, 5e-4);
+  EXPECT_FALSE(d.co_located);
+  EXPECT_FALSE(d.decode_worker.neighbour_idle.has_value());
   // As timed alone, nothing served applies.
   co.idle_passes = true;
   ASSERT_TRUE(SpecsFromProfile(p, pair, co, &d).ok());

@@ -160,9 +160,10 @@ int SimCommand(int argc, char** argv) {
              "stream_finish_seconds)");
   flags.Bool("co-located", &co_located,
              "each prefill worker shares a machine with a decode worker, pinned to cores apart "
-             "(1P+1D on one box): both run on the profile's split probe of their pair (pdq "
-             "profile --split-pairs), which sees the slowdown of each beside the other, instead "
-             "of their passes' served factors");
+             "(1P+1D on one box): they run on the profile's split probe of their pair (pdq "
+             "profile --split-pairs), which sees the slowdown of each beside the other, in place "
+             "of their passes' served factors, the decode worker only for steps that start "
+             "while the prefill worker runs one");
   flags.String("rate-phases", &rate_phases,
                "open loop: the rate in phases SECONDS:RATE,... repeated (e.g. 90:10,400:0.2), "
                "instead of --rate");
@@ -386,7 +387,8 @@ int SimCommand(int argc, char** argv) {
       const sim::SplitProfile pair = *sim::CoLocatedSplit(*profile, p, wo);  // found above
       std::printf(
           "  co-located: %s prefill x%.2f, %s decode x%.2f (attention x%.2f), +%.2f ms +%.3f ms "
-          "a row a step outside the passes (the profile's split probe, in place of the above)\n",
+          "a row a step outside the passes (the profile's split probe, in place of the above; "
+          "for decode steps that start while the prefill worker runs one)\n",
           p.prefill.c_str(), pair.prefill_factor, p.decode.c_str(), pair.decode_factor,
           pair.decode_pair_factor, pair.decode_step_overhead * 1e3,
           pair.decode_step_overhead_per_row * 1e3);
