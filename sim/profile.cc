@@ -167,6 +167,8 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
     if (absl::Status s = Spec(p, precisions.prefill, "", o, &d->prefill_worker); !s.ok()) return s;
     if (absl::Status s = Spec(p, precisions.decode, "", o, &d->decode_worker); !s.ok()) return s;
     if (o.co_located && !o.idle_passes) {
+      absl::StatusOr<SplitProfile> split = CoLocatedSplit(p, precisions, o);
+      if (!split.ok()) return split.status();
       // The decode worker's steps while the prefill worker runs none: as the
       // one-worker served probe measured them (Spec's); the split probe's
       // factors while it does. The prefill worker keeps the split probe's
@@ -177,8 +179,6 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
       d->decode_worker.neighbour_idle =
           WorkerSpec::Steps{w.pass, w.step_overhead, w.step_overhead_per_row, w.row_factors};
       d->co_located = true;
-      absl::StatusOr<SplitProfile> split = CoLocatedSplit(p, precisions, o);
-      if (!split.ok()) return split.status();
       // Spec found both passes.
       const PassProfile prefill = *p.Pass(precisions.prefill, o.threads);
       const PassProfile decode = *p.Pass(precisions.decode, o.threads);

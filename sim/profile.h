@@ -193,7 +193,8 @@ struct WorkerOptions {
   // Each prefill worker shares a machine with a decode worker, pinned to
   // cores apart (1P+1D on one box): both take the profile's split probe
   // (Profile::splits) instead of their passes' served factors, the decode
-  // worker only for steps that start while the prefill worker runs one.
+  // worker only for steps that start while the prefill worker runs or
+  // starts one.
   bool co_located = false;
 };
 

@@ -77,6 +77,10 @@ absl::Status CheckWorker(const WorkerSpec& s, const std::string& where, bool pro
   if (s.neighbour_idle) {
     const WorkerSpec::Steps& n = *s.neighbour_idle;
     if (absl::Status st = CheckPass(n.pass, where + ".neighbour_idle.pass"); !st.ok()) return st;
+    if (decodes && n.pass.fixed + n.pass.per_row <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ".neighbour_idle: decode steps would take no time"));
+    }
     if (!RowFactorsValidFor(n.row_factors)) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ".neighbour_idle: ", WorkerSpec::kRowFactorsRule));
@@ -599,6 +603,9 @@ class Simulation {
       Kick(pw);
     };
     if (const double reserved = NextCommand(dw); reserved > now_) {
+      // A co-located decode worker's next step starts at that instant too,
+      // beside this prompt's pass (Kick's neighbour_idle).
+      prompt_due_[pw] = std::max(prompt_due_[pw], reserved);
       At(reserved, prefill);
     } else {
       prefill();
@@ -614,8 +621,13 @@ class Simulation {
     if (busy_[w] || !workers_[w].HasWork()) return;
     SimStep step = workers_[w].Form();
     if (step.empty()) return;
-    // A co-located worker whose neighbour runs no step as this one starts.
-    const bool neighbour_idle = neighbour_[w] >= 0 && !busy_[neighbour_[w]];
+    // A co-located worker whose neighbour runs no step as this one starts
+    // and starts none at this instant (a prompt whose Prefill call waits for
+    // this worker's step to end, or one queued), or one without a
+    // neighbour (its spec has neighbour_idle only where co-located).
+    const int n = neighbour_[w];
+    const bool neighbour_idle =
+        n < 0 || (!busy_[n] && !workers_[n].HasWork() && !(prompt_due_[n] >= now_));
     StepTimes times = workers_[w].ModelTimes(step, neighbour_idle);
     const double noise = workers_[w].spec().noise;
     if (noise > 0) {
@@ -630,8 +642,7 @@ class Simulation {
     // before the step ends.
     const double holds =
         double(workers_[w].Ending(step)) * workers_[w].spec().stream_finish_seconds;
-    const double sending =
-        workers_[w].spec().step_overhead_per_row * double(step.rows.size()) + holds;
+    const double sending = times.overhead_per_row * double(step.rows.size()) + holds;
     const double seconds = times.total() + holds;
     busy_[w] = true;
     WorkerRecord& wr = result_.workers[w];
@@ -655,7 +666,7 @@ class Simulation {
   // last, at step_end_ (Kick counted the same holds).
   void EndStep(int w, double start, const SimStep& step, const StepTimes& times) {
     WorkerSim& worker = workers_[w];
-    const double per_row = worker.spec().step_overhead_per_row;
+    const double per_row = times.overhead_per_row;
     const double finish = worker.spec().stream_finish_seconds;
     const StepOutcome out = worker.Finish(step, times);
     auto ended = [&](int64_t id) {
@@ -760,6 +771,7 @@ class Simulation {
     state_.push_back(serving ? State::kServing : State::kStarting);
     busy_.push_back(false);
     neighbour_.push_back(-1);
+    prompt_due_.push_back(-1);
     step_end_.push_back(0);
     in_flight_.push_back(0);
     link_free_.push_back(0);
@@ -878,6 +890,7 @@ class Simulation {
   int64_t ended_ = 0;  // requests done or refused
   std::vector<bool> busy_;
   std::vector<int> neighbour_;    // the worker sharing w's machine (Workers::co_located), or -1
+  std::vector<double> prompt_due_;  // the latest time a deferred Prefill call reaches w (-1: none)
   std::vector<double> step_end_;  // when each busy worker's step ends
   std::vector<int64_t> in_flight_;
   std::vector<Seen> seen_;             // by worker: as of its last heartbeat

@@ -94,11 +94,11 @@ struct WorkerSpec {
       "row_factors' rows must be >= 1 and ascending, their factors finite and > 0";
   bool RowFactorsValid() const { return RowFactorsValidFor(row_factors); }
   // A co-located worker's steps (Workers::co_located) while the worker it
-  // shares a machine with runs none: these in place of pass, step_overhead,
-  // step_overhead_per_row and row_factors (`pdq sim --co-located`: the
-  // one-worker served probe's, where the fields above are the split
-  // probe's, measured with both workers busy). Unset: the fields above
-  // always.
+  // shares a machine with runs none (or where it shares none): these in
+  // place of pass, step_overhead, step_overhead_per_row and row_factors
+  // (`pdq sim --co-located`: the decode worker's one-worker served probe's,
+  // where the fields above are the split probe's, measured with both
+  // workers busy). Unset: the fields above always.
   struct Steps {
     PassTime pass;
     double step_overhead = 0, step_overhead_per_row = 0;
@@ -120,8 +120,9 @@ struct Workers {
   WorkerSpec monolithic_worker, prefill_worker, decode_worker;
   // Prefill worker k and decode worker k share a machine, pinned to cores
   // apart (k below both counts; workers an HPA adds share none): a step
-  // either starts while the other has none running takes its spec's
-  // neighbour_idle, where it has one.
+  // that starts while the other runs none and starts none at that instant,
+  // or on a worker sharing no machine, takes its spec's neighbour_idle,
+  // where it has one.
   bool co_located = false;
   // "1P+1D", "2M": for tables.
   std::string Name() const;

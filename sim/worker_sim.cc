@@ -129,6 +129,7 @@ StepTimes WorkerSim::ModelTimes(const SimStep& step, bool neighbour_idle) const 
       t.pass *= RowFactorAt(row_factors, step.pass_work.decode_rows);
     }
   }
+  t.overhead_per_row = per_row;
   if (!step.rows.empty()) t.overhead = overhead + per_row * double(step.rows.size());
   return t;
 }

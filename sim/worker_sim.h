@@ -38,7 +38,8 @@ struct SimStep {
 // not fused (0 otherwise).
 struct StepTimes {
   double pass = 0, prompt = 0;
-  double overhead = 0;  // WorkerSpec::step_overhead's
+  double overhead = 0;          // WorkerSpec::step_overhead's, its per-row part included
+  double overhead_per_row = 0;  // the per-row part's price a row (the spec's used)
   double total() const { return pass + prompt + overhead; }
 };
 

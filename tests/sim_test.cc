@@ -1617,6 +1617,33 @@ TEST(SimTest, CoLocatedWorkersTakeTheSplitFactorsOnlyWhileBothRun) {
                b8 = decode_seconds(*Simulate(always, eight));
   EXPECT_GT(c8, 1.02 * a8) << a8 << " " << b8;
   EXPECT_LT(c8, 0.98 * b8);
+  {
+    // Step by step (two clients): a decode step takes the split factor
+    // (x1.5 here, x1 apart) exactly when a prompt's pass is running as it
+    // starts or starts at the same instant (its Prefill call answered by
+    // the step's end); the last step of one answer and the next prompt meet
+    // so, and must not count as beside an idle prefill worker.
+    RunOptions traced;
+    traced.trace_steps = true;
+    const RunResult r = *Simulate(co, ClosedLoop(2, 200, 40, 12), traced);
+    int beside = 0, alone = 0, at_once = 0;
+    for (const StepRecord& s : r.steps) {
+      if (r.workers[s.worker].role != Role::kDecode) continue;
+      bool running = false, starting = false;
+      for (const StepRecord& q : r.steps) {
+        if (r.workers[q.worker].role != Role::kPrefill) continue;
+        running |= q.start < s.start && s.start < q.start + q.seconds;
+        starting |= q.start == s.start;
+      }
+      const double f = s.seconds / (5e-3 + 2e-3 * double(s.rows.size()));
+      EXPECT_NEAR(f, running || starting ? 1.5 : 1.0, 1e-9) << s.start;
+      (running || starting ? beside : alone) += 1;
+      at_once += starting;
+    }
+    EXPECT_GT(beside, 0);
+    EXPECT_GT(alone, 0);
+    EXPECT_GT(at_once, 0);  // the case this checks
+  }
   // A bad idle-neighbour spec is refused by name.
   co.decode_worker.neighbour_idle->step_overhead = -1;
   EXPECT_NE(Simulate(co, one).status().message().find("neighbour_idle: step_overhead"),

@@ -163,7 +163,7 @@ int SimCommand(int argc, char** argv) {
              "(1P+1D on one box): they run on the profile's split probe of their pair (pdq "
              "profile --split-pairs), which sees the slowdown of each beside the other, in place "
              "of their passes' served factors, the decode worker only for steps that start "
-             "while the prefill worker runs one");
+             "while the prefill worker runs or starts one");
   flags.String("rate-phases", &rate_phases,
                "open loop: the rate in phases SECONDS:RATE,... repeated (e.g. 90:10,400:0.2), "
                "instead of --rate");
@@ -388,7 +388,7 @@ int SimCommand(int argc, char** argv) {
       std::printf(
           "  co-located: %s prefill x%.2f, %s decode x%.2f (attention x%.2f), +%.2f ms +%.3f ms "
           "a row a step outside the passes (the profile's split probe, in place of the above; "
-          "for decode steps that start while the prefill worker runs one)\n",
+          "for decode steps that start while the prefill worker runs or starts one)\n",
           p.prefill.c_str(), pair.prefill_factor, p.decode.c_str(), pair.decode_factor,
           pair.decode_pair_factor, pair.decode_step_overhead * 1e3,
           pair.decode_step_overhead_per_row * 1e3);
