@@ -169,12 +169,13 @@ absl::Status SpecsFromProfile(const Profile& p, const Precisions& precisions,
     if (o.co_located && !o.idle_passes) {
       absl::StatusOr<SplitProfile> split = CoLocatedSplit(p, precisions, o);
       if (!split.ok()) return split.status();
-      // The decode worker's steps while the prefill worker runs none: as the
-      // one-worker served probe measured them (Spec's); the split probe's
-      // factors while it does. The prefill worker keeps the split probe's
-      // on every pass: given the one-worker factors while the decode worker
-      // was idle too, it lost latency cells post hoc (bench/RESULTS.md,
-      // "A co-located decode worker beside an idle prefill worker").
+      // The decode worker's steps while the prefill worker runs or starts
+      // none: as the one-worker served probe measured them (Spec's); the
+      // split probe's factors while it does. The prefill worker keeps the
+      // split probe's on every pass: given the one-worker factors while the
+      // decode worker was idle too, it lost latency cells net post hoc
+      // (bench/RESULTS.md, "A co-located decode worker beside an idle
+      // prefill worker").
       const WorkerSpec& w = d->decode_worker;
       d->decode_worker.neighbour_idle =
           WorkerSpec::Steps{w.pass, w.step_overhead, w.step_overhead_per_row, w.row_factors};
