@@ -483,6 +483,22 @@ absl::Status GetArray(const json& j, const std::string& path, const char* key, j
 #define PDQ_GET_ARRAY(j, path, key, out) \
   if (absl::Status s_ = GetArray(j, path, key, out); !s_.ok()) return s_
 
+// j[key]'s [x, y] number pairs, `what` naming them in the error (none
+// where it is missing).
+absl::Status ReadPairs(const json& j, const std::string& path, const char* key, const char* what,
+                       std::vector<std::pair<double, double>>* out) {
+  json pairs;
+  PDQ_GET_ARRAY(j, path, key, &pairs);
+  for (const json& x : pairs) {
+    if (!x.is_array() || x.size() != 2 || !x[0].is_number() || !x[1].is_number()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("profile: ", path, ".", key, " must be ", what, " pairs"));
+    }
+    out->push_back({x[0].get<double>(), x[1].get<double>()});
+  }
+  return absl::OkStatus();
+}
+
 // j[key]'s prompt levels (none where it is missing).
 absl::Status ReadPromptLevels(const json& j, const std::string& path, const char* key,
                               std::vector<PromptLevel>* out) {
@@ -617,15 +633,7 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
           absl::StrCat("profile: ", path, ".load_seconds must be >= 0"));
     }
     // Recorded since pdq profile measured where passes leave the line.
-    json steps;
-    PDQ_GET_ARRAY(e, path, "row_steps", &steps);
-    for (const json& x : steps) {
-      if (!x.is_array() || x.size() != 2 || !x[0].is_number() || !x[1].is_number()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("profile: ", path, ".row_steps must be [rows, seconds] pairs"));
-      }
-      s.time.row_steps.push_back({x[0].get<double>(), x[1].get<double>()});
-    }
+    PDQ_RETURN_IF_ERROR(ReadPairs(e, path, "row_steps", "[rows, seconds]", &s.time.row_steps));
     if (!s.time.RowStepsValid()) {
       return absl::InvalidArgumentError(
           absl::StrCat("profile: ", path, ".", PassTime::kRowStepsRule));
@@ -658,15 +666,8 @@ absl::StatusOr<Profile> ProfileFromJson(const std::string& text) {
       }
     }
     // Fitted since 2026-12-07 (FitServed's row factors).
-    json row_factors;
-    PDQ_GET_ARRAY(e, path, "served_row_factors", &row_factors);
-    for (const json& x : row_factors) {
-      if (!x.is_array() || x.size() != 2 || !x[0].is_number() || !x[1].is_number()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("profile: ", path, ".served_row_factors must be [rows, factor] pairs"));
-      }
-      s.served_row_factors.push_back({x[0].get<double>(), x[1].get<double>()});
-    }
+    PDQ_RETURN_IF_ERROR(
+        ReadPairs(e, path, "served_row_factors", "[rows, factor]", &s.served_row_factors));
     if (!RowFactorsValidFor(s.served_row_factors)) {
       return absl::InvalidArgumentError(
           absl::StrCat("profile: ", path, ".served_", WorkerSpec::kRowFactorsRule));

@@ -89,7 +89,6 @@ struct WorkerSpec {
   // (policy::Interpolated); empty: 1. From the profile's served probe
   // (PassProfile::served_row_factors).
   std::vector<std::pair<double, double>> row_factors;
-  double RowFactor(int64_t decode_rows) const { return RowFactorAt(row_factors, decode_rows); }
   static constexpr const char* kRowFactorsRule =
       "row_factors' rows must be >= 1 and ascending, their factors finite and > 0";
   bool RowFactorsValid() const { return RowFactorsValidFor(row_factors); }

@@ -874,6 +874,19 @@ Profile DecodeBoundProfile() {
   return p;
 }
 
+// For the co-located tests: `p`'s first pass copied as a w4a16 pass, and
+// the fp16/w4a16 split probe at its thread count, factors left to the test.
+SplitProfile AddW4a16PassAndSplit(Profile* p) {
+  PassProfile w4 = p->passes[0];
+  w4.precision = "w4a16";
+  p->passes.push_back(w4);
+  SplitProfile split;
+  split.prefill_precision = "fp16";
+  split.decode_precision = "w4a16";
+  split.threads = p->passes[0].threads;
+  return split;
+}
+
 // 30 requests/s of 200 tokens in and 40 out on DecodeBoundProfile's worker.
 PlanQuery DecodeBoundQuery() {
   PlanQuery q;
@@ -1490,10 +1503,10 @@ TEST(SimTest, OneRowDecodeStepsTakeTheServedRowFactor) {
   WorkerSpec spec;
   spec.pass = {5e-3, 2e-3, 2e-5, 0, 0, {}};
   spec.row_factors = {{1, 1.5}, {3, 1}};
-  EXPECT_EQ(spec.RowFactor(0), 1);
-  EXPECT_DOUBLE_EQ(spec.RowFactor(1), 1.5);
-  EXPECT_DOUBLE_EQ(spec.RowFactor(2), 1.25);
-  EXPECT_DOUBLE_EQ(spec.RowFactor(16), 1);
+  EXPECT_EQ(RowFactorAt(spec.row_factors, 0), 1);
+  EXPECT_DOUBLE_EQ(RowFactorAt(spec.row_factors, 1), 1.5);
+  EXPECT_DOUBLE_EQ(RowFactorAt(spec.row_factors, 2), 1.25);
+  EXPECT_DOUBLE_EQ(RowFactorAt(spec.row_factors, 16), 1);
   WorkerSim worker(Role::kBoth, spec);
   SimStep step;
   step.pass_work.decode_rows = 1;
@@ -1581,13 +1594,7 @@ TEST(SimTest, OneRowDecodeStepsTakeTheServedRowFactor) {
 TEST(SimTest, CoLocatedWorkersTakeTheSplitFactorsOnlyWhileBothRun) {
   Profile p = DecodeBoundProfile();
   p.passes[0].served_factor = 1;
-  PassProfile w4 = p.passes[0];
-  w4.precision = "w4a16";
-  p.passes.push_back(w4);
-  SplitProfile split;
-  split.prefill_precision = "fp16";
-  split.decode_precision = "w4a16";
-  split.threads = 1;
+  SplitProfile split = AddW4a16PassAndSplit(&p);
   split.prefill_factor = split.decode_factor = split.decode_pair_factor = 1.5;
   p.splits.push_back(split);
   const Precisions pair{"fp16", "w4a16", "fp16", ""};
@@ -1656,13 +1663,7 @@ TEST(SimPlanTest, CoLocatedWorkersTakeTheSplitProbesFactors) {
   p.passes[0].time.per_decode_pair = 4e-7;
   p.passes[0].served_factor = 1.25;
   p.passes[0].step_overhead = 5e-4;
-  PassProfile w4 = p.passes[0];
-  w4.precision = "w4a16";
-  p.passes.push_back(w4);
-  SplitProfile split;
-  split.prefill_precision = "fp16";
-  split.decode_precision = "w4a16";
-  split.threads = p.passes[0].threads;
+  SplitProfile split = AddW4a16PassAndSplit(&p);
   split.prefill_factor = 1.2;
   split.decode_factor = 1.1;
   split.decode_pair_factor = 1.5;
