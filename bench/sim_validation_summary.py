@@ -3,19 +3,23 @@
 against real runs (bench/sim_validation.sh compare, compare-open and
 compare-emulated write them) with, for each metric, the cells within the
 issue's bound and the bias, and whether the predictions were committed before
-the runs they are checked against (from git: the first commit of the set's
-predicted directory against that of its measured one).
+the runs they are checked against: from git, every commit that added or
+changed the set's predicted directory an ancestor of the first that added its
+measured one. That proves the order of the commits, not of the runs; each
+set's section of bench/RESULTS.md gives the runs' times.
 
 Usage: bench/sim_validation_summary.py [--all] [DIR]   (DIR: bench/sim_validation)
 
 Prints markdown: one row per set and tier for its primary comparison
 (validation-predicted.md, validation-open.md, validation-emulated.md; --all:
 every comparison, the variants tried on the same runs too), then the pooled
-cells of each tier's primary comparisons whose predictions came first.
-Reads only the committed validation-*.md files and git's history; runs
-nothing.
+cells of each tier's primary comparisons whose predictions came first, over
+all hosts and by host. Reads only the committed validation-*.md files and
+git's history; runs nothing. The split probe's comparisons
+(validation-split-*.md: no bound) are left out.
 """
 
+import json
 import os
 import re
 import statistics
@@ -23,6 +27,7 @@ import subprocess
 import sys
 
 METRICS = ["ttft p50", "ttft p90", "ttft p99", "tpot p50", "tpot p90", "tpot p99", "out"]
+LABELS = {"out": "throughput"}
 HEADERS = {"TTFT p50 (ms)": "ttft p50", "TTFT p90 (ms)": "ttft p90", "TTFT p99 (ms)": "ttft p99",
            "TPOT p50 (ms)": "tpot p50", "TPOT p90 (ms)": "tpot p90", "TPOT p99 (ms)": "tpot p99",
            "output tokens/s": "out"}
@@ -30,7 +35,22 @@ PRIMARY = {"validation-predicted.md": "closed loop", "validation-open.md": "open
            "validation-emulated.md": "emulation tier"}
 HOSTS = {"zen1": "AMD EPYC Zen 1", "zen3": "AMD EPYC Zen 3", "zen4": "AMD EPYC Zen 4",
          "emr": "Intel Xeon (Emerald Rapids)"}
+# Comparisons whose directories or host their names do not tell (bench/RESULTS.md
+# gives the commands): set/file -> (predicted, measured, host or None).
+OVERRIDES = {
+    # EMULATED_TAG=-seeds EMULATED_RUNS_TAG= MATCHED=1 VALIDATION_SUFFIX=-first-runs
+    "zen4-2core-2026-12-06/validation-emulated-seeds-matched-first-runs.md":
+        ("predicted-emulated-seeds", "measured-emulated", None),
+    # The Zen 1 set's profile, emulated on the Intel Xeon guest.
+    "zen1-2core-2026-12-03/validation-emulated-prefill-release-xeon.md":
+        ("predicted-emulated-prefill-release-xeon", "measured-emulated-prefill-release-xeon",
+         "Intel Xeon"),
+}
 CELL = re.compile(r"^\S+ / \S+ \(([+-]?\d+)%, ±\d+%\)( \*\*)?$")
+
+
+def label(metric):
+    return LABELS.get(metric, metric)
 
 
 def tier_of(name):
@@ -41,10 +61,23 @@ def tier_of(name):
     return "closed loop"
 
 
+def host_of(set_name, name):
+    override = OVERRIDES.get(f"{set_name}/{name}")
+    if override and override[2]:
+        return override[2]
+    prefix = set_name.split("-")[0]
+    return HOSTS.get(prefix, prefix)
+
+
 def dirs_of(set_dir, name):
-    """The predicted and measured directories a validation file compares."""
-    tag = name[len("validation-"):-len(".md")]
-    tag = tag[:-len("-matched")] if tag.endswith("-matched") else tag
+    """The predicted and measured directories a validation file compares:
+    PREDICTED's name in it (validation-PREDICTED[-matched].md; open-loop and
+    emulated ones without their 'predicted-'), the measured directory the
+    longest of its name's stems that exists."""
+    override = OVERRIDES.get(f"{os.path.basename(set_dir)}/{name}")
+    if override:
+        return override[0], override[1]
+    tag = re.sub(r"-matched(?=-|$)", "", name[len("validation-"):-len(".md")])
     predicted = tag if tag.startswith("predicted") else "predicted-" + tag
     rest = tag[len("predicted"):] if tag.startswith("predicted") else "-" + tag
     parts = rest.split("-")[1:]
@@ -56,60 +89,92 @@ def dirs_of(set_dir, name):
 
 
 def git(path, *args):
-    """git's output for args, run beside path; None where git is missing or
-    fails (a copy outside git)."""
+    """git's exit status and output for args, run beside path; (None, "")
+    where git is missing."""
     try:
         run = subprocess.run(["git", *args], capture_output=True, text=True,
                              cwd=os.path.dirname(os.path.abspath(path)))
     except OSError:
-        return None
-    return run.stdout if run.returncode == 0 else None
+        return None, ""
+    return run.returncode, run.stdout
 
 
-def first_commit(path):
-    """The commit that first added files under path, or None."""
-    out = git(path, "log", "--diff-filter=A", "--format=%h", "--", os.path.abspath(path))
-    lines = [line for line in (out or "").split("\n") if line.strip()]
-    return lines[-1] if lines else None
+def commits(path, change):
+    """The commits that added (change "A") or added or changed ("AM") files
+    under path, newest first; [] where git does not know them."""
+    rc, out = git(path, "log", f"--diff-filter={change}", "--format=%h", "--",
+                  os.path.abspath(path))
+    return [line for line in out.split("\n") if line.strip()] if rc == 0 else []
 
 
 def order(set_dir, name):
-    """Whether the predictions were committed before the runs, by ancestry."""
+    """Whether the predictions were committed before the runs: ("before",
+    "with", "after" or "unknown", the words for the table)."""
+    unknown = "unknown", "unknown (no git history of its predicted and measured directories)"
     predicted, measured = dirs_of(set_dir, name)
-    p = first_commit(os.path.join(set_dir, predicted)) if os.path.isdir(
-        os.path.join(set_dir, predicted)) else None
-    m = first_commit(os.path.join(set_dir, measured)) if measured else None
+    if not measured or not os.path.isdir(os.path.join(set_dir, predicted)):
+        return unknown
+    rc, out = git(set_dir, "rev-parse", "--is-shallow-repository")
+    if rc != 0 or out.strip() != "false":
+        return unknown  # not a repository, or a shallow clone's first commit adds everything
+    p = commits(os.path.join(set_dir, predicted), "AM")
+    m = commits(os.path.join(set_dir, measured), "A")
     if not p or not m:
-        return "unknown", "unknown (no git history of its predicted and measured directories)"
-    if p == m:
-        return "with", f"with the runs ({p})"
-    if git(set_dir, "merge-base", "--is-ancestor", p, m) is not None:
-        return "before", f"before the runs ({p} < {m})"
-    return "after", f"after the runs ({p} > {m})"
+        return unknown
+    first_m = m[-1]
+    if first_m in p:
+        return "with", f"with the runs ({first_m})"
+    ancestor = [git(set_dir, "merge-base", "--is-ancestor", c, first_m)[0] for c in p]
+    if all(rc == 0 for rc in ancestor):
+        return "before", f"before the runs' commit ({p[0]} < {first_m})"
+    if all(rc in (0, 1) for rc in ancestor):
+        return "after", f"after the runs' commit ({p[0]} > {first_m})"
+    return unknown
+
+
+def within(path, metric, error, starred):
+    """The issue's bound: p99 within a flat 20% and the emulation tier's
+    p90 within a flat 5% (the comparison files allow twice the runs' spread
+    there too); the rest as the file marks it (** outside)."""
+    if metric.endswith("p99"):
+        return abs(error) <= 20
+    if tier_of(os.path.basename(path)) == "emulation tier" and metric.endswith("p90"):
+        return abs(error) <= 5
+    return starred is None
 
 
 def cells(path):
-    """Each metric's cells: (error %, within the bound), and the rows."""
+    """Each metric's cells, (error %, within the bound), and the rows; a
+    warning on stderr for a file with no rows or a cell of no known shape."""
     by_metric = {m: [] for m in METRICS}
     rows = 0
     columns = None
-    for line in open(path):
-        if not line.startswith("| "):
-            continue
-        fields = [f.strip() for f in line.strip().strip("|").split("|")]
-        if fields[0] == "deployment":
-            columns = fields
-            continue
-        if columns is None or fields[0].startswith("---") or fields[0] == "metric":
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.startswith("| "):
+                continue
+            fields = [field.strip() for field in line.strip().strip("|").split("|")]
+            if fields[0] == "deployment":
+                columns = fields
+                continue
             if fields[0] == "metric":
-                columns = None
-            continue
-        rows += 1
-        for header, value in zip(columns, fields):
-            metric = HEADERS.get(header)
-            match = CELL.match(value) if metric else None
-            if match:
-                by_metric[metric].append((int(match.group(1)), match.group(2) is None))
+                columns = None  # the file's own summary table
+            if columns is None or fields[0].startswith("---"):
+                continue
+            rows += 1
+            for header, value in zip(columns, fields):
+                metric = HEADERS.get(header)
+                if not metric:
+                    continue
+                match = CELL.match(value)
+                if not match:
+                    print(f"{path}: a {header} cell not of the compare's shape: {value!r}",
+                          file=sys.stderr)
+                    continue
+                error = int(match.group(1))
+                by_metric[metric].append((error, within(path, metric, error, match.group(2))))
+    if rows == 0:
+        print(f"{path}: no comparison rows read", file=sys.stderr)
     return by_metric, rows
 
 
@@ -117,17 +182,81 @@ def summary(values):
     if not values:
         return ""
     within = sum(1 for _, ok in values if ok)
-    bias = statistics.mean(e for e, _ in values)
+    bias = float(f"{statistics.mean(e for e, _ in values):.0f}") + 0.0  # no "-0"
     return f"{within}/{len(values)} ({bias:+.0f}%)"
+
+
+def throughput(set_dir, name, clients):
+    """A closed-loop configuration's output tokens/s at `clients`: the mean
+    of its runs, and the prediction; None where either is missing."""
+    runs = []
+    try:
+        for f in sorted(os.listdir(os.path.join(set_dir, "measured"))):
+            if re.fullmatch(re.escape(name) + r"-\d+\.json", f):
+                with open(os.path.join(set_dir, "measured", f), encoding="utf-8") as h:
+                    runs += [lv["output_tokens_per_s"] for lv in json.load(h)["levels"]
+                             if lv["concurrency"] == clients]
+        predicted = os.path.join(set_dir, "predicted", f"{name}-c{clients}.json")
+        if not runs or not os.path.exists(predicted):
+            return None
+        with open(predicted, encoding="utf-8") as h:
+            return statistics.mean(runs), json.load(h)["output_tokens_per_second"]["mean"]
+    except (KeyError, TypeError, ValueError) as e:
+        print(f"{set_dir}: {name} at {clients} clients: not pdq bench's or pdq sim's JSON ({e!r})",
+              file=sys.stderr)
+        return None
+
+
+def winners(root, comparisons):
+    """Per closed-loop set: whether the configuration with the most output
+    tokens/s at each client count is the predicted one, and 1P+1D FP16
+    against mono FP16 at 8 clients."""
+    print()
+    print("| set | levels with the same winner | where not: measured / predicted winner "
+          "(predicted margin) | 1P+1D FP16 / mono FP16 at 8 clients, measured / predicted |")
+    print("| --- | ---: | --- | --- |")
+    sets = sorted({c[0] for c in comparisons if c[1] == "validation-predicted.md"})
+    for set_name in sets:
+        set_dir = os.path.join(root, set_name)
+        if not os.path.isdir(os.path.join(set_dir, "measured")):
+            continue
+        names = sorted({f.rsplit("-", 1)[0] for f in os.listdir(os.path.join(set_dir, "measured"))
+                        if re.fullmatch(r"[a-z0-9-]+-\d+\.json", f)})
+        same, levels, misses = 0, 0, []
+        for clients in (1, 4, 8):
+            figures = {n: throughput(set_dir, n, clients) for n in names}
+            figures = {n: f for n, f in figures.items() if f}
+            if len(figures) < 2:
+                continue
+            levels += 1
+            real = max(figures, key=lambda n: figures[n][0])
+            sim = max(figures, key=lambda n: figures[n][1])
+            if real == sim:
+                same += 1
+                continue
+            top = sorted((f[1] for f in figures.values()), reverse=True)
+            margin = 100 * (top[0] / top[1] - 1)
+            misses.append(f"{clients} client{'s' if clients > 1 else ''}: {real} / {sim} "
+                          f"({margin:.1f}%)")
+        ratio = ""
+        split, mono = throughput(set_dir, "1p1d-fp16", 8), throughput(set_dir, "mono-fp16", 8)
+        if split and mono:
+            ratio = f"{split[0] / mono[0]:.3f} / {split[1] / mono[1]:.3f}"
+        if levels:
+            print(f"| {set_name} | {same} of {levels} | {'; '.join(misses)} | {ratio} |")
 
 
 def main():
     args = sys.argv[1:]
+    if "-h" in args or "--help" in args:
+        print(__doc__)
+        return
     every = "--all" in args
     args = [a for a in args if a != "--all"]
     if any(a.startswith("-") for a in args) or len(args) > 1:
         sys.exit(__doc__)
-    root = args[0] if args else "bench/sim_validation"
+    root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                             "sim_validation")
     if not os.path.isdir(root):
         sys.exit(f"{root}: not a directory (want bench/sim_validation)")
     comparisons = []
@@ -136,38 +265,39 @@ def main():
         if not os.path.isdir(set_dir):
             continue
         for name in sorted(os.listdir(set_dir)):
-            if name.startswith("validation-") and name.endswith(".md") and (
-                    every or name in PRIMARY):
+            if (name.startswith("validation-") and name.endswith(".md") and
+                    not name.startswith("validation-split-") and (every or name in PRIMARY)):
                 by_metric, rows = cells(os.path.join(set_dir, name))
-                when, commits = order(set_dir, name)
-                comparisons.append((set_name, name, tier_of(name), when, commits, by_metric, rows))
+                when, words = order(set_dir, name)
+                comparisons.append((set_name, name, tier_of(name), when, words, by_metric, rows))
 
     print("| set | host | comparison | predictions | rows | " +
-          " | ".join(m.replace("out", "throughput") for m in METRICS) + " |")
+          " | ".join(label(m) for m in METRICS) + " |")
     print("| --- | --- | --- | --- | ---: | " + " | ".join("---:" for _ in METRICS) + " |")
-    for set_name, name, tier, when, commits, by_metric, rows in comparisons:
-        host = HOSTS.get(set_name.split("-")[0], set_name.split("-")[0])
-        label = tier if name in PRIMARY else f"{tier}: {name[len('validation-'):-len('.md')]}"
-        print(f"| {set_name} | {host} | {label} | {commits} | "
-              f"{rows} | " + " | ".join(summary(by_metric[m]) for m in METRICS) + " |")
+    for set_name, name, tier, when, words, by_metric, rows in comparisons:
+        kind = tier if name in PRIMARY else f"{tier}: {name[len('validation-'):-len('.md')]}"
+        print(f"| {set_name} | {host_of(set_name, name)} | {kind} | {words} | {rows} | " +
+              " | ".join(summary(by_metric[m]) for m in METRICS) + " |")
 
     print()
     print("| pooled: primary comparisons, predictions before the runs | sets | " +
-          " | ".join(m.replace("out", "throughput") for m in METRICS) + " |")
+          " | ".join(label(m) for m in METRICS) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in METRICS) + " |")
     for tier in PRIMARY.values():
         chosen = [c for c in comparisons if c[1] in PRIMARY and c[2] == tier and c[3] == "before"]
-        hosts = sorted({c[0].split("-")[0] for c in chosen})
+        hosts = sorted({host_of(c[0], c[1]) for c in chosen})
         for host in [None] + (hosts if len(hosts) > 1 else []):
-            some = [c for c in chosen if host is None or c[0].split("-")[0] == host]
-            label = tier if host is None else f"{tier}, {HOSTS.get(host, host)}"
+            some = [c for c in chosen if host is None or host_of(c[0], c[1]) == host]
+            name = tier if host is None else f"{tier}, {host}"
             pooled = {m: [v for c in some for v in c[5][m]] for m in METRICS}
-            print(f"| {label} | {len(some)} | " + " | ".join(summary(pooled[m]) for m in METRICS) +
+            print(f"| {name} | {len(some)} | " + " | ".join(summary(pooled[m]) for m in METRICS) +
                   " |")
     print()
-    print("Each cell: cells within the bound / cells (their mean error, the bias). The bound is "
-          "the larger of 10% (p99: 20%) and twice the runs' spread, throughput 10%; the emulation "
-          "tier's 5% (p99: 10%). Errors are those the comparison files print, rounded to 1%.")
+    print("Each cell: cells within the issue's bound / cells (their mean error, the bias). The "
+          "bound: p50 and p90 the larger of 10% and twice the runs' spread (the emulation tier's "
+          "p50 the larger of 5% and twice the spread, its p90 a flat 5%), p99 a flat 20%, "
+          "throughput 10%. Errors are those the comparison files print, rounded to 1%.")
+    winners(root, comparisons)
 
 
 if __name__ == "__main__":

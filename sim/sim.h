@@ -19,8 +19,10 @@
 // A/B rollout's pools, each request
 // drawn to one by the router's split (policy/traffic_split.h). What it
 // does not model yet: the prefix
-// cache, deadlines and cancels, live migration, co-located pods sharing
-// memory bandwidth (each said where a figure depends on it). Pools can
+// cache, deadlines and cancels, live migration, pods sharing a node's
+// memory bandwidth other than a prefill and a decode worker paired on one
+// box (Workers::co_located, on the profile's split probe) (each said where
+// a figure depends on it). Pools can
 // carry Kubernetes HPAs (sim/autoscaler.h) that add and remove workers as
 // the real ones would. Deterministic for a seed.
 #pragma once
