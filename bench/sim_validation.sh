@@ -7,8 +7,9 @@
 # Usage:
 #   bench/sim_validation.sh predict BUILD DIR [NAMES]
 #       pdq sim on DIR/profile.json (`pdq profile --thread-counts 1,2`) for
-#       every configuration (or those of NAMES, comma-separated) and level
-#       -> DIR/predicted/NAME-cLEVEL.json; SIM_FLAGS adds pdq sim flags
+#       every configuration (or those of NAMES, comma-separated) and level,
+#       goodput at the evaluation's targets for the workload (chat: TTFT
+#       1.5 s, TPOT 50 ms) -> DIR/predicted/NAME-cLEVEL.json; SIM_FLAGS adds pdq sim flags
 #       (e.g. --idle-passes, with PREDICTED=predicted-idle); PROFILE=FILE
 #       predicts from another profile than DIR/profile.json (predict-open too)
 #   bench/sim_validation.sh measure BUILD DIR [RUNS] [NAMES]
@@ -124,10 +125,13 @@ per_client=2
 # bench's workload of that name and the closed-loop levels; predictions and
 # runs of summarize and analysis are named NAME.WORKLOAD.
 workload="${WORKLOAD:-chat}"
+# Goodput's targets (ms) in the predictions: the evaluation's for the
+# workload (deploy/eval/cpu-2core.json); predictions before 2026-12-07 night
+# used pdq sim's defaults (2000, 200) and do not record them.
 case $workload in
-  chat) prompt_tokens=128 output_tokens=512 levels=(1 4 8) suffix="" ;;
-  summarize) prompt_tokens=2048 output_tokens=32 levels=(1 4) suffix=".summarize" ;;
-  analysis) prompt_tokens=2048 output_tokens=512 levels=(1 4) suffix=".analysis" ;;
+  chat) prompt_tokens=128 output_tokens=512 levels=(1 4 8) suffix="" targets=(1500 50) ;;
+  summarize) prompt_tokens=2048 output_tokens=32 levels=(1 4) suffix=".summarize" targets=(15000 100) ;;
+  analysis) prompt_tokens=2048 output_tokens=512 levels=(1 4) suffix=".analysis" targets=(15000 50) ;;
   *) echo "WORKLOAD=$workload: want chat, summarize or analysis" >&2; exit 2 ;;
 esac
 
@@ -249,11 +253,12 @@ predict() {
 }
 
 # predict_level PROFILE FLAGS LEVEL OUT: pdq sim of a closed-loop level as
-# the runs send it (CLOSED_SEEDS seeds, SIM_FLAGS added) -> OUT, its summary
-# on stdout.
+# the runs send it (CLOSED_SEEDS seeds, goodput at the workload's targets,
+# SIM_FLAGS added and winning) -> OUT, its summary on stdout.
 predict_level() {
   # shellcheck disable=SC2086  # flags are words
-  "$build/bin/pdq" sim --profile "$1" $2 ${SIM_FLAGS:-} \
+  "$build/bin/pdq" sim --profile "$1" $2 \
+    --ttft-target-ms "${targets[0]}" --tpot-target-ms "${targets[1]}" ${SIM_FLAGS:-} \
     --prompt-tokens "$prompt_tokens" --output-tokens "$output_tokens" \
     --concurrency "$3" --requests $(($3 * per_client)) --warmup 1 \
     --seeds "$(config_seeds "$2")" --json "$4"

@@ -215,14 +215,21 @@ def throughput(set_dir, name, clients):
         return None
 
 
-def goodput(set_dir, name, clients, ttft=2.0, tpot=0.2):
-    """Requests a second within `ttft` and `tpot` (seconds; pdq sim's
-    default targets, which the predictions were made with) at `clients`:
-    each run's from its per-request records over the level's seconds (as
-    pdq bench counts them), their mean, and the prediction's; None where
-    either is missing."""
+def goodput(set_dir, name, clients):
+    """Requests a second within the prediction's targets (those it records,
+    else pdq sim's defaults, 2 s and 200 ms, which predictions before they
+    were recorded used) at `clients`: each run's from its per-request
+    records over the level's seconds (as pdq bench counts them), their
+    mean, and the prediction's; None where either is missing."""
     runs = []
     try:
+        predicted = os.path.join(set_dir, "predicted", f"{name}-c{clients}.json")
+        if not os.path.exists(predicted):
+            return None
+        with open(predicted, encoding="utf-8") as h:
+            prediction = json.load(h)
+        ttft = prediction.get("ttft_target_ms", 2000) / 1e3
+        tpot = prediction.get("tpot_target_ms", 200) / 1e3
         for f in sorted(os.listdir(os.path.join(set_dir, "measured"))):
             if not re.fullmatch(re.escape(name) + r"-\d+\.json", f):
                 continue
@@ -236,11 +243,9 @@ def goodput(set_dir, name, clients, ttft=2.0, tpot=0.2):
                        (r["output_tokens"] < 2 or r["tpot_s"] <= tpot))
             if any(r.get("concurrency") == clients for r in d.get("requests", [])):
                 runs.append(good / levels[0]["seconds"])
-        predicted = os.path.join(set_dir, "predicted", f"{name}-c{clients}.json")
-        if not runs or not os.path.exists(predicted):
+        if not runs:
             return None
-        with open(predicted, encoding="utf-8") as h:
-            return statistics.mean(runs), json.load(h)["goodput"]["mean"]
+        return statistics.mean(runs), prediction["goodput"]["mean"]
     except (KeyError, TypeError, ValueError) as e:
         print(f"{set_dir}: {name} at {clients} clients: not pdq bench's or pdq sim's JSON ({e!r})",
               file=sys.stderr)
@@ -301,9 +306,9 @@ def winners(root, comparisons):
             pooled += errors
     print(f"| all | | | | {summary(pooled)} |")
     print()
-    print("Goodput: requests a second within TTFT 2 s and TPOT 200 ms (pdq sim's defaults, which "
-          "the predictions used), each run's from its per-request records, their mean against the "
-          "prediction; a cell whose runs met no request counts as within where the prediction met "
+    print("Goodput: requests a second within the prediction's targets (TTFT 2 s and TPOT 200 ms, "
+          "pdq sim's defaults, where it records none), each run's from its per-request records, "
+          "their mean against the prediction; a cell whose runs met no request counts as within where the prediction met "
           "none either, else as +100%. Sets whose predictions came first only.")
 
 

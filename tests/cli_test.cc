@@ -1072,6 +1072,9 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
     const nlohmann::json h = nlohmann::json::parse(hin);
     EXPECT_GT(h["pod_start_seconds"].get<double>(), 0);
     EXPECT_LT(h["pod_start_seconds"].get<double>(), 60);
+    // Goodput's targets, pdq sim's defaults here, go with it.
+    EXPECT_EQ(h["ttft_target_ms"].get<double>(), 2000);
+    EXPECT_EQ(h["tpot_target_ms"].get<double>(), 200);
   }
 
   // pdq plan --sim searches deployments on the profile.

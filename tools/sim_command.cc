@@ -522,6 +522,8 @@ int SimCommand(int argc, char** argv) {
                         {"output_tokens_per_second", ToJson(r->output_tokens_per_second)},
                         {"goodput", ToJson(r->goodput)},
                         {"met_fraction", ToJson(r->met_fraction)},
+                        {"ttft_target_ms", ttft_ms},
+                        {"tpot_target_ms", tpot_ms},
                         {"refused", r->refusals.total()},
                         {"refusals",
                          {{"kv_full", r->refusals.kv_full},
