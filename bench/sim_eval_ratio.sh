@@ -13,7 +13,9 @@
 # fact: the sets' committed predictions used pdq sim's default targets
 # (2 s, 200 ms), so these are today's simulator's, not pre-registered.
 # Everything is written under OUT (a scratch directory outside the
-# repository).
+# repository). COMMITTED=1: no simulation; each set's own committed
+# predictions, which must record those targets (bench/sim_validation.sh
+# predict since 2026-12-07 night): pre-registered where the set's were.
 #
 # Usage: bench/sim_eval_ratio.sh BUILD OUT SET [SET ...]
 #   e.g. bench/sim_eval_ratio.sh build /tmp/eval-ratio zen4-2core-2026-12-07b zen1-2core
@@ -48,6 +50,7 @@ for set in "$@"; do
 done
 mkdir -p "$out"
 for set in "$@"; do
+  [[ ${COMMITTED:-0} == 1 ]] && break
   rm -rf "${out:?}/$set"
   mkdir -p "$out/$set"
   cp "$here/sim_validation/$set/profile.json" "$out/$set/"
@@ -60,7 +63,9 @@ for set in "$@"; do
     exit 1
   fi
 done
-python3 - "$here/sim_validation" "$out" "$@" <<'EOF'
+predictions=$out
+[[ ${COMMITTED:-0} == 1 ]] && predictions="$here/sim_validation"
+python3 - "$here/sim_validation" "$predictions" "$@" <<'EOF'
 import glob, json, os, statistics, sys
 
 root, out, sets = sys.argv[1], sys.argv[2], sys.argv[3:]
@@ -102,6 +107,10 @@ def predicted(set_name, name, clients):
     path = f"{out}/{set_name}/predicted/{name}-c{clients}.json"
     with open(path, encoding="utf-8") as h:
         d = json.load(h)
+    if (d.get("ttft_target_ms"), d.get("tpot_target_ms")) not in ((1500, 50), (None, None)) or \
+            (out == root and d.get("ttft_target_ms") is None):
+        sys.exit(f"{path}: goodput at TTFT {d.get('ttft_target_ms')} ms and TPOT "
+                 f"{d.get('tpot_target_ms')} ms, not the evaluation's 1500 and 50")
     busy = d.get("busy", {})
     share = lambda role: busy[role] if busy.get(role, -1) >= 0 else None
     return d["goodput"]["mean"], share("decode"), share("prefill")
