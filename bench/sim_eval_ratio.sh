@@ -67,9 +67,12 @@ done
 predictions=$out
 [[ ${COMMITTED:-0} == 1 ]] && predictions="$here/sim_validation"
 python3 - "$here/sim_validation" "$predictions" "$@" <<'EOF'
-import glob, json, os, statistics, sys
+import os, statistics, sys
 
 root, out, sets = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.path.insert(0, os.path.dirname(root))
+import sim_validation_summary as summary  # noqa: E402  (bench/, beside this script)
+
 TTFT, TPOT = 1.5, 0.05
 
 
@@ -78,18 +81,15 @@ def measured(set_name, name, clients):
     workers' busy shares, each the mean of the runs at `clients`; None
     without records."""
     good, busy, prefill = [], [], []
-    for f in sorted(glob.glob(f"{root}/{set_name}/measured/{name}-[0-9]*.json")):
-        with open(f, encoding="utf-8") as h:
-            d = json.load(h)
-        level = [lv for lv in d["levels"] if lv["concurrency"] == clients]
-        records = [r for r in d.get("requests", []) if r.get("concurrency") == clients]
-        if not level or not records or not level[0]["seconds"] > 0:
+    for run in summary.runs(f"{root}/{set_name}", name):
+        g = summary.level_goodput(run, clients, TTFT, TPOT)
+        if g is None:
             continue
-        good.append(sum(1 for r in records if r["ok"] and r["ttft_s"] <= TTFT and
-                        (r["output_tokens"] < 2 or r["tpot_s"] <= TPOT)) / level[0]["seconds"])
+        good.append(g)
         # The worker's own span between pdq bench's two scrapes of its counters (which
         # count the level's unmeasured request too), not the measured requests' span.
-        for w in level[0].get("workers", []):
+        level = [lv for lv in run["levels"] if lv["concurrency"] == clients][0]
+        for w in level.get("workers", []):
             if not w.get("wall_seconds"):
                 continue
             if w.get("role") == "decode":
@@ -106,8 +106,7 @@ def predicted(set_name, name, clients):
     """Goodput, and the decode and prefill workers' busy shares (None where
     the prediction reports none)."""
     path = f"{out}/{set_name}/predicted/{name}-c{clients}.json"
-    with open(path, encoding="utf-8") as h:
-        d = json.load(h)
+    d = summary.load(path)
     if (d.get("ttft_target_ms"), d.get("tpot_target_ms")) not in ((1500, 50), (None, None)) or \
             (out == root and d.get("ttft_target_ms") is None):
         sys.exit(f"{path}: goodput at TTFT {d.get('ttft_target_ms')} ms and TPOT "

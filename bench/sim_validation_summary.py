@@ -19,6 +19,7 @@ git's history; runs nothing. The split probe's comparisons
 (validation-split-*.md: no bound) are left out.
 """
 
+import functools
 import json
 import os
 import re
@@ -194,21 +195,43 @@ def summary(values):
     return f"{within}/{len(values)} ({bias:+.0f}%)"
 
 
+@functools.lru_cache(maxsize=None)
+def load(path):
+    """A JSON file, parsed once however many tables read it."""
+    with open(path, encoding="utf-8") as h:
+        return json.load(h)
+
+
+def runs(set_dir, name):
+    """A configuration's measured runs (measured/NAME-R.json), in order."""
+    measured = os.path.join(set_dir, "measured")
+    return [load(os.path.join(measured, f)) for f in sorted(os.listdir(measured))
+            if re.fullmatch(re.escape(name) + r"-\d+\.json", f)]
+
+
+def level_goodput(run, clients, ttft, tpot):
+    """One run's requests a second within `ttft` and `tpot` (seconds) at
+    `clients`, as pdq bench counts goodput: its measured requests' records
+    over the level's seconds; None without the level or its records."""
+    levels = [lv for lv in run["levels"] if lv["concurrency"] == clients]
+    records = [r for r in run.get("requests", []) if r.get("concurrency") == clients]
+    if not levels or not records or not levels[0]["seconds"] > 0:
+        return None
+    good = sum(1 for r in records if r["ok"] and r["ttft_s"] <= ttft and
+               (r["output_tokens"] < 2 or r["tpot_s"] <= tpot))
+    return good / levels[0]["seconds"]
+
+
 def throughput(set_dir, name, clients):
     """A closed-loop configuration's output tokens/s at `clients`: the mean
     of its runs, and the prediction; None where either is missing."""
-    runs = []
     try:
-        for f in sorted(os.listdir(os.path.join(set_dir, "measured"))):
-            if re.fullmatch(re.escape(name) + r"-\d+\.json", f):
-                with open(os.path.join(set_dir, "measured", f), encoding="utf-8") as h:
-                    runs += [lv["output_tokens_per_s"] for lv in json.load(h)["levels"]
-                             if lv["concurrency"] == clients]
+        measured = [lv["output_tokens_per_s"] for run in runs(set_dir, name)
+                    for lv in run["levels"] if lv["concurrency"] == clients]
         predicted = os.path.join(set_dir, "predicted", f"{name}-c{clients}.json")
-        if not runs or not os.path.exists(predicted):
+        if not measured or not os.path.exists(predicted):
             return None
-        with open(predicted, encoding="utf-8") as h:
-            return statistics.mean(runs), json.load(h)["output_tokens_per_second"]["mean"]
+        return statistics.mean(measured), load(predicted)["output_tokens_per_second"]["mean"]
     except (KeyError, TypeError, ValueError) as e:
         print(f"{set_dir}: {name} at {clients} clients: not pdq bench's or pdq sim's JSON ({e!r})",
               file=sys.stderr)
@@ -218,34 +241,20 @@ def throughput(set_dir, name, clients):
 def goodput(set_dir, name, clients):
     """Requests a second within the prediction's targets (those it records,
     else pdq sim's defaults, 2 s and 200 ms, which predictions before they
-    were recorded used) at `clients`: each run's from its per-request
-    records over the level's seconds (as pdq bench counts them), their
+    were recorded used) at `clients`: each run's (level_goodput), their
     mean, and the prediction's; None where either is missing."""
-    runs = []
     try:
         predicted = os.path.join(set_dir, "predicted", f"{name}-c{clients}.json")
         if not os.path.exists(predicted):
             return None
-        with open(predicted, encoding="utf-8") as h:
-            prediction = json.load(h)
+        prediction = load(predicted)
         ttft = prediction.get("ttft_target_ms", 2000) / 1e3
         tpot = prediction.get("tpot_target_ms", 200) / 1e3
-        for f in sorted(os.listdir(os.path.join(set_dir, "measured"))):
-            if not re.fullmatch(re.escape(name) + r"-\d+\.json", f):
-                continue
-            with open(os.path.join(set_dir, "measured", f), encoding="utf-8") as h:
-                d = json.load(h)
-            levels = [lv for lv in d["levels"] if lv["concurrency"] == clients]
-            if not levels or not levels[0]["seconds"] > 0:
-                continue
-            good = sum(1 for r in d.get("requests", [])
-                       if r.get("concurrency") == clients and r["ok"] and r["ttft_s"] <= ttft and
-                       (r["output_tokens"] < 2 or r["tpot_s"] <= tpot))
-            if any(r.get("concurrency") == clients for r in d.get("requests", [])):
-                runs.append(good / levels[0]["seconds"])
-        if not runs:
+        measured = [g for run in runs(set_dir, name)
+                    if (g := level_goodput(run, clients, ttft, tpot)) is not None]
+        if not measured:
             return None
-        return statistics.mean(runs), prediction["goodput"]["mean"]
+        return statistics.mean(measured), prediction["goodput"]["mean"]
     except (KeyError, TypeError, ValueError) as e:
         print(f"{set_dir}: {name} at {clients} clients: not pdq bench's or pdq sim's JSON ({e!r})",
               file=sys.stderr)
