@@ -3,10 +3,13 @@
 against real runs (bench/sim_validation.sh compare, compare-open and
 compare-emulated write them) with, for each metric, the cells within the
 issue's bound and the bias, and whether the predictions were committed before
-the runs they are checked against: from git, every commit that added or
-changed the set's predicted directory an ancestor of the first that added its
-measured one. That proves the order of the commits, not of the runs; each
-set's section of bench/RESULTS.md gives the runs' times.
+the runs they are checked against: where the runs' JSON files record when
+they started (pdq bench's started_at, since 2026-12-07), the newest commit
+that added or changed the set's predicted directory made before the first
+run started; else, from git, every such commit an ancestor of the first
+that added its measured one, which proves the order of the commits, not of
+the runs (each older set's section of bench/RESULTS.md gives the runs'
+times).
 
 Usage: bench/sim_validation_summary.py [--all] [DIR]   (DIR: bench/sim_validation)
 
@@ -19,6 +22,7 @@ git's history; runs nothing. The split probe's comparisons
 (validation-split-*.md: no bound) are left out.
 """
 
+import datetime
 import functools
 import json
 import os
@@ -108,6 +112,19 @@ def commits(path, change):
     return [line for line in out.split("\n") if line.strip()] if rc == 0 else []
 
 
+def first_start(directory):
+    """The earliest started_at among the runs' JSON files in directory (an
+    aware datetime), None where none records one."""
+    starts = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".json"):
+            run = load(os.path.join(directory, name))
+            if isinstance(run, dict) and run.get("started_at"):
+                starts.append(datetime.datetime.fromisoformat(
+                    run["started_at"].replace("Z", "+00:00")))
+    return min(starts) if starts else None
+
+
 def order(set_dir, name):
     """Whether the predictions were committed before the runs: ("before",
     "with", "after" or "unknown", the words for the table)."""
@@ -125,6 +142,16 @@ def order(set_dir, name):
     first_m = m[-1]
     if first_m in p:
         return "with", f"with the runs ({first_m})"
+    start = first_start(os.path.join(set_dir, measured))
+    rc, out = git(set_dir, "show", "-s", "--format=%cI", p[0])
+    if start is not None and rc == 0 and out.strip():
+        committed = datetime.datetime.fromisoformat(out.strip())
+        utc = datetime.timezone.utc
+        words = (f"({p[0]} {committed.astimezone(utc):%Y-%m-%d %H:%M:%S}, first run "
+                 f"{start.astimezone(utc):%H:%M:%S} UTC)")
+        if committed < start:
+            return "before", f"before the runs started {words}"
+        return "after", f"after the runs started {words}"
     ancestor = [git(set_dir, "merge-base", "--is-ancestor", c, first_m)[0] for c in p]
     if all(rc == 0 for rc in ancestor):
         return "before", f"before the runs' commit ({p[0]} < {first_m})"

@@ -146,7 +146,8 @@ static void Fields(auto& f, BenchResult& v) {
   PDQ_JSON_EACH(router, target, workload, input_tokens, output_tokens, rate, ttft_target_ms,
                 tpot_target_ms, levels, requests, pattern, conversation)
   PDQ_JSON_EACH_OPTIONAL(sessions, turns, first_tokens, turn_tokens, cycles, router_pools,
-                         shared_prefix_tokens, prompt_seed, temperature, arrival_seed, client_ids)
+                         shared_prefix_tokens, prompt_seed, temperature, arrival_seed, client_ids,
+                         started_at, finished_at)
 }
 
 // Each type's to_json and from_json are its Fields, instantiated here for

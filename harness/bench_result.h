@@ -143,6 +143,11 @@ struct BenchResult {
   int64_t arrival_seed = 0;  // with a rate: the arrivals' seed (pdq bench --arrival-seed)
   bool client_ids = false;   // each closed-loop client sent its id (pdq bench --client-ids)
   double temperature = 0;  // the answers' sampling temperature (written when not 0: greedy)
+  // pdq bench's wall clock, UTC (RFC 3339, to the second): when it began
+  // sending (after connecting; warm-up included) and when its last answer
+  // had ended. What shows a prediction committed before the run it is
+  // judged against (bench/sim_validation_summary.py). Empty: not recorded.
+  std::string started_at, finished_at;
   // --workload conversation's shape (written only for it).
   int sessions = 0, turns = 0;
   int64_t first_tokens = 0, turn_tokens = 0;

@@ -20,6 +20,8 @@ BenchResult Sample() {
   b.output_tokens = 64;
   b.ttft_target_ms = 1500;
   b.temperature = 0.7;
+  b.started_at = "2026-12-07T22:22:05Z";
+  b.finished_at = "2026-12-07T22:24:41Z";
   LevelResult l;
   l.concurrency = 4;
   l.requests_ok = 7;
@@ -67,6 +69,8 @@ TEST(BenchResultTest, WhatIsWrittenReadsBackTheSame) {
   EXPECT_EQ(back->requests[0].gaps_s, (std::vector<double>{0.01, 0.02}));
   EXPECT_DOUBLE_EQ(back->router_pools.at("a").at("requests_ok"), 3);
   EXPECT_DOUBLE_EQ(back->temperature, 0.7);
+  EXPECT_EQ(back->started_at, "2026-12-07T22:22:05Z");
+  EXPECT_EQ(back->finished_at, "2026-12-07T22:24:41Z");
   EXPECT_EQ(BestLevel(*back), &back->levels[0]);
   EXPECT_EQ(LevelAt(*back, 8), nullptr);
 }
@@ -82,6 +86,7 @@ TEST(BenchResultTest, AnOlderFileReadsWithWhatItHas) {
   EXPECT_TRUE(std::isnan(r->levels[0].goodput_requests_per_s));
   EXPECT_TRUE(r->levels[0].workers.empty());
   EXPECT_FALSE(r->conversation.has_value());
+  EXPECT_TRUE(r->started_at.empty());
 }
 
 // A sweep of one figure (output tokens/s unless named) by concurrency, in

@@ -26,6 +26,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/check.h"
 #include "gguf/gguf.h"
 #include "harness/load_generator.h"
@@ -336,6 +338,10 @@ int BenchCommand(int argc, char** argv) {
   out.prompt_seed = f.prompt_seed;
   out.temperature = f.temperature;
   bool all_ok = true;
+  const auto utc_now = [] {
+    return absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone());
+  };
+  out.started_at = utc_now();
   if (f.conversation()) {
     out.sessions = (int)f.sessions;
     out.turns = (int)f.turns;
@@ -383,6 +389,7 @@ int BenchCommand(int argc, char** argv) {
       all_ok = RunSweep(driver, c->stub.get(), sweep, &out);
     }
   }
+  out.finished_at = utc_now();
   if (!f.json.empty()) {
     if (absl::Status s = WriteBenchResult(f.json, out); !s.ok()) return Fail("bench", s);
   }

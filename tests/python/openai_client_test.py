@@ -3,6 +3,7 @@ Python client: completions and chat, streamed and not, the usage block, bad
 requests in OpenAI's error shape, and a client that leaves mid-stream (its
 KV blocks come back). One prefill (W8A8) and one decode (W4A16) worker."""
 
+import datetime
 import json
 import os
 import subprocess
@@ -159,6 +160,7 @@ class OpenAiClientTest(unittest.TestCase):
     def test_pdq_bench_measures_the_openai_endpoint(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "bench.json")
+            before = int(time.time())
             subprocess.run([ARGS.pdq, "bench", "--openai", f"http://{UP.http}/v1",
                             "--model", ARGS.model, "--text", "README.md",
                             "--concurrency", "2", "--requests", "4",
@@ -166,8 +168,15 @@ class OpenAiClientTest(unittest.TestCase):
                            check=True, capture_output=True, text=True)
             with open(out) as f:
                 report = json.load(f)
+            after = time.time()
         self.assertEqual(report["target"], "openai")
         self.assertEqual(len(report["requests"]), 4)
+        # The run's wall clock, UTC to the second, within the subprocess's.
+        started, finished = (datetime.datetime.strptime(report[k], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+                             for k in ("started_at", "finished_at"))
+        self.assertLessEqual(before, started)
+        self.assertLessEqual(started, finished)
+        self.assertLessEqual(finished, after)
         for r in report["requests"]:
             self.assertTrue(r["ok"], r["error"])
             self.assertEqual(r["output_tokens"], 12)

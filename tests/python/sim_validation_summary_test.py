@@ -2,7 +2,8 @@
 shape give each metric's cells within the bound and their mean error, in the
 right column; a set whose predictions were committed before its runs says so
 and is pooled (over all hosts and by host), one committed with or after them
-is listed but not pooled; variants (-matched, open-loop ones) show only with
+is listed but not pooled, and so is one committed after its runs started where
+they record their start; variants (-matched, open-loop ones) show only with
 --all; a cell of another shape is warned about; a copy outside git says the
 order is unknown; a wrong directory is one clear error. On the committed sets
 every count equals the one the comparison file's own summary table gives."""
@@ -70,10 +71,12 @@ class SimValidationSummaryTest(unittest.TestCase):
     def tearDown(self):
         shutil.rmtree(self.dir)
 
-    def git(self, *args):
+    def git(self, *args, date=None):
         env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
                    GIT_COMMITTER_EMAIL="t@t", GIT_CONFIG_GLOBAL=os.devnull,
                    GIT_CONFIG_NOSYSTEM="1")
+        if date:
+            env["GIT_COMMITTER_DATE"] = date
         subprocess.run(["git", "-c", "commit.gpgsign=false", *args], cwd=self.dir, check=True,
                        capture_output=True, env=env)
 
@@ -82,9 +85,9 @@ class SimValidationSummaryTest(unittest.TestCase):
         self.assertEqual(len(found), 1, f"one row of {first} with {words!r} in:\n{out}")
         return found[0]
 
-    def commit(self, message):
+    def commit(self, message, date=None):
         self.git("add", "-A")
-        self.git("commit", "-q", "-m", message)
+        self.git("commit", "-q", "-m", message, date=date)
 
     @unittest.skipUnless(shutil.which("git"), "git is not installed")
     def test_cells_bias_and_order(self):
@@ -128,10 +131,14 @@ class SimValidationSummaryTest(unittest.TestCase):
         write(f"{self.root}/zen4-2core-a/predicted-emulated-noloop/x.json", "{}")
         write(f"{self.root}/zen4-2core-a/validation-emulated-noloop.md", EMULATED)
         self.commit("variant")
-        # Another host, pre-registered: pooled apart by host too.
+        # Another host, pre-registered, its runs' start recorded (the first of two, in
+        # another zone): pooled apart by host too.
         write(f"{self.root}/zen3-2core-c/predicted/a.json", "{}")
-        self.commit("zen3 predictions")
-        write(f"{self.root}/zen3-2core-c/measured/a.json", "{}")
+        self.commit("zen3 predictions", date="2026-12-07T22:21:59+00:00")
+        write(f"{self.root}/zen3-2core-c/measured/a.json",
+              json.dumps({"started_at": "2026-12-07T22:30:00Z"}))
+        write(f"{self.root}/zen3-2core-c/measured/b.json",
+              json.dumps({"started_at": "2026-12-07T23:22:00+01:00"}))
         write(f"{self.root}/zen3-2core-c/validation-predicted.md", CLOSED)
         self.commit("zen3 runs")
         # Predicted and measured in one commit: listed, not pooled.
@@ -147,6 +154,13 @@ class SimValidationSummaryTest(unittest.TestCase):
         self.commit("d runs")
         write(f"{self.root}/zen4-2core-d/predicted/a.json", "{\"changed\": 1}")
         self.commit("d predictions again")
+        # Predictions committed before the runs' commit but after the runs started: after.
+        write(f"{self.root}/zen4-2core-e/predicted/a.json", "{}")
+        self.commit("e predictions", date="2026-12-07T22:23:00+00:00")
+        write(f"{self.root}/zen4-2core-e/measured/a.json",
+              json.dumps({"started_at": "2026-12-07T22:22:05Z"}))
+        write(f"{self.root}/zen4-2core-e/validation-predicted.md", CLOSED)
+        self.commit("e runs")
 
         r = run(self.root, cwd=self.dir)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -175,6 +189,9 @@ class SimValidationSummaryTest(unittest.TestCase):
         self.assertEqual(len(comparisons), 3, r.stdout)  # no variants
         self.assertIn("with the runs", self.one_row(r.stdout, "emr-2core-b", "closed loop"))
         self.assertIn("after the runs' commit", self.one_row(r.stdout, "zen4-2core-d", "closed"))
+        self.assertIn("before the runs started (", self.one_row(r.stdout, "zen3-2core-c", "closed"))
+        self.assertIn("2026-12-07 22:21:59, first run 22:22:00 UTC)", r.stdout)
+        self.assertIn("after the runs started (", self.one_row(r.stdout, "zen4-2core-e", "closed"))
         # Pooled: the two pre-registered closed-loop sets, then each host's.
         pooled = fields(self.one_row(r.stdout, "closed loop", "closed loop"))
         self.assertEqual(pooled[1:3], ["2", "2/4 (+13%)"])
