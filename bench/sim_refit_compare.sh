@@ -30,12 +30,15 @@ build=$1 out=$2
 shift 2
 pdq="$build/bin/pdq"
 [[ -x $pdq ]] || { echo "$pdq not found: build first (make build)" >&2; exit 2; }
-here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$out"
-if [[ $(cd "$out" && pwd) == "$here/sim_validation"* ]]; then
-  echo "OUT=$out lies in the committed sets: give a scratch directory" >&2
+here=$(cd "$(dirname "$0")" && pwd -P)
+repo=$(cd "$here/.." && pwd -P)
+# Resolved before anything is made: nothing written into the repository.
+real_out=$(realpath -m "$out")
+if [[ $real_out == "$repo" || $real_out == "$repo"/* ]]; then
+  echo "OUT=$out lies in the repository: give a scratch directory" >&2
   exit 2
 fi
+mkdir -p "$out"
 # run LOG CMD...: CMD's output to LOG; on failure, LOG's end and exit.
 run() {
   local log=$1
