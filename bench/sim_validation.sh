@@ -724,7 +724,7 @@ for name in names:
             err = pred / mean - 1 if mean else float("nan")
             bound = base_bound if m == "out" else max(2 * base_bound if q == "p99" else base_bound, 2 * spread)
             errors[f"{m} {q}".strip()].append((err, abs(err) <= bound))
-            cells.append(f"{pred:.0f} / {mean:.0f} ({err:+.0%}, ±{spread:.0%}){'' if abs(err) <= bound else ' **'}")
+            cells.append(f"{pred:.0f} / {mean:.0f} ({err:+.1%}, ±{spread:.1%}){'' if abs(err) <= bound else ' **'}")
         load = f"{p['rate']:.3g}/s" if open_loop else str(c)
         rows.append(f"| {name} | {load} | {len(runs)} | " + " | ".join(cells) + " |")
 heads = [f"{m.upper()} {q} (ms)" if m != "out" else "output tokens/s" for m, q in metrics]

@@ -51,7 +51,7 @@ OVERRIDES = {
         ("predicted-emulated-prefill-release-xeon", "measured-emulated-prefill-release-xeon",
          "Intel Xeon"),
 }
-CELL = re.compile(r"^\S+ / \S+ \(([+-]?\d+)%, ±(\d+)%\)( \*\*)?$")
+CELL = re.compile(r"^\S+ / \S+ \(([+-]?\d+(?:\.\d)?)%, ±(\d+(?:\.\d)?)%\)( \*\*)?$")
 
 
 def label(metric):
@@ -160,14 +160,15 @@ def order(set_dir, name):
     return unknown
 
 
-def within(path, metric, error, spread, starred):
+def within(path, metric, error, spread, starred, half=0.5):
     """The issue's bound: p99 within a flat 20% and the emulation tier's
     p90 within a flat 5% (the comparison files allow twice the runs' spread
     there too, and the emulation tier's p99 10%); the rest as the file marks
-    it (** outside). The files print errors and spreads rounded to 1%: an
-    error printed at the flat bound takes the file's mark where the file's
-    bound is that same flat one (its base, and twice the spread below it),
-    else it counts as outside."""
+    it (** outside). The files print errors and spreads rounded (to 1%
+    before 2026-12-08, half a unit 0.5; to 0.1% since, half 0.05): an error
+    printed at the flat bound takes the file's mark where the file's bound
+    is that same flat one (its base, and twice the spread below it), else
+    it counts as outside."""
     emulated = tier_of(os.path.basename(path)) == "emulation tier"
     flat = 20 if metric.endswith("p99") else 5 if emulated and metric.endswith("p90") else None
     if flat is None:
@@ -175,7 +176,7 @@ def within(path, metric, error, spread, starred):
     if abs(error) != flat:
         return abs(error) < flat
     base = (10 if emulated else 20) if metric.endswith("p99") else 5
-    return base == flat and 2 * (spread + 0.5) <= flat and not starred
+    return base == flat and 2 * (spread + half) <= flat and not starred
 
 
 def cells(path):
@@ -206,9 +207,10 @@ def cells(path):
                     print(f"{path}: a {header} cell not of the compare's shape: {value!r}",
                           file=sys.stderr)
                     continue
-                error = int(match.group(1))
-                by_metric[metric].append((error, within(path, metric, error, int(match.group(2)),
-                                                        match.group(3))))
+                error = float(match.group(1))
+                half = 0.05 if "." in match.group(1) else 0.5
+                by_metric[metric].append((error, within(path, metric, error, float(match.group(2)),
+                                                        match.group(3), half)))
     if rows == 0:
         print(f"{path}: no comparison rows read", file=sys.stderr)
     return by_metric, rows

@@ -244,6 +244,28 @@ class SimValidationSummaryTest(unittest.TestCase):
         odd_row = self.one_row(odd.stdout, "zen3-2core-c", "closed")
         self.assertEqual(fields(odd_row)[5], "0/1 (+23%)")
 
+    def test_cells_to_a_tenth_of_a_percent(self):
+        # Comparisons since 2026-12-08 print errors and spreads to 0.1%. p99, flat 20%:
+        # -19.8% within; +20.0% at the bound with a spread of 9.9% (the file's bound the flat
+        # 20% too: twice the spread plus half a unit, 19.9) takes the file's mark; -20.4%
+        # outside; +20.0% with a spread of 10.0% (the file's bound perhaps twice it) outside.
+        write(f"{self.root}/zen4-2core-f/validation-open.md", OPEN.splitlines()[0] + "\n" +
+              OPEN.splitlines()[1] + "\n" +
+              "| a-f0.5 | 0.4/s | 3 | 10 / 10 (+1.5%, ±0.3%) | 10 / 10 (-9.9%, ±1.0%) | "
+              "10 / 12 (-19.8%, ±3.0%) | 10 / 10 (+0.0%, ±0.0%) | 10 / 10 (-2.5%, ±1.2%) | "
+              "12 / 10 (+20.0%, ±9.9%) |\n"
+              "| a-f0.7 | 0.6/s | 3 | 10 / 10 (+1.5%, ±0.3%) | 10 / 10 (-10.4%, ±1.0%) ** | "
+              "10 / 12 (-20.4%, ±1.0%) ** | 10 / 10 (+0.0%, ±0.0%) | 10 / 10 (-2.5%, ±1.2%) | "
+              "12 / 10 (+20.0%, ±10.0%) |\n")
+        os.makedirs(f"{self.root}/zen4-2core-f/predicted-open")
+        os.makedirs(f"{self.root}/zen4-2core-f/measured-open")
+        r = run(self.root, cwd=self.dir)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stderr, "")
+        row = self.one_row(r.stdout, "zen4-2core-f", "open loop")
+        self.assertEqual(fields(row)[4:], ["2", "2/2 (+2%)", "1/2 (-10%)", "1/2 (-20%)",
+                                           "2/2 (+0%)", "2/2 (-2%)", "1/2 (+20%)", ""])
+
     def test_committed_sets_agree_with_their_own_summaries(self):
         root = os.path.join(HERE, "..", "..", "bench", "sim_validation")
         r = run("--all", root, cwd=self.dir)
