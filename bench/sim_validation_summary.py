@@ -3,13 +3,14 @@
 against real runs (bench/sim_validation.sh compare, compare-open and
 compare-emulated write them) with, for each metric, the cells within the
 issue's bound and the bias, and whether the predictions were committed before
-the runs they are checked against: where the runs' JSON files record when
-they started (pdq bench's started_at, since 2026-12-07), the newest commit
-that added or changed the set's predicted directory made before the first
-run started; else, from git, every such commit an ancestor of the first
-that added its measured one, which proves the order of the commits, not of
-the runs (each older set's section of bench/RESULTS.md gives the runs'
-times).
+the runs they are checked against: from git, every commit that added or
+changed the set's predicted directory an ancestor of the first that added
+its measured one, which shows the order of the commits, not of the runs;
+and where every run's JSON file records when it started (pdq bench's
+started_at, written since 2026-12-07 night), each of those commits dated (committer
+date) before the first run's start too. The dates are two machines' clocks
+and can be set by hand; the order of the commits cannot be faked that way.
+Older sets' sections of bench/RESULTS.md give the runs' times.
 
 Usage: bench/sim_validation_summary.py [--all] [DIR]   (DIR: bench/sim_validation)
 
@@ -17,8 +18,8 @@ Prints markdown: one row per set and tier for its primary comparison
 (validation-predicted.md, validation-open.md, validation-emulated.md; --all:
 every comparison, the variants tried on the same runs too), then the pooled
 cells of each tier's primary comparisons whose predictions came first, over
-all hosts and by host. Reads only the committed validation-*.md files and
-git's history; runs nothing. The split probe's comparisons
+all hosts and by host. Reads the committed validation-*.md files, the
+measured runs' JSON files and git's history; runs nothing. The split probe's comparisons
 (validation-split-*.md: no bound) are left out.
 """
 
@@ -97,7 +98,8 @@ def git(path, *args):
     """git's exit status and output for args, run beside path; (None, "")
     where git is missing."""
     try:
-        run = subprocess.run(["git", *args], capture_output=True, text=True,
+        run = subprocess.run(["git", "-c", "log.showSignature=false", *args],
+                             capture_output=True, text=True,
                              cwd=os.path.dirname(os.path.abspath(path)))
     except OSError:
         return None, ""
@@ -112,17 +114,42 @@ def commits(path, change):
     return [line for line in out.split("\n") if line.strip()] if rc == 0 else []
 
 
+# pdq bench's start, a top-level string (a quote inside an answer's text is
+# escaped, so this cannot match there). Searched in the text rather than
+# parsed: the open-loop and emulated runs are read for nothing else.
+STARTED = re.compile(r'"started_at":\s*"([^"]+)"')
+
+
 def first_start(directory):
-    """The earliest started_at among the runs' JSON files in directory (an
-    aware datetime), None where none records one."""
+    """The earliest start the runs' JSON files in directory record (an aware
+    datetime); None unless every one records a start with its UTC offset."""
+    if not os.path.isdir(directory):
+        return None
     starts = []
     for name in sorted(os.listdir(directory)):
-        if name.endswith(".json"):
-            run = load(os.path.join(directory, name))
-            if isinstance(run, dict) and run.get("started_at"):
-                starts.append(datetime.datetime.fromisoformat(
-                    run["started_at"].replace("Z", "+00:00")))
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
+                match = STARTED.search(f.read())
+            start = match and datetime.datetime.fromisoformat(match.group(1).replace("Z", "+00:00"))
+        except (OSError, ValueError):
+            start = None
+        if not start or start.tzinfo is None:
+            return None
+        starts.append(start)
     return min(starts) if starts else None
+
+
+def committed_dates(path):
+    """The committer dates of the commits that added or changed files under
+    path (aware datetimes); [] where git cannot say."""
+    rc, out = git(path, "log", "--diff-filter=AM", "--format=%cI", "--", os.path.abspath(path))
+    try:
+        return [datetime.datetime.fromisoformat(line.strip())
+                for line in out.split("\n") if line.strip()] if rc == 0 else []
+    except ValueError:
+        return []
 
 
 def order(set_dir, name):
@@ -142,22 +169,22 @@ def order(set_dir, name):
     first_m = m[-1]
     if first_m in p:
         return "with", f"with the runs ({first_m})"
-    start = first_start(os.path.join(set_dir, measured))
-    rc, out = git(set_dir, "show", "-s", "--format=%cI", p[0])
-    if start is not None and rc == 0 and out.strip():
-        committed = datetime.datetime.fromisoformat(out.strip())
-        utc = datetime.timezone.utc
-        words = (f"({p[0]} {committed.astimezone(utc):%Y-%m-%d %H:%M:%S}, first run "
-                 f"{start.astimezone(utc):%H:%M:%S} UTC)")
-        if committed < start:
-            return "before", f"before the runs started {words}"
-        return "after", f"after the runs started {words}"
     ancestor = [git(set_dir, "merge-base", "--is-ancestor", c, first_m)[0] for c in p]
-    if all(rc == 0 for rc in ancestor):
-        return "before", f"before the runs' commit ({p[0]} < {first_m})"
-    if all(rc in (0, 1) for rc in ancestor):
+    if not all(rc in (0, 1) for rc in ancestor):
+        return unknown
+    if not all(rc == 0 for rc in ancestor):
         return "after", f"after the runs' commit ({p[0]} > {first_m})"
-    return unknown
+    # Every run's recorded start, against the predictions' latest commit date.
+    start = first_start(os.path.join(set_dir, measured))
+    dates = committed_dates(os.path.join(set_dir, predicted)) if start else []
+    if not dates:
+        return "before", f"before the runs' commit ({p[0]} < {first_m})"
+    utc = datetime.timezone.utc
+    words = (f"{p[0]} < {first_m}; committed {max(dates).astimezone(utc):%Y-%m-%d %H:%M:%S}, "
+             f"first run {start.astimezone(utc):%Y-%m-%d %H:%M:%S} UTC")
+    if max(dates) < start:
+        return "before", f"before the runs' commit and their recorded start ({words})"
+    return "after", f"before the runs' commit but not their recorded start ({words})"
 
 
 def within(path, metric, error, spread, starred, half=0.5):

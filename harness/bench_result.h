@@ -144,9 +144,10 @@ struct BenchResult {
   bool client_ids = false;   // each closed-loop client sent its id (pdq bench --client-ids)
   double temperature = 0;  // the answers' sampling temperature (written when not 0: greedy)
   // pdq bench's wall clock, UTC (RFC 3339, to the second): when it began
-  // sending (after connecting; warm-up included) and when its last answer
-  // had ended. What shows a prediction committed before the run it is
-  // judged against (bench/sim_validation_summary.py). Empty: not recorded.
+  // (connected, before cutting the prompts and any warm-up) and when the
+  // run ended. bench/sim_validation_summary.py compares the start with the
+  // commit date of the predictions judged against the run. Empty: not
+  // recorded.
   std::string started_at, finished_at;
   // --workload conversation's shape (written only for it).
   int sessions = 0, turns = 0;

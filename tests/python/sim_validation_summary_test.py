@@ -136,7 +136,7 @@ class SimValidationSummaryTest(unittest.TestCase):
         write(f"{self.root}/zen3-2core-c/predicted/a.json", "{}")
         self.commit("zen3 predictions", date="2026-12-07T22:21:59+00:00")
         write(f"{self.root}/zen3-2core-c/measured/a.json",
-              json.dumps({"started_at": "2026-12-07T22:30:00Z"}))
+              json.dumps({"started_at": "2026-12-07T22:30:00+00:00"}))
         write(f"{self.root}/zen3-2core-c/measured/b.json",
               json.dumps({"started_at": "2026-12-07T23:22:00+01:00"}))
         write(f"{self.root}/zen3-2core-c/validation-predicted.md", CLOSED)
@@ -161,6 +161,16 @@ class SimValidationSummaryTest(unittest.TestCase):
               json.dumps({"started_at": "2026-12-07T22:22:05Z"}))
         write(f"{self.root}/zen4-2core-e/validation-predicted.md", CLOSED)
         self.commit("e runs")
+        # Runs of which one records no start (g) or one without its offset (h): the order of
+        # the commits alone, before.
+        for s, other in (("g", {}), ("h", {"started_at": "2026-12-07T22:22:07"})):
+            write(f"{self.root}/zen4-2core-{s}/predicted/a.json", "{}")
+            self.commit(f"{s} predictions", date="2026-12-07T22:23:00+00:00")
+            write(f"{self.root}/zen4-2core-{s}/measured/a.json",
+                  json.dumps({"started_at": "2026-12-07T22:22:05Z"}))
+            write(f"{self.root}/zen4-2core-{s}/measured/b.json", json.dumps(other))
+            write(f"{self.root}/zen4-2core-{s}/validation-predicted.md", CLOSED)
+            self.commit(f"{s} runs")
 
         r = run(self.root, cwd=self.dir)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -189,12 +199,18 @@ class SimValidationSummaryTest(unittest.TestCase):
         self.assertEqual(len(comparisons), 3, r.stdout)  # no variants
         self.assertIn("with the runs", self.one_row(r.stdout, "emr-2core-b", "closed loop"))
         self.assertIn("after the runs' commit", self.one_row(r.stdout, "zen4-2core-d", "closed"))
-        self.assertIn("before the runs started (", self.one_row(r.stdout, "zen3-2core-c", "closed"))
-        self.assertIn("2026-12-07 22:21:59, first run 22:22:00 UTC)", r.stdout)
-        self.assertIn("after the runs started (", self.one_row(r.stdout, "zen4-2core-e", "closed"))
+        zen3 = self.one_row(r.stdout, "zen3-2core-c", "closed")
+        self.assertIn("before the runs' commit and their recorded start (", zen3)
+        self.assertIn("committed 2026-12-07 22:21:59, first run 2026-12-07 22:22:00 UTC)", zen3)
+        self.assertIn("before the runs' commit but not their recorded start (",
+                      self.one_row(r.stdout, "zen4-2core-e", "closed"))
+        for s in "gh":
+            line = self.one_row(r.stdout, f"zen4-2core-{s}", "closed")
+            self.assertIn("before the runs' commit (", line)
+            self.assertNotIn("recorded start", line)
         # Pooled: the two pre-registered closed-loop sets, then each host's.
         pooled = fields(self.one_row(r.stdout, "closed loop", "closed loop"))
-        self.assertEqual(pooled[1:3], ["2", "2/4 (+13%)"])
+        self.assertEqual(pooled[1:3], ["4", "4/8 (+13%)"])  # a, c, g and h
         zen3 = self.one_row(r.stdout, "closed loop, AMD EPYC Zen 3", "Zen 3")
         self.assertEqual(fields(zen3)[1:3], ["1", "1/2 (+13%)"])
         self.assertEqual(len(rows(r.stdout, "closed loop, AMD EPYC Zen 4")), 1, r.stdout)
