@@ -427,8 +427,8 @@ def main():
     print("Each cell: cells within the issue's bound / cells (their mean error, the bias). The "
           "bound: p50 and p90 the larger of 10% and twice the runs' spread (the emulation tier's "
           "p50 the larger of 5% and twice the spread, its p90 a flat 5%), p99 a flat 20%, "
-          "throughput 10%. Errors are those the comparison files print, rounded to 1% (to 0.1% "
-          "since 2026-12-08).")
+          "throughput 10%. Errors are those the comparison files print (to 1%; to 0.1% from "
+          "zen4-2core-2026-12-07e on), the biases here to 1%.")
     winners(root, comparisons)
 
 
