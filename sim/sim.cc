@@ -969,7 +969,7 @@ void RefusalCounts::Add(const RefusalCounts& o) {
 RunSummary Summarize(const RunResult& r, const Targets& t, int arm) {
   RunSummary s;
   std::vector<double> ttft, tpot;
-  double first = INFINITY, last = 0, tokens = 0, met = 0;
+  double first = INFINITY, last = 0, tokens = 0, met = 0, met_slower = 0, met_faster = 0;
   for (const RequestRecord& q : r.requests) {
     if (!q.measured || (arm >= 0 && q.arm != arm)) continue;
     if (q.refused()) {
@@ -982,7 +982,12 @@ RunSummary Summarize(const RunResult& r, const Targets& t, int arm) {
     first = std::min(first, q.arrival);
     last = std::max(last, q.finish);
     tokens += double(q.output_tokens);
-    met += q.ttft() <= t.ttft_seconds && q.tpot() <= t.tpot_seconds;
+    auto meets = [&](double scale) {
+      return q.ttft() * scale <= t.ttft_seconds && q.tpot() * scale <= t.tpot_seconds;
+    };
+    met += meets(1);
+    met_slower += meets(1 + kGoodputMargin);
+    met_faster += meets(1 - kGoodputMargin);
   }
   s.ttft_p50 = Percentile(ttft, 0.5);
   s.ttft_p90 = Percentile(ttft, 0.9);
@@ -995,6 +1000,8 @@ RunSummary Summarize(const RunResult& r, const Targets& t, int arm) {
     s.output_tokens_per_second = tokens / span;
     s.requests_per_second = double(s.measured) / span;
     s.goodput = met / span;
+    s.goodput_if_slower = met_slower / span;
+    s.goodput_if_faster = met_faster / span;
   }
   const int64_t all = s.measured + s.refusals.total();
   s.met_fraction = all > 0 ? met / double(all) : 0;
@@ -1095,6 +1102,8 @@ SeedFigures OverSeeds(const std::vector<RunSummary>& runs) {
   out.output_tokens_per_second = each(&RunSummary::output_tokens_per_second);
   out.goodput = each(&RunSummary::goodput);
   out.met_fraction = each(&RunSummary::met_fraction);
+  out.goodput_if_slower = each(&RunSummary::goodput_if_slower);
+  out.goodput_if_faster = each(&RunSummary::goodput_if_faster);
   out.measured = each(&RunSummary::measured);
   for (const RunSummary& s : runs) out.refusals.Add(s.refusals);
   auto mean_busy = [&](double PoolBusy::*field) {

@@ -335,12 +335,21 @@ struct RunSummary {
   double requests_per_second = 0;
   double goodput = 0;  // requests a second meeting both targets
   double met_fraction = 0;
+  // Goodput with every request's TTFT and TPOT kGoodputMargin longer, and
+  // shorter: how far it moves within the latency error the validation
+  // allows. Near a target goodput is a step function of the latency (a
+  // batch of prompts just under it counts whole, just over it not at all);
+  // a wide range says the prediction sits on that edge.
+  double goodput_if_slower = 0, goodput_if_faster = 0;
   PoolBusy busy;
   // Workers over the run (pods alive, starting and draining included: what
   // they cost): the time-weighted mean and the most at once.
   double mean_workers = 0;
   int peak_workers = 0;
 };
+// The latency error RunSummary's goodput range allows: the issue's ±10%
+// bound on TTFT and TPOT percentiles (bench/RESULTS.md, issue 24).
+constexpr double kGoodputMargin = 0.10;
 // `arm` >= 0: that A/B arm's requests and workers only.
 RunSummary Summarize(const RunResult& r, const Targets& t, int arm = -1);
 PoolBusy Busy(const RunResult& r, int arm = -1);
@@ -360,6 +369,7 @@ struct Estimate {
 struct SeedFigures {
   Estimate ttft_p50, ttft_p90, ttft_p99, tpot_p50, tpot_p90, tpot_p99;
   Estimate output_tokens_per_second, goodput, met_fraction;
+  Estimate goodput_if_slower, goodput_if_faster;  // RunSummary's
   Estimate measured;       // requests measured and not refused
   RefusalCounts refusals;  // refused requests by reason, over all seeds
   PoolBusy busy;           // the mean over the seeds

@@ -565,6 +565,34 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
       << NameBottleneck(s.busy, {.kv_full = 2, .batch_full = 5});
 }
 
+TEST(SimTest, GoodputSaysHowFarItMovesWithTheLatencies) {
+  // Five requests against TTFT 1.5 s and TPOT 50 ms: one well within, one
+  // just within (TTFT 1.45 s: 10% longer misses), one just over (1.6 s: 10%
+  // shorter meets), one far over, one within by its TPOT (48 ms: 10% longer
+  // misses). The span: the first arrival (0) to the last finish (9.58 s).
+  RunResult r;
+  auto add = [&](double arrival, double ttft, double tpot) {
+    RequestRecord q;
+    q.id = int64_t(r.requests.size());
+    q.measured = true;
+    q.output_tokens = 11;
+    q.arrival = arrival;
+    q.first_token = arrival + ttft;
+    q.finish = q.first_token + 10 * tpot;
+    r.requests.push_back(q);
+  };
+  add(0, 1.0, 0.01);
+  add(1, 1.45, 0.01);
+  add(2, 1.6, 0.01);
+  add(3, 3.0, 0.01);
+  add(9, 0.1, 0.048);
+  const RunSummary s = Summarize(r, Targets{1.5, 0.05});
+  EXPECT_NEAR(s.goodput, 3 / 9.58, 1e-9);
+  EXPECT_NEAR(s.goodput_if_slower, 1 / 9.58, 1e-9);
+  EXPECT_NEAR(s.goodput_if_faster, 4 / 9.58, 1e-9);
+  EXPECT_DOUBLE_EQ(s.met_fraction, 3.0 / 5);
+}
+
 TEST(SimTest, RequestsThatFindNoKvRoomAreRefusedAndTheRestServed) {
   Deployment d = OneWorker(1e-3, 1e-5, 1e-4);
   d.monolithic_worker.kv_blocks = 10;  // 160 tokens: two requests of 80

@@ -417,6 +417,14 @@ int SimCommand(int argc, char** argv) {
               Figure(r->output_tokens_per_second, 1, "tokens/s").c_str(),
               Figure(r->goodput, 1, "requests/s").c_str(), r->met_fraction.mean * 100, ttft_ms,
               tpot_ms);
+  // Near a target goodput turns over on a few percent of latency: say how far.
+  std::printf(
+      "  goodput with every TTFT and TPOT %.0f%% longer %.4g, %.0f%% shorter %.4g requests/s%s\n",
+      sim::kGoodputMargin * 100, r->goodput_if_slower.mean, sim::kGoodputMargin * 100,
+      r->goodput_if_faster.mean,
+      r->goodput_if_slower.mean < 0.9 * r->goodput_if_faster.mean
+          ? " (latencies near a target: the goodput is as uncertain as they are)"
+          : "");
   if (r->refusals.total() > 0) {
     // By reason, the router's words first (as clients see them).
     std::vector<std::string> why;
@@ -522,6 +530,9 @@ int SimCommand(int argc, char** argv) {
                         {"output_tokens_per_second", ToJson(r->output_tokens_per_second)},
                         {"goodput", ToJson(r->goodput)},
                         {"met_fraction", ToJson(r->met_fraction)},
+                        {"goodput_if_slower", ToJson(r->goodput_if_slower)},
+                        {"goodput_if_faster", ToJson(r->goodput_if_faster)},
+                        {"goodput_margin", sim::kGoodputMargin},
                         {"ttft_target_ms", ttft_ms},
                         {"tpot_target_ms", tpot_ms},
                         {"refused", r->refusals.total()},
