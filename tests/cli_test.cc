@@ -965,6 +965,12 @@ TEST(CliTest, ProfileThenSimulateADeployment) {
   EXPECT_GT(j["tpot_p50"]["mean"].get<double>(), 0);
   EXPECT_GT(j["output_tokens_per_second"]["mean"].get<double>(), 0);
   EXPECT_GE(j["ttft_p99"]["mean"].get<double>(), j["ttft_p50"]["mean"].get<double>());
+  // Goodput, and what it would be with the latencies 10% longer or shorter.
+  EXPECT_DOUBLE_EQ(j["goodput_margin"].get<double>(), 0.10);
+  EXPECT_LE(j["goodput_if_slower"]["mean"].get<double>(), j["goodput"]["mean"].get<double>());
+  EXPECT_LE(j["goodput"]["mean"].get<double>(), j["goodput_if_faster"]["mean"].get<double>());
+  EXPECT_NE(r.out.find("goodput were every TTFT and TPOT 10% longer: "), std::string::npos)
+      << r.out;
 
   // An A/B rollout: the router's --split, each pool's workers by --arms;
   // each arm's figures alone beside the whole's.

@@ -566,10 +566,11 @@ TEST(SimTest, TheBusiestPoolIsNamedTheBound) {
 }
 
 TEST(SimTest, GoodputSaysHowFarItMovesWithTheLatencies) {
+  static_assert(kGoodputMargin == 0.10, "the requests below sit within 10% of the targets");
   // Five requests against TTFT 1.5 s and TPOT 50 ms: one well within, one
   // just within (TTFT 1.45 s: 10% longer misses), one just over (1.6 s: 10%
-  // shorter meets), one far over, one within by its TPOT (48 ms: 10% longer
-  // misses). The span: the first arrival (0) to the last finish (9.58 s).
+  // shorter meets), one far over, one just within on TPOT (48 ms: 10%
+  // longer misses). The span: the first arrival (0) to the last finish (9.58 s).
   RunResult r;
   auto add = [&](double arrival, double ttft, double tpot) {
     RequestRecord q;

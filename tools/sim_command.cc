@@ -417,14 +417,17 @@ int SimCommand(int argc, char** argv) {
               Figure(r->output_tokens_per_second, 1, "tokens/s").c_str(),
               Figure(r->goodput, 1, "requests/s").c_str(), r->met_fraction.mean * 100, ttft_ms,
               tpot_ms);
-  // Near a target goodput turns over on a few percent of latency: say how far.
-  std::printf(
-      "  goodput with every TTFT and TPOT %.0f%% longer %.4g, %.0f%% shorter %.4g requests/s%s\n",
-      sim::kGoodputMargin * 100, r->goodput_if_slower.mean, sim::kGoodputMargin * 100,
-      r->goodput_if_faster.mean,
-      r->goodput_if_slower.mean < 0.9 * r->goodput_if_faster.mean
-          ? " (latencies near a target: the goodput is as uncertain as they are)"
-          : "");
+  // Near a target goodput turns over on a few percent of latency: say how
+  // far, and when it moves by more than the latencies did.
+  const double margin = sim::kGoodputMargin;
+  std::printf("  goodput were every TTFT and TPOT %.0f%% longer: %s; %.0f%% shorter: %s%s\n",
+              margin * 100, Figure(r->goodput_if_slower, 1, "requests/s").c_str(), margin * 100,
+              Figure(r->goodput_if_faster, 1, "requests/s").c_str(),
+              r->goodput_if_slower.mean < (1 - margin) * r->goodput_if_faster.mean
+                  ? absl::StrFormat(" (it moves more than %.0f%%: requests sit near a target)",
+                                    margin * 100)
+                        .c_str()
+                  : "");
   if (r->refusals.total() > 0) {
     // By reason, the router's words first (as clients see them).
     std::vector<std::string> why;
@@ -481,6 +484,8 @@ int SimCommand(int argc, char** argv) {
                         {"tpot_p99", ToJson(a.tpot_p99)},
                         {"output_tokens_per_second", ToJson(a.output_tokens_per_second)},
                         {"goodput", ToJson(a.goodput)},
+                        {"goodput_if_slower", ToJson(a.goodput_if_slower)},
+                        {"goodput_if_faster", ToJson(a.goodput_if_faster)},
                         {"refused", a.refusals.total()},
                         {"bound", arm_bound}});
   }
