@@ -108,10 +108,21 @@ def git(path, *args):
 
 def commits(path, change):
     """The commits that added (change "A") or added or changed ("AM") files
-    under path, newest first; [] where git does not know them."""
-    rc, out = git(path, "log", f"--diff-filter={change}", "--format=%h", "--",
+    under path, newest first, each (its hash, its committer date: an aware
+    datetime, None where git's is unreadable); [] where git does not know
+    them."""
+    rc, out = git(path, "log", f"--diff-filter={change}", "--format=%h %cI", "--",
                   os.path.abspath(path))
-    return [line for line in out.split("\n") if line.strip()] if rc == 0 else []
+    found = []
+    for line in out.split("\n") if rc == 0 else []:
+        if not line.strip():
+            continue
+        commit, _, date = line.strip().partition(" ")
+        try:
+            found.append((commit, datetime.datetime.fromisoformat(date)))
+        except ValueError:
+            found.append((commit, None))
+    return found
 
 
 # pdq bench's start, a top-level string (a quote inside an answer's text is
@@ -141,17 +152,6 @@ def first_start(directory):
     return min(starts) if starts else None
 
 
-def committed_dates(path):
-    """The committer dates of the commits that added or changed files under
-    path (aware datetimes); [] where git cannot say."""
-    rc, out = git(path, "log", "--diff-filter=AM", "--format=%cI", "--", os.path.abspath(path))
-    try:
-        return [datetime.datetime.fromisoformat(line.strip())
-                for line in out.split("\n") if line.strip()] if rc == 0 else []
-    except ValueError:
-        return []
-
-
 def order(set_dir, name):
     """Whether the predictions were committed before the runs: ("before",
     "with", "after" or "unknown", the words for the table)."""
@@ -162,11 +162,12 @@ def order(set_dir, name):
     rc, out = git(set_dir, "rev-parse", "--is-shallow-repository")
     if rc != 0 or out.strip() != "false":
         return unknown  # not a repository, or a shallow clone's first commit adds everything
-    p = commits(os.path.join(set_dir, predicted), "AM")
+    p_log = commits(os.path.join(set_dir, predicted), "AM")
+    p = [commit for commit, _ in p_log]
     m = commits(os.path.join(set_dir, measured), "A")
     if not p or not m:
         return unknown
-    first_m = m[-1]
+    first_m = m[-1][0]
     if first_m in p:
         return "with", f"with the runs ({first_m})"
     ancestor = [git(set_dir, "merge-base", "--is-ancestor", c, first_m)[0] for c in p]
@@ -176,8 +177,8 @@ def order(set_dir, name):
         return "after", f"after the runs' commit ({p[0]} > {first_m})"
     # Every run's recorded start, against the predictions' latest commit date.
     start = first_start(os.path.join(set_dir, measured))
-    dates = committed_dates(os.path.join(set_dir, predicted)) if start else []
-    if not dates:
+    dates = [date for _, date in p_log]
+    if not start or None in dates:
         return "before", f"before the runs' commit ({p[0]} < {first_m})"
     utc = datetime.timezone.utc
     words = (f"{p[0]} < {first_m}; committed {max(dates).astimezone(utc):%Y-%m-%d %H:%M:%S}, "
