@@ -26,27 +26,11 @@
 #   e.g. bench/sim_eval_ratio.sh build /tmp/eval-ratio zen4-2core-2026-12-07b zen1-2core
 set -euo pipefail
 
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  usage
-  exit 0
-fi
-if [[ $# -lt 3 ]]; then
-  usage >&2
-  exit 2
-fi
-build=$1 out=$2
-shift 2
+# shellcheck source=bench/post_hoc_args.sh
+source "$(dirname "$0")/post_hoc_args.sh"  # build, out, sets, here, repo
 [[ ${COMMITTED:-0} == 1 || -x $build/bin/pdq ]] || { echo "$build/bin/pdq not found: build first (make build)" >&2; exit 2; }
-here=$(cd "$(dirname "$0")" && pwd -P)
-repo=$(cd "$here/.." && pwd -P)
-real_out=$(realpath -m "$out")
-if [[ $real_out == "$repo" || $real_out == "$repo"/* ]]; then
-  echo "OUT=$out lies in the repository: give a scratch directory" >&2
-  exit 2
-fi
 names=1p1d-w8a8-w4a16,mono-fp16
-for set in "$@"; do
+for set in "${sets[@]}"; do
   src="$here/sim_validation/$set"
   [[ -f $src/profile.json && -f $src/measured/1p1d-w8a8-w4a16-1.json && -f $src/measured/mono-fp16-1.json ]] || {
     echo "$src: no profile.json, or no chat runs of both 1p1d-w8a8-w4a16 and mono-fp16" >&2
@@ -54,7 +38,7 @@ for set in "$@"; do
   }
 done
 mkdir -p "$out"
-for set in "$@"; do
+for set in "${sets[@]}"; do
   [[ ${COMMITTED:-0} == 1 ]] && break
   rm -rf "${out:?}/$set"
   mkdir -p "$out/$set"
@@ -70,7 +54,7 @@ for set in "$@"; do
 done
 predictions=$out
 [[ ${COMMITTED:-0} == 1 ]] && predictions="$here/sim_validation"
-python3 - "$here/sim_validation" "$predictions" "$@" <<'EOF'
+python3 - "$here/sim_validation" "$predictions" "${sets[@]}" <<'EOF'
 import os, statistics, sys
 
 root, out, sets = sys.argv[1], sys.argv[2], sys.argv[3:]

@@ -17,27 +17,10 @@
 #   e.g. bench/sim_refit_compare.sh build /tmp/refit-compare zen4-2core-2026-12-07 emr-2core-2026-12-06f
 set -euo pipefail
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; }
-if [[ ${1:-} == -h || ${1:-} == --help ]]; then
-  usage
-  exit 0
-fi
-if [[ $# -lt 3 ]]; then
-  usage >&2
-  exit 2
-fi
-build=$1 out=$2
-shift 2
+# shellcheck source=bench/post_hoc_args.sh
+source "$(dirname "$0")/post_hoc_args.sh"  # build, out, sets, here, repo
 pdq="$build/bin/pdq"
 [[ -x $pdq ]] || { echo "$pdq not found: build first (make build)" >&2; exit 2; }
-here=$(cd "$(dirname "$0")" && pwd -P)
-repo=$(cd "$here/.." && pwd -P)
-# Resolved before anything is made: nothing written into the repository.
-real_out=$(realpath -m "$out")
-if [[ $real_out == "$repo" || $real_out == "$repo"/* ]]; then
-  echo "OUT=$out lies in the repository: give a scratch directory" >&2
-  exit 2
-fi
 mkdir -p "$out"
 # run LOG CMD...: CMD's output to LOG; on failure, LOG's end and exit.
 run() {
@@ -58,7 +41,7 @@ for _ in "${arms[@]}"; do printf ' ---: | ---: |'; done
 printf '\n'
 declare -A total_lat total_out
 total_cells=0 total_out_cells=0
-for set in "$@"; do
+for set in "${sets[@]}"; do
   src="$here/sim_validation/$set"
   [[ -f $src/profile.json && -d $src/measured ]] || {
     echo "$src: no profile.json and measured/ (not a closed-loop set)" >&2
